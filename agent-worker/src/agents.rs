@@ -1,0 +1,44 @@
+//! Agents ready to run: each definition with its model client and compiled policies.
+
+use crate::model::Model;
+use crate::policy::Policy;
+use countersign_shared::agent::{Agent, Catalog};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+pub struct RunnableAgent {
+    pub agent: Arc<Agent>,
+    pub model: Model,
+    pub policies: HashMap<String, Policy>,
+}
+
+#[derive(Default)]
+pub struct Agents {
+    by_name: BTreeMap<String, RunnableAgent>,
+}
+
+impl Agents {
+    /// Compiles every agent of the catalog; a policy that does not compile stops the worker
+    /// at start rather than at the first call.
+    pub fn compile(catalog: &Catalog) -> anyhow::Result<Self> {
+        let env = Arc::new(cel::Env::stdlib());
+        let mut by_name = BTreeMap::new();
+        for agent in catalog.iter() {
+            let mut policies = HashMap::new();
+            for tool in &agent.def.tools {
+                policies.insert(tool.name.clone(), Policy::compile(env.clone(), tool)?);
+            }
+            let runnable = RunnableAgent {
+                model: Model::for_agent(agent)?,
+                agent: agent.clone(),
+                policies,
+            };
+            by_name.insert(agent.def.name.clone(), runnable);
+        }
+        Ok(Self { by_name })
+    }
+
+    pub fn get(&self, name: &str) -> Option<&RunnableAgent> {
+        self.by_name.get(name)
+    }
+}

@@ -1,0 +1,81 @@
+//! Worker configuration: defaults, then a TOML file (`--config` or `COUNTERSIGN_CONFIG`),
+//! then environment variables, then `validate()`.
+
+use countersign_shared::infra::{InfraConfig, config_path_from_args, load_toml, override_from_env};
+use serde::Deserialize;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Clone, Debug, Deserialize)]
+/// Unknown keys are not refused: serde cannot refuse them next to a flattened table.
+#[serde(default)]
+pub struct Config {
+    #[serde(flatten)]
+    pub infra: InfraConfig,
+    /// Folder of agent definitions. Env: `COUNTERSIGN_AGENTS_DIR`. Default `agents`.
+    pub agents_dir: PathBuf,
+    /// This worker's name in leases and logs. Env: `WORKER_ID`. Default: host name and a
+    /// random suffix, so a restarted worker never mistakes an old lease for its own.
+    pub worker_id: String,
+    /// Runs driven at once by this worker. Default 16.
+    pub concurrency: usize,
+    /// Seconds a claimed run stays ours without a renewal; renewed every third of it.
+    /// Default 30.
+    pub lease_secs: u64,
+    /// Seconds JetStream waits for an ack before redelivering; progress acks extend it.
+    /// Default 30.
+    pub ack_wait_secs: u64,
+    /// Deliveries of one job before a run that keeps hitting retryable errors fails.
+    /// Default 5.
+    pub max_attempts: u64,
+    /// Seconds finished runs are kept in Redis. Default 604800 (7 days).
+    pub retention_secs: u64,
+    /// Seconds in-flight runs get to finish on shutdown before they are handed back.
+    /// Default 20.
+    pub shutdown_grace_secs: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            infra: InfraConfig::default(),
+            agents_dir: "agents".into(),
+            worker_id: String::new(),
+            concurrency: 16,
+            lease_secs: 30,
+            ack_wait_secs: 30,
+            max_attempts: 5,
+            retention_secs: 7 * 24 * 3600,
+            shutdown_grace_secs: 20,
+        }
+    }
+}
+
+impl Config {
+    pub fn load() -> anyhow::Result<Self> {
+        let mut config: Config = load_toml(config_path_from_args().as_deref())?;
+        config.infra.apply_env();
+        if let Ok(dir) = std::env::var("COUNTERSIGN_AGENTS_DIR") {
+            config.agents_dir = dir.into();
+        }
+        override_from_env(&mut config.worker_id, "WORKER_ID");
+        config.validate()?;
+        Ok(config)
+    }
+
+    pub fn validate(&mut self) -> anyhow::Result<()> {
+        anyhow::ensure!(self.concurrency > 0, "concurrency must be at least 1");
+        anyhow::ensure!(self.lease_secs >= 3, "lease_secs must be at least 3");
+        anyhow::ensure!(self.ack_wait_secs >= 3, "ack_wait_secs must be at least 3");
+        anyhow::ensure!(self.max_attempts >= 1, "max_attempts must be at least 1");
+        if self.worker_id.is_empty() {
+            let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "worker".into());
+            self.worker_id = format!("{host}-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+        }
+        Ok(())
+    }
+
+    pub fn lease(&self) -> Duration {
+        Duration::from_secs(self.lease_secs)
+    }
+}

@@ -1,0 +1,54 @@
+//! The worker's consumers: `runs.start` and `approval.decided.*`, each one durable pull
+//! consumer shared by all workers, so each message goes to one of them.
+//!
+//! A message is acked only once the run it concerns is durably paused, finished or handed
+//! on (see [`Engine::process`]); until then progress acks keep JetStream from redelivering it
+//! during long model and tool calls. A worker that dies mid-way stops sending them, the
+//! message is redelivered to another worker, and that one takes the run over once the dead
+//! worker's lease lapses.
+
+use crate::engine::{Engine, Next};
+use async_nats::jetstream::{AckKind, Message};
+use countersign_shared::events::{Envelope, Event};
+use std::sync::Arc;
+use std::time::Duration;
+use tracing::warn;
+
+pub async fn handle(engine: Arc<Engine>, msg: Message, ack_wait: Duration) {
+    let attempt = msg.info().map(|i| i.delivered as u64).unwrap_or(1);
+    let envelope: Envelope = match serde_json::from_slice(&msg.payload) {
+        Ok(envelope) => envelope,
+        Err(e) => {
+            warn!(subject = %msg.subject, error = %e, "unreadable message dropped");
+            let _ = msg.ack_with(AckKind::Term).await;
+            return;
+        }
+    };
+    let run_id = match &envelope.event {
+        Event::RunStart { run_id, .. } | Event::ApprovalDecided { run_id, .. } => run_id.clone(),
+        _ => {
+            let _ = msg.ack().await;
+            return;
+        }
+    };
+    let start = matches!(envelope.event, Event::RunStart { .. }).then_some(&envelope.event);
+    let work = engine.process(&run_id, start, attempt);
+    tokio::pin!(work);
+    let mut progress = tokio::time::interval(ack_wait / 3);
+    progress.tick().await;
+    let next = loop {
+        tokio::select! {
+            next = &mut work => break next,
+            _ = progress.tick() => {
+                let _ = msg.ack_with(AckKind::Progress).await;
+            }
+        }
+    };
+    let acked = match next {
+        Next::Ack => msg.ack().await,
+        Next::Retry(delay) => msg.ack_with(AckKind::Nak(Some(delay))).await,
+    };
+    if let Err(e) = acked {
+        warn!(%run_id, error = %e, "could not ack; the message will come again, harmlessly");
+    }
+}

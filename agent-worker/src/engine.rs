@@ -1,0 +1,520 @@
+//! The tool loop. A worker that has claimed a run drives it turn by turn: ask the model, run
+//! the calls that need nobody, hold the ones that need a person, and either pause (the run is
+//! stored and `approval.requested` published) or give all results of the turn back in one
+//! message. A claimed paused run is resumed from its stored turn: decided calls run or are
+//! refused, and the loop carries on.
+//!
+//! Every write goes through the lease, so a worker that lost its run (it stalled and another
+//! took over) stops at its next write. Approved calls pass through an execution record
+//! (`started` before the side effect, the result after), so a call whose worker died mid-way
+//! is re-sent only to a tool declared idempotent and is otherwise reported as `unknown`.
+
+use crate::agents::{Agents, RunnableAgent};
+use crate::model::{ModelError, ModelRequest};
+use crate::policy::Gate;
+use crate::tools;
+use countersign_shared::agent::ToolDef;
+use countersign_shared::bus::{Bus, BusError};
+use countersign_shared::digest::call_digest;
+use countersign_shared::events::Event;
+use countersign_shared::now_ms;
+use countersign_shared::run::{
+    Action, Block, CallResult, Message, Outcome, PendingCall, Role, Run, RunId, RunStatus, TurnCall,
+};
+use countersign_shared::store::{Claim, ExecBegin, Save, Store, StoreError};
+use serde_json::Value;
+use std::sync::Arc;
+use std::time::Duration;
+use tracing::{info, warn};
+
+/// What to do with the message that brought the work.
+#[derive(Debug, PartialEq)]
+pub enum Next {
+    Ack,
+    /// Hand it back to be delivered again after this long.
+    Retry(Duration),
+}
+
+#[derive(Debug, thiserror::Error)]
+enum StepError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Bus(#[from] BusError),
+    #[error(transparent)]
+    Model(ModelError),
+}
+
+pub struct EngineSettings {
+    /// This worker's name in leases.
+    pub owner: String,
+    pub lease: Duration,
+    pub max_attempts: u64,
+    pub retention: Duration,
+}
+
+pub struct Engine {
+    store: Store,
+    bus: Bus,
+    agents: Arc<Agents>,
+    http: reqwest::Client,
+    settings: EngineSettings,
+}
+
+impl Engine {
+    pub fn new(store: Store, bus: Bus, agents: Arc<Agents>, settings: EngineSettings) -> Self {
+        Self {
+            store,
+            bus,
+            agents,
+            http: reqwest::Client::new(),
+            settings,
+        }
+    }
+
+    /// One step of work for a run, brought by a `runs.start` job (`start`) or an
+    /// `approval.decided` event: claim the run and drive it as far as it goes. Safe to call
+    /// for any message any number of times: what is already done is not done again.
+    #[tracing::instrument(skip_all, fields(run_id = %id, attempt))]
+    pub async fn process(&self, id: &RunId, start: Option<&Event>, attempt: u64) -> Next {
+        match self.try_process(id, start, attempt).await {
+            Ok(next) => next,
+            Err(e) => {
+                warn!(error = %e, "step failed; the message will be delivered again");
+                Next::Retry(backoff(attempt))
+            }
+        }
+    }
+
+    async fn try_process(
+        &self,
+        id: &RunId,
+        start: Option<&Event>,
+        attempt: u64,
+    ) -> Result<Next, StepError> {
+        let owner = &self.settings.owner;
+        let mut claim = self.store.claim(id, owner, self.settings.lease).await?;
+        if claim == Claim::Missing
+            && let Some(run) = self.new_run(start)
+        {
+            self.store.create(&run).await?;
+            claim = self.store.claim(id, owner, self.settings.lease).await?;
+        }
+        match claim {
+            Claim::Missing => {
+                warn!("no such run; message dropped");
+                Ok(Next::Ack)
+            }
+            Claim::Busy(left) => Ok(Next::Retry(left + Duration::from_millis(250))),
+            // Republishing is harmless (the message ids dedupe) and covers a worker that
+            // stored the pause or the end but died before it could announce it.
+            Claim::Waiting => {
+                if let Some(run) = self.store.load(id).await? {
+                    self.announce_pause(&run).await?;
+                }
+                Ok(Next::Ack)
+            }
+            Claim::Finished(_) => {
+                if let Some(run) = self.store.load(id).await? {
+                    self.announce_end(&run).await?;
+                }
+                Ok(Next::Ack)
+            }
+            Claim::Claimed(_) => match self.drive_with_lease(id, attempt).await {
+                Ok(()) | Err(StepError::Store(StoreError::LostLease(_))) => Ok(Next::Ack),
+                Err(e) => {
+                    // Let the next delivery claim it at once instead of after the lease.
+                    let _ = self.store.release(id, owner).await;
+                    Err(e)
+                }
+            },
+        }
+    }
+
+    fn new_run(&self, start: Option<&Event>) -> Option<Run> {
+        let Some(Event::RunStart {
+            run_id,
+            agent,
+            input,
+            requested_by,
+            metadata,
+        }) = start
+        else {
+            return None;
+        };
+        let version = self
+            .agents
+            .get(agent)
+            .map(|a| a.agent.version.clone())
+            .unwrap_or_default();
+        Some(Run::new(
+            run_id.clone(),
+            agent.clone(),
+            version,
+            input.clone(),
+            requested_by.clone(),
+            metadata.clone(),
+        ))
+    }
+
+    /// Drives the run while renewing the lease every third of its length.
+    async fn drive_with_lease(&self, id: &RunId, attempt: u64) -> Result<(), StepError> {
+        let drive = self.drive(id, attempt);
+        tokio::pin!(drive);
+        let mut renew = tokio::time::interval(self.settings.lease / 3);
+        renew.tick().await;
+        loop {
+            tokio::select! {
+                result = &mut drive => return result,
+                _ = renew.tick() => {
+                    if let Err(e) = self.store.renew(id, &self.settings.owner, self.settings.lease).await {
+                        warn!(error = %e, "could not renew the lease");
+                    }
+                }
+            }
+        }
+    }
+
+    async fn drive(&self, id: &RunId, attempt: u64) -> Result<(), StepError> {
+        let Some(mut run) = self.store.load(id).await? else {
+            return Err(StoreError::LostLease("missing".into()).into());
+        };
+        let Some(agent) = self.agents.get(&run.agent) else {
+            let error = format!("agent {:?} is not defined", run.agent);
+            return self.finish(run, Err(error)).await;
+        };
+        if !run.held.is_empty() {
+            self.store.index_awaiting(id, false).await?;
+            info!(turn = run.turns, "resuming");
+            self.resume_turn(&mut run, agent).await?;
+            run.status = RunStatus::Running;
+            self.save(&mut run, Save::Progress).await?;
+        }
+        loop {
+            let max_turns = agent.agent.def.max_turns;
+            if run.turns >= max_turns {
+                let error = format!("the agent used all {max_turns} turns without a final answer");
+                return self.finish(run, Err(error)).await;
+            }
+            let def = &agent.agent.def;
+            let request = ModelRequest {
+                model: &def.model.name,
+                max_tokens: def.model.max_tokens,
+                system: &def.system,
+                messages: &run.messages,
+                tools: &def.tools,
+            };
+            let blocks = match agent.model.complete(&self.http, &request).await {
+                Ok(blocks) => blocks,
+                Err(e @ ModelError::Retryable(_)) if attempt < self.settings.max_attempts => {
+                    return Err(StepError::Model(e));
+                }
+                Err(e) => return self.finish(run, Err(e.to_string())).await,
+            };
+            run.turns += 1;
+            let calls: Vec<(String, String, Value)> = blocks
+                .iter()
+                .filter_map(|b| match b {
+                    Block::ToolUse { id, name, input } => {
+                        Some((id.clone(), name.clone(), input.clone()))
+                    }
+                    _ => None,
+                })
+                .collect();
+            let reply = Message {
+                role: Role::Assistant,
+                content: blocks,
+            };
+            if calls.is_empty() {
+                let answer = reply.text();
+                run.messages.push(reply);
+                return self.finish(run, Ok(answer)).await;
+            }
+            run.messages.push(reply);
+            let held = self.gate_and_run(&run, agent, calls).await?;
+            if held.iter().any(|c| c.pending.is_some()) {
+                run.held = held;
+                run.status = RunStatus::AwaitingApproval;
+                return self.pause(run).await;
+            }
+            run.messages.push(results_message(&held));
+            run.status = RunStatus::Running;
+            self.save(&mut run, Save::Progress).await?;
+        }
+    }
+
+    /// Sorts one turn's calls: refused outright (unknown tool, bad input), held for a
+    /// person, or run now. The free ones run together; their results are kept in order.
+    async fn gate_and_run(
+        &self,
+        run: &Run,
+        agent: &RunnableAgent,
+        calls: Vec<(String, String, Value)>,
+    ) -> Result<Vec<TurnCall>, StepError> {
+        let mut held = Vec::with_capacity(calls.len());
+        let mut free = Vec::new();
+        for (call_id, name, input) in calls {
+            let mut call = TurnCall {
+                call_id,
+                tool: name,
+                input,
+                result: None,
+                pending: None,
+            };
+            match agent.agent.tool(&call.tool) {
+                None => {
+                    call.result = Some(failed(format!("There is no tool named {:?}.", call.tool)));
+                }
+                Some(tool) => match agent.agent.validate_input(&tool.name, &call.input) {
+                    Err(errors) => {
+                        call.result = Some(failed(format!(
+                            "The input does not match the schema of {}: {}",
+                            tool.name,
+                            errors.join("; ")
+                        )));
+                    }
+                    Ok(()) => match agent.policies[&tool.name].gate(&call.input, &run.metadata) {
+                        Gate::Run => free.push((held.len(), tool)),
+                        Gate::Ask { reason, summary } => {
+                            call.pending = Some(PendingCall {
+                                call_id: call.call_id.clone(),
+                                tool: tool.name.clone(),
+                                digest: call_digest(
+                                    &tool.name,
+                                    &call.input,
+                                    &tool.policy_version(),
+                                ),
+                                input: call.input.clone(),
+                                summary,
+                                reason,
+                            });
+                        }
+                    },
+                },
+            }
+            held.push(call);
+        }
+        let results = futures::future::join_all(free.iter().map(|&(i, tool)| {
+            let call = &held[i];
+            self.execute(
+                &run.run_id,
+                tool,
+                &call.call_id,
+                &call.input,
+                Outcome::Executed,
+            )
+        }))
+        .await;
+        for ((i, _), result) in free.iter().zip(results) {
+            held[*i].result = Some(result?);
+        }
+        Ok(held)
+    }
+
+    /// Turns each decision of the held turn into a result and appends the turn's results.
+    async fn resume_turn(&self, run: &mut Run, agent: &RunnableAgent) -> Result<(), StepError> {
+        let decisions = self.store.decisions(&run.run_id).await?;
+        let mut held = std::mem::take(&mut run.held);
+        for call in held.iter_mut().filter(|c| c.result.is_none()) {
+            let Some(decision) = decisions.get(&call.call_id) else {
+                return Err(
+                    StoreError::Corrupt(format!("call {} has no decision", call.call_id)).into(),
+                );
+            };
+            let Some(tool) = agent.agent.tool(&call.tool) else {
+                call.result = Some(failed(format!("The tool {} no longer exists.", call.tool)));
+                continue;
+            };
+            let by = &decision.decided_by;
+            let result = match decision.action {
+                Action::Approve => {
+                    self.execute(
+                        &run.run_id,
+                        tool,
+                        &call.call_id,
+                        &call.input,
+                        Outcome::Approved,
+                    )
+                    .await?
+                }
+                Action::Reject => CallResult {
+                    outcome: Outcome::Rejected,
+                    is_error: true,
+                    content: format!(
+                        "A reviewer ({by}) rejected this call, so it did not run. Their reason: {}",
+                        decision.reason.as_deref().unwrap_or("none given")
+                    ),
+                },
+                Action::Edit => {
+                    let input = decision.input.clone().unwrap_or(Value::Null);
+                    let mut result = match agent.agent.validate_input(&tool.name, &input) {
+                        Err(errors) => failed(format!(
+                            "The reviewer's edited input does not match the schema: {}",
+                            errors.join("; ")
+                        )),
+                        Ok(()) => {
+                            self.execute(&run.run_id, tool, &call.call_id, &input, Outcome::Edited)
+                                .await?
+                        }
+                    };
+                    result.content = format!(
+                        "A reviewer ({by}) edited this call before it ran.\nYou asked for: {}\nIt ran with: {}\nTheir note: {}\nResult: {}",
+                        call.input,
+                        input,
+                        decision.note.as_deref().unwrap_or("none given"),
+                        result.content
+                    );
+                    result
+                }
+            };
+            call.result = Some(result);
+        }
+        run.messages.push(results_message(&held));
+        Ok(())
+    }
+
+    /// Runs one call through its execution record, so it never runs twice silently.
+    async fn execute(
+        &self,
+        run: &RunId,
+        tool: &ToolDef,
+        call_id: &str,
+        input: &Value,
+        outcome: Outcome,
+    ) -> Result<CallResult, StoreError> {
+        match self.store.exec_begin(run, call_id).await? {
+            ExecBegin::Done(result) => return Ok(result),
+            ExecBegin::InterruptedBefore if !tool.idempotent => {
+                warn!(call_id, tool = %tool.name, "call outcome unknown after a crash");
+                let result = CallResult {
+                    outcome: Outcome::Unknown,
+                    is_error: true,
+                    content: format!(
+                        "The outcome of this {} call is unknown: it was started, but the worker running it stopped before recording the result. It was not sent again because the tool is not idempotent. A person should check whether it took effect.",
+                        tool.name
+                    ),
+                };
+                self.store.exec_finish(run, call_id, &result).await?;
+                return Ok(result);
+            }
+            ExecBegin::InterruptedBefore | ExecBegin::Run => {}
+        }
+        let result = tools::call_http(&self.http, tool, run, call_id, input, outcome).await;
+        self.store.exec_finish(run, call_id, &result).await?;
+        Ok(result)
+    }
+
+    async fn save(&self, run: &mut Run, how: Save<'_>) -> Result<(), StoreError> {
+        run.updated_at = now_ms();
+        self.store
+            .save(run, &self.settings.owner, self.settings.lease, how)
+            .await
+    }
+
+    async fn pause(&self, mut run: Run) -> Result<(), StepError> {
+        let calls: Vec<(String, String)> = run
+            .pending()
+            .map(|p| (p.call_id.clone(), p.digest.clone()))
+            .collect();
+        self.save(&mut run, Save::Pause(&calls)).await?;
+        self.store.index_awaiting(&run.run_id, true).await?;
+        info!(
+            turn = run.turns,
+            pending = calls.len(),
+            "paused for approval"
+        );
+        self.announce_pause(&run).await?;
+        Ok(())
+    }
+
+    async fn finish(&self, mut run: Run, result: Result<String, String>) -> Result<(), StepError> {
+        match result {
+            Ok(answer) => {
+                run.status = RunStatus::Completed;
+                run.answer = Some(answer);
+            }
+            Err(error) => {
+                warn!(%error, "run failed");
+                run.status = RunStatus::Failed;
+                run.error = Some(error);
+            }
+        }
+        let retention = self.settings.retention;
+        self.save(&mut run, Save::Finish { retention }).await?;
+        info!(status = run.status.as_str(), "run finished");
+        self.announce_end(&run).await?;
+        Ok(())
+    }
+
+    async fn announce_pause(&self, run: &Run) -> Result<(), BusError> {
+        let names = &self.bus.names;
+        let event = Event::ApprovalRequested {
+            run_id: run.run_id.clone(),
+            agent: run.agent.clone(),
+            turn: run.turns,
+            text: run.held_turn_text(),
+            calls: run.pending().cloned().collect(),
+            requested_by: run.requested_by.clone(),
+        };
+        let msg_id = format!("requested:{}:{}", run.run_id, run.turns);
+        self.bus
+            .publish(names.approval_requested(&run.run_id), &msg_id, event)
+            .await
+    }
+
+    async fn announce_end(&self, run: &Run) -> Result<(), BusError> {
+        let names = &self.bus.names;
+        let id = run.run_id.clone();
+        let (subject, event) = match run.status {
+            RunStatus::Completed => (
+                names.run_completed(&id),
+                Event::RunCompleted {
+                    run_id: id.clone(),
+                    answer: run.answer.clone().unwrap_or_default(),
+                },
+            ),
+            _ => (
+                names.run_failed(&id),
+                Event::RunFailed {
+                    run_id: id.clone(),
+                    error: run.error.clone().unwrap_or_default(),
+                },
+            ),
+        };
+        self.bus.publish(subject, &format!("end:{id}"), event).await
+    }
+}
+
+fn failed(content: String) -> CallResult {
+    CallResult {
+        outcome: Outcome::Failed,
+        content,
+        is_error: true,
+    }
+}
+
+/// The one message that answers a turn: a result per call, in the model's order.
+fn results_message(calls: &[TurnCall]) -> Message {
+    Message {
+        role: Role::User,
+        content: calls
+            .iter()
+            .map(|c| {
+                let result = c
+                    .result
+                    .clone()
+                    .unwrap_or_else(|| failed("No result.".into()));
+                Block::ToolResult {
+                    tool_use_id: c.call_id.clone(),
+                    content: result.content,
+                    is_error: result.is_error,
+                }
+            })
+            .collect(),
+    }
+}
+
+/// 1 s, 2 s, 4 s … up to a minute between attempts.
+fn backoff(attempt: u64) -> Duration {
+    Duration::from_secs(1 << attempt.saturating_sub(1).min(6)).min(Duration::from_secs(60))
+}

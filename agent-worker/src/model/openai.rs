@@ -1,0 +1,102 @@
+//! The OpenAI Chat Completions API. Tool calls carry their arguments as a JSON string, and
+//! each tool result is its own `tool` message (consecutive ones answer one assistant turn).
+
+use super::{Endpoint, ModelError, ModelRequest, post_json};
+use countersign_shared::run::{Block, Message, Role};
+use serde_json::{Value, json};
+
+pub async fn complete(
+    http: &reqwest::Client,
+    endpoint: &Endpoint,
+    req: &ModelRequest<'_>,
+) -> Result<Vec<Block>, ModelError> {
+    let mut messages = vec![json!({"role": "system", "content": req.system})];
+    for m in req.messages {
+        messages.extend(to_openai(m));
+    }
+    let mut body = json!({
+        "model": req.model,
+        "max_completion_tokens": req.max_tokens,
+        "messages": messages,
+    });
+    let tools: Vec<Value> = req
+        .tools
+        .iter()
+        .map(|t| {
+            json!({"type": "function", "function": {
+                "name": t.name, "description": t.description, "parameters": t.input_schema,
+            }})
+        })
+        .collect();
+    if !tools.is_empty() {
+        body["tools"] = Value::Array(tools);
+    }
+    let request = http
+        .post(format!("{}/chat/completions", endpoint.base_url))
+        .bearer_auth(&endpoint.api_key);
+    let answer = post_json(request, &body).await?;
+    let message = &answer["choices"][0]["message"];
+    if message.is_null() {
+        return Err(ModelError::Fatal("answer has no choices[0].message".into()));
+    }
+    let mut blocks = Vec::new();
+    if let Some(text) = message["content"].as_str().filter(|t| !t.is_empty()) {
+        blocks.push(Block::Text { text: text.into() });
+    }
+    for call in message["tool_calls"].as_array().into_iter().flatten() {
+        let arguments = call["function"]["arguments"].as_str().unwrap_or("{}");
+        // Arguments that are not JSON are kept as a string; schema validation then tells
+        // the model what is wrong instead of the run failing.
+        let input = serde_json::from_str(arguments).unwrap_or(Value::String(arguments.into()));
+        blocks.push(Block::ToolUse {
+            id: call["id"].as_str().unwrap_or_default().into(),
+            name: call["function"]["name"].as_str().unwrap_or_default().into(),
+            input,
+        });
+    }
+    Ok(blocks)
+}
+
+fn to_openai(message: &Message) -> Vec<Value> {
+    let text = message.text();
+    match message.role {
+        Role::Assistant => {
+            let calls: Vec<Value> = message
+                .content
+                .iter()
+                .filter_map(|b| match b {
+                    Block::ToolUse { id, name, input } => Some(json!({
+                        "id": id, "type": "function",
+                        "function": {"name": name, "arguments": input.to_string()},
+                    })),
+                    _ => None,
+                })
+                .collect();
+            let mut out = json!({"role": "assistant", "content": if text.is_empty() { Value::Null } else { Value::String(text) }});
+            if !calls.is_empty() {
+                out["tool_calls"] = Value::Array(calls);
+            }
+            vec![out]
+        }
+        Role::User => {
+            let mut out: Vec<Value> = message
+                .content
+                .iter()
+                .filter_map(|b| match b {
+                    Block::ToolResult {
+                        tool_use_id,
+                        content,
+                        ..
+                    } => Some(
+                        json!({"role": "tool", "tool_call_id": tool_use_id, "content": content}),
+                    ),
+                    _ => None,
+                })
+                .collect();
+            if !text.is_empty() {
+                out.push(json!({"role": "user", "content": text}));
+            }
+            out
+        }
+    }
+}

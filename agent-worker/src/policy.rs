@@ -1,0 +1,264 @@
+//! The approval policy, decided in code per call: `never`, `always`, or a CEL expression over
+//! the call's `input` and the run's `metadata`, with reason and summary templates whose
+//! `{{ expr }}` parts are CEL too. A policy that cannot be evaluated asks a person: when in
+//! doubt the call waits rather than runs.
+
+use cel::{Context, Env, Program, Value as Cel};
+use countersign_shared::agent::{ApprovalDef, ApprovalMode, ToolDef};
+use serde_json::Value;
+use std::sync::Arc;
+
+/// Whether a call may run now.
+#[derive(Debug, PartialEq)]
+pub enum Gate {
+    Run,
+    Ask { reason: String, summary: String },
+}
+
+enum When {
+    Never,
+    Always,
+    Cel(Program),
+}
+
+pub struct Policy {
+    env: Arc<Env>,
+    tool: String,
+    when: When,
+    reason: Option<Template>,
+    summary: Option<Template>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("tool {tool:?}: cannot compile {what} {source_text:?}: {error}")]
+pub struct PolicyError {
+    tool: String,
+    what: &'static str,
+    source_text: String,
+    error: String,
+}
+
+impl Policy {
+    pub fn compile(env: Arc<Env>, tool: &ToolDef) -> Result<Self, PolicyError> {
+        let err = |what, source_text: &str, error: String| PolicyError {
+            tool: tool.name.clone(),
+            what,
+            source_text: source_text.to_string(),
+            error,
+        };
+        let (when, reason, summary) = match &tool.approval {
+            ApprovalDef::Mode(ApprovalMode::Never) => (When::Never, None, None),
+            ApprovalDef::Mode(ApprovalMode::Always) => (When::Always, None, None),
+            ApprovalDef::Rule(rule) => {
+                let when = match rule.when.trim() {
+                    "never" => When::Never,
+                    "always" => When::Always,
+                    src => When::Cel(
+                        env.compile(src)
+                            .map_err(|e| err("condition", src, e.to_string()))?,
+                    ),
+                };
+                let template = |t: &Option<String>, what| {
+                    t.as_deref()
+                        .map(|src| Template::parse(&env, src).map_err(|e| err(what, src, e)))
+                        .transpose()
+                };
+                (
+                    when,
+                    template(&rule.reason, "reason")?,
+                    template(&rule.summary, "summary")?,
+                )
+            }
+        };
+        Ok(Self {
+            env,
+            tool: tool.name.clone(),
+            when,
+            reason,
+            summary,
+        })
+    }
+
+    pub fn gate(&self, input: &Value, metadata: &Value) -> Gate {
+        let ctx = match self.context(input, metadata) {
+            Ok(ctx) => ctx,
+            Err(e) => {
+                return self.ask(
+                    None,
+                    Some(format!("the policy could not read the call: {e}")),
+                );
+            }
+        };
+        match &self.when {
+            When::Never => Gate::Run,
+            When::Always => self.ask(Some(&ctx), None),
+            When::Cel(program) => match program.execute(&ctx) {
+                Ok(Cel::Bool(false)) => Gate::Run,
+                Ok(Cel::Bool(true)) => self.ask(Some(&ctx), None),
+                Ok(other) => self.ask(
+                    Some(&ctx),
+                    Some(format!(
+                        "the policy condition gave {other:?}, not true or false"
+                    )),
+                ),
+                Err(e) => self.ask(
+                    Some(&ctx),
+                    Some(format!("the policy condition could not be evaluated: {e}")),
+                ),
+            },
+        }
+    }
+
+    fn context(&self, input: &Value, metadata: &Value) -> Result<Context<'_, '_>, String> {
+        let mut ctx = Context::with_env(self.env.clone());
+        ctx.add_variable("input", input)
+            .map_err(|e| e.to_string())?;
+        ctx.add_variable("metadata", metadata)
+            .map_err(|e| e.to_string())?;
+        Ok(ctx)
+    }
+
+    fn ask(&self, ctx: Option<&Context>, failure: Option<String>) -> Gate {
+        let render = |t: &Option<Template>| match (t, ctx) {
+            (Some(t), Some(ctx)) => Some(t.render(ctx)),
+            _ => None,
+        };
+        let reason = failure
+            .or_else(|| render(&self.reason))
+            .unwrap_or_else(|| format!("the policy requires a person to approve {}", self.tool));
+        let summary = render(&self.summary).unwrap_or_else(|| format!("Call {}", self.tool));
+        Gate::Ask { reason, summary }
+    }
+}
+
+/// Text with `{{ cel }}` parts.
+struct Template {
+    parts: Vec<Part>,
+}
+
+enum Part {
+    Text(String),
+    Expr(Program),
+}
+
+impl Template {
+    fn parse(env: &Env, source: &str) -> Result<Self, String> {
+        let mut parts = Vec::new();
+        let mut rest = source;
+        while let Some(start) = rest.find("{{") {
+            let end = rest[start..]
+                .find("}}")
+                .ok_or_else(|| "a '{{' has no closing '}}'".to_string())?;
+            parts.push(Part::Text(rest[..start].to_string()));
+            let expr = rest[start + 2..start + end].trim();
+            parts.push(Part::Expr(env.compile(expr).map_err(|e| e.to_string())?));
+            rest = &rest[start + end + 2..];
+        }
+        parts.push(Part::Text(rest.to_string()));
+        Ok(Self { parts })
+    }
+
+    fn render(&self, ctx: &Context) -> String {
+        self.parts
+            .iter()
+            .map(|p| match p {
+                Part::Text(t) => t.clone(),
+                Part::Expr(program) => match program.execute(ctx) {
+                    Ok(v) => display(&v),
+                    Err(_) => "?".into(),
+                },
+            })
+            .collect()
+    }
+}
+
+/// Values as a person reads them: strings without quotes, whole floats without `.0`.
+fn display(value: &Cel) -> String {
+    match value {
+        Cel::String(s) => s.to_string(),
+        Cel::Int(i) => i.to_string(),
+        Cel::UInt(u) => u.to_string(),
+        Cel::Float(f) if f.fract() == 0.0 && f.abs() < 1e15 => format!("{}", *f as i64),
+        Cel::Float(f) => f.to_string(),
+        Cel::Bool(b) => b.to_string(),
+        Cel::Null => "null".into(),
+        other => match other.json() {
+            Ok(json) => json.to_string(),
+            Err(_) => format!("{other:?}"),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use countersign_shared::agent::{ApprovalRule, HttpToolDef};
+    use serde_json::json;
+
+    fn refund_policy(when: &str) -> Policy {
+        let tool = ToolDef {
+            name: "issue_refund".into(),
+            description: String::new(),
+            input_schema: json!({"type": "object"}),
+            http: HttpToolDef {
+                url: "http://127.0.0.1:1/".into(),
+                timeout_ms: 1000,
+            },
+            approval: ApprovalDef::Rule(ApprovalRule {
+                when: when.into(),
+                reason: Some("Refund of ${{ input.amount }} moves money".into()),
+                summary: Some("Refund ${{ input.amount }} for order {{ input.order_id }}".into()),
+            }),
+            idempotent: false,
+        };
+        Policy::compile(Arc::new(Env::stdlib()), &tool).unwrap()
+    }
+
+    #[test]
+    fn integers_and_decimals_compare_alike() {
+        let p = refund_policy("input.amount > 20.0");
+        assert!(matches!(
+            p.gate(&json!({"amount": 129}), &json!({})),
+            Gate::Ask { .. }
+        ));
+        assert!(matches!(
+            p.gate(&json!({"amount": 129.5}), &json!({})),
+            Gate::Ask { .. }
+        ));
+        assert_eq!(p.gate(&json!({"amount": 20}), &json!({})), Gate::Run);
+        assert_eq!(p.gate(&json!({"amount": 19.99}), &json!({})), Gate::Run);
+    }
+
+    #[test]
+    fn templates_fill_in_the_call() {
+        let p = refund_policy("always");
+        assert_eq!(
+            p.gate(&json!({"amount": 129.0, "order_id": "A-1"}), &json!({})),
+            Gate::Ask {
+                reason: "Refund of $129 moves money".into(),
+                summary: "Refund $129 for order A-1".into(),
+            }
+        );
+    }
+
+    #[test]
+    fn a_condition_that_fails_asks_a_person() {
+        let p = refund_policy("input.missing > 1");
+        match p.gate(&json!({"amount": 1}), &json!({})) {
+            Gate::Ask { reason, .. } => {
+                assert!(reason.contains("could not be evaluated"), "{reason}")
+            }
+            Gate::Run => panic!("a broken condition must not let the call run"),
+        }
+    }
+
+    #[test]
+    fn metadata_is_visible_to_the_condition() {
+        let p = refund_policy("metadata.tier == 'vip'");
+        assert_eq!(p.gate(&json!({}), &json!({"tier": "basic"})), Gate::Run);
+        assert!(matches!(
+            p.gate(&json!({}), &json!({"tier": "vip"})),
+            Gate::Ask { .. }
+        ));
+    }
+}

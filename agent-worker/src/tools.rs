@@ -1,0 +1,61 @@
+//! Calling HTTP tools: `POST` the input as JSON with an `Idempotency-Key` made of the run and
+//! call ids, so a tool that honours it never applies one call twice. A non-2xx answer or a
+//! timeout is an error result for the model, never a crash.
+
+use countersign_shared::agent::ToolDef;
+use countersign_shared::run::{CallResult, Outcome, RunId};
+use std::time::Duration;
+
+/// The most of a tool's answer passed on to the model.
+const MAX_RESULT_CHARS: usize = 16_000;
+
+pub fn idempotency_key(run: &RunId, call_id: &str) -> String {
+    format!("{run}:{call_id}")
+}
+
+/// Runs one call; `outcome` is what a success is reported as (executed, approved, edited).
+pub async fn call_http(
+    http: &reqwest::Client,
+    tool: &ToolDef,
+    run: &RunId,
+    call_id: &str,
+    input: &serde_json::Value,
+    outcome: Outcome,
+) -> CallResult {
+    let response = http
+        .post(&tool.http.url)
+        .header("Idempotency-Key", idempotency_key(run, call_id))
+        .timeout(Duration::from_millis(tool.http.timeout_ms))
+        .json(input)
+        .send()
+        .await;
+    let failed = |content: String| CallResult {
+        outcome: Outcome::Failed,
+        content,
+        is_error: true,
+    };
+    match response {
+        Err(e) if e.is_timeout() => failed(format!(
+            "The tool {} did not answer within {} ms.",
+            tool.name, tool.http.timeout_ms
+        )),
+        Err(e) => failed(format!("The tool {} could not be reached: {e}", tool.name)),
+        Ok(response) => {
+            let status = response.status();
+            let body = response.text().await.unwrap_or_default();
+            let body: String = body.chars().take(MAX_RESULT_CHARS).collect();
+            if status.is_success() {
+                CallResult {
+                    outcome,
+                    content: body,
+                    is_error: false,
+                }
+            } else {
+                failed(format!(
+                    "The tool {} answered HTTP {status}: {body}",
+                    tool.name
+                ))
+            }
+        }
+    }
+}

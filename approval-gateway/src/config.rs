@@ -1,0 +1,144 @@
+//! Gateway configuration: defaults, then a TOML file (`--config` or `COUNTERSIGN_CONFIG`),
+//! then environment variables, then `validate()`.
+
+use countersign_shared::infra::{InfraConfig, config_path_from_args, load_toml, override_from_env};
+use serde::Deserialize;
+use std::fmt;
+use std::path::PathBuf;
+
+/// Unknown keys are not refused: serde cannot refuse them next to a flattened table.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default)]
+pub struct Config {
+    #[serde(flatten)]
+    pub infra: InfraConfig,
+    /// Address to listen on. Env: `COUNTERSIGN_LISTEN`. Default `127.0.0.1:8080`.
+    pub listen: String,
+    /// Folder of agent definitions (the same the workers load). Env:
+    /// `COUNTERSIGN_AGENTS_DIR`. Default `agents`.
+    pub agents_dir: PathBuf,
+    /// Who may call the API. Env: `COUNTERSIGN_API_KEYS`, entries `key:role:principal`
+    /// separated by commas. Default none (every request is refused).
+    pub api_keys: Vec<ApiKey>,
+    /// Largest request body in bytes; larger ones get 413. Default 65536.
+    pub max_body_bytes: usize,
+    /// Seconds an `Idempotency-Key` of `POST /v1/runs` is remembered. Default 86400.
+    pub idempotency_ttl_secs: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            infra: InfraConfig::default(),
+            listen: "127.0.0.1:8080".into(),
+            agents_dir: "agents".into(),
+            api_keys: Vec::new(),
+            max_body_bytes: 64 * 1024,
+            idempotency_ttl_secs: 24 * 3600,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Everything.
+    Admin,
+    /// Start runs and read them.
+    Requester,
+    /// Read runs and decide on pending calls.
+    Reviewer,
+    /// Read only.
+    Reader,
+}
+
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiKey {
+    /// The bearer token. Never logged.
+    pub key: String,
+    pub role: Role,
+    /// Who this key speaks for: recorded as the requester of runs and the maker of decisions.
+    pub principal: String,
+}
+
+impl fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ApiKey")
+            .field("key", &"<redacted>")
+            .field("role", &self.role)
+            .field("principal", &self.principal)
+            .finish()
+    }
+}
+
+impl Config {
+    pub fn load() -> anyhow::Result<Self> {
+        let mut config: Config = load_toml(config_path_from_args().as_deref())?;
+        config.infra.apply_env();
+        override_from_env(&mut config.listen, "COUNTERSIGN_LISTEN");
+        if let Ok(dir) = std::env::var("COUNTERSIGN_AGENTS_DIR") {
+            config.agents_dir = dir.into();
+        }
+        if let Ok(keys) = std::env::var("COUNTERSIGN_API_KEYS") {
+            config.api_keys = parse_keys(&keys)?;
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    pub fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            self.max_body_bytes >= 1024,
+            "max_body_bytes must be at least 1024"
+        );
+        for key in &self.api_keys {
+            anyhow::ensure!(
+                key.key.len() >= 16,
+                "the API key of {:?} is shorter than 16 characters",
+                key.principal
+            );
+            anyhow::ensure!(!key.principal.is_empty(), "an API key has no principal");
+        }
+        Ok(())
+    }
+}
+
+fn parse_keys(text: &str) -> anyhow::Result<Vec<ApiKey>> {
+    text.split(',')
+        .filter(|entry| !entry.trim().is_empty())
+        .map(|entry| {
+            let parts: Vec<&str> = entry.trim().splitn(3, ':').collect();
+            let [key, role, principal] = parts[..] else {
+                anyhow::bail!("COUNTERSIGN_API_KEYS entries are key:role:principal");
+            };
+            let role = serde_json::from_value(serde_json::Value::String(role.into()))
+                .map_err(|_| anyhow::anyhow!("unknown role {role:?}"))?;
+            Ok(ApiKey {
+                key: key.into(),
+                role,
+                principal: principal.into(),
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_parse_from_the_environment_form() {
+        let keys =
+            parse_keys("k1k1k1k1k1k1k1k1:reviewer:alice, k2k2k2k2k2k2k2k2:admin:ops").unwrap();
+        assert_eq!(keys[0].role, Role::Reviewer);
+        assert_eq!(keys[1].principal, "ops");
+        assert!(parse_keys("k:nobody:x").is_err());
+    }
+
+    #[test]
+    fn keys_never_print() {
+        let key = parse_keys("secretsecretsecret:admin:ops").unwrap();
+        assert!(!format!("{key:?}").contains("secretsecret"));
+    }
+}

@@ -1,0 +1,35 @@
+//! approval-gateway: the HTTP face of countersign. Starts runs, shows them, and records
+//! reviewers' decisions atomically before announcing them to the workers.
+
+pub mod config;
+pub mod error;
+pub mod extract;
+pub mod routes;
+pub mod state;
+
+use config::Config;
+use countersign_shared::agent::Catalog;
+use countersign_shared::bus::Bus;
+use countersign_shared::names::Names;
+use countersign_shared::store::Store;
+use state::AppState;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+/// Serves the API on `listener` until `shutdown` is cancelled; in-flight requests finish.
+pub async fn run(
+    config: Config,
+    listener: TcpListener,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let names = Names::new(&config.infra.namespace)?;
+    let catalog = Catalog::load_dir(&config.agents_dir)?;
+    let store = Store::connect(&config.infra.redis_url, names.clone()).await?;
+    let bus = Bus::connect(&config.infra.nats_url, names).await?;
+    let app = routes::router(AppState::new(store, bus, catalog, config));
+    tracing::info!(addr = %listener.local_addr()?, "gateway listening");
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown.cancelled_owned())
+        .await?;
+    Ok(())
+}

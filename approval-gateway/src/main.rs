@@ -1,0 +1,13 @@
+use approval_gateway::config::Config;
+use countersign_shared::telemetry;
+use tokio_util::sync::CancellationToken;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    telemetry::init();
+    let config = Config::load()?;
+    let listener = tokio::net::TcpListener::bind(&config.listen).await?;
+    let shutdown = CancellationToken::new();
+    tokio::spawn(countersign_shared::shutdown::on_signal(shutdown.clone()));
+    approval_gateway::run(config, listener, shutdown).await
+}

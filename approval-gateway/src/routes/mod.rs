@@ -1,0 +1,23 @@
+//! The HTTP API, one router per file.
+
+mod approvals;
+mod decisions;
+mod health;
+mod runs;
+mod view;
+
+use crate::state::AppState;
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+
+pub fn router(state: AppState) -> Router {
+    let limit = state.config.max_body_bytes;
+    Router::new()
+        .merge(runs::router())
+        .merge(decisions::router())
+        .merge(approvals::router())
+        .merge(health::router())
+        .fallback(|| async { crate::error::ApiError::not_found("no such route") })
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(state)
+}

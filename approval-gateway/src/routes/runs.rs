@@ -1,0 +1,133 @@
+//! Starting runs and reading them.
+
+use super::view::RunView;
+use crate::error::ApiError;
+use crate::extract::{Caller, JsonBody, Permission};
+use crate::state::AppState;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use countersign_shared::digest::sha256_hex;
+use countersign_shared::events::Event;
+use countersign_shared::run::{Run, RunId, RunStatus};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::time::Duration;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/v1/runs", post(start_run))
+        .route("/v1/runs/{run_id}", get(get_run))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StartRun {
+    agent: String,
+    /// The user's request, the first message of the conversation.
+    input: String,
+    requested_by: Option<String>,
+    #[serde(default)]
+    metadata: Option<Value>,
+}
+
+const MAX_IDEMPOTENCY_KEY: usize = 255;
+
+#[tracing::instrument(skip_all, fields(agent))]
+async fn start_run(
+    State(state): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    JsonBody(body): JsonBody<StartRun>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    caller.require(Permission::Start)?;
+    tracing::Span::current().record("agent", body.agent.as_str());
+    let metadata = body.metadata.unwrap_or_else(|| json!({}));
+    if !metadata.is_object() {
+        return Err(ApiError::bad_request("metadata must be a JSON object"));
+    }
+    if body.input.trim().is_empty() {
+        return Err(ApiError::bad_request("input must not be empty"));
+    }
+    let Some(agent) = state.catalog.get(&body.agent) else {
+        return Err(ApiError::not_found(format!(
+            "no agent named {:?}",
+            body.agent
+        )));
+    };
+    let mut run_id = RunId::new();
+    if let Some(key) = headers.get("idempotency-key") {
+        let key = key
+            .to_str()
+            .ok()
+            .filter(|k| !k.is_empty() && k.len() <= MAX_IDEMPOTENCY_KEY)
+            .ok_or_else(|| {
+                ApiError::bad_request("Idempotency-Key must be 1 to 255 visible ASCII characters")
+            })?;
+        // Keys are per caller, so two clients cannot collide on the same key.
+        let digest = sha256_hex(format!("{}\n{key}", caller.principal));
+        let ttl = Duration::from_secs(state.config.idempotency_ttl_secs);
+        if let Some(existing) = state
+            .store
+            .bind_idempotency_key(&digest, &run_id, ttl)
+            .await?
+        {
+            run_id = existing;
+        }
+    }
+    let run = Run::new(
+        run_id.clone(),
+        agent.def.name.clone(),
+        agent.version.clone(),
+        body.input.clone(),
+        Some(body.requested_by.unwrap_or(caller.principal)),
+        metadata.clone(),
+    );
+    // A replayed key finds its run already stored; it is announced again only while still
+    // queued, in case the first attempt stopped between storing and publishing.
+    let status = match state.store.load(&run_id).await? {
+        Some(existing) => existing.status,
+        None => {
+            state.store.create(&run).await?;
+            RunStatus::Queued
+        }
+    };
+    if status == RunStatus::Queued {
+        let event = Event::RunStart {
+            run_id: run_id.clone(),
+            agent: run.agent,
+            input: run.input,
+            requested_by: run.requested_by,
+            metadata,
+        };
+        let names = &state.bus.names;
+        state
+            .bus
+            .publish(names.runs_start(), &format!("start:{run_id}"), event)
+            .await?;
+    }
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({"run_id": run_id, "status": status.as_str()})),
+    ))
+}
+
+async fn get_run(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(run_id): Path<String>,
+) -> Result<Json<RunView>, ApiError> {
+    caller.require(Permission::Read)?;
+    let (run, _) = load_run(&state, &run_id).await?;
+    let decisions = state.store.decisions(&run.run_id).await?;
+    Ok(Json(RunView::new(run, decisions)))
+}
+
+/// The run named in a path, or a 404 that says so.
+pub async fn load_run(state: &AppState, run_id: &str) -> Result<(Run, RunId), ApiError> {
+    let missing = || ApiError::not_found(format!("no run {run_id:?}"));
+    let id = RunId::parse(run_id).ok_or_else(missing)?;
+    let run = state.store.load(&id).await?.ok_or_else(missing)?;
+    Ok((run, id))
+}

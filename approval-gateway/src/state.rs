@@ -1,0 +1,44 @@
+//! What every handler shares.
+
+use crate::config::{ApiKey, Config};
+use crate::extract::Caller;
+use countersign_shared::agent::Catalog;
+use countersign_shared::bus::Bus;
+use countersign_shared::digest::sha256_hex;
+use countersign_shared::store::Store;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub store: Store,
+    pub bus: Bus,
+    pub catalog: Catalog,
+    pub config: Arc<Config>,
+    /// API keys by the SHA-256 of the key, so lookups do not compare secrets byte by byte.
+    keys: Arc<HashMap<String, ApiKey>>,
+}
+
+impl AppState {
+    pub fn new(store: Store, bus: Bus, catalog: Catalog, config: Config) -> Self {
+        let keys = config
+            .api_keys
+            .iter()
+            .map(|k| (sha256_hex(&k.key), k.clone()))
+            .collect();
+        Self {
+            store,
+            bus,
+            catalog,
+            config: Arc::new(config),
+            keys: Arc::new(keys),
+        }
+    }
+
+    pub fn caller_for(&self, key: &str) -> Option<Caller> {
+        self.keys.get(&sha256_hex(key)).map(|k| Caller {
+            principal: k.principal.clone(),
+            role: k.role,
+        })
+    }
+}

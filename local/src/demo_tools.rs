@@ -1,0 +1,146 @@
+//! The demo's orders and refunds service: the refund agent's tools. It honours
+//! `Idempotency-Key` (a repeated key answers the first answer and refunds nothing more) and
+//! counts what it receives per key, which is how the tests prove a refund ran exactly once.
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::post;
+use axum::{Json, Router};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use tokio::net::TcpListener;
+
+#[derive(Default)]
+struct Ledger {
+    /// Requests received per (path, idempotency key).
+    received: HashMap<(String, String), u32>,
+    /// The first answer per (path, idempotency key), replayed for repeats.
+    answers: HashMap<(String, String), Value>,
+    /// Refunds applied, in order.
+    refunds: Vec<Value>,
+}
+
+/// A running demo tools service.
+#[derive(Clone)]
+pub struct DemoTools {
+    pub base_url: String,
+    ledger: Arc<Mutex<Ledger>>,
+}
+
+impl DemoTools {
+    /// Serves on `listener` until the process ends.
+    pub fn serve(listener: TcpListener) -> std::io::Result<Self> {
+        let base_url = format!("http://{}", listener.local_addr()?);
+        let ledger = Arc::new(Mutex::new(Ledger::default()));
+        let app = Router::new()
+            .route("/orders/lookup", post(lookup))
+            .route("/refunds", post(refund))
+            .with_state(ledger.clone());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Ok(Self { base_url, ledger })
+    }
+
+    /// How many requests `path` received with this idempotency key.
+    pub fn received(&self, path: &str, key: &str) -> u32 {
+        let ledger = self.ledger.lock().unwrap();
+        ledger
+            .received
+            .get(&(path.to_string(), key.to_string()))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Requests `path` received, per idempotency key.
+    pub fn received_by_key(&self, path: &str) -> HashMap<String, u32> {
+        let ledger = self.ledger.lock().unwrap();
+        ledger
+            .received
+            .iter()
+            .filter(|((p, _), _)| p == path)
+            .map(|((_, k), n)| (k.clone(), *n))
+            .collect()
+    }
+
+    /// Refunds applied (each once per idempotency key), in order.
+    pub fn refunds(&self) -> Vec<Value> {
+        self.ledger.lock().unwrap().refunds.clone()
+    }
+}
+
+fn orders() -> HashMap<&'static str, Value> {
+    HashMap::from([
+        (
+            "A-1001",
+            json!({"order_id": "A-1001", "status": "delivered", "amount": 129.0,
+                   "payments": [{"method": "card", "amount": 129.0}],
+                   "note": "customer reports the item arrived broken"}),
+        ),
+        (
+            "A-1002",
+            json!({"order_id": "A-1002", "status": "delivered", "amount": 15.5,
+                   "payments": [{"method": "card", "amount": 15.5}]}),
+        ),
+    ])
+}
+
+type Answer = (StatusCode, Json<Value>);
+
+/// Counts the request and replays the first answer for a repeated key.
+fn once(
+    ledger: &Mutex<Ledger>,
+    path: &str,
+    headers: &HeaderMap,
+    apply: impl FnOnce(&mut Ledger) -> Answer,
+) -> Answer {
+    let key = headers
+        .get("idempotency-key")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let mut ledger = ledger.lock().unwrap();
+    let slot = (path.to_string(), key);
+    *ledger.received.entry(slot.clone()).or_default() += 1;
+    if let Some(answer) = ledger.answers.get(&slot) {
+        return (StatusCode::OK, Json(answer.clone()));
+    }
+    let (status, Json(body)) = apply(&mut ledger);
+    if status.is_success() && !slot.1.is_empty() {
+        ledger.answers.insert(slot, body.clone());
+    }
+    (status, Json(body))
+}
+
+async fn lookup(
+    State(ledger): State<Arc<Mutex<Ledger>>>,
+    headers: HeaderMap,
+    Json(input): Json<Value>,
+) -> Answer {
+    once(&ledger, "/orders/lookup", &headers, |_| {
+        let id = input["order_id"].as_str().unwrap_or_default();
+        match orders().remove(id) {
+            Some(order) => (StatusCode::OK, Json(order)),
+            None => (
+                StatusCode::NOT_FOUND,
+                Json(json!({"error": format!("no order {id}")})),
+            ),
+        }
+    })
+}
+
+async fn refund(
+    State(ledger): State<Arc<Mutex<Ledger>>>,
+    headers: HeaderMap,
+    Json(input): Json<Value>,
+) -> Answer {
+    once(&ledger, "/refunds", &headers, |ledger| {
+        let refund = json!({
+            "refund_id": format!("rf_{}", ledger.refunds.len() + 1),
+            "order_id": input["order_id"],
+            "amount": input["amount"],
+            "status": "refunded",
+        });
+        ledger.refunds.push(refund.clone());
+        (StatusCode::OK, Json(refund))
+    })
+}

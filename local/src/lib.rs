@@ -1,0 +1,4 @@
+//! Running the whole of countersign on one machine: the demo tools service and the local
+//! runner behind `cargo run -p countersign-local`.
+
+pub mod demo_tools;

@@ -1,0 +1,339 @@
+//! Agent definitions: one TOML file per agent, with its model, its tools and each tool's
+//! approval policy. Both services load the same directory: the worker to run agents, the
+//! gateway to refuse unknown agents and to check reviewers' edits against tool schemas.
+
+use crate::digest::{canonical_json, sha256_hex};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentDef {
+    pub name: String,
+    /// The system prompt.
+    pub system: String,
+    /// How many model calls one run may make before it fails.
+    #[serde(default = "default_max_turns")]
+    pub max_turns: u32,
+    pub model: ModelDef,
+    #[serde(default)]
+    pub tools: Vec<ToolDef>,
+}
+
+fn default_max_turns() -> u32 {
+    10
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Provider {
+    Anthropic,
+    Openai,
+    Scripted,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelDef {
+    pub provider: Provider,
+    pub name: String,
+    #[serde(default = "default_max_tokens")]
+    pub max_tokens: u32,
+    /// For `scripted`: the file of canned turns, relative to the agent file.
+    #[serde(default)]
+    pub script: Option<PathBuf>,
+    /// For `anthropic` and `openai`: the API's base URL, over `ANTHROPIC_BASE_URL` /
+    /// `OPENAI_BASE_URL`.
+    #[serde(default)]
+    pub base_url: Option<String>,
+}
+
+fn default_max_tokens() -> u32 {
+    1024
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolDef {
+    pub name: String,
+    pub description: String,
+    pub input_schema: Value,
+    pub http: HttpToolDef,
+    /// When a person must approve a call. Absent means `always`: a tool nobody classified
+    /// is treated as risky.
+    #[serde(default)]
+    pub approval: ApprovalDef,
+    /// Whether the tool honours `Idempotency-Key`, so a call whose outcome was lost in a
+    /// crash may be sent again with the same key instead of being reported as unknown.
+    #[serde(default)]
+    pub idempotent: bool,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpToolDef {
+    pub url: String,
+    /// Milliseconds to wait for the tool's answer; default 30000.
+    #[serde(default = "default_tool_timeout_ms")]
+    pub timeout_ms: u64,
+}
+
+fn default_tool_timeout_ms() -> u64 {
+    30_000
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalMode {
+    Never,
+    Always,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ApprovalDef {
+    Mode(ApprovalMode),
+    Rule(ApprovalRule),
+}
+
+impl Default for ApprovalDef {
+    fn default() -> Self {
+        Self::Mode(ApprovalMode::Always)
+    }
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalRule {
+    /// CEL over `input` (the call's arguments) and `metadata` (the run's), or `always`/`never`.
+    #[serde(default = "always")]
+    pub when: String,
+    /// Why a person is asked, a template (`{{ cel expr }}` parts are filled in).
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// What the call would do, in plain words, a template like `reason`.
+    #[serde(default)]
+    pub summary: Option<String>,
+}
+
+fn always() -> String {
+    "always".into()
+}
+
+impl ToolDef {
+    /// Identifies the tool's schema and policy: decisions are bound to it through the digest.
+    pub fn policy_version(&self) -> String {
+        let bound = serde_json::json!({
+            "name": self.name,
+            "input_schema": self.input_schema,
+            "approval": self.approval,
+        });
+        sha256_hex(canonical_json(&bound))[..16].to_string()
+    }
+}
+
+/// An agent with its tools' schemas compiled.
+pub struct Agent {
+    pub def: AgentDef,
+    /// Hash of the definition file, stored on each run.
+    pub version: String,
+    /// The folder the file was in, for paths inside it.
+    pub dir: PathBuf,
+    validators: BTreeMap<String, jsonschema::Validator>,
+}
+
+impl Agent {
+    pub fn from_toml(text: &str, dir: &Path) -> Result<Self, AgentError> {
+        let def: AgentDef = toml::from_str(text).map_err(|e| AgentError::Parse(e.to_string()))?;
+        let mut validators = BTreeMap::new();
+        for tool in &def.tools {
+            let v =
+                jsonschema::validator_for(&tool.input_schema).map_err(|e| AgentError::Schema {
+                    tool: tool.name.clone(),
+                    error: e.to_string(),
+                })?;
+            if validators.insert(tool.name.clone(), v).is_some() {
+                return Err(AgentError::DuplicateTool(tool.name.clone()));
+            }
+        }
+        Ok(Self {
+            version: sha256_hex(text)[..12].to_string(),
+            dir: dir.to_path_buf(),
+            def,
+            validators,
+        })
+    }
+
+    pub fn tool(&self, name: &str) -> Option<&ToolDef> {
+        self.def.tools.iter().find(|t| t.name == name)
+    }
+
+    /// Checks an input against the tool's schema; the errors say where and what is wrong.
+    pub fn validate_input(&self, tool: &str, input: &Value) -> Result<(), Vec<String>> {
+        let Some(validator) = self.validators.get(tool) else {
+            return Err(vec![format!("unknown tool {tool:?}")]);
+        };
+        let errors: Vec<String> = validator
+            .iter_errors(input)
+            .map(|e| {
+                let path = e.instance_path().to_string();
+                if path.is_empty() {
+                    e.to_string()
+                } else {
+                    format!("{path}: {e}")
+                }
+            })
+            .collect();
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors)
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("cannot read {path}: {error}")]
+    Read {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    #[error("invalid agent definition: {0}")]
+    Parse(String),
+    #[error("tool {tool:?} has an invalid input_schema: {error}")]
+    Schema { tool: String, error: String },
+    #[error("tool {0:?} is defined twice")]
+    DuplicateTool(String),
+    #[error("agent {0:?} is defined twice")]
+    DuplicateAgent(String),
+    #[error("{path}: {error}")]
+    InFile {
+        path: PathBuf,
+        error: Box<AgentError>,
+    },
+}
+
+/// Every agent of a directory, by name.
+#[derive(Clone, Default)]
+pub struct Catalog {
+    agents: Arc<BTreeMap<String, Arc<Agent>>>,
+}
+
+/// Files in the agents directory that hold a scripted model's turns, not an agent.
+pub const SCRIPT_SUFFIX: &str = ".script.toml";
+
+impl Catalog {
+    /// Loads every `*.toml` file of `dir` except scripts (`*.script.toml`).
+    pub fn load_dir(dir: &Path) -> Result<Self, AgentError> {
+        let read_err = |error| AgentError::Read {
+            path: dir.to_path_buf(),
+            error,
+        };
+        let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+            .map_err(read_err)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+                name.ends_with(".toml") && !name.ends_with(SCRIPT_SUFFIX)
+            })
+            .collect();
+        paths.sort();
+        let mut agents = BTreeMap::new();
+        for path in paths {
+            let text = std::fs::read_to_string(&path).map_err(|error| AgentError::Read {
+                path: path.clone(),
+                error,
+            })?;
+            let agent = Agent::from_toml(&text, dir).map_err(|e| AgentError::InFile {
+                path: path.clone(),
+                error: Box::new(e),
+            })?;
+            let name = agent.def.name.clone();
+            if agents.insert(name.clone(), Arc::new(agent)).is_some() {
+                return Err(AgentError::DuplicateAgent(name));
+            }
+        }
+        Ok(Self {
+            agents: Arc::new(agents),
+        })
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<Agent>> {
+        self.agents.get(name)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<Agent>> {
+        self.agents.values()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const REFUNDS: &str = r#"
+name = "refunds"
+system = "Be careful."
+
+[model]
+provider = "anthropic"
+name = "claude-sonnet-4-5"
+
+[[tools]]
+name = "get_order"
+description = "Look up an order."
+input_schema = { type = "object", properties = { order_id = { type = "string" } }, required = ["order_id"] }
+http = { url = "http://127.0.0.1:9100/orders/lookup" }
+approval = "never"
+
+[[tools]]
+name = "issue_refund"
+description = "Refund."
+input_schema = { type = "object", properties = { amount = { type = "number" } }, required = ["amount"] }
+http = { url = "http://127.0.0.1:9100/refunds" }
+[tools.approval]
+when = "input.amount > 20.0"
+reason = "moves money"
+"#;
+
+    #[test]
+    fn the_documented_shape_loads_with_defaults() {
+        let agent = Agent::from_toml(REFUNDS, Path::new(".")).unwrap();
+        assert_eq!(agent.def.max_turns, 10);
+        assert_eq!(agent.def.model.max_tokens, 1024);
+        assert!(matches!(
+            agent.tool("get_order").unwrap().approval,
+            ApprovalDef::Mode(ApprovalMode::Never)
+        ));
+        match &agent.tool("issue_refund").unwrap().approval {
+            ApprovalDef::Rule(r) => assert_eq!(r.when, "input.amount > 20.0"),
+            other => panic!("expected a rule, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn inputs_are_checked_against_the_tool_schema() {
+        let agent = Agent::from_toml(REFUNDS, Path::new(".")).unwrap();
+        assert!(
+            agent
+                .validate_input("issue_refund", &serde_json::json!({"amount": 49}))
+                .is_ok()
+        );
+        let errors = agent
+            .validate_input("issue_refund", &serde_json::json!({"amount": "lots"}))
+            .unwrap_err();
+        assert!(errors[0].contains("/amount"), "{errors:?}");
+    }
+
+    #[test]
+    fn an_unknown_field_is_refused() {
+        let text = REFUNDS
+            .replace("max_turns", "x")
+            .replace("system =", "sytem =");
+        assert!(Agent::from_toml(&text, Path::new(".")).is_err());
+    }
+}

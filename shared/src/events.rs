@@ -1,0 +1,82 @@
+//! Messages on NATS. Each is JSON with a `type` and a `version` field.
+
+use crate::run::{Action, PendingCall, RunId};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The version of every payload below; bump it when a field changes meaning.
+pub const EVENT_VERSION: u32 = 1;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Envelope {
+    pub version: u32,
+    #[serde(flatten)]
+    pub event: Event,
+}
+
+impl Envelope {
+    pub fn new(event: Event) -> Self {
+        Self {
+            version: EVENT_VERSION,
+            event,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type")]
+pub enum Event {
+    /// A job on `runs.start`. Any client may publish one; the worker creates the run if the
+    /// gateway has not already.
+    #[serde(rename = "run.start")]
+    RunStart {
+        run_id: RunId,
+        agent: String,
+        input: String,
+        #[serde(default)]
+        requested_by: Option<String>,
+        #[serde(default)]
+        metadata: Value,
+    },
+    #[serde(rename = "approval.requested")]
+    ApprovalRequested {
+        run_id: RunId,
+        agent: String,
+        turn: u32,
+        /// The model's own words in the turn that asked for the calls.
+        text: String,
+        calls: Vec<PendingCall>,
+        #[serde(default)]
+        requested_by: Option<String>,
+    },
+    #[serde(rename = "approval.decided")]
+    ApprovalDecided {
+        run_id: RunId,
+        call_id: String,
+        action: Action,
+        decided_by: String,
+        /// Whether every pending call of the turn now has a decision.
+        all_decided: bool,
+    },
+    #[serde(rename = "run.completed")]
+    RunCompleted { run_id: RunId, answer: String },
+    #[serde(rename = "run.failed")]
+    RunFailed { run_id: RunId, error: String },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn envelopes_carry_type_and_version() {
+        let e = Envelope::new(Event::RunCompleted {
+            run_id: RunId::parse("run_1").unwrap(),
+            answer: "done".into(),
+        });
+        let v = serde_json::to_value(&e).unwrap();
+        assert_eq!(v["type"], "run.completed");
+        assert_eq!(v["version"], 1);
+        assert_eq!(serde_json::from_value::<Envelope>(v).unwrap(), e);
+    }
+}

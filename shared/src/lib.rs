@@ -1,0 +1,18 @@
+//! The contracts between countersign's services: the run model, the events on NATS, the
+//! agent definitions, and the NATS and Redis adapters both services use. No service logic.
+
+pub mod agent;
+pub mod bus;
+pub mod digest;
+pub mod events;
+pub mod infra;
+pub mod names;
+pub mod run;
+pub mod shutdown;
+pub mod store;
+pub mod telemetry;
+
+/// Milliseconds since the Unix epoch, the one clock every stored timestamp uses.
+pub fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}

@@ -1,0 +1,24 @@
+-- Claims a run for one worker, with a lease. KEYS: run. ARGV: owner, now_ms, lease_ms.
+-- queued -> running; awaiting_approval with every call decided -> resuming;
+-- running/resuming whose lease has lapsed -> taken over. Anything else is refused.
+local h = redis.call('HMGET', KEYS[1], 'status', 'lease_until', 'pending_count', 'decided_count')
+local st = h[1]
+if not st then return {'missing', '', '0'} end
+local now = tonumber(ARGV[2])
+local nextst
+if st == 'queued' then
+  nextst = 'running'
+elseif st == 'awaiting_approval' then
+  if tonumber(h[4]) < tonumber(h[3]) then return {'waiting', st, '0'} end
+  nextst = 'resuming'
+elseif st == 'running' or st == 'resuming' then
+  local lease_until = tonumber(h[2])
+  if lease_until > now then return {'busy', st, tostring(lease_until - now)} end
+  nextst = st
+else
+  return {'finished', st, '0'}
+end
+redis.call('HSET', KEYS[1], 'status', nextst, 'lease_owner', ARGV[1],
+  'lease_until', now + tonumber(ARGV[3]))
+local v = redis.call('HINCRBY', KEYS[1], 'version', 1)
+return {'claimed', nextst, tostring(v)}

@@ -1,0 +1,151 @@
+//! Subject, stream, consumer and key names. A namespace prefixes all of them so several
+//! deployments (and parallel tests) can share one NATS and one Redis.
+
+use crate::run::RunId;
+
+/// Names for one deployment. An empty namespace gives the documented names as they are
+/// (`runs.start`, stream `RUNS`, keys `cs:run:{id}`).
+#[derive(Clone, Debug)]
+pub struct Names {
+    namespace: String,
+}
+
+/// Error for a namespace that cannot be part of a subject, stream name or key.
+#[derive(Debug, thiserror::Error)]
+#[error("namespace {0:?} may hold only ASCII letters, digits, '-' and '_'")]
+pub struct BadNamespace(String);
+
+impl Names {
+    pub fn new(namespace: &str) -> Result<Self, BadNamespace> {
+        let ok = namespace
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        if !ok {
+            return Err(BadNamespace(namespace.to_string()));
+        }
+        Ok(Self {
+            namespace: namespace.to_string(),
+        })
+    }
+
+    fn subject(&self, rest: &str) -> String {
+        if self.namespace.is_empty() {
+            rest.to_string()
+        } else {
+            format!("{}.{rest}", self.namespace)
+        }
+    }
+
+    fn upper(&self, name: &str) -> String {
+        if self.namespace.is_empty() {
+            name.to_string()
+        } else {
+            format!("{}_{name}", self.namespace)
+        }
+    }
+
+    /// Work queue subject for new runs.
+    pub fn runs_start(&self) -> String {
+        self.subject("runs.start")
+    }
+    pub fn approval_requested(&self, run: &RunId) -> String {
+        self.subject(&format!("approval.requested.{run}"))
+    }
+    pub fn approval_decided(&self, run: &RunId) -> String {
+        self.subject(&format!("approval.decided.{run}"))
+    }
+    pub fn approval_decided_all(&self) -> String {
+        self.subject("approval.decided.*")
+    }
+    pub fn approval_all(&self) -> String {
+        self.subject("approval.>")
+    }
+    pub fn run_completed(&self, run: &RunId) -> String {
+        self.subject(&format!("run.completed.{run}"))
+    }
+    pub fn run_failed(&self, run: &RunId) -> String {
+        self.subject(&format!("run.failed.{run}"))
+    }
+    pub fn run_events_all(&self) -> String {
+        self.subject("run.>")
+    }
+
+    pub fn runs_stream(&self) -> String {
+        self.upper("RUNS")
+    }
+    pub fn approvals_stream(&self) -> String {
+        self.upper("APPROVALS")
+    }
+    pub fn run_events_stream(&self) -> String {
+        self.upper("RUN_EVENTS")
+    }
+    /// The durable consumer all workers share for `runs.start`.
+    pub fn start_consumer(&self) -> String {
+        self.upper("workers-start")
+    }
+    /// The durable consumer all workers share for `approval.decided.*`.
+    pub fn decided_consumer(&self) -> String {
+        self.upper("workers-decided")
+    }
+
+    fn key(&self, rest: &str) -> String {
+        if self.namespace.is_empty() {
+            format!("cs:{rest}")
+        } else {
+            format!("cs:{}:{rest}", self.namespace)
+        }
+    }
+    /// Hash: status, version, turn, counters, lease and the run document.
+    pub fn run_key(&self, run: &RunId) -> String {
+        self.key(&format!("run:{{{run}}}"))
+    }
+    /// Hash: call id -> "turn:digest" for every call that was ever held for a person.
+    pub fn calls_key(&self, run: &RunId) -> String {
+        self.key(&format!("calls:{{{run}}}"))
+    }
+    /// Hash: call id -> the recorded decision (JSON).
+    pub fn decisions_key(&self, run: &RunId) -> String {
+        self.key(&format!("decisions:{{{run}}}"))
+    }
+    /// Hash: call id -> "started" or the recorded result (JSON) of an executed call.
+    pub fn exec_key(&self, run: &RunId) -> String {
+        self.key(&format!("exec:{{{run}}}"))
+    }
+    /// String: the run an idempotency key started.
+    pub fn idempotency_key(&self, digest: &str) -> String {
+        self.key(&format!("idem:{digest}"))
+    }
+    /// Sorted set of runs awaiting approval, scored by when they paused: the inbox index.
+    pub fn awaiting_key(&self) -> String {
+        self.key("awaiting")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_namespace_gives_the_documented_names() {
+        let n = Names::new("").unwrap();
+        let run = RunId::parse("run_1").unwrap();
+        assert_eq!(n.runs_start(), "runs.start");
+        assert_eq!(n.approval_decided(&run), "approval.decided.run_1");
+        assert_eq!(n.runs_stream(), "RUNS");
+        assert_eq!(n.run_key(&run), "cs:run:{run_1}");
+    }
+
+    #[test]
+    fn a_namespace_prefixes_subjects_streams_and_keys() {
+        let n = Names::new("t1").unwrap();
+        let run = RunId::parse("run_1").unwrap();
+        assert_eq!(n.runs_start(), "t1.runs.start");
+        assert_eq!(n.approvals_stream(), "t1_APPROVALS");
+        assert_eq!(n.decisions_key(&run), "cs:t1:decisions:{run_1}");
+    }
+
+    #[test]
+    fn a_namespace_with_a_dot_is_refused() {
+        assert!(Names::new("a.b").is_err());
+    }
+}

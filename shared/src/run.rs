@@ -1,0 +1,338 @@
+//! The run: a provider-neutral conversation with one agent, the calls of the turn it is
+//! paused on, and the decisions reviewers make about them.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::fmt;
+
+/// A run's id: `run_` and a UUIDv7, so ids sort by creation time.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct RunId(String);
+
+impl RunId {
+    pub fn new() -> Self {
+        Self(format!("run_{}", uuid::Uuid::now_v7().simple()))
+    }
+
+    /// Accepts ids made only of ASCII letters, digits, '_' and '-' (they become parts of
+    /// NATS subjects and Redis keys), at most 64 characters.
+    pub fn parse(s: &str) -> Option<Self> {
+        let ok = !s.is_empty()
+            && s.len() <= 64
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        ok.then(|| Self(s.to_string()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Default for RunId {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Display for RunId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl TryFrom<String> for RunId {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        RunId::parse(&s).ok_or_else(|| format!("invalid run id {s:?}"))
+    }
+}
+
+impl From<RunId> for String {
+    fn from(id: RunId) -> Self {
+        id.0
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    Queued,
+    Running,
+    AwaitingApproval,
+    Resuming,
+    Completed,
+    Failed,
+    Cancelled,
+}
+
+impl RunStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Queued => "queued",
+            Self::Running => "running",
+            Self::AwaitingApproval => "awaiting_approval",
+            Self::Resuming => "resuming",
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+            Self::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        serde_json::from_value(Value::String(s.to_string())).ok()
+    }
+
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Completed | Self::Failed | Self::Cancelled)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    User,
+    Assistant,
+}
+
+/// One block of a message, in the shape the Anthropic Messages API uses; the OpenAI
+/// adapter translates to and from it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Block {
+    Text {
+        text: String,
+    },
+    ToolUse {
+        id: String,
+        name: String,
+        input: Value,
+    },
+    ToolResult {
+        tool_use_id: String,
+        content: String,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        is_error: bool,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    pub role: Role,
+    pub content: Vec<Block>,
+}
+
+impl Message {
+    pub fn user_text(text: impl Into<String>) -> Self {
+        Self {
+            role: Role::User,
+            content: vec![Block::Text { text: text.into() }],
+        }
+    }
+
+    /// The text blocks of this message joined, the agent's own words around its calls.
+    pub fn text(&self) -> String {
+        self.content
+            .iter()
+            .filter_map(|b| match b {
+                Block::Text { text } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+/// What happened to one tool call, as the model and the reviewers see it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// Needed no approval and ran.
+    Executed,
+    /// A reviewer approved it and it ran as requested.
+    Approved,
+    /// A reviewer changed its input and it ran with theirs.
+    Edited,
+    /// A reviewer refused it; nothing ran.
+    Rejected,
+    /// It ran (or could not be run) and failed.
+    Failed,
+    /// It was started but its result was lost in a crash; a person should check.
+    Unknown,
+}
+
+/// A call's result as it goes back to the model.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CallResult {
+    pub outcome: Outcome,
+    pub content: String,
+    pub is_error: bool,
+}
+
+/// A call that waits for a person, with everything a reviewer is shown.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PendingCall {
+    pub call_id: String,
+    pub tool: String,
+    pub input: Value,
+    pub digest: String,
+    pub summary: String,
+    pub reason: String,
+}
+
+/// One tool call of the turn a run is paused on, in the order the model asked for it:
+/// either already answered (`result`) or waiting for a person (`pending`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TurnCall {
+    pub call_id: String,
+    pub tool: String,
+    pub input: Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<CallResult>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending: Option<PendingCall>,
+}
+
+/// The whole run, stored as one document beside its status fields in Redis.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Run {
+    pub run_id: RunId,
+    pub agent: String,
+    pub agent_version: String,
+    pub input: String,
+    #[serde(default)]
+    pub requested_by: Option<String>,
+    #[serde(default)]
+    pub metadata: Value,
+    pub status: RunStatus,
+    pub messages: Vec<Message>,
+    /// How many times the model has been called.
+    pub turns: u32,
+    /// The calls of the turn the run is paused on; empty when it is not paused.
+    #[serde(default)]
+    pub held: Vec<TurnCall>,
+    #[serde(default)]
+    pub answer: Option<String>,
+    #[serde(default)]
+    pub error: Option<String>,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+impl Run {
+    /// A queued run whose conversation starts with the user's input.
+    pub fn new(
+        run_id: RunId,
+        agent: String,
+        agent_version: String,
+        input: String,
+        requested_by: Option<String>,
+        metadata: Value,
+    ) -> Self {
+        let now = crate::now_ms();
+        Self {
+            run_id,
+            agent,
+            agent_version,
+            messages: vec![Message::user_text(input.clone())],
+            input,
+            requested_by,
+            metadata,
+            status: RunStatus::Queued,
+            turns: 0,
+            held: Vec::new(),
+            answer: None,
+            error: None,
+            created_at: now,
+            updated_at: now,
+        }
+    }
+
+    pub fn pending(&self) -> impl Iterator<Item = &PendingCall> {
+        self.held.iter().filter_map(|c| c.pending.as_ref())
+    }
+
+    /// The assistant's words in the turn it is paused on.
+    pub fn held_turn_text(&self) -> String {
+        match self.messages.last() {
+            Some(m) if m.role == Role::Assistant && !self.held.is_empty() => m.text(),
+            _ => String::new(),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    Approve,
+    Edit,
+    Reject,
+}
+
+/// A reviewer's decision on one call, as recorded (first per call wins).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Decision {
+    pub call_id: String,
+    /// The digest of what the reviewer was shown.
+    pub digest: String,
+    pub action: Action,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    pub decided_by: String,
+    pub channel: String,
+    pub decided_at: i64,
+    /// Identifies what was decided, not who or when, so a repeat can be told from a conflict.
+    pub fingerprint: String,
+}
+
+impl Decision {
+    pub fn fingerprint_of(
+        action: Action,
+        input: Option<&Value>,
+        note: Option<&str>,
+        reason: Option<&str>,
+    ) -> String {
+        let what = serde_json::json!({
+            "action": action, "input": input, "note": note, "reason": reason,
+        });
+        crate::digest::sha256_hex(crate::digest::canonical_json(&what))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_ids_are_safe_for_subjects_and_keys() {
+        assert!(RunId::parse(RunId::new().as_str()).is_some());
+        assert!(RunId::parse("a.b").is_none());
+        assert!(RunId::parse("a*").is_none());
+        assert!(RunId::parse("").is_none());
+    }
+
+    #[test]
+    fn status_round_trips_through_its_stored_name() {
+        for s in [RunStatus::AwaitingApproval, RunStatus::Completed] {
+            assert_eq!(RunStatus::parse(s.as_str()), Some(s));
+        }
+    }
+
+    #[test]
+    fn blocks_use_the_anthropic_shape() {
+        let b = Block::ToolResult {
+            tool_use_id: "t1".into(),
+            content: "ok".into(),
+            is_error: false,
+        };
+        assert_eq!(
+            serde_json::to_value(&b).unwrap(),
+            serde_json::json!({"type": "tool_result", "tool_use_id": "t1", "content": "ok"})
+        );
+    }
+}

@@ -1,0 +1,375 @@
+//! Run state in Redis. Every change of state is one Lua script (in `lua/`) that checks the
+//! status, and the lease where a worker holds one, before it writes, so two gateways or two
+//! workers can never both win.
+//!
+//! Layout, all keys of a run sharing the hash tag `{run_id}` so each script touches one slot:
+//! - `run:{id}` hash: `status`, `version` (bumped by every write), `turn`, `pending_count` and
+//!   `decided_count` of the held turn, `lease_owner`/`lease_until` of the worker driving it,
+//!   and `doc`, the whole [`Run`] as JSON (its `status` field is overwritten on read by the
+//!   hash's, which is the one scripts keep right);
+//! - `calls:{id}` hash: call id -> `turn:digest` of every call ever held for a person;
+//! - `decisions:{id}` hash: call id -> the recorded [`Decision`];
+//! - `exec:{id}` hash: call id -> `started`, or the [`CallResult`] once it finished.
+//!
+//! Finished runs get a retention TTL on all four keys. The `awaiting` sorted set indexes
+//! paused runs for the inbox; it lives in another slot, so it is kept outside the scripts and
+//! readers re-check each run's status.
+
+use crate::names::Names;
+use crate::now_ms;
+use crate::run::{CallResult, Decision, Run, RunId, RunStatus};
+use redis::Script;
+use redis::aio::ConnectionManager;
+use std::collections::HashMap;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+static CREATE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/create.lua")));
+static CLAIM: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/claim.lua")));
+static LEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/lease.lua")));
+static SAVE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/save.lua")));
+static DECIDE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/decide.lua")));
+static EXEC_BEGIN: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/exec_begin.lua")));
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    #[error("stored data is corrupt: {0}")]
+    Corrupt(String),
+    /// Another worker took the run over (our lease lapsed) or it left the driving states.
+    #[error("this worker no longer holds the run (status now {0:?})")]
+    LostLease(String),
+}
+
+/// What a claim attempt found.
+#[derive(Debug, PartialEq)]
+pub enum Claim {
+    /// The caller now drives the run, in this status.
+    Claimed(RunStatus),
+    /// Another worker holds a lease for this long yet.
+    Busy(Duration),
+    /// Paused with calls still undecided.
+    Waiting,
+    /// Completed, failed or cancelled.
+    Finished(RunStatus),
+    Missing,
+}
+
+/// The answer to recording a decision.
+#[derive(Debug, PartialEq)]
+pub enum DecideOutcome {
+    Recorded {
+        all_decided: bool,
+    },
+    /// The same decision was recorded before: nothing changed.
+    Duplicate(Box<Decision>),
+    /// A different decision was recorded first and stands.
+    Conflict(Box<Decision>),
+    NoRun,
+    NoCall,
+    NotWaiting(String),
+    StaleDigest {
+        current: String,
+    },
+}
+
+/// What the execution record says about an approved call about to run.
+#[derive(Debug, PartialEq)]
+pub enum ExecBegin {
+    /// First attempt: marked started, run it now.
+    Run,
+    /// An earlier attempt started and never recorded a result.
+    InterruptedBefore,
+    /// An earlier attempt finished with this result.
+    Done(CallResult),
+}
+
+/// How a saved run goes on.
+pub enum Save<'a> {
+    /// Still being driven (a checkpoint between turns).
+    Progress,
+    /// Paused: these (call id, digest) pairs wait for a person.
+    Pause(&'a [(String, String)]),
+    /// Completed or failed: keep it this long, then let Redis drop it.
+    Finish { retention: Duration },
+}
+
+#[derive(Clone)]
+pub struct Store {
+    conn: ConnectionManager,
+    names: Names,
+}
+
+impl Store {
+    pub async fn connect(url: &str, names: Names) -> Result<Self, StoreError> {
+        let conn = redis::Client::open(url)?.get_connection_manager().await?;
+        Ok(Self { conn, names })
+    }
+
+    pub fn names(&self) -> &Names {
+        &self.names
+    }
+
+    /// Checks the connection for readiness probes.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        let _: String = redis::cmd("PING")
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(())
+    }
+
+    /// Stores a new queued run; false if a run with this id exists already.
+    pub async fn create(&self, run: &Run) -> Result<bool, StoreError> {
+        let created: i64 = CREATE
+            .key(self.names.run_key(&run.run_id))
+            .arg(to_json(run)?)
+            .arg(now_ms())
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(created == 1)
+    }
+
+    /// The run with its authoritative status, if it exists.
+    pub async fn load(&self, id: &RunId) -> Result<Option<Run>, StoreError> {
+        let (status, doc): (Option<String>, Option<String>) = redis::cmd("HMGET")
+            .arg(self.names.run_key(id))
+            .arg("status")
+            .arg("doc")
+            .query_async(&mut self.conn.clone())
+            .await?;
+        let (Some(status), Some(doc)) = (status, doc) else {
+            return Ok(None);
+        };
+        let mut run: Run = from_json(&doc)?;
+        run.status = RunStatus::parse(&status)
+            .ok_or_else(|| StoreError::Corrupt(format!("unknown status {status:?}")))?;
+        Ok(Some(run))
+    }
+
+    pub async fn decisions(&self, id: &RunId) -> Result<HashMap<String, Decision>, StoreError> {
+        let raw: HashMap<String, String> = redis::cmd("HGETALL")
+            .arg(self.names.decisions_key(id))
+            .query_async(&mut self.conn.clone())
+            .await?;
+        raw.into_iter()
+            .map(|(k, v)| Ok((k, from_json(&v)?)))
+            .collect()
+    }
+
+    pub async fn claim(
+        &self,
+        id: &RunId,
+        owner: &str,
+        lease: Duration,
+    ) -> Result<Claim, StoreError> {
+        let reply: Vec<String> = CLAIM
+            .key(self.names.run_key(id))
+            .arg(owner)
+            .arg(now_ms())
+            .arg(lease.as_millis() as i64)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        let status = || {
+            RunStatus::parse(&reply[1])
+                .ok_or_else(|| StoreError::Corrupt(format!("unknown status {:?}", reply[1])))
+        };
+        Ok(match reply[0].as_str() {
+            "claimed" => Claim::Claimed(status()?),
+            "busy" => Claim::Busy(Duration::from_millis(reply[2].parse().unwrap_or(0))),
+            "waiting" => Claim::Waiting,
+            "finished" => Claim::Finished(status()?),
+            _ => Claim::Missing,
+        })
+    }
+
+    /// Extends the caller's lease; false if it no longer holds it.
+    pub async fn renew(
+        &self,
+        id: &RunId,
+        owner: &str,
+        lease: Duration,
+    ) -> Result<bool, StoreError> {
+        self.lease(id, owner, lease.as_millis() as i64).await
+    }
+
+    /// Gives the lease up so another worker can take the run at once (after a retryable error).
+    pub async fn release(&self, id: &RunId, owner: &str) -> Result<bool, StoreError> {
+        self.lease(id, owner, 0).await
+    }
+
+    async fn lease(&self, id: &RunId, owner: &str, lease_ms: i64) -> Result<bool, StoreError> {
+        let ok: i64 = LEASE
+            .key(self.names.run_key(id))
+            .arg(owner)
+            .arg(now_ms())
+            .arg(lease_ms)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(ok == 1)
+    }
+
+    /// Writes the run as the lease holder. The run's `status` must match `how`.
+    pub async fn save(
+        &self,
+        run: &Run,
+        owner: &str,
+        lease: Duration,
+        how: Save<'_>,
+    ) -> Result<(), StoreError> {
+        let id = &run.run_id;
+        let mut script = SAVE.prepare_invoke();
+        script
+            .key(self.names.run_key(id))
+            .key(self.names.calls_key(id))
+            .key(self.names.decisions_key(id))
+            .key(self.names.exec_key(id))
+            .arg(owner)
+            .arg(now_ms())
+            .arg(lease.as_millis() as i64)
+            .arg(run.status.as_str())
+            .arg(to_json(run)?);
+        match how {
+            Save::Progress => {
+                script.arg(0).arg(0).arg(0);
+            }
+            Save::Finish { retention } => {
+                script.arg(retention.as_secs().max(1)).arg(0).arg(0);
+            }
+            Save::Pause(calls) => {
+                script.arg(0).arg(run.turns).arg(calls.len());
+                for (call_id, digest) in calls {
+                    script.arg(call_id).arg(format!("{}:{digest}", run.turns));
+                }
+            }
+        }
+        let reply: Vec<String> = script.invoke_async(&mut self.conn.clone()).await?;
+        if reply[0] == "ok" {
+            Ok(())
+        } else {
+            Err(StoreError::LostLease(reply[1].clone()))
+        }
+    }
+
+    /// Records a decision atomically: first decision per call wins.
+    pub async fn decide(
+        &self,
+        id: &RunId,
+        decision: &Decision,
+    ) -> Result<DecideOutcome, StoreError> {
+        let reply: Vec<String> = DECIDE
+            .key(self.names.run_key(id))
+            .key(self.names.calls_key(id))
+            .key(self.names.decisions_key(id))
+            .arg(&decision.call_id)
+            .arg(&decision.digest)
+            .arg(to_json(decision)?)
+            .arg(&decision.fingerprint)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        let [kind, detail] = <[String; 2]>::try_from(reply)
+            .map_err(|r| StoreError::Corrupt(format!("decide replied {r:?}")))?;
+        Ok(match kind.as_str() {
+            "recorded" => DecideOutcome::Recorded {
+                all_decided: detail == "1",
+            },
+            "duplicate" => DecideOutcome::Duplicate(Box::new(from_json(&detail)?)),
+            "conflict" => DecideOutcome::Conflict(Box::new(from_json(&detail)?)),
+            "no_run" => DecideOutcome::NoRun,
+            "no_call" => DecideOutcome::NoCall,
+            "not_waiting" => DecideOutcome::NotWaiting(detail),
+            "stale_digest" => DecideOutcome::StaleDigest { current: detail },
+            other => return Err(StoreError::Corrupt(format!("decide replied {other:?}"))),
+        })
+    }
+
+    /// Marks an approved call as started, or says what an earlier attempt left.
+    pub async fn exec_begin(&self, id: &RunId, call_id: &str) -> Result<ExecBegin, StoreError> {
+        let reply: Vec<String> = EXEC_BEGIN
+            .key(self.names.exec_key(id))
+            .arg(call_id)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(match reply[0].as_str() {
+            "run" => ExecBegin::Run,
+            "started" => ExecBegin::InterruptedBefore,
+            _ => ExecBegin::Done(from_json(&reply[1])?),
+        })
+    }
+
+    /// Records the result of a call marked started.
+    pub async fn exec_finish(
+        &self,
+        id: &RunId,
+        call_id: &str,
+        result: &CallResult,
+    ) -> Result<(), StoreError> {
+        let _: i64 = redis::cmd("HSET")
+            .arg(self.names.exec_key(id))
+            .arg(call_id)
+            .arg(to_json(result)?)
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(())
+    }
+
+    /// Binds an idempotency key to a run id unless it is bound already; returns the run it
+    /// was bound to before, if any.
+    pub async fn bind_idempotency_key(
+        &self,
+        key_digest: &str,
+        run: &RunId,
+        ttl: Duration,
+    ) -> Result<Option<RunId>, StoreError> {
+        let previous: Option<String> = redis::cmd("SET")
+            .arg(self.names.idempotency_key(key_digest))
+            .arg(run.as_str())
+            .arg("NX")
+            .arg("GET")
+            .arg("EX")
+            .arg(ttl.as_secs().max(1))
+            .query_async(&mut self.conn.clone())
+            .await?;
+        previous
+            .map(|p| RunId::parse(&p).ok_or_else(|| StoreError::Corrupt(format!("run id {p:?}"))))
+            .transpose()
+    }
+
+    /// Adds or removes a run in the index of paused runs.
+    pub async fn index_awaiting(&self, id: &RunId, awaiting: bool) -> Result<(), StoreError> {
+        let mut cmd = if awaiting {
+            let mut c = redis::cmd("ZADD");
+            c.arg(self.names.awaiting_key()).arg(now_ms());
+            c
+        } else {
+            let mut c = redis::cmd("ZREM");
+            c.arg(self.names.awaiting_key());
+            c
+        };
+        let _: i64 = cmd
+            .arg(id.as_str())
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(())
+    }
+
+    /// Runs in the paused index, oldest first. Some may have moved on since: re-check them.
+    pub async fn awaiting(&self, limit: usize) -> Result<Vec<RunId>, StoreError> {
+        let ids: Vec<String> = redis::cmd("ZRANGE")
+            .arg(self.names.awaiting_key())
+            .arg(0)
+            .arg(limit.saturating_sub(1))
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(ids.iter().filter_map(|s| RunId::parse(s)).collect())
+    }
+}
+
+fn to_json<T: serde::Serialize>(value: &T) -> Result<String, StoreError> {
+    serde_json::to_string(value).map_err(|e| StoreError::Corrupt(e.to_string()))
+}
+
+fn from_json<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, StoreError> {
+    serde_json::from_str(text).map_err(|e| StoreError::Corrupt(e.to_string()))
+}

@@ -1,0 +1,258 @@
+//! `TestApp`: one gateway and any number of workers, in-process, against real NATS and Redis,
+//! with the demo tools service and a fake model. Each app has its own namespace.
+
+use crate::fake_model::FakeModel;
+use crate::infra::Infra;
+use crate::wait_for;
+use approval_gateway::config::{ApiKey, Role};
+use countersign_local::demo_tools::DemoTools;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use std::path::PathBuf;
+use std::time::Duration;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+pub const ADMIN_KEY: &str = "test-admin-key-0123456789";
+pub const REVIEWER_KEY: &str = "test-reviewer-key-0123456789";
+pub const REQUESTER_KEY: &str = "test-requester-key-0123456789";
+pub const READER_KEY: &str = "test-reader-key-0123456789";
+
+/// How long a test waits for anything before it fails.
+pub const PATIENCE: Duration = Duration::from_secs(60);
+
+struct Running {
+    token: CancellationToken,
+    task: JoinHandle<anyhow::Result<()>>,
+}
+
+pub struct TestApp {
+    pub infra: Infra,
+    pub namespace: String,
+    pub gateway_url: String,
+    pub http: reqwest::Client,
+    pub tools: DemoTools,
+    pub model: FakeModel,
+    agents_dir: PathBuf,
+    gateway: Running,
+    workers: Vec<Option<Running>>,
+}
+
+/// The refund agent of the README, pointed at the demo tools and the fake model.
+pub fn refunds_agent(provider: &str, model_url: &str, tools_url: &str) -> String {
+    format!(
+        r#"
+name = "refunds"
+system = "You are a support agent for an online store. Investigate before acting."
+max_turns = 10
+
+[model]
+provider = "{provider}"
+name = "fake-model"
+max_tokens = 1024
+base_url = "{model_url}"
+
+[[tools]]
+name = "get_order"
+description = "Look up an order by id: status, amount in USD, payments."
+input_schema = {{ type = "object", properties = {{ order_id = {{ type = "string" }} }}, required = ["order_id"] }}
+http = {{ url = "{tools_url}/orders/lookup" }}
+approval = "never"
+
+[[tools]]
+name = "issue_refund"
+description = "Refund an amount in USD for an order."
+input_schema = {{ type = "object", properties = {{ order_id = {{ type = "string" }}, amount = {{ type = "number" }}, reason = {{ type = "string" }} }}, required = ["order_id", "amount", "reason"] }}
+http = {{ url = "{tools_url}/refunds" }}
+[tools.approval]
+when = "input.amount > 20.0"
+reason = "Refund of ${{{{ input.amount }}}} moves money"
+summary = "Refund ${{{{ input.amount }}}} for order {{{{ input.order_id }}}}"
+"#
+    )
+}
+
+impl TestApp {
+    /// An app on the Anthropic wire format with one worker.
+    pub async fn spawn(brain: impl Fn(&Value) -> Value + Send + Sync + 'static) -> Self {
+        Self::spawn_with("anthropic", 1, brain).await
+    }
+
+    pub async fn spawn_with(
+        provider: &str,
+        workers: usize,
+        brain: impl Fn(&Value) -> Value + Send + Sync + 'static,
+    ) -> Self {
+        let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into());
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_test_writer()
+            .try_init();
+        let infra = Infra::start().await;
+        let namespace = format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+        let model = FakeModel::start(brain).await;
+        let tools =
+            DemoTools::serve(tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap()).unwrap();
+        let agents_dir = std::env::temp_dir().join(format!("countersign-{namespace}"));
+        std::fs::create_dir_all(&agents_dir).unwrap();
+        std::fs::write(
+            agents_dir.join("refunds.toml"),
+            refunds_agent(provider, &model.base_url, &tools.base_url),
+        )
+        .unwrap();
+
+        let mut config = approval_gateway::config::Config::default();
+        config.infra.nats_url = infra.nats_url.clone();
+        config.infra.redis_url = infra.redis_url.clone();
+        config.infra.namespace = namespace.clone();
+        config.agents_dir = agents_dir.clone();
+        config.api_keys = [
+            (ADMIN_KEY, Role::Admin, "admin"),
+            (REVIEWER_KEY, Role::Reviewer, "rita"),
+            (REQUESTER_KEY, Role::Requester, "rick"),
+            (READER_KEY, Role::Reader, "reed"),
+        ]
+        .into_iter()
+        .map(|(key, role, principal)| ApiKey {
+            key: key.into(),
+            role,
+            principal: principal.into(),
+        })
+        .collect();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let gateway_url = format!("http://{}", listener.local_addr().unwrap());
+        let token = CancellationToken::new();
+        let task = tokio::spawn(approval_gateway::run(config, listener, token.clone()));
+        let mut app = Self {
+            infra,
+            namespace,
+            gateway_url,
+            http: reqwest::Client::new(),
+            tools,
+            model,
+            agents_dir,
+            gateway: Running { token, task },
+            workers: Vec::new(),
+        };
+        app.wait_ready().await;
+        for _ in 0..workers {
+            app.spawn_worker();
+        }
+        app
+    }
+
+    async fn wait_ready(&self) {
+        wait_for("the gateway to be ready", PATIENCE, || async {
+            assert!(!self.gateway.task.is_finished(), "the gateway stopped");
+            let r = self
+                .http
+                .get(format!("{}/healthz", self.gateway_url))
+                .send()
+                .await;
+            r.ok().filter(|r| r.status().is_success()).map(|_| ())
+        })
+        .await;
+    }
+
+    pub fn worker_config(&self) -> agent_worker::config::Config {
+        let mut config = agent_worker::config::Config::default();
+        config.infra.nats_url = self.infra.nats_url.clone();
+        config.infra.redis_url = self.infra.redis_url.clone();
+        config.infra.namespace = self.namespace.clone();
+        config.agents_dir = self.agents_dir.clone();
+        config.lease_secs = 3;
+        config.ack_wait_secs = 3;
+        config.shutdown_grace_secs = 5;
+        config.validate().unwrap();
+        config
+    }
+
+    /// Starts another worker; returns its index.
+    pub fn spawn_worker(&mut self) -> usize {
+        let token = CancellationToken::new();
+        let task = tokio::spawn(agent_worker::run(self.worker_config(), token.clone()));
+        self.workers.push(Some(Running { token, task }));
+        self.workers.len() - 1
+    }
+
+    /// Stops a worker the way SIGTERM does and waits until it has.
+    pub async fn stop_worker(&mut self, index: usize) {
+        let worker = self.workers[index].take().expect("worker already stopped");
+        worker.token.cancel();
+        worker.task.await.unwrap().unwrap();
+    }
+
+    pub async fn request(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        key: Option<&str>,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
+        let mut req = self
+            .http
+            .request(method, format!("{}{path}", self.gateway_url));
+        if let Some(key) = key {
+            req = req.bearer_auth(key);
+        }
+        if let Some(body) = body {
+            req = req.json(&body);
+        }
+        let response = req.send().await.expect("gateway reachable");
+        let status = response.status();
+        let text = response.text().await.unwrap();
+        let value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        (status, value)
+    }
+
+    pub async fn get(&self, path: &str) -> (StatusCode, Value) {
+        self.request(reqwest::Method::GET, path, Some(ADMIN_KEY), None)
+            .await
+    }
+
+    pub async fn start_run(&self, input: &str) -> String {
+        let (status, body) = self
+            .request(
+                reqwest::Method::POST,
+                "/v1/runs",
+                Some(REQUESTER_KEY),
+                Some(json!({"agent": "refunds", "input": input})),
+            )
+            .await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+        body["run_id"].as_str().unwrap().to_string()
+    }
+
+    pub async fn decide(&self, run_id: &str, decisions: Value) -> (StatusCode, Value) {
+        self.request(
+            reqwest::Method::POST,
+            &format!("/v1/runs/{run_id}/decisions"),
+            Some(REVIEWER_KEY),
+            Some(json!({ "decisions": decisions })),
+        )
+        .await
+    }
+
+    /// Waits until the run has `status`, and returns it as the API shows it.
+    pub async fn wait_status(&self, run_id: &str, status: &str) -> Value {
+        wait_for(
+            &format!("run {run_id} to be {status}"),
+            PATIENCE,
+            || async {
+                let (code, run) = self.get(&format!("/v1/runs/{run_id}")).await;
+                (code == StatusCode::OK && run["status"] == status).then_some(run)
+            },
+        )
+        .await
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        self.gateway.token.cancel();
+        for worker in self.workers.iter().flatten() {
+            worker.token.cancel();
+        }
+        let _ = std::fs::remove_dir_all(&self.agents_dir);
+    }
+}

@@ -1,0 +1,125 @@
+//! A local stand-in for the LLM APIs that speaks their real wire formats: Anthropic's
+//! `POST /v1/messages` and OpenAI's `POST /chat/completions`. A test gives it a "brain" that
+//! answers each request; every request is recorded for assertions.
+
+use axum::extract::State;
+use axum::routing::post;
+use axum::{Json, Router};
+use serde_json::{Value, json};
+use std::sync::{Arc, Mutex};
+
+type Brain = Arc<dyn Fn(&Value) -> Value + Send + Sync>;
+
+#[derive(Clone)]
+pub struct FakeModel {
+    pub base_url: String,
+    requests: Arc<Mutex<Vec<Value>>>,
+}
+
+impl FakeModel {
+    pub async fn start(brain: impl Fn(&Value) -> Value + Send + Sync + 'static) -> Self {
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let state = (requests.clone(), Arc::new(brain) as Brain);
+        let app = Router::new()
+            .route("/v1/messages", post(answer))
+            .route("/chat/completions", post(answer))
+            .with_state(state);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base_url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Self { base_url, requests }
+    }
+
+    /// Every request received, in order.
+    pub fn requests(&self) -> Vec<Value> {
+        self.requests.lock().unwrap().clone()
+    }
+
+    /// Requests whose first user message is `input`: one run's model calls.
+    pub fn requests_for(&self, input: &str) -> Vec<Value> {
+        self.requests()
+            .into_iter()
+            .filter(|r| first_user_text(r) == input)
+            .collect()
+    }
+}
+
+async fn answer(
+    State((requests, brain)): State<(Arc<Mutex<Vec<Value>>>, Brain)>,
+    Json(body): Json<Value>,
+) -> Json<Value> {
+    requests.lock().unwrap().push(body.clone());
+    Json(brain(&body))
+}
+
+/// How many assistant turns a request's conversation holds (the turn being asked for).
+pub fn turn(request: &Value) -> usize {
+    request["messages"]
+        .as_array()
+        .map(|m| m.iter().filter(|m| m["role"] == "assistant").count())
+        .unwrap_or(0)
+}
+
+/// The text of the first user message (Anthropic blocks or OpenAI string).
+pub fn first_user_text(request: &Value) -> String {
+    let Some(first) = request["messages"]
+        .as_array()
+        .and_then(|m| m.iter().find(|m| m["role"] == "user"))
+    else {
+        return String::new();
+    };
+    match &first["content"] {
+        Value::String(s) => s.clone(),
+        Value::Array(blocks) => blocks[0]["text"].as_str().unwrap_or_default().to_string(),
+        _ => String::new(),
+    }
+}
+
+/// An Anthropic answer asking for tools: `(id, name, input)` each, after some text.
+pub fn anthropic_tool_use(text: &str, calls: &[(&str, &str, Value)]) -> Value {
+    let mut content = vec![json!({"type": "text", "text": text})];
+    for (id, name, input) in calls {
+        content.push(json!({"type": "tool_use", "id": id, "name": name, "input": input}));
+    }
+    json!({
+        "id": "msg_fake", "type": "message", "role": "assistant", "model": "fake",
+        "content": content, "stop_reason": "tool_use", "stop_sequence": null,
+        "usage": {"input_tokens": 10, "output_tokens": 10},
+    })
+}
+
+/// An Anthropic final answer.
+pub fn anthropic_text(text: &str) -> Value {
+    json!({
+        "id": "msg_fake", "type": "message", "role": "assistant", "model": "fake",
+        "content": [{"type": "text", "text": text}], "stop_reason": "end_turn",
+        "stop_sequence": null, "usage": {"input_tokens": 10, "output_tokens": 10},
+    })
+}
+
+/// The refund conversation: first the order lookup and a refund of 129 in one turn, then a
+/// final answer that quotes the last tool result it was given.
+pub fn refund_brain(request: &Value) -> Value {
+    match turn(request) {
+        0 => anthropic_tool_use(
+            "The order arrived broken; I will check it and refund it.",
+            &[
+                ("toolu_1", "get_order", json!({"order_id": "A-1001"})),
+                (
+                    "toolu_2",
+                    "issue_refund",
+                    json!({"order_id": "A-1001", "amount": 129, "reason": "arrived broken"}),
+                ),
+            ],
+        ),
+        _ => anthropic_text("All done."),
+    }
+}
+
+/// The `tool_result` blocks of the last user message of a request.
+pub fn last_results(request: &Value) -> Vec<Value> {
+    let messages = request["messages"].as_array().unwrap();
+    let last = messages.last().unwrap();
+    assert_eq!(last["role"], "user");
+    last["content"].as_array().unwrap().clone()
+}

@@ -1,0 +1,29 @@
+//! Test harness: real NATS and Redis in containers built from Debian's binaries, a fake LLM
+//! API speaking the real wire formats, the demo tools service, and the two services started
+//! in-process on port 0 with a namespace of their own.
+
+pub mod app;
+pub mod fake_model;
+pub mod images;
+pub mod infra;
+
+use std::time::Duration;
+
+/// Polls `check` until it returns `Some`, or panics with `what` after `timeout`.
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
