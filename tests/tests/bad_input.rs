@@ -1,0 +1,280 @@
+//! Bad input gets a clear JSON error with the right status, and changes nothing.
+
+use countersign_tests::app::{ADMIN_KEY, READER_KEY, REQUESTER_KEY, REVIEWER_KEY, TestApp};
+use countersign_tests::fake_model::refund_brain;
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+
+async fn paused_run(app: &TestApp) -> (String, Value) {
+    let run_id = app.start_run("Refund A-1001 please.").await;
+    let run = app.wait_status(&run_id, "awaiting_approval").await;
+    (run_id, run["pending"][0]["digest"].clone())
+}
+
+fn assert_error(status: StatusCode, body: &Value, expected: u16, code: &str) {
+    assert_eq!(status.as_u16(), expected, "{body}");
+    assert_eq!(body["error"]["code"], code, "{body}");
+    assert!(!body["error"]["message"].as_str().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn every_bad_decision_is_refused_and_the_run_stays_paused() {
+    let app = TestApp::spawn(refund_brain).await;
+    let (run_id, digest) = paused_run(&app).await;
+    let path = format!("/v1/runs/{run_id}/decisions");
+    let cases: Vec<(Value, u16, &str)> = vec![
+        (
+            json!([{"call_id": "toolu_9", "digest": digest, "action": "approve"}]),
+            404,
+            "not_found",
+        ),
+        (
+            json!([{"call_id": "toolu_2", "digest": "sha256:stale", "action": "approve"}]),
+            409,
+            "stale_digest",
+        ),
+        (
+            json!([{"call_id": "toolu_2", "action": "approve"}]),
+            400,
+            "bad_request",
+        ),
+        (
+            json!([{"call_id": "toolu_2", "digest": digest, "action": "reject"}]),
+            400,
+            "bad_request",
+        ),
+        (
+            json!([{"call_id": "toolu_2", "digest": digest, "action": "reject", "reason": "  "}]),
+            400,
+            "bad_request",
+        ),
+        (
+            json!([{"call_id": "toolu_2", "digest": digest, "action": "edit", "note": "n"}]),
+            400,
+            "bad_request",
+        ),
+        (
+            json!([{"call_id": "toolu_2", "digest": digest, "action": "maybe"}]),
+            400,
+            "invalid_json",
+        ),
+        (json!([]), 400, "bad_request"),
+    ];
+    for (decisions, expected, code) in cases {
+        let (status, body) = app.decide(&run_id, decisions.clone()).await;
+        assert_error(status, &body, expected, code);
+    }
+
+    // An edit that fails the schema: 422 with the schema's errors.
+    let (status, body) = app
+        .decide(&run_id, json!([{"call_id": "toolu_2", "digest": digest, "action": "edit",
+                                 "input": {"order_id": "A-1001", "amount": "lots", "reason": "r"}}]))
+        .await;
+    assert_error(status, &body, 422, "invalid_input");
+    assert!(
+        body["error"]["details"]["errors"][0]
+            .as_str()
+            .unwrap()
+            .contains("/amount"),
+        "{body}"
+    );
+
+    // Malformed JSON, an oversized body, a missing, unknown or underprivileged key.
+    let raw = app
+        .http
+        .post(format!("{}{path}", app.gateway_url))
+        .bearer_auth(REVIEWER_KEY)
+        .header("content-type", "application/json")
+        .body("{not json");
+    let response = raw.send().await.unwrap();
+    assert_eq!(response.status(), 400);
+    assert_eq!(
+        response.json::<Value>().await.unwrap()["error"]["code"],
+        "invalid_json"
+    );
+
+    let huge = json!({"decisions": [{"call_id": "toolu_2", "digest": digest, "action": "reject",
+                                      "reason": "x".repeat(100_000)}]});
+    let (status, body) = app
+        .request(Method::POST, &path, Some(REVIEWER_KEY), Some(huge))
+        .await;
+    assert_error(status, &body, 413, "body_too_large");
+
+    let approve =
+        json!({"decisions": [{"call_id": "toolu_2", "digest": digest, "action": "approve"}]});
+    let (status, body) = app
+        .request(Method::POST, &path, None, Some(approve.clone()))
+        .await;
+    assert_error(status, &body, 401, "unauthorized");
+    let (status, body) = app
+        .request(
+            Method::POST,
+            &path,
+            Some("wrong-key-0123456789"),
+            Some(approve.clone()),
+        )
+        .await;
+    assert_error(status, &body, 401, "unauthorized");
+    for key in [REQUESTER_KEY, READER_KEY] {
+        let (status, body) = app
+            .request(Method::POST, &path, Some(key), Some(approve.clone()))
+            .await;
+        assert_error(status, &body, 403, "forbidden");
+    }
+
+    // Nothing changed: still paused, no decision recorded, nothing refunded, model not called.
+    let (_, run) = app.get(&format!("/v1/runs/{run_id}")).await;
+    assert_eq!(run["status"], "awaiting_approval");
+    assert!(run["pending"][0]["decision"].is_null(), "{run}");
+    assert!(app.tools.refunds().is_empty());
+    assert_eq!(app.model.requests().len(), 1);
+}
+
+#[tokio::test]
+async fn unknown_runs_and_agents_are_404s() {
+    let app = TestApp::spawn(refund_brain).await;
+    let (status, body) = app.get("/v1/runs/run_doesnotexist").await;
+    assert_error(status, &body, 404, "not_found");
+    let (status, body) = app.get("/v1/runs/not.a.valid.id").await;
+    assert_error(status, &body, 404, "not_found");
+    let (status, body) = app
+        .decide(
+            "run_doesnotexist",
+            json!([{"call_id": "c", "digest": "d", "action": "approve"}]),
+        )
+        .await;
+    assert_error(status, &body, 404, "not_found");
+    let (status, body) = app
+        .request(
+            Method::POST,
+            "/v1/runs",
+            Some(ADMIN_KEY),
+            Some(json!({"agent": "nobody", "input": "hi"})),
+        )
+        .await;
+    assert_error(status, &body, 404, "not_found");
+    let (status, body) = app
+        .request(
+            Method::POST,
+            "/v1/runs",
+            Some(READER_KEY),
+            Some(json!({"agent": "refunds", "input": "hi"})),
+        )
+        .await;
+    assert_error(status, &body, 403, "forbidden");
+    let (status, body) = app
+        .request(
+            Method::POST,
+            "/v1/runs",
+            Some(ADMIN_KEY),
+            Some(json!({"agent": "refunds"})),
+        )
+        .await;
+    assert_error(status, &body, 400, "invalid_json");
+    let (status, body) = app.get("/v1/approvals?status=approved").await;
+    assert_error(status, &body, 400, "bad_request");
+}
+
+#[tokio::test]
+async fn deciding_twice_answers_already_recorded_and_a_different_decision_is_a_conflict() {
+    let app = TestApp::spawn(refund_brain).await;
+    let (run_id, digest) = paused_run(&app).await;
+
+    // Waiting runs appear in the inbox.
+    let (status, inbox) = app.get("/v1/approvals?status=pending").await;
+    assert_eq!(status, 200);
+    let item = &inbox["approvals"][0];
+    assert_eq!(item["run_id"], run_id.as_str());
+    assert_eq!(item["call_id"], "toolu_2");
+    assert_eq!(item["digest"], digest);
+
+    let reject =
+        json!([{"call_id": "toolu_2", "digest": digest, "action": "reject", "reason": "no"}]);
+    let (status, body) = app.decide(&run_id, reject.clone()).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["decisions"][0]["status"], "recorded");
+    let (status, body) = app.decide(&run_id, reject).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["decisions"][0]["status"], "already_recorded");
+    let (status, body) = app
+        .decide(
+            &run_id,
+            json!([{"call_id": "toolu_2", "digest": digest, "action": "approve"}]),
+        )
+        .await;
+    assert_error(status, &body, 409, "already_decided");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("reject by rita"),
+        "{body}"
+    );
+
+    app.wait_status(&run_id, "completed").await;
+    assert!(app.tools.refunds().is_empty());
+    let (_, inbox) = app.get("/v1/approvals").await;
+    assert_eq!(inbox["approvals"], json!([]));
+}
+
+#[tokio::test]
+async fn deciding_a_run_that_is_not_waiting_is_refused() {
+    let app =
+        TestApp::spawn(|_: &Value| countersign_tests::fake_model::anthropic_text("Hello.")).await;
+    let run_id = app.start_run("Just say hello.").await;
+    app.wait_status(&run_id, "completed").await;
+    let (status, body) = app
+        .decide(
+            &run_id,
+            json!([{"call_id": "toolu_2", "digest": "sha256:x", "action": "approve"}]),
+        )
+        .await;
+    assert_error(status, &body, 409, "not_awaiting_approval");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("completed"),
+        "{body}"
+    );
+
+    let app = TestApp::spawn(refund_brain).await;
+    let (run_id, digest) = paused_run(&app).await;
+    let approve = json!([{"call_id": "toolu_2", "digest": digest, "action": "approve"}]);
+    app.decide(&run_id, approve).await;
+    app.wait_status(&run_id, "completed").await;
+    // A different decision on a call decided before names the recorded one.
+    let (status, body) = app
+        .decide(
+            &run_id,
+            json!([{"call_id": "toolu_2", "digest": digest, "action": "reject", "reason": "late"}]),
+        )
+        .await;
+    assert_error(status, &body, 409, "already_decided");
+    assert_eq!(app.tools.refunds().len(), 1);
+}
+
+#[tokio::test]
+async fn an_idempotency_key_makes_a_retried_start_return_the_same_run() {
+    let app = TestApp::spawn(refund_brain).await;
+    let start = || {
+        app.http
+            .post(format!("{}/v1/runs", app.gateway_url))
+            .bearer_auth(REQUESTER_KEY)
+            .header("Idempotency-Key", "order-A-1001-refund")
+            .json(&json!({"agent": "refunds", "input": "Refund A-1001."}))
+            .send()
+    };
+    let first: Value = start().await.unwrap().json().await.unwrap();
+    let second = start().await.unwrap();
+    assert_eq!(second.status(), 202);
+    let second: Value = second.json().await.unwrap();
+    assert_eq!(first["run_id"], second["run_id"]);
+    app.wait_status(first["run_id"].as_str().unwrap(), "awaiting_approval")
+        .await;
+    assert_eq!(
+        app.model.requests_for("Refund A-1001.").len(),
+        1,
+        "one run, one model call"
+    );
+}
