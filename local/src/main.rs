@@ -71,18 +71,22 @@ async fn main() -> anyhow::Result<()> {
 
     let key =
         std::env::var("COUNTERSIGN_DEMO_KEY").unwrap_or_else(|_| "local-demo-key-0000".into());
-    let mut gateway = approval_gateway::config::Config::default();
-    gateway.infra = infra.clone();
-    gateway.agents_dir = agents_dir.clone();
-    gateway.api_keys = vec![approval_gateway::config::ApiKey {
-        key: key.clone(),
-        role: approval_gateway::config::Role::Admin,
-        principal: "you".into(),
-    }];
+    let gateway = approval_gateway::config::Config {
+        infra: infra.clone(),
+        agents_dir: agents_dir.clone(),
+        api_keys: vec![approval_gateway::config::ApiKey {
+            key: key.clone(),
+            role: approval_gateway::config::Role::Admin,
+            principal: "you".into(),
+        }],
+        ..Default::default()
+    };
     gateway.validate()?;
-    let mut worker = agent_worker::config::Config::default();
-    worker.infra = infra;
-    worker.agents_dir = agents_dir;
+    let mut worker = agent_worker::config::Config {
+        infra,
+        agents_dir,
+        ..Default::default()
+    };
     worker.validate()?;
 
     let shutdown = CancellationToken::new();
