@@ -40,30 +40,32 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
     };
     // Small batches so a busy worker does not sit on messages an idle one could take.
     let batch = config.concurrency.min(16);
-    let starts = bus
-        .shared_consumer(
-            &names.runs_stream(),
-            &names.start_consumer(),
-            names.runs_start(),
-            &settings,
-        )
-        .await?
-        .stream()
-        .max_messages_per_batch(batch)
-        .messages()
-        .await?;
-    let decided = bus
-        .shared_consumer(
-            &names.approvals_stream(),
-            &names.decided_consumer(),
-            names.approval_decided_all(),
-            &settings,
-        )
-        .await?
-        .stream()
-        .max_messages_per_batch(batch)
-        .messages()
-        .await?;
+    let pull = |stream: String, durable: String, subject: String| {
+        let (bus, settings) = (&bus, &settings);
+        async move {
+            let consumer = bus
+                .shared_consumer(&stream, &durable, subject, settings)
+                .await?;
+            let messages = consumer
+                .stream()
+                .max_messages_per_batch(batch)
+                .messages()
+                .await?;
+            anyhow::Ok(messages)
+        }
+    };
+    let starts = pull(
+        names.runs_stream(),
+        names.start_consumer(),
+        names.runs_start(),
+    )
+    .await?;
+    let decided = pull(
+        names.approvals_stream(),
+        names.decided_consumer(),
+        names.approval_decided_all(),
+    )
+    .await?;
     let engine = Arc::new(Engine::new(
         store,
         bus.clone(),
