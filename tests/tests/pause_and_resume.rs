@@ -35,6 +35,7 @@ async fn an_approved_refund_runs_once_and_both_results_reach_the_model_in_one_me
     assert_eq!(app.tools.received("/refunds", &key_of("toolu_2")), 0);
     assert_eq!(app.model.requests().len(), 1);
 
+    let decided = std::time::Instant::now();
     let (status, body) = app
         .decide(
             &run_id,
@@ -45,6 +46,10 @@ async fn an_approved_refund_runs_once_and_both_results_reach_the_model_in_one_me
     assert_eq!(body["resumes"], true);
 
     let done = app.wait_status(&run_id, "completed").await;
+    println!(
+        "decision to completed run (resume, refund, model turn): {:?}",
+        decided.elapsed()
+    );
     assert_eq!(done["answer"], "All done.");
     assert_eq!(app.tools.received("/refunds", &key_of("toolu_2")), 1);
     assert_eq!(app.tools.refunds().len(), 1);
