@@ -144,33 +144,27 @@ async fn unknown_runs_and_agents_are_404s() {
         )
         .await;
     assert_error(status, &body, 404, "not_found");
-    let (status, body) = app
-        .request(
-            Method::POST,
-            "/v1/runs",
-            Some(ADMIN_KEY),
-            Some(json!({"agent": "nobody", "input": "hi"})),
-        )
-        .await;
-    assert_error(status, &body, 404, "not_found");
-    let (status, body) = app
-        .request(
-            Method::POST,
-            "/v1/runs",
-            Some(READER_KEY),
-            Some(json!({"agent": "refunds", "input": "hi"})),
-        )
-        .await;
-    assert_error(status, &body, 403, "forbidden");
-    let (status, body) = app
-        .request(
-            Method::POST,
-            "/v1/runs",
-            Some(ADMIN_KEY),
-            Some(json!({"agent": "refunds"})),
-        )
-        .await;
-    assert_error(status, &body, 400, "invalid_json");
+    let starts = [
+        (
+            ADMIN_KEY,
+            json!({"agent": "nobody", "input": "hi"}),
+            404,
+            "not_found",
+        ),
+        (
+            READER_KEY,
+            json!({"agent": "refunds", "input": "hi"}),
+            403,
+            "forbidden",
+        ),
+        (ADMIN_KEY, json!({"agent": "refunds"}), 400, "invalid_json"),
+    ];
+    for (key, body, expected, code) in starts {
+        let (status, body) = app
+            .request(Method::POST, "/v1/runs", Some(key), Some(body))
+            .await;
+        assert_error(status, &body, expected, code);
+    }
     let (status, body) = app.get("/v1/approvals?status=approved").await;
     assert_error(status, &body, 400, "bad_request");
 }
