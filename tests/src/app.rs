@@ -233,6 +233,20 @@ impl TestApp {
         .await
     }
 
+    /// Approves one call as the reviewer, quoting the digest it was shown.
+    pub async fn approve(
+        &self,
+        run_id: &str,
+        call_id: &str,
+        digest: &Value,
+    ) -> (StatusCode, Value) {
+        self.decide(
+            run_id,
+            json!([{"call_id": call_id, "digest": digest, "action": "approve"}]),
+        )
+        .await
+    }
+
     /// Waits until the run has `status`, and returns it as the API shows it.
     pub async fn wait_status(&self, run_id: &str, status: &str) -> Value {
         wait_for(

@@ -234,8 +234,7 @@ async fn deciding_a_run_that_is_not_waiting_is_refused() {
 
     let app = TestApp::spawn(refund_brain).await;
     let (run_id, digest) = paused_run(&app).await;
-    let approve = json!([{"call_id": "toolu_2", "digest": digest, "action": "approve"}]);
-    app.decide(&run_id, approve).await;
+    app.approve(&run_id, "toolu_2", &digest).await;
     app.wait_status(&run_id, "completed").await;
     // A different decision on a call decided before names the recorded one.
     let (status, body) = app

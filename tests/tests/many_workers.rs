@@ -9,7 +9,6 @@ use countersign_shared::run::{Action, RunId};
 use countersign_tests::app::TestApp;
 use countersign_tests::fake_model::refund_brain;
 use futures::future::join_all;
-use serde_json::json;
 use std::time::Instant;
 
 const RUNS: usize = 50;
@@ -37,12 +36,7 @@ async fn two_workers_complete_fifty_concurrent_runs_with_each_refund_run_exactly
         let digest = run["pending"][0]["digest"].clone();
         let (app, bus) = (&app, &bus);
         async move {
-            let (status, body) = app
-                .decide(
-                    id,
-                    json!([{"call_id": "toolu_2", "digest": digest, "action": "approve"}]),
-                )
-                .await;
+            let (status, body) = app.approve(id, "toolu_2", &digest).await;
             assert_eq!(status, 200, "{body}");
             // A second copy of the event under another message id, so JetStream does not
             // drop it as a duplicate: the workers must.
@@ -103,12 +97,7 @@ async fn a_run_paused_by_a_worker_that_stopped_is_resumed_by_another() {
     app.spawn_worker();
 
     let digest = &paused["pending"][0]["digest"];
-    let (status, body) = app
-        .decide(
-            &run_id,
-            json!([{"call_id": "toolu_2", "digest": digest, "action": "approve"}]),
-        )
-        .await;
+    let (status, body) = app.approve(&run_id, "toolu_2", digest).await;
     assert_eq!(status, 200, "{body}");
     let done = app.wait_status(&run_id, "completed").await;
     assert_eq!(done["answer"], "All done.");

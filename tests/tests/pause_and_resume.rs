@@ -36,12 +36,7 @@ async fn an_approved_refund_runs_once_and_both_results_reach_the_model_in_one_me
     assert_eq!(app.model.requests().len(), 1);
 
     let decided = std::time::Instant::now();
-    let (status, body) = app
-        .decide(
-            &run_id,
-            json!([{"call_id": "toolu_2", "digest": pending[0]["digest"], "action": "approve"}]),
-        )
-        .await;
+    let (status, body) = app.approve(&run_id, "toolu_2", &pending[0]["digest"]).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["resumes"], true);
 
@@ -156,12 +151,7 @@ async fn two_held_calls_decided_in_two_requests_call_the_model_once_after_the_se
     let pending = paused["pending"].as_array().unwrap().clone();
     assert_eq!(pending.len(), 2);
 
-    let (status, body) = app
-        .decide(
-            &run_id,
-            json!([{"call_id": "toolu_b", "digest": pending[1]["digest"], "action": "approve"}]),
-        )
-        .await;
+    let (status, body) = app.approve(&run_id, "toolu_b", &pending[1]["digest"]).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["resumes"], false);
     let still = app.wait_status(&run_id, "awaiting_approval").await;

@@ -45,12 +45,7 @@ async fn an_openai_run_pauses_resumes_and_answers_each_call_with_a_tool_message_
     assert_eq!(paused["pending"][0]["call_id"], "call_2");
     assert_eq!(paused["text"], "Checking and refunding.");
     let digest = &paused["pending"][0]["digest"];
-    let (status, body) = app
-        .decide(
-            &run_id,
-            json!([{"call_id": "call_2", "digest": digest, "action": "approve"}]),
-        )
-        .await;
+    let (status, body) = app.approve(&run_id, "call_2", digest).await;
     assert_eq!(status, 200, "{body}");
     let done = app.wait_status(&run_id, "completed").await;
     assert_eq!(done["answer"], "Refunded.");

@@ -65,7 +65,8 @@ async fn decide(
             )));
         }
     }
-    let (run, id) = load_run(&state, &run_id).await?;
+    let run = load_run(&state, &run_id).await?;
+    let id = run.run_id.clone();
     let decisions = body
         .decisions
         .into_iter()

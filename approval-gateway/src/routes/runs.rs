@@ -119,15 +119,14 @@ async fn get_run(
     Path(run_id): Path<String>,
 ) -> Result<Json<RunView>, ApiError> {
     caller.require(Permission::Read)?;
-    let (run, _) = load_run(&state, &run_id).await?;
+    let run = load_run(&state, &run_id).await?;
     let decisions = state.store.decisions(&run.run_id).await?;
     Ok(Json(RunView::new(run, decisions)))
 }
 
 /// The run named in a path, or a 404 that says so.
-pub async fn load_run(state: &AppState, run_id: &str) -> Result<(Run, RunId), ApiError> {
+pub async fn load_run(state: &AppState, run_id: &str) -> Result<Run, ApiError> {
     let missing = || ApiError::not_found(format!("no run {run_id:?}"));
     let id = RunId::parse(run_id).ok_or_else(missing)?;
-    let run = state.store.load(&id).await?.ok_or_else(missing)?;
-    Ok((run, id))
+    state.store.load(&id).await?.ok_or_else(missing)
 }
