@@ -14,6 +14,7 @@ use crate::model::{ModelError, ModelRequest};
 use crate::policy::Gate;
 use crate::tools;
 use countersign_shared::agent::ToolDef;
+use countersign_shared::audit::{AuditEntry, AuditKind};
 use countersign_shared::bus::{Bus, BusError};
 use countersign_shared::digest::call_digest;
 use countersign_shared::events::Event;
@@ -287,6 +288,7 @@ impl Engine {
                                 input: call.input.clone(),
                                 summary,
                                 reason,
+                                reviewers: tool.reviewers(),
                             });
                         }
                     },
@@ -367,6 +369,14 @@ impl Engine {
                     result
                 }
             };
+            if let Some(pending) = &call.pending {
+                let detail = serde_json::json!({
+                    "action": decision.action, "decided_by": by,
+                    "outcome": result.outcome, "is_error": result.is_error,
+                });
+                self.audit(run, AuditKind::Executed, Some(pending), detail)
+                    .await?;
+            }
             call.result = Some(result);
         }
         run.messages.push(results_message(&held));
@@ -404,6 +414,23 @@ impl Engine {
         Ok(result)
     }
 
+    /// Appends to the audit trail before the change it records is stored, so a retry may
+    /// repeat an entry but none is lost.
+    async fn audit(
+        &self,
+        run: &Run,
+        kind: AuditKind,
+        call: Option<&PendingCall>,
+        detail: Value,
+    ) -> Result<(), StoreError> {
+        let mut entry = AuditEntry::new(&run.run_id, kind);
+        entry.actor = Some(self.settings.owner.clone());
+        entry.call_id = call.map(|c| c.call_id.clone());
+        entry.digest = call.map(|c| c.digest.clone());
+        entry.detail = detail;
+        self.store.audit(&entry).await
+    }
+
     async fn save(&self, run: &mut Run, how: Save<'_>) -> Result<(), StoreError> {
         run.updated_at = now_ms();
         self.store
@@ -412,6 +439,14 @@ impl Engine {
     }
 
     async fn pause(&self, mut run: Run) -> Result<(), StepError> {
+        for p in run.pending() {
+            let detail = serde_json::json!({
+                "tool": p.tool, "input": p.input, "summary": p.summary, "reason": p.reason,
+                "approvers": p.reviewers.approvers, "quorum": p.reviewers.quorum,
+            });
+            self.audit(&run, AuditKind::Requested, Some(p), detail)
+                .await?;
+        }
         let calls: Vec<(String, String)> = run
             .pending()
             .map(|p| (p.call_id.clone(), p.digest.clone()))
@@ -439,6 +474,14 @@ impl Engine {
                 run.error = Some(error);
             }
         }
+        let (kind, detail) = match run.status {
+            RunStatus::Completed => (
+                AuditKind::Completed,
+                serde_json::json!({"answer": run.answer}),
+            ),
+            _ => (AuditKind::Failed, serde_json::json!({"error": run.error})),
+        };
+        self.audit(&run, kind, None, detail).await?;
         let retention = self.settings.retention;
         self.save(&mut run, Save::Finish { retention }).await?;
         info!(status = run.status.as_str(), "run finished");

@@ -208,6 +208,10 @@ mod tests {
                 when: when.into(),
                 reason: Some("Refund of ${{ input.amount }} moves money".into()),
                 summary: Some("Refund ${{ input.amount }} for order {{ input.order_id }}".into()),
+                approvers: Vec::new(),
+                quorum: 1,
+                channels: Vec::new(),
+                allow_self_approval: false,
             }),
             idempotent: false,
         };

@@ -20,6 +20,9 @@ pub struct Config {
     /// Who may call the API. Env: `COUNTERSIGN_API_KEYS`, entries `key:role:principal`
     /// separated by commas. Default none (every request is refused).
     pub api_keys: Vec<ApiKey>,
+    /// The people who may review, each configured once: a principal id, roles, and how to
+    /// reach them in Slack and by email.
+    pub people: Vec<Person>,
     /// Largest request body in bytes; larger ones get 413. Default 65536.
     pub max_body_bytes: usize,
     /// Seconds an `Idempotency-Key` of `POST /v1/runs` is remembered. Default 86400.
@@ -33,6 +36,7 @@ impl Default for Config {
             listen: "127.0.0.1:8080".into(),
             agents_dir: "agents".into(),
             api_keys: Vec::new(),
+            people: Vec::new(),
             max_body_bytes: 64 * 1024,
             idempotency_ttl_secs: 24 * 3600,
         }
@@ -60,6 +64,26 @@ pub struct ApiKey {
     pub role: Role,
     /// Who this key speaks for: recorded as the requester of runs and the maker of decisions.
     pub principal: String,
+    /// Other principals a decision made with this key may name as `decided_by` (an
+    /// integration deciding for the people it authenticated); `*` means anyone. Default none.
+    #[serde(default)]
+    pub speaks_for: Vec<String>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Person {
+    /// The principal id used in approver lists, `requested_by` and `decided_by`.
+    pub id: String,
+    /// Roles matched by `role:NAME` approver entries.
+    #[serde(default)]
+    pub roles: Vec<String>,
+    /// Slack user id (`U…`), for Slack decisions.
+    #[serde(default)]
+    pub slack_user: Option<String>,
+    /// Email address, for email approvals.
+    #[serde(default)]
+    pub email: Option<String>,
 }
 
 impl fmt::Debug for ApiKey {
@@ -68,6 +92,7 @@ impl fmt::Debug for ApiKey {
             .field("key", &"<redacted>")
             .field("role", &self.role)
             .field("principal", &self.principal)
+            .field("speaks_for", &self.speaks_for)
             .finish()
     }
 }
@@ -100,6 +125,14 @@ impl Config {
             );
             anyhow::ensure!(!key.principal.is_empty(), "an API key has no principal");
         }
+        let mut ids = std::collections::HashSet::new();
+        for person in &self.people {
+            anyhow::ensure!(
+                ids.insert(&person.id),
+                "person {:?} is configured twice",
+                person.id
+            );
+        }
         Ok(())
     }
 }
@@ -118,6 +151,7 @@ fn parse_keys(text: &str) -> anyhow::Result<Vec<ApiKey>> {
                 key: key.into(),
                 role,
                 principal: principal.into(),
+                speaks_for: Vec::new(),
             })
         })
         .collect()

@@ -15,6 +15,8 @@ use serde::de::DeserializeOwned;
 pub struct Caller {
     pub principal: String,
     pub role: Role,
+    /// Principals this caller may decide for besides itself (`*`: anyone).
+    pub speaks_for: Vec<String>,
 }
 
 /// What a route needs the caller to be allowed.
@@ -26,6 +28,23 @@ pub enum Permission {
 }
 
 impl Caller {
+    /// The principal a decision is made by: the caller itself, or one it may speak for.
+    pub fn deciding_as(&self, named: Option<&str>) -> Result<String, ApiError> {
+        match named {
+            None => Ok(self.principal.clone()),
+            Some(p) if p == self.principal => Ok(p.to_string()),
+            Some(p) if self.speaks_for.iter().any(|s| s == "*" || s == p) => Ok(p.to_string()),
+            Some(p) => Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                format!(
+                    "the key of {} may not decide on behalf of {p}",
+                    self.principal
+                ),
+            )),
+        }
+    }
+
     pub fn require(&self, permission: Permission) -> Result<(), ApiError> {
         let allowed = matches!(
             (self.role, permission),

@@ -1,7 +1,9 @@
 //! approval-gateway: the HTTP face of countersign. Starts runs, shows them, and records
 //! reviewers' decisions atomically before announcing them to the workers.
 
+pub mod approvers;
 pub mod config;
+pub mod decide;
 pub mod error;
 pub mod extract;
 pub mod routes;

@@ -1,5 +1,6 @@
 //! What every handler shares.
 
+use crate::approvers::Directory;
 use crate::config::{ApiKey, Config};
 use crate::extract::Caller;
 use countersign_shared::agent::Catalog;
@@ -15,6 +16,7 @@ pub struct AppState {
     pub bus: Bus,
     pub catalog: Catalog,
     pub config: Arc<Config>,
+    pub people: Arc<Directory>,
     /// API keys by the SHA-256 of the key, so lookups do not compare secrets byte by byte.
     keys: Arc<HashMap<String, ApiKey>>,
 }
@@ -30,6 +32,7 @@ impl AppState {
             store,
             bus,
             catalog,
+            people: Arc::new(Directory::new(&config.people)),
             config: Arc::new(config),
             keys: Arc::new(keys),
         }
@@ -39,6 +42,7 @@ impl AppState {
         self.keys.get(&sha256_hex(key)).map(|k| Caller {
             principal: k.principal.clone(),
             role: k.role,
+            speaks_for: k.speaks_for.clone(),
         })
     }
 }

@@ -78,6 +78,7 @@ async fn main() -> anyhow::Result<()> {
             key: key.clone(),
             role: approval_gateway::config::Role::Admin,
             principal: "you".into(),
+            speaks_for: Vec::new(),
         }],
         ..Default::default()
     };

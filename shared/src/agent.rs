@@ -105,7 +105,7 @@ impl Default for ApprovalDef {
     }
 }
 
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ApprovalRule {
     /// CEL over `input` (the call's arguments) and `metadata` (the run's), or `always`/`never`.
@@ -117,13 +117,94 @@ pub struct ApprovalRule {
     /// What the call would do, in plain words, a template like `reason`.
     #[serde(default)]
     pub summary: Option<String>,
+    /// Who may decide: principal ids and `role:NAME` entries. Empty means anyone whose key
+    /// may decide.
+    #[serde(default)]
+    pub approvers: Vec<String>,
+    /// How many distinct people must approve; any rejection rejects. Default 1.
+    #[serde(default = "one")]
+    pub quorum: u32,
+    /// Where to ask: `slack:#channel`, `email:address`, `webhook:name`.
+    #[serde(default)]
+    pub channels: Vec<String>,
+    /// Whether the person who requested the run may approve it. Default false.
+    #[serde(default)]
+    pub allow_self_approval: bool,
 }
 
 fn always() -> String {
     "always".into()
 }
 
+fn one() -> u32 {
+    1
+}
+
+/// Who may decide a held call, how many must approve, and where to ask: the part of a
+/// tool's policy that travels with each pending call.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Reviewers {
+    #[serde(default)]
+    pub approvers: Vec<String>,
+    #[serde(default = "one")]
+    pub quorum: u32,
+    #[serde(default)]
+    pub channels: Vec<String>,
+    #[serde(default)]
+    pub allow_self_approval: bool,
+}
+
+impl Default for Reviewers {
+    fn default() -> Self {
+        Self {
+            approvers: Vec::new(),
+            quorum: 1,
+            channels: Vec::new(),
+            allow_self_approval: false,
+        }
+    }
+}
+
+/// The kinds of channel a request can be sent to.
+pub const CHANNEL_KINDS: [&str; 3] = ["slack", "email", "webhook"];
+
 impl ToolDef {
+    pub fn reviewers(&self) -> Reviewers {
+        match &self.approval {
+            ApprovalDef::Mode(_) => Reviewers::default(),
+            ApprovalDef::Rule(rule) => Reviewers {
+                approvers: rule.approvers.clone(),
+                quorum: rule.quorum,
+                channels: rule.channels.clone(),
+                allow_self_approval: rule.allow_self_approval,
+            },
+        }
+    }
+
+    fn check_reviewers(&self) -> Result<(), String> {
+        let r = self.reviewers();
+        if r.quorum == 0 {
+            return Err("quorum must be at least 1".into());
+        }
+        if r.approvers
+            .iter()
+            .any(|a| a.trim().is_empty() || a.trim() == "role:")
+        {
+            return Err("an approver entry is empty".into());
+        }
+        for channel in &r.channels {
+            let ok = channel
+                .split_once(':')
+                .is_some_and(|(kind, target)| CHANNEL_KINDS.contains(&kind) && !target.is_empty());
+            if !ok {
+                return Err(format!(
+                    "channel {channel:?} is not slack:#channel, email:address or webhook:name"
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Identifies the tool's schema and policy: decisions are bound to it through the digest.
     pub fn policy_version(&self) -> String {
         let bound = serde_json::json!({
@@ -150,6 +231,10 @@ impl Agent {
         let def: AgentDef = toml::from_str(text).map_err(|e| AgentError::Parse(e.to_string()))?;
         let mut validators = BTreeMap::new();
         for tool in &def.tools {
+            tool.check_reviewers().map_err(|error| AgentError::Policy {
+                tool: tool.name.clone(),
+                error,
+            })?;
             let v =
                 jsonschema::validator_for(&tool.input_schema).map_err(|e| AgentError::Schema {
                     tool: tool.name.clone(),
@@ -206,6 +291,8 @@ pub enum AgentError {
     Parse(String),
     #[error("tool {tool:?} has an invalid input_schema: {error}")]
     Schema { tool: String, error: String },
+    #[error("tool {tool:?} has an invalid approval policy: {error}")]
+    Policy { tool: String, error: String },
     #[error("tool {0:?} is defined twice")]
     DuplicateTool(String),
     #[error("agent {0:?} is defined twice")]
@@ -298,6 +385,9 @@ http = { url = "http://127.0.0.1:9100/refunds" }
 [tools.approval]
 when = "input.amount > 20.0"
 reason = "moves money"
+approvers = ["role:finance", "alice"]
+quorum = 2
+channels = ["slack:#refunds", "webhook:ops"]
 "#;
 
     #[test]
@@ -309,10 +399,19 @@ reason = "moves money"
             agent.tool("get_order").unwrap().approval,
             ApprovalDef::Mode(ApprovalMode::Never)
         ));
-        match &agent.tool("issue_refund").unwrap().approval {
+        let refund = agent.tool("issue_refund").unwrap();
+        match &refund.approval {
             ApprovalDef::Rule(r) => assert_eq!(r.when, "input.amount > 20.0"),
             other => panic!("expected a rule, got {other:?}"),
         }
+        let reviewers = refund.reviewers();
+        assert_eq!(reviewers.approvers, ["role:finance", "alice"]);
+        assert_eq!(reviewers.quorum, 2);
+        assert!(!reviewers.allow_self_approval);
+        assert_eq!(
+            agent.tool("get_order").unwrap().reviewers(),
+            Reviewers::default()
+        );
     }
 
     #[test]
@@ -327,6 +426,14 @@ reason = "moves money"
             .validate_input("issue_refund", &serde_json::json!({"amount": "lots"}))
             .unwrap_err();
         assert!(errors[0].contains("/amount"), "{errors:?}");
+    }
+
+    #[test]
+    fn a_bad_quorum_or_channel_is_refused() {
+        for bad in ["quorum = 0", "channels = [\"sms:123\"]"] {
+            let text = REFUNDS.replace("quorum = 2", bad);
+            assert!(Agent::from_toml(&text, Path::new(".")).is_err(), "{bad}");
+        }
     }
 
     #[test]

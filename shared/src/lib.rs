@@ -2,6 +2,7 @@
 //! agent definitions, and the NATS and Redis adapters both services use. No service logic.
 
 pub mod agent;
+pub mod audit;
 pub mod bus;
 pub mod digest;
 pub mod events;

@@ -107,6 +107,19 @@ impl Names {
     pub fn decisions_key(&self, run: &RunId) -> String {
         self.key(&format!("decisions:{{{run}}}"))
     }
+    /// Hash: `call_id|principal` -> one approval of a call that needs several, and
+    /// `call_id#` -> how many there are.
+    pub fn votes_key(&self, run: &RunId) -> String {
+        self.key(&format!("votes:{{{run}}}"))
+    }
+    /// List: the run's hash-chained audit trail. It has no TTL: it outlives the run.
+    pub fn audit_key(&self, run: &RunId) -> String {
+        self.key(&format!("audit:{{{run}}}"))
+    }
+    /// List: every run's audit elements, in the order they were written.
+    pub fn global_audit_key(&self) -> String {
+        self.key("audit")
+    }
     /// Hash: call id -> "started" or the recorded result (JSON) of an executed call.
     pub fn exec_key(&self, run: &RunId) -> String {
         self.key(&format!("exec:{{{run}}}"))

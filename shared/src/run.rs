@@ -179,6 +179,9 @@ pub struct PendingCall {
     pub digest: String,
     pub summary: String,
     pub reason: String,
+    /// Who may decide it, how many must approve, and where to ask.
+    #[serde(flatten)]
+    pub reviewers: crate::agent::Reviewers,
 }
 
 /// One tool call of the turn a run is paused on, in the order the model asked for it:

@@ -9,12 +9,15 @@
 //!   hash's, which is the one scripts keep right);
 //! - `calls:{id}` hash: call id -> `turn:digest` of every call ever held for a person;
 //! - `decisions:{id}` hash: call id -> the recorded [`Decision`];
-//! - `exec:{id}` hash: call id -> `started`, or the [`CallResult`] once it finished.
+//! - `exec:{id}` hash: call id -> `started`, or the [`CallResult`] once it finished;
+//! - `votes:{id}` hash: the approvals collected so far for calls that need several;
+//! - `audit:{id}` list: the run's hash-chained audit trail (see [`crate::audit`]).
 //!
-//! Finished runs get a retention TTL on all four keys. The `awaiting` sorted set indexes
+//! Finished runs get a retention TTL on all keys but the audit trail, which outlives them. The `awaiting` sorted set indexes
 //! paused runs for the inbox; it lives in another slot, so it is kept outside the scripts and
 //! readers re-check each run's status.
 
+use crate::audit::{AuditEntry, chain};
 use crate::names::Names;
 use crate::now_ms;
 use crate::run::{CallResult, Decision, Run, RunId, RunStatus};
@@ -29,8 +32,13 @@ static CLAIM: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/
 static LEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/lease.lua")));
 static SAVE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/save.lua")));
 static DECIDE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/decide.lua")));
+static AUDIT_APPEND: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/audit_append.lua")));
 static EXEC_BEGIN: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/exec_begin.lua")));
+
+/// Attempts to append to a contended audit chain before giving up.
+const AUDIT_RETRIES: usize = 100;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -63,8 +71,14 @@ pub enum DecideOutcome {
     Recorded {
         all_decided: bool,
     },
+    /// One more approval of a call that needs several; this many so far.
+    Vote {
+        approvals: u32,
+    },
     /// The same decision was recorded before: nothing changed.
     Duplicate(Box<Decision>),
+    /// This person's approval of a call that needs several was counted before.
+    DuplicateVote,
     /// A different decision was recorded first and stands.
     Conflict(Box<Decision>),
     NoRun,
@@ -225,6 +239,7 @@ impl Store {
             .key(self.names.calls_key(id))
             .key(self.names.decisions_key(id))
             .key(self.names.exec_key(id))
+            .key(self.names.votes_key(id))
             .arg(owner)
             .arg(now_ms())
             .arg(lease.as_millis() as i64)
@@ -252,20 +267,28 @@ impl Store {
         }
     }
 
-    /// Records a decision atomically: first decision per call wins.
+    /// Records a decision atomically: first decision per call wins. With a `quorum` above 1
+    /// an approval counts once per principal until the quorum is met.
     pub async fn decide(
         &self,
         id: &RunId,
         decision: &Decision,
+        quorum: u32,
     ) -> Result<DecideOutcome, StoreError> {
+        let action = serde_json::to_value(decision.action)
+            .map_err(|e| StoreError::Corrupt(e.to_string()))?;
         let reply: Vec<String> = DECIDE
             .key(self.names.run_key(id))
             .key(self.names.calls_key(id))
             .key(self.names.decisions_key(id))
+            .key(self.names.votes_key(id))
             .arg(&decision.call_id)
             .arg(&decision.digest)
             .arg(to_json(decision)?)
             .arg(&decision.fingerprint)
+            .arg(&decision.decided_by)
+            .arg(quorum)
+            .arg(action.as_str().unwrap_or_default())
             .invoke_async(&mut self.conn.clone())
             .await?;
         let [kind, detail] = <[String; 2]>::try_from(reply)
@@ -274,6 +297,10 @@ impl Store {
             "recorded" => DecideOutcome::Recorded {
                 all_decided: detail == "1",
             },
+            "vote" => DecideOutcome::Vote {
+                approvals: detail.parse().unwrap_or(0),
+            },
+            "duplicate_vote" => DecideOutcome::DuplicateVote,
             "duplicate" => DecideOutcome::Duplicate(Box::new(from_json(&detail)?)),
             "conflict" => DecideOutcome::Conflict(Box::new(from_json(&detail)?)),
             "no_run" => DecideOutcome::NoRun,
@@ -282,6 +309,55 @@ impl Store {
             "stale_digest" => DecideOutcome::StaleDigest { current: detail },
             other => return Err(StoreError::Corrupt(format!("decide replied {other:?}"))),
         })
+    }
+
+    /// Appends an entry to the run's hash chain, then the same element to the global log.
+    /// The global log is not one chain (every writer of the deployment would contend for
+    /// its head); each of its elements carries its run chain's `prev` and `hash`, so an edit
+    /// there shows too.
+    pub async fn audit(&self, entry: &AuditEntry) -> Result<(), StoreError> {
+        let element = self
+            .append_chained(&self.names.audit_key(&entry.run_id), entry)
+            .await?;
+        let _: i64 = redis::cmd("RPUSH")
+            .arg(self.names.global_audit_key())
+            .arg(element)
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(())
+    }
+
+    /// Appends with compare-and-set on the chain's head (a writer that lost a race retries
+    /// on the head it was shown); returns the stored element.
+    async fn append_chained(&self, key: &str, entry: &AuditEntry) -> Result<String, StoreError> {
+        let mut prev = String::new();
+        for _ in 0..AUDIT_RETRIES {
+            let element = chain(&prev, entry).to_string();
+            let reply: Vec<String> = AUDIT_APPEND
+                .key(key)
+                .arg(&prev)
+                .arg(&element)
+                .invoke_async(&mut self.conn.clone())
+                .await?;
+            if reply[0] == "1" {
+                return Ok(element);
+            }
+            prev = reply[1].clone();
+        }
+        Err(StoreError::Corrupt(format!(
+            "audit chain {key} kept moving"
+        )))
+    }
+
+    /// The stored elements of a run's audit trail, oldest first.
+    pub async fn audit_trail(&self, id: &RunId) -> Result<Vec<serde_json::Value>, StoreError> {
+        let raw: Vec<String> = redis::cmd("LRANGE")
+            .arg(self.names.audit_key(id))
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut self.conn.clone())
+            .await?;
+        raw.iter().map(|r| from_json(r)).collect()
     }
 
     /// Marks an approved call as started, or says what an earlier attempt left.

@@ -4,7 +4,7 @@
 use crate::fake_model::FakeModel;
 use crate::infra::Infra;
 use crate::wait_for;
-use approval_gateway::config::{ApiKey, Role};
+use approval_gateway::config::{ApiKey, Person, Role};
 use countersign_local::demo_tools::DemoTools;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -17,6 +17,16 @@ pub const ADMIN_KEY: &str = "test-admin-key-0123456789";
 pub const REVIEWER_KEY: &str = "test-reviewer-key-0123456789";
 pub const REQUESTER_KEY: &str = "test-requester-key-0123456789";
 pub const READER_KEY: &str = "test-reader-key-0123456789";
+/// A system's key that may decide on behalf of the configured people.
+pub const INTEGRATION_KEY: &str = "test-integration-key-0123456789";
+
+/// The configured people and their roles. Slack ids are `U_<ID>`, emails `<id>@example.com`.
+pub const PEOPLE: [(&str, &[&str]); 4] = [
+    ("alice", &["finance"]),
+    ("bob", &["finance"]),
+    ("carol", &["support"]),
+    ("rick", &["finance"]),
+];
 
 /// How long a test waits for anything before it fails.
 pub const PATIENCE: Duration = Duration::from_secs(60);
@@ -83,6 +93,16 @@ impl TestApp {
         workers: usize,
         brain: impl Fn(&Value) -> Value + Send + Sync + 'static,
     ) -> Self {
+        Self::spawn_with_policy(provider, workers, "", brain).await
+    }
+
+    /// Like `spawn_with`, with `policy` lines added to the refund tool's approval table.
+    pub async fn spawn_with_policy(
+        provider: &str,
+        workers: usize,
+        policy: &str,
+        brain: impl Fn(&Value) -> Value + Send + Sync + 'static,
+    ) -> Self {
         let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into());
         let _ = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
@@ -97,7 +117,7 @@ impl TestApp {
         std::fs::create_dir_all(&agents_dir).unwrap();
         std::fs::write(
             agents_dir.join("refunds.toml"),
-            refunds_agent(provider, &model.base_url, &tools.base_url),
+            refunds_agent(provider, &model.base_url, &tools.base_url) + policy,
         )
         .unwrap();
 
@@ -111,14 +131,29 @@ impl TestApp {
             (REVIEWER_KEY, Role::Reviewer, "rita"),
             (REQUESTER_KEY, Role::Requester, "rick"),
             (READER_KEY, Role::Reader, "reed"),
+            (INTEGRATION_KEY, Role::Reviewer, "ops-bot"),
         ]
         .into_iter()
         .map(|(key, role, principal)| ApiKey {
             key: key.into(),
             role,
             principal: principal.into(),
+            speaks_for: if key == INTEGRATION_KEY {
+                PEOPLE.iter().map(|(id, _)| id.to_string()).collect()
+            } else {
+                Vec::new()
+            },
         })
         .collect();
+        config.people = PEOPLE
+            .iter()
+            .map(|(id, roles)| Person {
+                id: id.to_string(),
+                roles: roles.iter().map(|r| r.to_string()).collect(),
+                slack_user: Some(format!("U_{}", id.to_uppercase())),
+                email: Some(format!("{id}@example.com")),
+            })
+            .collect();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let gateway_url = format!("http://{}", listener.local_addr().unwrap());
         let token = CancellationToken::new();

@@ -1,20 +1,24 @@
 //! The HTTP API, one router per file.
 
 mod approvals;
+mod audit;
 mod decisions;
 mod health;
 mod runs;
 mod view;
 
 use crate::state::AppState;
+
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
+pub use view::rfc3339;
 
 pub fn router(state: AppState) -> Router {
     let limit = state.config.max_body_bytes;
     Router::new()
         .merge(runs::router())
         .merge(decisions::router())
+        .merge(audit::router())
         .merge(approvals::router())
         .merge(health::router())
         .fallback(|| async { crate::error::ApiError::not_found("no such route") })

@@ -1,5 +1,5 @@
 -- Writes the run document and its new status, if the caller still holds the lease.
--- KEYS: run, calls, decisions, exec.
+-- KEYS: run, calls, decisions, exec, votes.
 -- ARGV: owner, now_ms, lease_ms, status, doc, ttl_secs, turn, pending_count,
 --       then call_id, "turn:digest" pairs of the calls a pause holds for a person.
 local h = redis.call('HMGET', KEYS[1], 'status', 'lease_owner')
@@ -22,6 +22,6 @@ if st == 'awaiting_approval' then
 end
 local ttl = tonumber(ARGV[6])
 if ttl > 0 then
-  for i = 1, 4 do redis.call('EXPIRE', KEYS[i], ttl) end
+  for i = 1, #KEYS do redis.call('EXPIRE', KEYS[i], ttl) end
 end
 return {'ok', tostring(redis.call('HINCRBY', KEYS[1], 'version', 1))}

@@ -1,0 +1,37 @@
+//! `GET /v1/runs/{run_id}/audit`: a run's audit trail and whether its hash chain verifies.
+//! It is served from the trail itself, which outlives the run's state.
+
+use crate::error::ApiError;
+use crate::extract::{Caller, Permission};
+use crate::state::AppState;
+use axum::extract::{Path, State};
+use axum::routing::get;
+use axum::{Json, Router};
+use countersign_shared::audit::verify;
+use countersign_shared::run::RunId;
+use serde_json::{Value, json};
+
+pub fn router() -> Router<AppState> {
+    Router::new().route("/v1/runs/{run_id}/audit", get(audit))
+}
+
+async fn audit(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(run_id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    caller.require(Permission::Read)?;
+    let missing = || ApiError::not_found(format!("no audit trail for run {run_id:?}"));
+    let id = RunId::parse(&run_id).ok_or_else(missing)?;
+    let elements = state.store.audit_trail(&id).await?;
+    if elements.is_empty() {
+        return Err(missing());
+    }
+    let broken_at = verify(&elements).err();
+    Ok(Json(json!({
+        "run_id": id,
+        "verified": broken_at.is_none(),
+        "broken_at": broken_at,
+        "entries": elements,
+    })))
+}

@@ -1,0 +1,222 @@
+//! Only the people a policy names may decide, never on their own request unless allowed;
+//! a quorum needs distinct people; every decision, accepted or refused, is in a hash-chained
+//! audit trail that detects tampering.
+
+use countersign_tests::app::{INTEGRATION_KEY, REQUESTER_KEY, REVIEWER_KEY, TestApp};
+use countersign_tests::fake_model::refund_brain;
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+
+const FINANCE: &str = "approvers = [\"role:finance\"]\n";
+
+/// Starts a refund run requested by `requester` and waits for it to pause.
+async fn paused_run_requested_by(app: &TestApp, requester: &str) -> (String, Value) {
+    let (status, body) = app
+        .request(
+            Method::POST,
+            "/v1/runs",
+            Some(REQUESTER_KEY),
+            Some(json!({"agent": "refunds", "input": "Refund A-1001.", "requested_by": requester})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let run_id = body["run_id"].as_str().unwrap().to_string();
+    let run = app.wait_status(&run_id, "awaiting_approval").await;
+    (run_id, run["pending"][0]["digest"].clone())
+}
+
+/// A decision made by the integration key on behalf of `person`.
+async fn decide_as(
+    app: &TestApp,
+    person: &str,
+    run_id: &str,
+    decision: Value,
+) -> (StatusCode, Value) {
+    app.request(
+        Method::POST,
+        &format!("/v1/runs/{run_id}/decisions"),
+        Some(INTEGRATION_KEY),
+        Some(json!({"decided_by": person, "decisions": [decision]})),
+    )
+    .await
+}
+
+fn approve(digest: &Value) -> Value {
+    json!({"call_id": "toolu_2", "digest": digest, "action": "approve"})
+}
+
+async fn audit(app: &TestApp, run_id: &str) -> Value {
+    let (status, body) = app.get(&format!("/v1/runs/{run_id}/audit")).await;
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+fn kinds(audit: &Value) -> Vec<String> {
+    audit["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["entry"]["kind"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_requester_may_not_approve_their_own_request_and_the_refusal_is_audited() {
+    let app = TestApp::spawn_with_policy("anthropic", 1, FINANCE, refund_brain).await;
+    let (run_id, digest) = paused_run_requested_by(&app, "rick").await;
+
+    let (status, body) = decide_as(&app, "rick", &run_id, approve(&digest)).await;
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(body["error"]["code"], "not_an_approver");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("their own request"),
+        "{body}"
+    );
+    let (_, run) = app.get(&format!("/v1/runs/{run_id}")).await;
+    assert!(run["pending"][0]["decision"].is_null());
+
+    let (status, body) = decide_as(&app, "alice", &run_id, approve(&digest)).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["decided_by"], "alice");
+    app.wait_status(&run_id, "completed").await;
+    assert_eq!(app.tools.refunds().len(), 1);
+
+    let trail = audit(&app, &run_id).await;
+    assert_eq!(trail["verified"], true, "{trail}");
+    let entries = trail["entries"].as_array().unwrap();
+    let refused = entries
+        .iter()
+        .find(|e| e["entry"]["kind"] == "refused")
+        .unwrap();
+    assert_eq!(refused["entry"]["actor"], "rick");
+    assert_eq!(refused["entry"]["channel"], "api");
+    assert_eq!(refused["entry"]["digest"], digest);
+    assert!(
+        refused["entry"]["detail"]["why"]
+            .as_str()
+            .unwrap()
+            .contains("own request")
+    );
+    let decided = entries
+        .iter()
+        .find(|e| e["entry"]["kind"] == "decided")
+        .unwrap();
+    assert_eq!(decided["entry"]["actor"], "alice");
+    assert_eq!(
+        kinds(&trail),
+        ["requested", "refused", "decided", "executed", "completed"]
+    );
+}
+
+#[tokio::test]
+async fn people_outside_the_approvers_and_keys_speaking_for_strangers_are_refused() {
+    let app = TestApp::spawn_with_policy("anthropic", 1, FINANCE, refund_brain).await;
+    let (run_id, digest) = paused_run_requested_by(&app, "rick").await;
+
+    let (status, body) = decide_as(&app, "carol", &run_id, approve(&digest)).await;
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not among the approvers")
+    );
+    // The reviewer key speaks only for itself, and "rita" is not in finance.
+    let (status, body) = app.approve(&run_id, "toolu_2", &digest).await;
+    assert_eq!(status, 403, "{body}");
+    let (status, body) = decide_as(&app, "mallory", &run_id, approve(&digest)).await;
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("on behalf of mallory")
+    );
+    let (status, body) = app
+        .request(
+            Method::POST,
+            &format!("/v1/runs/{run_id}/decisions"),
+            Some(REVIEWER_KEY),
+            Some(json!({"decided_by": "alice", "decisions": [approve(&digest)]})),
+        )
+        .await;
+    assert_eq!(status, 403, "{body}");
+
+    let (_, run) = app.get(&format!("/v1/runs/{run_id}")).await;
+    assert_eq!(run["status"], "awaiting_approval");
+    assert!(app.tools.refunds().is_empty());
+    assert_eq!(
+        kinds(&audit(&app, &run_id).await),
+        ["requested", "refused", "refused"]
+    );
+}
+
+#[tokio::test]
+async fn a_quorum_of_two_needs_two_different_people() {
+    let policy = format!("{FINANCE}quorum = 2\n");
+    let app = TestApp::spawn_with_policy("anthropic", 1, &policy, refund_brain).await;
+    let (run_id, digest) = paused_run_requested_by(&app, "carol").await;
+
+    let (status, body) = decide_as(&app, "alice", &run_id, approve(&digest)).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["decisions"][0]["status"], "approval_recorded");
+    assert_eq!(body["decisions"][0]["approvals"], 1);
+    assert_eq!(body["resumes"], false);
+    let (status, body) = decide_as(&app, "alice", &run_id, approve(&digest)).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["decisions"][0]["status"], "already_recorded");
+    let (_, run) = app.get(&format!("/v1/runs/{run_id}")).await;
+    assert_eq!(run["status"], "awaiting_approval");
+    assert!(
+        app.tools.refunds().is_empty(),
+        "one approval of two runs nothing"
+    );
+
+    let edit = json!({"call_id": "toolu_2", "digest": digest, "action": "edit",
+                      "input": {"order_id": "A-1001", "amount": 5, "reason": "r"}});
+    let (status, body) = decide_as(&app, "bob", &run_id, edit).await;
+    assert_eq!(status, 400, "{body}");
+
+    let (status, body) = decide_as(&app, "bob", &run_id, approve(&digest)).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["decisions"][0]["status"], "recorded");
+    assert_eq!(body["resumes"], true);
+    let done = app.wait_status(&run_id, "completed").await;
+    assert_eq!(done["pending"], json!([]));
+    assert_eq!(app.tools.refunds().len(), 1);
+    let results = countersign_tests::fake_model::last_results(&app.model.requests()[1]);
+    assert!(results[1]["content"].as_str().unwrap().contains("refunded"));
+}
+
+#[tokio::test]
+async fn the_audit_chain_verifies_and_detects_an_edited_entry() {
+    let app = TestApp::spawn_with_policy("anthropic", 1, FINANCE, refund_brain).await;
+    let (run_id, digest) = paused_run_requested_by(&app, "carol").await;
+    decide_as(&app, "alice", &run_id, approve(&digest)).await;
+    app.wait_status(&run_id, "completed").await;
+    let trail = audit(&app, &run_id).await;
+    assert_eq!(trail["verified"], true);
+    assert!(trail["broken_at"].is_null());
+
+    // Someone with Redis access rewrites who decided.
+    let key = format!("cs:{}:audit:{{{run_id}}}", app.namespace);
+    let mut element = trail["entries"][1].clone();
+    assert_eq!(element["entry"]["actor"], "alice");
+    element["entry"]["actor"] = "mallory".into();
+    let client = redis::Client::open(app.infra.redis_url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("LSET")
+        .arg(&key)
+        .arg(1)
+        .arg(element.to_string())
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+
+    let trail = audit(&app, &run_id).await;
+    assert_eq!(trail["verified"], false);
+    assert_eq!(trail["broken_at"], 1);
+}
