@@ -2,6 +2,7 @@
 //! then environment variables, then `validate()`.
 
 use countersign_shared::infra::{InfraConfig, config_path_from_args, load_toml, override_from_env};
+use countersign_shared::signing::WebhookSecret;
 use serde::Deserialize;
 use std::fmt;
 use std::path::PathBuf;
@@ -23,6 +24,15 @@ pub struct Config {
     /// The people who may review, each configured once: a principal id, roles, and how to
     /// reach them in Slack and by email.
     pub people: Vec<Person>,
+    /// Endpoints approval events are POSTed to, signed per Standard Webhooks.
+    pub webhooks: Vec<WebhookEndpoint>,
+    /// Systems that may post decisions signed per Standard Webhooks instead of with a key.
+    pub signed_senders: Vec<SignedSender>,
+    /// Attempts to deliver one notification before it is given up. Default 10.
+    pub delivery_max_attempts: u32,
+    /// Milliseconds before the first retry of a failed delivery; each retry doubles it, up
+    /// to an hour. Default 5000.
+    pub delivery_retry_base_ms: u64,
     /// Largest request body in bytes; larger ones get 413. Default 65536.
     pub max_body_bytes: usize,
     /// Seconds an `Idempotency-Key` of `POST /v1/runs` is remembered. Default 86400.
@@ -37,6 +47,10 @@ impl Default for Config {
             agents_dir: "agents".into(),
             api_keys: Vec::new(),
             people: Vec::new(),
+            webhooks: Vec::new(),
+            signed_senders: Vec::new(),
+            delivery_max_attempts: 10,
+            delivery_retry_base_ms: 5000,
             max_body_bytes: 64 * 1024,
             idempotency_ttl_secs: 24 * 3600,
         }
@@ -66,6 +80,31 @@ pub struct ApiKey {
     pub principal: String,
     /// Other principals a decision made with this key may name as `decided_by` (an
     /// integration deciding for the people it authenticated); `*` means anyone. Default none.
+    #[serde(default)]
+    pub speaks_for: Vec<String>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookEndpoint {
+    /// Named by `webhook:NAME` in a policy's channels: ASCII letters, digits, '-' and '_'.
+    pub name: String,
+    pub url: String,
+    /// `whsec_` and base64 of 24 to 64 random bytes. Never logged.
+    pub secret: WebhookSecret,
+    /// Receive every approval event, not only those of calls whose channels name it.
+    #[serde(default)]
+    pub all_events: bool,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SignedSender {
+    /// The principal the sender's requests are made as.
+    pub name: String,
+    /// `whsec_…`, the secret it signs with. Never logged.
+    pub secret: WebhookSecret,
+    /// Principals whose decisions it may relay in `decided_by` (`*`: anyone).
     #[serde(default)]
     pub speaks_for: Vec<String>,
 }
@@ -125,6 +164,21 @@ impl Config {
             );
             anyhow::ensure!(!key.principal.is_empty(), "an API key has no principal");
         }
+        for hook in &self.webhooks {
+            anyhow::ensure!(
+                !hook.name.is_empty()
+                    && hook
+                        .name
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'),
+                "webhook name {:?} may hold only ASCII letters, digits, '-' and '_'",
+                hook.name
+            );
+        }
+        anyhow::ensure!(
+            self.delivery_max_attempts >= 1,
+            "delivery_max_attempts must be at least 1"
+        );
         let mut ids = std::collections::HashSet::new();
         for person in &self.people {
             anyhow::ensure!(

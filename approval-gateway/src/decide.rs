@@ -30,6 +30,8 @@ pub struct Proposed {
 pub struct Checked {
     pub decision: Decision,
     pub quorum: u32,
+    /// Where the call was sent, to be told the outcome.
+    pub channels: Vec<String>,
 }
 
 /// How a recorded decision stands.
@@ -119,6 +121,9 @@ pub async fn check(
     );
     Ok(Checked {
         quorum,
+        channels: pending
+            .map(|p| p.reviewers.channels.clone())
+            .unwrap_or_default(),
         decision: Decision {
             call_id: proposed.call_id,
             digest,
@@ -167,7 +172,11 @@ fn check_edit(
 
 /// Records a checked decision, audits it, and announces it.
 pub async fn record(state: &AppState, run: &Run, checked: Checked) -> Result<Recorded, ApiError> {
-    let Checked { decision, quorum } = checked;
+    let Checked {
+        decision,
+        quorum,
+        channels,
+    } = checked;
     let id = &run.run_id;
     let outcome = state.store.decide(id, &decision, quorum).await?;
     let recorded = match outcome {
@@ -209,6 +218,7 @@ pub async fn record(state: &AppState, run: &Run, checked: Checked) -> Result<Rec
             action: decision.action,
             decided_by: decision.decided_by.clone(),
             all_decided: matches!(recorded, Recorded::Recorded { all_decided: true }),
+            channels,
         };
         let msg_id = format!("decided:{id}:{}", decision.call_id);
         let subject = state.bus.names.approval_decided(id);

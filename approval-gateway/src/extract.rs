@@ -5,9 +5,11 @@ use crate::config::Role;
 use crate::error::ApiError;
 use crate::state::AppState;
 use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::HeaderMap;
 use axum::http::StatusCode;
 use axum::http::request::Parts;
 use bytes::Bytes;
+use countersign_shared::signing::SignatureError;
 use serde::de::DeserializeOwned;
 
 /// Who is calling, from `Authorization: Bearer <key>`.
@@ -102,21 +104,94 @@ impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
-        let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
-            let status = rejection.status();
-            let code = if status == StatusCode::PAYLOAD_TOO_LARGE {
-                "body_too_large"
-            } else {
-                "bad_request"
-            };
-            ApiError::new(status, code, rejection.body_text())
-        })?;
-        serde_json::from_slice(&bytes).map(JsonBody).map_err(|e| {
-            ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "invalid_json",
-                format!("invalid JSON body: {e}"),
-            )
+        let bytes = read_body(req, state).await?;
+        parse_json(&bytes).map(JsonBody)
+    }
+}
+
+/// A JSON body and who sent it: the holder of a bearer key, or, for a request with no
+/// `Authorization` header, a configured sender whose Standard Webhooks signature over the
+/// raw body verifies. The body is parsed only after the sender is known.
+pub struct Authenticated<T> {
+    pub caller: Caller,
+    pub body: T,
+}
+
+impl<T: DeserializeOwned> FromRequest<AppState> for Authenticated<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        let (mut parts, body) = req.into_parts();
+        let signed = !parts
+            .headers
+            .contains_key(axum::http::header::AUTHORIZATION)
+            && parts.headers.contains_key("webhook-signature");
+        let by_key = if signed {
+            None
+        } else {
+            Some(Caller::from_request_parts(&mut parts, state).await?)
+        };
+        let headers = parts.headers.clone();
+        let bytes = read_body(Request::from_parts(parts, body), state).await?;
+        let caller = match by_key {
+            Some(caller) => caller,
+            None => signed_caller(state, &headers, &bytes)?,
+        };
+        Ok(Self {
+            caller,
+            body: parse_json(&bytes)?,
         })
     }
+}
+
+fn signed_caller(state: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<Caller, ApiError> {
+    let unauthorized =
+        |message: String| ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message);
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let (Some(id), Some(timestamp), Some(signature)) = (
+        header("webhook-id"),
+        header("webhook-timestamp"),
+        header("webhook-signature"),
+    ) else {
+        return Err(unauthorized(SignatureError::MissingHeader.to_string()));
+    };
+    let now = chrono::Utc::now().timestamp();
+    let mut error = SignatureError::Mismatch;
+    for sender in &state.config.signed_senders {
+        match sender.secret.verify(id, timestamp, signature, body, now) {
+            Ok(()) => {
+                return Ok(Caller {
+                    principal: sender.name.clone(),
+                    role: Role::Reviewer,
+                    speaks_for: sender.speaks_for.clone(),
+                });
+            }
+            Err(e) => error = e,
+        }
+    }
+    Err(unauthorized(format!(
+        "the webhook signature was refused: {error}"
+    )))
+}
+
+async fn read_body(req: Request, state: &AppState) -> Result<Bytes, ApiError> {
+    Bytes::from_request(req, state).await.map_err(|rejection| {
+        let status = rejection.status();
+        let code = if status == StatusCode::PAYLOAD_TOO_LARGE {
+            "body_too_large"
+        } else {
+            "bad_request"
+        };
+        ApiError::new(status, code, rejection.body_text())
+    })
+}
+
+fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(bytes).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_json",
+            format!("invalid JSON body: {e}"),
+        )
+    })
 }

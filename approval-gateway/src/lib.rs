@@ -6,6 +6,7 @@ pub mod config;
 pub mod decide;
 pub mod error;
 pub mod extract;
+pub mod notify;
 pub mod routes;
 pub mod state;
 
@@ -28,10 +29,14 @@ pub async fn run(
     let catalog = Catalog::load_dir(&config.agents_dir)?;
     let store = Store::connect(&config.infra.redis_url, names.clone()).await?;
     let bus = Bus::connect(&config.infra.nats_url, names).await?;
-    let app = routes::router(AppState::new(store, bus, catalog, config));
+    let state = AppState::new(store, bus, catalog, config);
+    let notifier = tokio::spawn(notify::run(state.clone(), shutdown.clone()));
+    let app = routes::router(state);
     tracing::info!(addr = %listener.local_addr()?, "gateway listening");
     axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown.cancelled_owned())
+        .with_graceful_shutdown(shutdown.clone().cancelled_owned())
         .await?;
+    shutdown.cancel();
+    notifier.await??;
     Ok(())
 }

@@ -17,6 +17,8 @@ pub struct AppState {
     pub catalog: Catalog,
     pub config: Arc<Config>,
     pub people: Arc<Directory>,
+    /// For outbound calls (webhooks, Slack); follows no redirects.
+    pub http: reqwest::Client,
     /// API keys by the SHA-256 of the key, so lookups do not compare secrets byte by byte.
     keys: Arc<HashMap<String, ApiKey>>,
 }
@@ -33,6 +35,10 @@ impl AppState {
             bus,
             catalog,
             people: Arc::new(Directory::new(&config.people)),
+            http: reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .expect("an HTTP client with default TLS"),
             config: Arc::new(config),
             keys: Arc::new(keys),
         }

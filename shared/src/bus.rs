@@ -1,7 +1,8 @@
 //! NATS JetStream: the three streams, the workers' shared durable consumers, and publishing
 //! with `Nats-Msg-Id` so a retried publish is stored once.
 //!
-//! RUNS is a work queue (a job leaves it when a worker acks it). APPROVALS and RUN_EVENTS
+//! RUNS and DELIVERIES (one notification to one channel target each) are work queues: a
+//! message leaves when it is acked. APPROVALS and RUN_EVENTS
 //! keep messages for a while so several consumers (workers, the gateway's notifier, anyone
 //! watching) can read them. All are file-backed, so a NATS restart loses nothing acked.
 
@@ -72,6 +73,12 @@ impl Bus {
                 ..Default::default()
             },
             stream::Config {
+                name: n.deliveries_stream(),
+                subjects: vec![n.deliver_all()],
+                retention: stream::RetentionPolicy::WorkQueue,
+                ..Default::default()
+            },
+            stream::Config {
                 name: n.run_events_stream(),
                 subjects: vec![n.run_events_all()],
                 max_age: EVENTS_MAX_AGE,
@@ -97,7 +104,18 @@ impl Bus {
         msg_id: &str,
         event: Event,
     ) -> Result<(), BusError> {
-        let body = serde_json::to_vec(&Envelope::new(event)).map_err(js_err)?;
+        self.publish_json(subject, msg_id, &Envelope::new(event))
+            .await
+    }
+
+    /// Publishes any JSON payload, deduplicated by `msg_id` like [`Bus::publish`].
+    pub async fn publish_json(
+        &self,
+        subject: String,
+        msg_id: &str,
+        payload: &impl serde::Serialize,
+    ) -> Result<(), BusError> {
+        let body = serde_json::to_vec(payload).map_err(js_err)?;
         let publish = PublishMessage::build()
             .payload(body.into())
             .message_id(msg_id);

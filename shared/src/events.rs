@@ -57,6 +57,9 @@ pub enum Event {
         decided_by: String,
         /// Whether every pending call of the turn now has a decision.
         all_decided: bool,
+        /// The channels the call was sent to, which should show the outcome.
+        #[serde(default)]
+        channels: Vec<String>,
     },
     #[serde(rename = "run.completed")]
     RunCompleted { run_id: RunId, answer: String },

@@ -10,6 +10,7 @@ pub mod infra;
 pub mod names;
 pub mod run;
 pub mod shutdown;
+pub mod signing;
 pub mod store;
 pub mod telemetry;
 

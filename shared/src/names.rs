@@ -70,6 +70,15 @@ impl Names {
         self.subject("run.>")
     }
 
+    /// Work queue subject for one notification to one channel target
+    /// (`deliver.webhook.ops`); `target` must be a subject token.
+    pub fn deliver(&self, kind: &str, target: &str) -> String {
+        self.subject(&format!("deliver.{kind}.{target}"))
+    }
+    pub fn deliver_all(&self) -> String {
+        self.subject("deliver.>")
+    }
+
     pub fn runs_stream(&self) -> String {
         self.upper("RUNS")
     }
@@ -78,6 +87,17 @@ impl Names {
     }
     pub fn run_events_stream(&self) -> String {
         self.upper("RUN_EVENTS")
+    }
+    pub fn deliveries_stream(&self) -> String {
+        self.upper("DELIVERIES")
+    }
+    /// The durable consumer gateways share to turn approval events into deliveries.
+    pub fn notifier_consumer(&self) -> String {
+        self.upper("gateway-notifier")
+    }
+    /// The durable consumer gateways share to deliver notifications.
+    pub fn deliverer_consumer(&self) -> String {
+        self.upper("gateway-deliverer")
     }
     /// The durable consumer all workers share for `runs.start`.
     pub fn start_consumer(&self) -> String {

@@ -103,6 +103,17 @@ impl TestApp {
         policy: &str,
         brain: impl Fn(&Value) -> Value + Send + Sync + 'static,
     ) -> Self {
+        Self::spawn_configured(provider, workers, policy, |_| {}, brain).await
+    }
+
+    /// Like `spawn_with_policy`, with the gateway's config adjusted by `configure`.
+    pub async fn spawn_configured(
+        provider: &str,
+        workers: usize,
+        policy: &str,
+        configure: impl FnOnce(&mut approval_gateway::config::Config),
+        brain: impl Fn(&Value) -> Value + Send + Sync + 'static,
+    ) -> Self {
         let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into());
         let _ = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
@@ -154,6 +165,7 @@ impl TestApp {
                 email: Some(format!("{id}@example.com")),
             })
             .collect();
+        configure(&mut config);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let gateway_url = format!("http://{}", listener.local_addr().unwrap());
         let token = CancellationToken::new();

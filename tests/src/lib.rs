@@ -6,6 +6,7 @@ pub mod app;
 pub mod fake_model;
 pub mod images;
 pub mod infra;
+pub mod webhook_receiver;
 
 use std::time::Duration;
 

@@ -47,6 +47,7 @@ async fn two_workers_complete_fifty_concurrent_runs_with_each_refund_run_exactly
                 action: Action::Approve,
                 decided_by: "rita".into(),
                 all_decided: true,
+                channels: Vec::new(),
             };
             bus.publish(
                 bus.names.approval_decided(&run_id),

@@ -1,10 +1,11 @@
-//! `POST /v1/runs/{run_id}/decisions`: decisions from the API and from other systems. Every
+//! `POST /v1/runs/{run_id}/decisions`: decisions from the API and from other systems, by
+//! key or by Standard Webhooks signature (see [`Authenticated`]). Every
 //! decision of a request is checked before any is recorded (see [`crate::decide`]).
 
 use super::runs::load_run;
 use crate::decide::{self, Proposed, Recorded};
 use crate::error::ApiError;
-use crate::extract::{Caller, JsonBody, Permission};
+use crate::extract::{Authenticated, Permission};
 use crate::state::AppState;
 use axum::extract::{Path, State};
 use axum::routing::post;
@@ -31,9 +32,8 @@ const CHANNEL: &str = "api";
 #[tracing::instrument(skip_all, fields(run_id = %run_id))]
 async fn decide(
     State(state): State<AppState>,
-    caller: Caller,
     Path(run_id): Path<String>,
-    JsonBody(body): JsonBody<DecisionsBody>,
+    Authenticated { caller, body }: Authenticated<DecisionsBody>,
 ) -> Result<Json<Value>, ApiError> {
     caller.require(Permission::Decide)?;
     let principal = caller.deciding_as(body.decided_by.as_deref())?;

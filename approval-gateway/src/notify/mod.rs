@@ -1,0 +1,215 @@
+//! Notifications. Every approval event fans out to the channels that should hear of it: one
+//! delivery message per channel target on the DELIVERIES work queue. Each delivery is sent on
+//! its own and, when it fails, handed back to JetStream with a growing delay, so a slow or
+//! failing channel holds up no other and a gateway restart loses no retry. Every gateway
+//! runs both loops; the shared durable consumers split the work between them.
+
+mod webhook;
+
+use crate::state::AppState;
+use async_nats::jetstream::{AckKind, Message};
+use countersign_shared::bus::ConsumerSettings;
+use countersign_shared::events::{Envelope, Event};
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+/// One notification for one channel target.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Delivery {
+    /// `webhook:NAME`.
+    pub channel: String,
+    /// The same on every attempt, so the receiver can tell a retry from a new message.
+    pub id: String,
+    /// When the event was fanned out, RFC 3339.
+    pub timestamp: String,
+    pub event: Envelope,
+}
+
+/// Deliveries sent at once by one gateway.
+const CONCURRENT_DELIVERIES: usize = 32;
+
+/// Runs the fan-out and the delivery loops until `shutdown`.
+pub async fn run(state: AppState, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let names = state.bus.names.clone();
+    let settings = ConsumerSettings {
+        ack_wait: Duration::from_secs(30),
+        max_ack_pending: 10_000,
+    };
+    let events = state
+        .bus
+        .shared_consumer(
+            &names.approvals_stream(),
+            &names.notifier_consumer(),
+            names.approval_all(),
+            &settings,
+        )
+        .await?
+        .messages()
+        .await?;
+    let deliveries = state
+        .bus
+        .shared_consumer(
+            &names.deliveries_stream(),
+            &names.deliverer_consumer(),
+            names.deliver_all(),
+            &settings,
+        )
+        .await?
+        .messages()
+        .await?;
+    info!("notifier started");
+    let permits = Arc::new(Semaphore::new(CONCURRENT_DELIVERIES));
+    let mut incoming =
+        futures::stream::select(events.map(|m| (true, m)), deliveries.map(|m| (false, m)));
+    loop {
+        let next = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            next = incoming.next() => next,
+        };
+        match next {
+            None => break,
+            Some((_, Err(e))) => warn!(error = %e, "error pulling notifications"),
+            Some((true, Ok(msg))) => fan_out(&state, msg).await,
+            Some((false, Ok(msg))) => {
+                let permit = permits.clone().acquire_owned().await?;
+                let state = state.clone();
+                tokio::spawn(async move {
+                    deliver(&state, msg).await;
+                    drop(permit);
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The channels an event goes to: those its calls name, and webhooks that take everything.
+fn targets(state: &AppState, event: &Event) -> BTreeSet<String> {
+    let mut channels: BTreeSet<String> = match event {
+        Event::ApprovalRequested { calls, .. } => calls
+            .iter()
+            .flat_map(|c| c.reviewers.channels.iter().cloned())
+            .collect(),
+        Event::ApprovalDecided { channels, .. } => channels.iter().cloned().collect(),
+        _ => BTreeSet::new(),
+    };
+    for hook in state.config.webhooks.iter().filter(|h| h.all_events) {
+        channels.insert(format!("webhook:{}", hook.name));
+    }
+    channels
+}
+
+async fn fan_out(state: &AppState, msg: Message) {
+    let envelope: Envelope = match serde_json::from_slice(&msg.payload) {
+        Ok(envelope) => envelope,
+        Err(e) => {
+            warn!(error = %e, "unreadable approval event dropped");
+            let _ = msg.ack_with(AckKind::Term).await;
+            return;
+        }
+    };
+    // The event's own message id (or stream position) makes each delivery's id stable when
+    // this message is redelivered.
+    let event_id = msg
+        .headers
+        .as_ref()
+        .and_then(|h| h.get("Nats-Msg-Id"))
+        .map(|v| v.to_string())
+        .or_else(|| msg.info().ok().map(|i| i.stream_sequence.to_string()))
+        .unwrap_or_default();
+    let timestamp = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    for channel in targets(state, &envelope.event) {
+        let Some(("webhook", name)) = channel.split_once(':') else {
+            // Slack and email deliveries come with their channels.
+            continue;
+        };
+        let delivery = Delivery {
+            id: format!(
+                "msg_{}",
+                countersign_shared::digest::sha256_hex(format!("{event_id}|{channel}"))
+            ),
+            channel: channel.clone(),
+            timestamp: timestamp.clone(),
+            event: envelope.clone(),
+        };
+        let subject = state.bus.names.deliver("webhook", name);
+        if let Err(e) = state
+            .bus
+            .publish_json(subject, &delivery.id, &delivery)
+            .await
+        {
+            warn!(error = %e, "could not queue a delivery; the event will come again");
+            let _ = msg
+                .ack_with(AckKind::Nak(Some(Duration::from_secs(1))))
+                .await;
+            return;
+        }
+    }
+    let _ = msg.ack().await;
+}
+
+/// Why a delivery failed.
+pub enum DeliveryError {
+    /// Worth trying again later.
+    Retry(String),
+    /// Will never work (unknown target, endpoint gone).
+    GiveUp(String),
+}
+
+async fn deliver(state: &AppState, msg: Message) {
+    let attempt = msg.info().map(|i| i.delivered as u32).unwrap_or(1);
+    let delivery: Delivery = match serde_json::from_slice(&msg.payload) {
+        Ok(d) => d,
+        Err(e) => {
+            warn!(error = %e, "unreadable delivery dropped");
+            let _ = msg.ack_with(AckKind::Term).await;
+            return;
+        }
+    };
+    let result = match delivery.channel.split_once(':') {
+        Some(("webhook", name)) => webhook::send(state, name, &delivery).await,
+        _ => Err(DeliveryError::GiveUp(format!(
+            "no such channel kind in {}",
+            delivery.channel
+        ))),
+    };
+    let ack = match result {
+        Ok(()) => msg.ack().await,
+        Err(DeliveryError::Retry(why)) if attempt < state.config.delivery_max_attempts => {
+            let delay = retry_delay(state.config.delivery_retry_base_ms, attempt);
+            warn!(channel = %delivery.channel, attempt, ?delay, %why, "delivery failed; will retry");
+            msg.ack_with(AckKind::Nak(Some(delay))).await
+        }
+        Err(DeliveryError::Retry(why) | DeliveryError::GiveUp(why)) => {
+            warn!(channel = %delivery.channel, attempt, %why, "delivery given up");
+            msg.ack_with(AckKind::Term).await
+        }
+    };
+    if let Err(e) = ack {
+        warn!(error = %e, "could not ack a delivery; it may be sent again");
+    }
+}
+
+/// `base`, then twice that for each further attempt, at most an hour.
+fn retry_delay(base_ms: u64, attempt: u32) -> Duration {
+    let factor = 1u64 << attempt.saturating_sub(1).min(20);
+    Duration::from_millis(base_ms.saturating_mul(factor)).min(Duration::from_secs(3600))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retries_back_off_and_stop_growing_at_an_hour() {
+        assert_eq!(retry_delay(5000, 1), Duration::from_secs(5));
+        assert_eq!(retry_delay(5000, 3), Duration::from_secs(20));
+        assert_eq!(retry_delay(5000, 30), Duration::from_secs(3600));
+    }
+}

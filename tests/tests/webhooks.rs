@@ -1,0 +1,169 @@
+//! Webhooks: approval events go out signed per Standard Webhooks and are retried until they
+//! land, a dead endpoint holds up no other, and other systems may post decisions signed the
+//! same way, for the people they may speak for.
+
+use approval_gateway::config::{SignedSender, WebhookEndpoint};
+use countersign_shared::signing::WebhookSecret;
+use countersign_tests::app::{PATIENCE, TestApp};
+use countersign_tests::fake_model::refund_brain;
+use countersign_tests::wait_for;
+use countersign_tests::webhook_receiver::WebhookReceiver;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+const SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
+const OTHER_SECRET: &str = "whsec_YWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWE=";
+
+fn endpoint(name: &str, url: &str, all_events: bool) -> WebhookEndpoint {
+    WebhookEndpoint {
+        name: name.into(),
+        url: url.into(),
+        secret: WebhookSecret::parse(SECRET).unwrap(),
+        all_events,
+    }
+}
+
+#[tokio::test]
+async fn approval_events_are_signed_retried_and_not_held_up_by_a_dead_endpoint() {
+    let ops = WebhookReceiver::start(1).await;
+    let firehose = WebhookReceiver::start(0).await;
+    let (ops_url, firehose_url) = (ops.url.clone(), firehose.url.clone());
+    let policy = "channels = [\"webhook:ops\", \"webhook:dead\"]\n";
+    let app = TestApp::spawn_configured(
+        "anthropic",
+        1,
+        policy,
+        move |config| {
+            config.webhooks = vec![
+                endpoint("ops", &ops_url, false),
+                endpoint("dead", "http://127.0.0.1:9/hook", false),
+                endpoint("firehose", &firehose_url, true),
+            ];
+            config.delivery_retry_base_ms = 50;
+        },
+        refund_brain,
+    )
+    .await;
+    let run_id = app.start_run("Refund A-1001.").await;
+    let paused = app.wait_status(&run_id, "awaiting_approval").await;
+
+    // The first attempt at ops fails; the retry carries the same webhook-id.
+    let attempts = wait_for("two attempts at the ops webhook", PATIENCE, || async {
+        let r = ops.of_type("approval.requested");
+        (r.len() >= 2).then_some(r)
+    })
+    .await;
+    assert_eq!(attempts[0].id, attempts[1].id);
+    let secret = WebhookSecret::parse(SECRET).unwrap();
+    let now = chrono::Utc::now().timestamp();
+    for attempt in &attempts {
+        secret
+            .verify(
+                &attempt.id,
+                &attempt.timestamp,
+                &attempt.signature,
+                &attempt.body,
+                now,
+            )
+            .expect("a valid Standard Webhooks signature");
+    }
+    let body = attempts[1].json();
+    assert_eq!(body["data"]["run_id"], run_id.as_str());
+    assert_eq!(
+        body["data"]["calls"][0]["summary"],
+        "Refund $129 for order A-1001"
+    );
+    assert!(body["timestamp"].as_str().unwrap().ends_with('Z'));
+
+    let (status, _) = app
+        .approve(&run_id, "toolu_2", &paused["pending"][0]["digest"])
+        .await;
+    assert_eq!(status, 200);
+    let decided = wait_for("approval.decided at ops", PATIENCE, || async {
+        ops.of_type("approval.decided").pop()
+    })
+    .await;
+    assert_eq!(decided.json()["data"]["decided_by"], "rita");
+    assert_eq!(decided.json()["data"]["action"], "approve");
+    wait_for("both events at the firehose", PATIENCE, || async {
+        let types: Vec<Value> = firehose
+            .received()
+            .iter()
+            .map(|r| r.json()["type"].clone())
+            .collect();
+        (types.contains(&json!("approval.requested")) && types.contains(&json!("approval.decided")))
+            .then_some(())
+    })
+    .await;
+    app.wait_status(&run_id, "completed").await;
+}
+
+async fn signed_decision(
+    app: &TestApp,
+    run_id: &str,
+    secret: &str,
+    timestamp: i64,
+    body: &Value,
+) -> (StatusCode, Value) {
+    let raw = body.to_string();
+    let id = format!("msg_{}", uuid::Uuid::new_v4().simple());
+    let signature = WebhookSecret::parse(secret)
+        .unwrap()
+        .sign(&id, timestamp, raw.as_bytes());
+    let response = app
+        .http
+        .post(format!("{}/v1/runs/{run_id}/decisions", app.gateway_url))
+        .header("content-type", "application/json")
+        .header("webhook-id", id)
+        .header("webhook-timestamp", timestamp.to_string())
+        .header("webhook-signature", signature)
+        .body(raw)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status();
+    (status, response.json().await.unwrap())
+}
+
+#[tokio::test]
+async fn a_signed_decision_counts_only_from_a_known_sender_for_people_it_may_speak_for() {
+    let app = TestApp::spawn_configured(
+        "anthropic",
+        1,
+        "approvers = [\"role:finance\"]\n",
+        |config| {
+            config.signed_senders = vec![SignedSender {
+                name: "ops-desk".into(),
+                secret: WebhookSecret::parse(SECRET).unwrap(),
+                speaks_for: vec!["alice".into()],
+            }];
+        },
+        refund_brain,
+    )
+    .await;
+    let run_id = app.start_run("Refund A-1001.").await;
+    let paused = app.wait_status(&run_id, "awaiting_approval").await;
+    let digest = &paused["pending"][0]["digest"];
+    let decision = |person: &str| json!({"decided_by": person, "decisions": [{"call_id": "toolu_2", "digest": digest, "action": "approve"}]});
+    let now = chrono::Utc::now().timestamp();
+
+    let (status, body) =
+        signed_decision(&app, &run_id, OTHER_SECRET, now, &decision("alice")).await;
+    assert_eq!(status, 401, "a forged signature: {body}");
+    let (status, body) =
+        signed_decision(&app, &run_id, SECRET, now - 600, &decision("alice")).await;
+    assert_eq!(status, 401, "a stale timestamp: {body}");
+    let (status, body) = signed_decision(&app, &run_id, SECRET, now, &decision("bob")).await;
+    assert_eq!(
+        status, 403,
+        "bob is not someone ops-desk speaks for: {body}"
+    );
+    let (_, run) = app.get(&format!("/v1/runs/{run_id}")).await;
+    assert!(run["pending"][0]["decision"].is_null());
+
+    let (status, body) = signed_decision(&app, &run_id, SECRET, now, &decision("alice")).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["decided_by"], "alice");
+    app.wait_status(&run_id, "completed").await;
+    assert_eq!(app.tools.refunds().len(), 1);
+}
