@@ -17,7 +17,7 @@ use countersign_shared::agent::ToolDef;
 use countersign_shared::audit::{AuditEntry, AuditKind};
 use countersign_shared::bus::{Bus, BusError};
 use countersign_shared::digest::call_digest;
-use countersign_shared::events::Event;
+use countersign_shared::events::{Event, Evidence};
 use countersign_shared::now_ms;
 use countersign_shared::run::{
     Action, Block, CallResult, Message, Outcome, PendingCall, Role, Run, RunId, RunStatus, TurnCall,
@@ -497,6 +497,20 @@ impl Engine {
             turn: run.turns,
             text: run.held_turn_text(),
             calls: run.pending().cloned().collect(),
+            evidence: run
+                .held
+                .iter()
+                .filter_map(|c| {
+                    let result = c.result.as_ref()?;
+                    Some(Evidence {
+                        call_id: c.call_id.clone(),
+                        tool: c.tool.clone(),
+                        input: c.input.clone(),
+                        content: result.content.clone(),
+                        is_error: result.is_error,
+                    })
+                })
+                .collect(),
             requested_by: run.requested_by.clone(),
         };
         let msg_id = format!("requested:{}:{}", run.run_id, run.turns);

@@ -24,6 +24,8 @@ pub struct Config {
     /// The people who may review, each configured once: a principal id, roles, and how to
     /// reach them in Slack and by email.
     pub people: Vec<Person>,
+    /// Slack, for `slack:#channel` channels. Absent: Slack is off.
+    pub slack: Option<SlackConfig>,
     /// Endpoints approval events are POSTed to, signed per Standard Webhooks.
     pub webhooks: Vec<WebhookEndpoint>,
     /// Systems that may post decisions signed per Standard Webhooks instead of with a key.
@@ -47,6 +49,7 @@ impl Default for Config {
             agents_dir: "agents".into(),
             api_keys: Vec::new(),
             people: Vec::new(),
+            slack: None,
             webhooks: Vec::new(),
             signed_senders: Vec::new(),
             delivery_max_attempts: 10,
@@ -82,6 +85,30 @@ pub struct ApiKey {
     /// integration deciding for the people it authenticated); `*` means anyone. Default none.
     #[serde(default)]
     pub speaks_for: Vec<String>,
+}
+
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SlackConfig {
+    /// The Web API's base URL. Default `https://slack.com/api`.
+    #[serde(default = "slack_api")]
+    pub api_base_url: String,
+    /// The bot token (`xoxb-…`), with the `chat:write` scope. Never logged.
+    pub bot_token: String,
+    /// The app's signing secret, for `POST /slack/interactions`. Never logged.
+    pub signing_secret: String,
+}
+
+fn slack_api() -> String {
+    "https://slack.com/api".into()
+}
+
+impl fmt::Debug for SlackConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SlackConfig")
+            .field("api_base_url", &self.api_base_url)
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Clone, Debug, Deserialize)]

@@ -170,6 +170,19 @@ fn check_edit(
     Ok(())
 }
 
+/// Checks and records one decision on a run, as a channel other than the API makes it.
+pub async fn decide_one(
+    state: &AppState,
+    run_id: &str,
+    proposed: Proposed,
+    principal: &str,
+    channel: &str,
+) -> Result<Recorded, ApiError> {
+    let run = crate::routes::load_run(state, run_id).await?;
+    let checked = check(state, &run, proposed, principal, channel).await?;
+    record(state, &run, checked).await
+}
+
 /// Records a checked decision, audits it, and announces it.
 pub async fn record(state: &AppState, run: &Run, checked: Checked) -> Result<Recorded, ApiError> {
     let Checked {

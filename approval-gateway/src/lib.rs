@@ -8,6 +8,7 @@ pub mod error;
 pub mod extract;
 pub mod notify;
 pub mod routes;
+pub mod slack;
 pub mod state;
 
 use config::Config;

@@ -23,6 +23,16 @@ impl Envelope {
     }
 }
 
+/// One tool result the agent had seen when it asked for approval.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Evidence {
+    pub call_id: String,
+    pub tool: String,
+    pub input: Value,
+    pub content: String,
+    pub is_error: bool,
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type")]
 pub enum Event {
@@ -46,6 +56,9 @@ pub enum Event {
         /// The model's own words in the turn that asked for the calls.
         text: String,
         calls: Vec<PendingCall>,
+        /// The results of the turn's calls that needed nobody: what the agent had seen.
+        #[serde(default)]
+        evidence: Vec<Evidence>,
         #[serde(default)]
         requested_by: Option<String>,
     },

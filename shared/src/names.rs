@@ -132,6 +132,11 @@ impl Names {
     pub fn votes_key(&self, run: &RunId) -> String {
         self.key(&format!("votes:{{{run}}}"))
     }
+    /// Hash: `call_id|channel` -> where the channel's message about the call is (for Slack,
+    /// `channel_id|ts`), so it can be updated once the call is decided.
+    pub fn refs_key(&self, run: &RunId) -> String {
+        self.key(&format!("refs:{{{run}}}"))
+    }
     /// List: the run's hash-chained audit trail. It has no TTL: it outlives the run.
     pub fn audit_key(&self, run: &RunId) -> String {
         self.key(&format!("audit:{{{run}}}"))

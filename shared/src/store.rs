@@ -11,6 +11,7 @@
 //! - `decisions:{id}` hash: call id -> the recorded [`Decision`];
 //! - `exec:{id}` hash: call id -> `started`, or the [`CallResult`] once it finished;
 //! - `votes:{id}` hash: the approvals collected so far for calls that need several;
+//! - `refs:{id}` hash: where each channel's message about a call is, to update it later;
 //! - `audit:{id}` list: the run's hash-chained audit trail (see [`crate::audit`]).
 //!
 //! Finished runs get a retention TTL on all keys but the audit trail, which outlives them. The `awaiting` sorted set indexes
@@ -240,6 +241,7 @@ impl Store {
             .key(self.names.decisions_key(id))
             .key(self.names.exec_key(id))
             .key(self.names.votes_key(id))
+            .key(self.names.refs_key(id))
             .arg(owner)
             .arg(now_ms())
             .arg(lease.as_millis() as i64)
@@ -347,6 +349,36 @@ impl Store {
         Err(StoreError::Corrupt(format!(
             "audit chain {key} kept moving"
         )))
+    }
+
+    /// Remembers where a channel's message about a call is.
+    pub async fn set_channel_ref(
+        &self,
+        id: &RunId,
+        call_id: &str,
+        channel: &str,
+        reference: &str,
+    ) -> Result<(), StoreError> {
+        let _: i64 = redis::cmd("HSET")
+            .arg(self.names.refs_key(id))
+            .arg(format!("{call_id}|{channel}"))
+            .arg(reference)
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(())
+    }
+
+    pub async fn channel_ref(
+        &self,
+        id: &RunId,
+        call_id: &str,
+        channel: &str,
+    ) -> Result<Option<String>, StoreError> {
+        Ok(redis::cmd("HGET")
+            .arg(self.names.refs_key(id))
+            .arg(format!("{call_id}|{channel}"))
+            .query_async(&mut self.conn.clone())
+            .await?)
     }
 
     /// The stored elements of a run's audit trail, oldest first.

@@ -4,6 +4,7 @@
 
 pub mod app;
 pub mod fake_model;
+pub mod fake_slack;
 pub mod images;
 pub mod infra;
 pub mod webhook_receiver;

@@ -8,6 +8,7 @@ mod webhook;
 
 use crate::state::AppState;
 use async_nats::jetstream::{AckKind, Message};
+use countersign_shared::audit::{AuditEntry, AuditKind};
 use countersign_shared::bus::ConsumerSettings;
 use countersign_shared::events::{Envelope, Event};
 use futures::StreamExt;
@@ -22,8 +23,11 @@ use tracing::{info, warn};
 /// One notification for one channel target.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Delivery {
-    /// `webhook:NAME`.
+    /// `webhook:NAME` or `slack:#channel`.
     pub channel: String,
+    /// For channels that show each call on its own (Slack): which call.
+    #[serde(default)]
+    pub call_id: Option<String>,
     /// The same on every attempt, so the receiver can tell a retry from a new message.
     pub id: String,
     /// When the event was fanned out, RFC 3339.
@@ -125,33 +129,56 @@ async fn fan_out(state: &AppState, msg: Message) {
         .unwrap_or_default();
     let timestamp = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
     for channel in targets(state, &envelope.event) {
-        let Some(("webhook", name)) = channel.split_once(':') else {
-            // Slack and email deliveries come with their channels.
-            continue;
-        };
-        let delivery = Delivery {
-            id: format!(
-                "msg_{}",
-                countersign_shared::digest::sha256_hex(format!("{event_id}|{channel}"))
-            ),
-            channel: channel.clone(),
-            timestamp: timestamp.clone(),
-            event: envelope.clone(),
-        };
-        let subject = state.bus.names.deliver("webhook", name);
-        if let Err(e) = state
-            .bus
-            .publish_json(subject, &delivery.id, &delivery)
-            .await
-        {
-            warn!(error = %e, "could not queue a delivery; the event will come again");
-            let _ = msg
-                .ack_with(AckKind::Nak(Some(Duration::from_secs(1))))
-                .await;
-            return;
+        for call_id in calls_shown_apart(&channel, &envelope.event) {
+            let delivery = Delivery {
+                id: format!(
+                    "msg_{}",
+                    countersign_shared::digest::sha256_hex(format!(
+                        "{event_id}|{channel}|{call_id:?}"
+                    ))
+                ),
+                channel: channel.clone(),
+                call_id,
+                timestamp: timestamp.clone(),
+                event: envelope.clone(),
+            };
+            let kind = channel.split_once(':').map_or("", |(kind, _)| kind);
+            // Channel names are not subject tokens; their hash is.
+            let subject = state.bus.names.deliver(
+                kind,
+                &countersign_shared::digest::sha256_hex(&channel)[..16],
+            );
+            if let Err(e) = state
+                .bus
+                .publish_json(subject, &delivery.id, &delivery)
+                .await
+            {
+                warn!(error = %e, "could not queue a delivery; the event will come again");
+                let _ = msg
+                    .ack_with(AckKind::Nak(Some(Duration::from_secs(1))))
+                    .await;
+                return;
+            }
         }
     }
     let _ = msg.ack().await;
+}
+
+/// The deliveries one channel gets for an event: Slack shows each call as its own message
+/// (`Some(call)` each), webhooks get the event whole (`None`).
+fn calls_shown_apart(channel: &str, event: &Event) -> Vec<Option<String>> {
+    if !channel.starts_with("slack:") {
+        return vec![None];
+    }
+    match event {
+        Event::ApprovalRequested { calls, .. } => calls
+            .iter()
+            .filter(|c| c.reviewers.channels.iter().any(|ch| ch == channel))
+            .map(|c| Some(c.call_id.clone()))
+            .collect(),
+        Event::ApprovalDecided { call_id, .. } => vec![Some(call_id.clone())],
+        _ => Vec::new(),
+    }
 }
 
 /// Why a delivery failed.
@@ -174,11 +201,15 @@ async fn deliver(state: &AppState, msg: Message) {
     };
     let result = match delivery.channel.split_once(':') {
         Some(("webhook", name)) => webhook::send(state, name, &delivery).await,
+        Some(("slack", name)) => crate::slack::deliver(state, name, &delivery).await,
         _ => Err(DeliveryError::GiveUp(format!(
             "no such channel kind in {}",
             delivery.channel
         ))),
     };
+    if result.is_ok() {
+        audit_notified(state, &delivery).await;
+    }
     let ack = match result {
         Ok(()) => msg.ack().await,
         Err(DeliveryError::Retry(why)) if attempt < state.config.delivery_max_attempts => {
@@ -193,6 +224,26 @@ async fn deliver(state: &AppState, msg: Message) {
     };
     if let Err(e) = ack {
         warn!(error = %e, "could not ack a delivery; it may be sent again");
+    }
+}
+
+/// Records that a channel was told of a request, per call it showed.
+async fn audit_notified(state: &AppState, delivery: &Delivery) {
+    let Event::ApprovalRequested { run_id, calls, .. } = &delivery.event.event else {
+        return;
+    };
+    let shown = calls
+        .iter()
+        .filter(|c| delivery.call_id.as_ref().is_none_or(|id| *id == c.call_id));
+    for call in shown {
+        let mut entry = AuditEntry::new(run_id, AuditKind::Notified);
+        entry.call_id = Some(call.call_id.clone());
+        entry.channel = Some(delivery.channel.clone());
+        entry.digest = Some(call.digest.clone());
+        entry.detail = serde_json::json!({"delivery_id": delivery.id});
+        if let Err(e) = state.store.audit(&entry).await {
+            warn!(error = %e, "could not audit a notification");
+        }
     }
 }
 

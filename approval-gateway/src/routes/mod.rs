@@ -5,12 +5,14 @@ mod audit;
 mod decisions;
 mod health;
 mod runs;
+mod slack;
 mod view;
 
 use crate::state::AppState;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
+pub use runs::load_run;
 pub use view::rfc3339;
 
 pub fn router(state: AppState) -> Router {
@@ -21,6 +23,7 @@ pub fn router(state: AppState) -> Router {
         .merge(audit::router())
         .merge(approvals::router())
         .merge(health::router())
+        .merge(slack::router())
         .fallback(|| async { crate::error::ApiError::not_found("no such route") })
         .layer(DefaultBodyLimit::max(limit))
         .with_state(state)

@@ -1,5 +1,5 @@
 -- Writes the run document and its new status, if the caller still holds the lease.
--- KEYS: run, calls, decisions, exec, votes.
+-- KEYS: run, calls, decisions, exec, votes, refs.
 -- ARGV: owner, now_ms, lease_ms, status, doc, ttl_secs, turn, pending_count,
 --       then call_id, "turn:digest" pairs of the calls a pause holds for a person.
 local h = redis.call('HMGET', KEYS[1], 'status', 'lease_owner')

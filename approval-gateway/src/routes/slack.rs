@@ -1,0 +1,203 @@
+//! `POST /slack/interactions`: button clicks and modal submissions from Slack. The signature
+//! is checked before anything in the body is read. Approve decides at once; Reject and Edit
+//! open a modal (within the trigger's three seconds) whose submission decides, with errors
+//! shown in the modal. A Slack user who is not a configured person is told so, privately.
+
+use crate::decide::{self, Proposed};
+use crate::error::ApiError;
+use crate::slack::blocks::{self, Target};
+use crate::slack::{api, signature};
+use crate::state::AppState;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use countersign_shared::run::Action;
+use serde_json::{Value, json};
+use std::collections::HashMap;
+
+pub fn router() -> Router<AppState> {
+    Router::new().route("/slack/interactions", post(interaction))
+}
+
+/// The channel Slack decisions are recorded as coming from.
+const CHANNEL: &str = "slack";
+const NOT_AN_APPROVER: &str =
+    "You are not an approver in countersign, so you cannot decide this request.";
+
+async fn interaction(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let Some(slack) = &state.config.slack else {
+        return Err(ApiError::not_found("Slack is not configured"));
+    };
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    signature::verify(
+        &slack.signing_secret,
+        header("x-slack-request-timestamp"),
+        header("x-slack-signature"),
+        &body,
+        chrono::Utc::now().timestamp(),
+    )
+    .map_err(|e| ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", e.to_string()))?;
+    let form: HashMap<String, String> = serde_urlencoded::from_bytes(&body)
+        .map_err(|e| ApiError::bad_request(format!("not a form body: {e}")))?;
+    let payload: Value = form
+        .get("payload")
+        .and_then(|p| serde_json::from_str(p).ok())
+        .ok_or_else(|| ApiError::bad_request("the form has no JSON payload"))?;
+    let user = payload["user"]["id"].as_str().unwrap_or_default();
+    let principal = state.people.by_slack_user(user).map(|p| p.id.clone());
+    match payload["type"].as_str() {
+        Some("block_actions") => block_action(&state, &payload, principal).await,
+        Some("view_submission") => Ok(view_submission(&state, &payload, principal).await),
+        _ => Ok(StatusCode::OK.into_response()),
+    }
+}
+
+async fn block_action(
+    state: &AppState,
+    payload: &Value,
+    principal: Option<String>,
+) -> Result<Response, ApiError> {
+    let action = &payload["actions"][0];
+    let target: Target = action["value"]
+        .as_str()
+        .and_then(|v| serde_json::from_str(v).ok())
+        .ok_or_else(|| ApiError::bad_request("the button carries no request"))?;
+    let Some(principal) = principal else {
+        ephemeral(state, payload, NOT_AN_APPROVER).await;
+        return Ok(StatusCode::OK.into_response());
+    };
+    let trigger = payload["trigger_id"].as_str().unwrap_or_default();
+    let slack = state.config.slack.as_ref().expect("checked by the caller");
+    match action["action_id"].as_str() {
+        Some("approve") => {
+            let proposed = proposal(&target, Action::Approve, None, None, None);
+            if let Err(e) =
+                decide::decide_one(state, &target.run_id, proposed, &principal, CHANNEL).await
+            {
+                ephemeral(state, payload, &e.message).await;
+            }
+        }
+        Some("reject") => {
+            let view = blocks::reject_modal(trigger, &target);
+            api::call(&state.http, slack, "views.open", &view)
+                .await
+                .map_err(ApiError::unavailable)?;
+        }
+        Some("edit") => {
+            let run = crate::routes::load_run(state, &target.run_id).await?;
+            let input = run
+                .pending()
+                .find(|p| p.call_id == target.call_id)
+                .map(|p| p.input.clone())
+                .unwrap_or(Value::Null);
+            let view = blocks::edit_modal(trigger, &target, &input);
+            api::call(&state.http, slack, "views.open", &view)
+                .await
+                .map_err(ApiError::unavailable)?;
+        }
+        _ => {}
+    }
+    Ok(StatusCode::OK.into_response())
+}
+
+/// A modal was submitted: decide, or answer with errors shown under the modal's inputs.
+async fn view_submission(state: &AppState, payload: &Value, principal: Option<String>) -> Response {
+    let view = &payload["view"];
+    let callback = view["callback_id"].as_str().unwrap_or_default();
+    let first_block = if callback == blocks::EDIT {
+        blocks::INPUT
+    } else {
+        blocks::REASON
+    };
+    let errors = |block: &str, message: &str| {
+        Json(json!({"response_action": "errors", "errors": {block: message}})).into_response()
+    };
+    let Some(principal) = principal else {
+        return errors(first_block, NOT_AN_APPROVER);
+    };
+    let Some(target) = view["private_metadata"]
+        .as_str()
+        .and_then(|m| serde_json::from_str::<Target>(m).ok())
+    else {
+        return errors(
+            first_block,
+            "this form lost track of its request; open it again",
+        );
+    };
+    let value = |block: &str| {
+        view["state"]["values"][block][block]["value"]
+            .as_str()
+            .map(str::to_string)
+    };
+    let proposed = match callback {
+        blocks::REJECT => proposal(&target, Action::Reject, None, None, value(blocks::REASON)),
+        blocks::EDIT => {
+            let text = value(blocks::INPUT).unwrap_or_default();
+            let input: Value = match serde_json::from_str(&text) {
+                Ok(input) => input,
+                Err(e) => return errors(blocks::INPUT, &format!("This is not valid JSON: {e}")),
+            };
+            proposal(
+                &target,
+                Action::Edit,
+                Some(input),
+                value(blocks::NOTE),
+                None,
+            )
+        }
+        _ => return StatusCode::OK.into_response(),
+    };
+    if callback == blocks::EDIT && value(blocks::NOTE).is_none_or(|n| n.trim().is_empty()) {
+        return errors(blocks::NOTE, "Say why you changed it; the agent is told.");
+    }
+    match decide::decide_one(state, &target.run_id, proposed, &principal, CHANNEL).await {
+        Ok(_) => StatusCode::OK.into_response(),
+        Err(e) => {
+            let mut message = e.message.clone();
+            if let Some(list) = e.details.as_ref().and_then(|d| d["errors"].as_array()) {
+                let details: Vec<&str> = list.iter().filter_map(Value::as_str).collect();
+                message = format!("{message}: {}", details.join("; "));
+            }
+            errors(first_block, &message)
+        }
+    }
+}
+
+fn proposal(
+    target: &Target,
+    action: Action,
+    input: Option<Value>,
+    note: Option<String>,
+    reason: Option<String>,
+) -> Proposed {
+    Proposed {
+        call_id: target.call_id.clone(),
+        digest: Some(target.digest.clone()),
+        action,
+        input,
+        note,
+        reason,
+    }
+}
+
+/// Tells only the clicking user something, in the channel of the message.
+async fn ephemeral(state: &AppState, payload: &Value, text: &str) {
+    let Some(slack) = &state.config.slack else {
+        return;
+    };
+    let channel = payload["container"]["channel_id"]
+        .as_str()
+        .or_else(|| payload["channel"]["id"].as_str())
+        .unwrap_or_default();
+    let body = json!({"channel": channel, "user": payload["user"]["id"], "text": text});
+    if let Err(e) = api::call(&state.http, slack, "chat.postEphemeral", &body).await {
+        tracing::warn!(error = %e, "could not answer a Slack user");
+    }
+}

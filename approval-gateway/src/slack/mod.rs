@@ -1,0 +1,122 @@
+//! Slack: approval requests are posted to channels (`slack:#channel`) with Approve, Reject
+//! and Edit buttons; clicks and modal submissions come back to `POST /slack/interactions`
+//! (see `routes::slack`), and every decision, from any channel, updates the message.
+
+pub mod api;
+pub mod blocks;
+pub mod signature;
+
+use crate::notify::{Delivery, DeliveryError};
+use crate::state::AppState;
+use api::SlackError;
+use blocks::{Request, Target};
+use countersign_shared::events::Event;
+use countersign_shared::run::Action;
+use serde_json::json;
+
+impl From<SlackError> for DeliveryError {
+    fn from(e: SlackError) -> Self {
+        match e {
+            SlackError::Unavailable(why) => DeliveryError::Retry(why),
+            SlackError::Refused { .. } => DeliveryError::GiveUp(e.to_string()),
+        }
+    }
+}
+
+/// Posts a request, or updates its message once decided.
+pub async fn deliver(
+    state: &AppState,
+    name: &str,
+    delivery: &Delivery,
+) -> Result<(), DeliveryError> {
+    let Some(slack) = &state.config.slack else {
+        return Err(DeliveryError::GiveUp("no [slack] is configured".into()));
+    };
+    let store_err = |e: countersign_shared::store::StoreError| DeliveryError::Retry(e.to_string());
+    let call_id = delivery.call_id.as_deref().unwrap_or_default();
+    match &delivery.event.event {
+        Event::ApprovalRequested {
+            run_id,
+            agent,
+            text,
+            calls,
+            evidence,
+            requested_by,
+            ..
+        } => {
+            let Some(call) = calls.iter().find(|c| c.call_id == call_id) else {
+                return Err(DeliveryError::GiveUp(format!(
+                    "no call {call_id} in the request"
+                )));
+            };
+            // Posted before, and the ack was lost: post nothing twice.
+            if state
+                .store
+                .channel_ref(run_id, call_id, &delivery.channel)
+                .await
+                .map_err(store_err)?
+                .is_some()
+            {
+                return Ok(());
+            }
+            let target = Target {
+                run_id: run_id.to_string(),
+                call_id: call.call_id.clone(),
+                digest: call.digest.clone(),
+            };
+            let message = blocks::request_message(&Request {
+                channel: name,
+                agent,
+                requested_by: requested_by.as_deref(),
+                text,
+                call,
+                evidence,
+                target: &target,
+            });
+            let answer = api::call(&state.http, slack, "chat.postMessage", &message).await?;
+            let reference = json!({
+                "channel": answer["channel"], "ts": answer["ts"], "summary": call.summary,
+            });
+            state
+                .store
+                .set_channel_ref(run_id, call_id, &delivery.channel, &reference.to_string())
+                .await
+                .map_err(store_err)?;
+            Ok(())
+        }
+        Event::ApprovalDecided {
+            run_id,
+            call_id,
+            action,
+            decided_by,
+            ..
+        } => {
+            let Some(reference) = state
+                .store
+                .channel_ref(run_id, call_id, &delivery.channel)
+                .await
+                .map_err(store_err)?
+            else {
+                return Err(DeliveryError::Retry("the request is not posted yet".into()));
+            };
+            let reference: serde_json::Value = serde_json::from_str(&reference)
+                .map_err(|e| DeliveryError::GiveUp(e.to_string()))?;
+            let verb = match action {
+                Action::Approve => "Approved",
+                Action::Edit => "Approved with edits",
+                Action::Reject => "Rejected",
+            };
+            let when = chrono::Utc::now().format("%Y-%m-%d %H:%M UTC");
+            let outcome = format!("{verb} by {decided_by} at {when}.");
+            let message = blocks::decided_message(
+                reference["channel"].as_str().unwrap_or_default(),
+                reference["ts"].as_str().unwrap_or_default(),
+                reference["summary"].as_str().unwrap_or_default(),
+                &outcome,
+            );
+            api::call(&state.http, slack, "chat.update", &message).await?;
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
