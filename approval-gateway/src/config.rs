@@ -26,6 +26,9 @@ pub struct Config {
     pub people: Vec<Person>,
     /// Slack, for `slack:#channel` channels. Absent: Slack is off.
     pub slack: Option<SlackConfig>,
+    /// Email approvals, for `email:ADDRESS` and `email:approvers` channels. Absent: email
+    /// is off.
+    pub email: Option<EmailConfig>,
     /// Endpoints approval events are POSTed to, signed per Standard Webhooks.
     pub webhooks: Vec<WebhookEndpoint>,
     /// Systems that may post decisions signed per Standard Webhooks instead of with a key.
@@ -50,6 +53,7 @@ impl Default for Config {
             api_keys: Vec::new(),
             people: Vec::new(),
             slack: None,
+            email: None,
             webhooks: Vec::new(),
             signed_senders: Vec::new(),
             delivery_max_attempts: 10,
@@ -107,6 +111,59 @@ impl fmt::Debug for SlackConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SlackConfig")
             .field("api_base_url", &self.api_base_url)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EmailConfig {
+    pub smtp_host: String,
+    /// Default 587.
+    #[serde(default = "smtp_port")]
+    pub smtp_port: u16,
+    /// `starttls` (default), `tls` (implicit, usually port 465) or `none` (a local relay).
+    #[serde(default)]
+    pub smtp_tls: SmtpTls,
+    #[serde(default)]
+    pub smtp_username: Option<String>,
+    /// Never logged.
+    #[serde(default)]
+    pub smtp_password: Option<String>,
+    /// The sender, e.g. `Countersign <approvals@example.com>`.
+    pub from: String,
+    /// Where reviewers reach this gateway, for the links: e.g. `https://approvals.example.com`.
+    pub public_base_url: String,
+    /// Seconds an email link works. Default 604800 (7 days).
+    #[serde(default = "link_ttl")]
+    pub link_ttl_secs: u64,
+}
+
+fn smtp_port() -> u16 {
+    587
+}
+
+fn link_ttl() -> u64 {
+    7 * 24 * 3600
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SmtpTls {
+    #[default]
+    Starttls,
+    Tls,
+    None,
+}
+
+impl fmt::Debug for EmailConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EmailConfig")
+            .field("smtp_host", &self.smtp_host)
+            .field("smtp_port", &self.smtp_port)
+            .field("smtp_tls", &self.smtp_tls)
+            .field("from", &self.from)
+            .field("public_base_url", &self.public_base_url)
             .finish_non_exhaustive()
     }
 }

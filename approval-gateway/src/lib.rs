@@ -4,6 +4,7 @@
 pub mod approvers;
 pub mod config;
 pub mod decide;
+pub mod email;
 pub mod error;
 pub mod extract;
 pub mod notify;
@@ -30,7 +31,7 @@ pub async fn run(
     let catalog = Catalog::load_dir(&config.agents_dir)?;
     let store = Store::connect(&config.infra.redis_url, names.clone()).await?;
     let bus = Bus::connect(&config.infra.nats_url, names).await?;
-    let state = AppState::new(store, bus, catalog, config);
+    let state = AppState::new(store, bus, catalog, config)?;
     let notifier = tokio::spawn(notify::run(state.clone(), shutdown.clone()));
     let app = routes::router(state);
     tracing::info!(addr = %listener.local_addr()?, "gateway listening");

@@ -17,6 +17,8 @@ pub struct AppState {
     pub catalog: Catalog,
     pub config: Arc<Config>,
     pub people: Arc<Directory>,
+    /// The SMTP transport, when email is configured.
+    pub mailer: Option<crate::email::Mailer>,
     /// For outbound calls (webhooks, Slack); follows no redirects.
     pub http: reqwest::Client,
     /// API keys by the SHA-256 of the key, so lookups do not compare secrets byte by byte.
@@ -24,13 +26,18 @@ pub struct AppState {
 }
 
 impl AppState {
-    pub fn new(store: Store, bus: Bus, catalog: Catalog, config: Config) -> Self {
+    pub fn new(store: Store, bus: Bus, catalog: Catalog, config: Config) -> anyhow::Result<Self> {
         let keys = config
             .api_keys
             .iter()
             .map(|k| (sha256_hex(&k.key), k.clone()))
             .collect();
-        Self {
+        Ok(Self {
+            mailer: config
+                .email
+                .as_ref()
+                .map(crate::email::mailer)
+                .transpose()?,
             store,
             bus,
             catalog,
@@ -41,7 +48,7 @@ impl AppState {
                 .expect("an HTTP client with default TLS"),
             config: Arc::new(config),
             keys: Arc::new(keys),
-        }
+        })
     }
 
     pub fn caller_for(&self, key: &str) -> Option<Caller> {

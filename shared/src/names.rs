@@ -153,6 +153,10 @@ impl Names {
     pub fn idempotency_key(&self, digest: &str) -> String {
         self.key(&format!("idem:{digest}"))
     }
+    /// String: what a single-use link token (email approvals) may do, by the token's hash.
+    pub fn link_token_key(&self, token_hash: &str) -> String {
+        self.key(&format!("link:{token_hash}"))
+    }
     /// Sorted set of runs awaiting approval, scored by when they paused: the inbox index.
     pub fn awaiting_key(&self) -> String {
         self.key("awaiting")

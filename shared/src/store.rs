@@ -35,6 +35,8 @@ static SAVE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/s
 static DECIDE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/decide.lua")));
 static AUDIT_APPEND: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/audit_append.lua")));
+static TAKE_TOKEN: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/take_token.lua")));
 static EXEC_BEGIN: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/exec_begin.lua")));
 
@@ -379,6 +381,49 @@ impl Store {
             .arg(format!("{call_id}|{channel}"))
             .query_async(&mut self.conn.clone())
             .await?)
+    }
+
+    /// Stores what a single-use link token may do, under the token's hash, for `ttl`.
+    pub async fn put_link_token(
+        &self,
+        token_hash: &str,
+        grant: &str,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        let _: () = redis::cmd("SET")
+            .arg(self.names.link_token_key(token_hash))
+            .arg(grant)
+            .arg("PX")
+            .arg(ttl.as_millis().max(1) as u64)
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(())
+    }
+
+    /// What a link token may do, without using it up.
+    pub async fn peek_link_token(&self, token_hash: &str) -> Result<Option<String>, StoreError> {
+        Ok(redis::cmd("GET")
+            .arg(self.names.link_token_key(token_hash))
+            .query_async(&mut self.conn.clone())
+            .await?)
+    }
+
+    /// Uses a link token up: one caller gets it, with the time it had left.
+    pub async fn take_link_token(
+        &self,
+        token_hash: &str,
+    ) -> Result<Option<(String, Duration)>, StoreError> {
+        let reply: Vec<String> = TAKE_TOKEN
+            .key(self.names.link_token_key(token_hash))
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(match reply.as_slice() {
+            [grant, ttl] => Some((
+                grant.clone(),
+                Duration::from_millis(ttl.parse::<u64>().unwrap_or(1)),
+            )),
+            _ => None,
+        })
     }
 
     /// The stored elements of a run's audit trail, oldest first.

@@ -23,7 +23,7 @@ use tracing::{info, warn};
 /// One notification for one channel target.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Delivery {
-    /// `webhook:NAME` or `slack:#channel`.
+    /// `webhook:NAME`, `slack:#channel` or `email:ADDRESS`.
     pub channel: String,
     /// For channels that show each call on its own (Slack): which call.
     #[serde(default)]
@@ -164,10 +164,10 @@ async fn fan_out(state: &AppState, msg: Message) {
     let _ = msg.ack().await;
 }
 
-/// The deliveries one channel gets for an event: Slack shows each call as its own message
+/// The deliveries one channel gets for an event: Slack and email show each call on its own
 /// (`Some(call)` each), webhooks get the event whole (`None`).
 fn calls_shown_apart(channel: &str, event: &Event) -> Vec<Option<String>> {
-    if !channel.starts_with("slack:") {
+    if !channel.starts_with("slack:") && !channel.starts_with("email:") {
         return vec![None];
     }
     match event {
@@ -202,6 +202,7 @@ async fn deliver(state: &AppState, msg: Message) {
     let result = match delivery.channel.split_once(':') {
         Some(("webhook", name)) => webhook::send(state, name, &delivery).await,
         Some(("slack", name)) => crate::slack::deliver(state, name, &delivery).await,
+        Some(("email", address)) => crate::email::deliver(state, address, &delivery).await,
         _ => Err(DeliveryError::GiveUp(format!(
             "no such channel kind in {}",
             delivery.channel

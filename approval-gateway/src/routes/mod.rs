@@ -3,6 +3,7 @@
 mod approvals;
 mod audit;
 mod decisions;
+mod email;
 mod health;
 mod runs;
 mod slack;
@@ -24,6 +25,7 @@ pub fn router(state: AppState) -> Router {
         .merge(approvals::router())
         .merge(health::router())
         .merge(slack::router())
+        .merge(email::router())
         .fallback(|| async { crate::error::ApiError::not_found("no such route") })
         .layer(DefaultBodyLimit::max(limit))
         .with_state(state)

@@ -1,0 +1,193 @@
+//! Email approvals. Each reviewer of a held call gets an email with one link per action
+//! (approve, reject, edit). Each link carries its own random single-use token; only its
+//! SHA-256 is stored, bound to the reviewer, the run, the call and the digest, and it expires.
+//! Mail scanners open every link, so opening one only shows a confirmation page; the form on
+//! that page decides (see `routes::email`).
+
+use crate::config::{EmailConfig, SmtpTls};
+use crate::notify::{Delivery, DeliveryError};
+use crate::state::AppState;
+use countersign_shared::digest::sha256_hex;
+use countersign_shared::events::Event;
+use countersign_shared::run::{Action, PendingCall, RunId};
+use lettre::message::header::ContentType;
+use lettre::transport::smtp::authentication::Credentials;
+use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+pub type Mailer = AsyncSmtpTransport<Tokio1Executor>;
+
+/// What one link token lets one person do.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Grant {
+    pub run_id: RunId,
+    pub call_id: String,
+    pub digest: String,
+    pub principal: String,
+    pub action: Action,
+}
+
+pub fn mailer(config: &EmailConfig) -> anyhow::Result<Mailer> {
+    let host = config.smtp_host.as_str();
+    let builder = match config.smtp_tls {
+        SmtpTls::None => Mailer::builder_dangerous(host),
+        SmtpTls::Starttls => Mailer::starttls_relay(host)?,
+        SmtpTls::Tls => Mailer::relay(host)?,
+    };
+    let builder = builder.port(config.smtp_port);
+    let builder = match (&config.smtp_username, &config.smtp_password) {
+        (Some(user), Some(password)) => {
+            builder.credentials(Credentials::new(user.clone(), password.clone()))
+        }
+        _ => builder,
+    };
+    Ok(builder.build())
+}
+
+/// A fresh token: 244 random bits from two UUIDv4s, as hex.
+fn new_token() -> String {
+    format!(
+        "{}{}",
+        uuid::Uuid::new_v4().simple(),
+        uuid::Uuid::new_v4().simple()
+    )
+}
+
+pub fn token_hash(token: &str) -> String {
+    sha256_hex(token)
+}
+
+/// The people an `email:` channel reaches for a call: the person with that address, or with
+/// `email:approvers`, every configured person with an address who may approve it.
+fn recipients<'a>(
+    state: &'a AppState,
+    address: &str,
+    call: &PendingCall,
+) -> Vec<&'a crate::config::Person> {
+    state
+        .config
+        .people
+        .iter()
+        .filter(|p| p.email.is_some())
+        .filter(|p| match address {
+            "approvers" => state
+                .people
+                .may_decide(&p.id, Action::Approve, &call.reviewers, None)
+                .is_ok(),
+            address => p.email.as_deref() == Some(address),
+        })
+        .collect()
+}
+
+pub async fn deliver(
+    state: &AppState,
+    address: &str,
+    delivery: &Delivery,
+) -> Result<(), DeliveryError> {
+    let (Some(config), Some(mailer)) = (&state.config.email, &state.mailer) else {
+        return Err(DeliveryError::GiveUp("no [email] is configured".into()));
+    };
+    let Event::ApprovalRequested {
+        run_id,
+        agent,
+        text,
+        calls,
+        evidence,
+        requested_by,
+        ..
+    } = &delivery.event.event
+    else {
+        // Once decided, the links' pages say so; no second email.
+        return Ok(());
+    };
+    let call_id = delivery.call_id.as_deref().unwrap_or_default();
+    let Some(call) = calls.iter().find(|c| c.call_id == call_id) else {
+        return Err(DeliveryError::GiveUp(format!(
+            "no call {call_id} in the request"
+        )));
+    };
+    let store_err = |e: countersign_shared::store::StoreError| DeliveryError::Retry(e.to_string());
+    if state
+        .store
+        .channel_ref(run_id, call_id, &delivery.channel)
+        .await
+        .map_err(store_err)?
+        .is_some()
+    {
+        return Ok(());
+    }
+    let people = recipients(state, address, call);
+    if people.is_empty() {
+        return Err(DeliveryError::GiveUp(format!(
+            "no configured person is reached by email:{address}"
+        )));
+    }
+    let ttl = Duration::from_secs(config.link_ttl_secs);
+    for person in people {
+        let mut links = Vec::new();
+        for action in [Action::Approve, Action::Reject, Action::Edit] {
+            let token = new_token();
+            let grant = Grant {
+                run_id: run_id.clone(),
+                call_id: call.call_id.clone(),
+                digest: call.digest.clone(),
+                principal: person.id.clone(),
+                action,
+            };
+            let grant = serde_json::to_string(&grant).expect("grants serialize");
+            state
+                .store
+                .put_link_token(&token_hash(&token), &grant, ttl)
+                .await
+                .map_err(store_err)?;
+            links.push(format!(
+                "{}/approvals/email/{token}",
+                config.public_base_url.trim_end_matches('/')
+            ));
+        }
+        let mut body = format!(
+            "Approval needed: {}\n\nWhy: {}\n",
+            call.summary, call.reason
+        );
+        if !text.is_empty() {
+            body += &format!("The agent said: {text}\n");
+        }
+        for e in evidence {
+            let content: String = e.content.chars().take(500).collect();
+            body += &format!("Evidence from {}: {content}\n", e.tool);
+        }
+        body += &format!(
+            "\nAgent {agent}, run {run_id}, requested by {}. No deadline.\n\nApprove: {}\nReject:  {}\nEdit:    {}\n\n\
+             Opening a link decides nothing: it shows a page where you confirm. The links work once, only for you, until the request is decided.\n",
+            requested_by.as_deref().unwrap_or("unknown"),
+            links[0],
+            links[1],
+            links[2],
+        );
+        let to = person.email.as_deref().unwrap_or_default();
+        let message = Message::builder()
+            .from(
+                config
+                    .from
+                    .parse()
+                    .map_err(|e| DeliveryError::GiveUp(format!("from: {e}")))?,
+            )
+            .to(to
+                .parse()
+                .map_err(|e| DeliveryError::GiveUp(format!("to {to}: {e}")))?)
+            .subject(format!("Approval needed: {}", call.summary))
+            .header(ContentType::TEXT_PLAIN)
+            .body(body)
+            .map_err(|e| DeliveryError::GiveUp(e.to_string()))?;
+        mailer
+            .send(message)
+            .await
+            .map_err(|e| DeliveryError::Retry(e.to_string()))?;
+    }
+    state
+        .store
+        .set_channel_ref(run_id, call_id, &delivery.channel, "sent")
+        .await
+        .map_err(store_err)
+}

@@ -1,0 +1,274 @@
+//! The pages behind email links. `GET` (and `HEAD`) only shows what the link would do, with
+//! a form; only the form's `POST` decides, and it uses the token up. A used, expired or
+//! superseded link shows a page saying so and changes nothing. No script runs on these pages,
+//! and they are neither cached nor sent as a referrer, since the token is in the URL.
+
+use crate::decide::{self, Proposed};
+use crate::email::{Grant, token_hash};
+use crate::error::ApiError;
+use crate::state::AppState;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{StatusCode, header};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::get;
+use countersign_shared::run::{Action, Run, RunStatus};
+use serde_json::Value;
+use std::collections::HashMap;
+
+pub fn router() -> Router<AppState> {
+    Router::new().route("/approvals/email/{token}", get(show).post(submit))
+}
+
+/// The channel email decisions are recorded as coming from.
+const CHANNEL: &str = "email";
+
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+        .replace('\'', "&#39;")
+}
+
+fn page(status: StatusCode, title: &str, body: &str) -> Response {
+    let html = format!(
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>{t}</title></head><body><h1>{t}</h1>{body}</body></html>",
+        t = escape(title)
+    );
+    (
+        status,
+        [
+            (header::CACHE_CONTROL, "no-store"),
+            (header::REFERRER_POLICY, "no-referrer"),
+        ],
+        Html(html),
+    )
+        .into_response()
+}
+
+fn gone() -> Response {
+    page(
+        StatusCode::GONE,
+        "This link no longer works",
+        "<p>It was already used, or it expired. Nothing was changed.</p>",
+    )
+}
+
+/// Why the call can no longer be decided through this link, if it cannot.
+async fn superseded(state: &AppState, grant: &Grant) -> Result<Option<String>, ApiError> {
+    let Some(run) = state.store.load(&grant.run_id).await? else {
+        return Ok(Some("The request no longer exists.".into()));
+    };
+    if let Some(d) = state
+        .store
+        .decisions(&grant.run_id)
+        .await?
+        .get(&grant.call_id)
+    {
+        let action = serde_json::to_value(d.action).unwrap_or_default();
+        return Ok(Some(format!(
+            "This request was already decided: {} by {} at {}.",
+            action.as_str().unwrap_or_default(),
+            d.decided_by,
+            crate::routes::rfc3339(d.decided_at)
+        )));
+    }
+    let pending = run.pending().find(|p| p.call_id == grant.call_id);
+    if run.status != RunStatus::AwaitingApproval || pending.is_none_or(|p| p.digest != grant.digest)
+    {
+        return Ok(Some(format!(
+            "This request is no longer waiting (the run is {}).",
+            run.status.as_str()
+        )));
+    }
+    Ok(None)
+}
+
+fn form(run: &Run, grant: &Grant, error: Option<&str>, typed: &HashMap<String, String>) -> String {
+    let Some(call) = run.pending().find(|p| p.call_id == grant.call_id) else {
+        return String::new();
+    };
+    let mut html = format!(
+        "<p><strong>{}</strong></p><p>Why: {}</p>",
+        escape(&call.summary),
+        escape(&call.reason)
+    );
+    let said = run.held_turn_text();
+    if !said.is_empty() {
+        html += &format!("<p>The agent said: {}</p>", escape(&said));
+    }
+    html += &format!(
+        "<p>Arguments:</p><pre>{}</pre><p>You are deciding as {}.</p>",
+        escape(&serde_json::to_string_pretty(&call.input).unwrap_or_default()),
+        escape(&grant.principal)
+    );
+    if let Some(error) = error {
+        html += &format!("<p role=\"alert\"><strong>{}</strong></p>", escape(error));
+    }
+    html += "<form method=\"post\">";
+    let field = |name: &str| escape(typed.get(name).map(String::as_str).unwrap_or_default());
+    match grant.action {
+        Action::Approve => html += "<button type=\"submit\">Approve</button>",
+        Action::Reject => {
+            html += &format!(
+                "<label>Reason (the agent is told)<br><textarea name=\"reason\" required>{}</textarea></label><br><button type=\"submit\">Reject</button>",
+                field("reason")
+            )
+        }
+        Action::Edit => {
+            let input = typed
+                .get("input")
+                .cloned()
+                .unwrap_or_else(|| serde_json::to_string_pretty(&call.input).unwrap_or_default());
+            html += &format!(
+                "<label>Arguments (JSON)<br><textarea name=\"input\" rows=\"10\" cols=\"60\" required>{}</textarea></label><br>\
+                 <label>Note (the agent is told)<br><textarea name=\"note\" required>{}</textarea></label><br>\
+                 <button type=\"submit\">Approve with these arguments</button>",
+                escape(&input),
+                field("note")
+            )
+        }
+    }
+    html + "</form>"
+}
+
+fn title(action: Action) -> &'static str {
+    match action {
+        Action::Approve => "Approve this request?",
+        Action::Reject => "Reject this request?",
+        Action::Edit => "Edit and approve this request?",
+    }
+}
+
+async fn show(
+    State(state): State<AppState>,
+    Path(token): Path<String>,
+) -> Result<Response, ApiError> {
+    let Some(grant) = state.store.peek_link_token(&token_hash(&token)).await? else {
+        return Ok(gone());
+    };
+    let grant: Grant = serde_json::from_str(&grant).map_err(ApiError::unavailable)?;
+    if let Some(why) = superseded(&state, &grant).await? {
+        return Ok(page(
+            StatusCode::CONFLICT,
+            "Already decided",
+            &format!("<p>{}</p>", escape(&why)),
+        ));
+    }
+    let run = crate::routes::load_run(&state, grant.run_id.as_str()).await?;
+    Ok(page(
+        StatusCode::OK,
+        title(grant.action),
+        &form(&run, &grant, None, &HashMap::new()),
+    ))
+}
+
+async fn submit(
+    State(state): State<AppState>,
+    Path(token): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let hash = token_hash(&token);
+    let Some((raw, left)) = state.store.take_link_token(&hash).await? else {
+        return Ok(gone());
+    };
+    let grant: Grant = serde_json::from_str(&raw).map_err(ApiError::unavailable)?;
+    let typed: HashMap<String, String> = serde_urlencoded::from_bytes(&body).unwrap_or_default();
+    let text = |name: &str| typed.get(name).filter(|v| !v.trim().is_empty()).cloned();
+    let input = match grant.action {
+        Action::Edit => match serde_json::from_str::<Value>(&text("input").unwrap_or_default()) {
+            Ok(input) => Some(input),
+            Err(e) => {
+                return again(
+                    &state,
+                    &hash,
+                    &raw,
+                    left,
+                    &grant,
+                    &format!("The arguments are not valid JSON: {e}"),
+                    &typed,
+                )
+                .await;
+            }
+        },
+        _ => None,
+    };
+    let proposed = Proposed {
+        call_id: grant.call_id.clone(),
+        digest: Some(grant.digest.clone()),
+        action: grant.action,
+        input,
+        note: text("note"),
+        reason: text("reason"),
+    };
+    if grant.action == Action::Edit && proposed.note.is_none() {
+        return again(
+            &state,
+            &hash,
+            &raw,
+            left,
+            &grant,
+            "Say why you changed it; the agent is told.",
+            &typed,
+        )
+        .await;
+    }
+    match decide::decide_one(
+        &state,
+        grant.run_id.as_str(),
+        proposed,
+        &grant.principal,
+        CHANNEL,
+    )
+    .await
+    {
+        Ok(recorded) => Ok(page(
+            StatusCode::OK,
+            "Thank you",
+            &format!(
+                "<p>Your decision was {}.</p>",
+                recorded.label().replace('_', " ")
+            ),
+        )),
+        // The form was wrong: the link stays usable and the form comes back with the error.
+        Err(e)
+            if matches!(
+                e.status,
+                StatusCode::BAD_REQUEST | StatusCode::UNPROCESSABLE_ENTITY
+            ) =>
+        {
+            let mut message = e.message.clone();
+            if let Some(list) = e.details.as_ref().and_then(|d| d["errors"].as_array()) {
+                let details: Vec<&str> = list.iter().filter_map(Value::as_str).collect();
+                message = format!("{message}: {}", details.join("; "));
+            }
+            again(&state, &hash, &raw, left, &grant, &message, &typed).await
+        }
+        Err(e) => Ok(page(
+            e.status,
+            "Not recorded",
+            &format!("<p>{}</p>", escape(&e.message)),
+        )),
+    }
+}
+
+/// Puts the token back and shows the form again with what went wrong.
+async fn again(
+    state: &AppState,
+    hash: &str,
+    raw: &str,
+    left: std::time::Duration,
+    grant: &Grant,
+    error: &str,
+    typed: &HashMap<String, String>,
+) -> Result<Response, ApiError> {
+    state.store.put_link_token(hash, raw, left).await?;
+    let run = crate::routes::load_run(state, grant.run_id.as_str()).await?;
+    Ok(page(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        title(grant.action),
+        &form(&run, grant, Some(error), typed),
+    ))
+}

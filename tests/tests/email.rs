@@ -1,0 +1,263 @@
+//! Email approvals: opening a link decides nothing; the page's form does, once; used,
+//! expired and superseded links say so and change nothing; Slack and email racing on one
+//! call record one decision and both show it.
+
+use approval_gateway::config::{EmailConfig, SlackConfig, SmtpTls};
+use countersign_tests::app::{PATIENCE, TestApp};
+use countersign_tests::fake_model::refund_brain;
+use countersign_tests::fake_slack::{BOT_TOKEN, FakeSlack, SIGNING_SECRET, click, form_body};
+use countersign_tests::smtp_sink::{Mail, SmtpSink};
+use countersign_tests::wait_for;
+use reqwest::StatusCode;
+use serde_json::Value;
+
+const BASE: &str = "http://approvals.test";
+
+async fn app_with_email(channels: &str, slack: Option<&FakeSlack>) -> (TestApp, SmtpSink) {
+    let sink = SmtpSink::start().await;
+    let port = sink.port;
+    let slack_api = slack.map(|s| s.api_base_url.clone());
+    let policy = format!("approvers = [\"role:finance\"]\nchannels = [{channels}]\n");
+    let app = TestApp::spawn_configured(
+        "anthropic",
+        1,
+        &policy,
+        move |config| {
+            config.email = Some(EmailConfig {
+                smtp_host: "127.0.0.1".into(),
+                smtp_port: port,
+                smtp_tls: SmtpTls::None,
+                smtp_username: None,
+                smtp_password: None,
+                from: "Countersign <approvals@example.com>".into(),
+                public_base_url: BASE.into(),
+                link_ttl_secs: 3600,
+            });
+            config.slack = slack_api.map(|api_base_url| SlackConfig {
+                api_base_url,
+                bot_token: BOT_TOKEN.into(),
+                signing_secret: SIGNING_SECRET.into(),
+            });
+        },
+        refund_brain,
+    )
+    .await;
+    (app, sink)
+}
+
+/// The mail sent to `address` once the run paused, and its approve, reject and edit links
+/// rewritten to the test gateway.
+async fn mail_for(app: &TestApp, sink: &SmtpSink, address: &str) -> (Mail, Vec<String>) {
+    let mail = wait_for(&format!("mail to {address}"), PATIENCE, || async {
+        sink.mails()
+            .into_iter()
+            .find(|m| m.to.iter().any(|t| t == address))
+    })
+    .await;
+    let links = mail
+        .links(BASE)
+        .iter()
+        .map(|l| l.replacen(BASE, &app.gateway_url, 1))
+        .collect::<Vec<_>>();
+    assert_eq!(links.len(), 3, "{}", mail.data);
+    (mail, links)
+}
+
+async fn post_form(app: &TestApp, link: &str, fields: &[(&str, &str)]) -> (StatusCode, String) {
+    let response = app
+        .http
+        .post(link)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(serde_urlencoded::to_string(fields).unwrap())
+        .send()
+        .await
+        .unwrap();
+    (response.status(), response.text().await.unwrap())
+}
+
+#[tokio::test]
+async fn an_email_link_opened_decides_nothing_its_form_decides_once() {
+    let (app, sink) = app_with_email("\"email:alice@example.com\"", None).await;
+    let run_id = app.start_run("Refund A-1001.").await;
+    app.wait_status(&run_id, "awaiting_approval").await;
+    let (mail, links) = mail_for(&app, &sink, "alice@example.com").await;
+    assert!(
+        mail.data
+            .contains("Subject: Approval needed: Refund $129 for order A-1001"),
+        "{}",
+        mail.data
+    );
+    assert!(mail.data.contains("Why: Refund of $129 moves money"));
+    assert!(mail.data.contains("Evidence from get_order"));
+
+    // A scanner fetches every link, twice, and sends HEAD too.
+    for link in &links {
+        for _ in 0..2 {
+            let page = app.http.get(link).send().await.unwrap();
+            assert_eq!(page.status(), 200);
+            assert_eq!(page.headers()["cache-control"], "no-store");
+            assert_eq!(page.headers()["referrer-policy"], "no-referrer");
+            let html = page.text().await.unwrap();
+            assert!(
+                html.contains("<form method=\"post\">") && !html.contains("<script"),
+                "{html}"
+            );
+        }
+        assert_eq!(app.http.head(link).send().await.unwrap().status(), 200);
+    }
+    let (_, run) = app.get(&format!("/v1/runs/{run_id}")).await;
+    assert_eq!(run["status"], "awaiting_approval");
+    assert!(run["pending"][0]["decision"].is_null());
+
+    let (status, html) = post_form(&app, &links[0], &[]).await;
+    assert_eq!(status, 200, "{html}");
+    assert!(html.contains("recorded"));
+    app.wait_status(&run_id, "completed").await;
+    assert_eq!(app.tools.refunds().len(), 1);
+    let (status, html) = post_form(&app, &links[0], &[]).await;
+    assert_eq!(status, 410, "a used link: {html}");
+    // The other links of the mail now say the request was decided.
+    let page = app.http.get(&links[1]).send().await.unwrap();
+    assert_eq!(page.status(), 409);
+    assert!(
+        page.text()
+            .await
+            .unwrap()
+            .contains("already decided: approve by alice")
+    );
+
+    let (_, trail) = app.get(&format!("/v1/runs/{run_id}/audit")).await;
+    let entries = trail["entries"].as_array().unwrap();
+    assert!(
+        entries.iter().any(|e| e["entry"]["kind"] == "notified"
+            && e["entry"]["channel"] == "email:alice@example.com")
+    );
+    let decided = entries
+        .iter()
+        .find(|e| e["entry"]["kind"] == "decided")
+        .unwrap();
+    assert_eq!(decided["entry"]["channel"], "email");
+    assert_eq!(decided["entry"]["actor"], "alice");
+}
+
+#[tokio::test]
+async fn the_reject_and_edit_forms_keep_the_link_until_they_are_filled_in_right() {
+    let (app, sink) = app_with_email("\"email:approvers\"", None).await;
+    let run_id = app.start_run("Refund A-1001.").await;
+    app.wait_status(&run_id, "awaiting_approval").await;
+    // Every finance person with an address got their own mail; carol (support) did not.
+    let (_, links) = mail_for(&app, &sink, "bob@example.com").await;
+    mail_for(&app, &sink, "alice@example.com").await;
+    assert!(
+        sink.mails()
+            .iter()
+            .all(|m| !m.to.contains(&"carol@example.com".to_string()))
+    );
+
+    let (status, html) = post_form(&app, &links[1], &[("reason", "  ")]).await;
+    assert_eq!(status, 422, "{html}");
+    assert!(html.contains("needs a reason"));
+    let (status, html) = post_form(
+        &app,
+        &links[2],
+        &[("input", "{\"amount\": \"x\"}"), ("note", "n")],
+    )
+    .await;
+    assert_eq!(status, 422);
+    assert!(html.contains("does not match the schema"), "{html}");
+    let edited = r#"{"order_id": "A-1001", "amount": 49, "reason": "lid"}"#;
+    let (status, html) = post_form(
+        &app,
+        &links[2],
+        &[("input", edited), ("note", "Only the lid.")],
+    )
+    .await;
+    assert_eq!(status, 200, "{html}");
+    app.wait_status(&run_id, "completed").await;
+    assert_eq!(app.tools.refunds()[0]["amount"], 49);
+    // Bob's reject link is superseded by his own edit.
+    let (status, _) = post_form(&app, &links[1], &[("reason", "changed my mind")]).await;
+    assert_eq!(status, 409);
+}
+
+#[tokio::test]
+async fn slack_and_email_racing_on_one_call_record_one_decision_and_both_show_it() {
+    let slack = FakeSlack::start().await;
+    let (app, sink) = app_with_email(
+        "\"email:bob@example.com\", \"slack:#refunds\"",
+        Some(&slack),
+    )
+    .await;
+    let run_id = app.start_run("Refund A-1001.").await;
+    app.wait_status(&run_id, "awaiting_approval").await;
+    let (_, links) = mail_for(&app, &sink, "bob@example.com").await;
+    let posted = wait_for("the Slack message", PATIENCE, || async {
+        slack.calls("chat.postMessage").pop()
+    })
+    .await;
+    let actions = posted.body["blocks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["type"] == "actions")
+        .unwrap()
+        .clone();
+    let approve = actions["elements"][0]["value"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    let body = form_body(&click("U_ALICE", "approve", &approve));
+    let ts = chrono::Utc::now().timestamp().to_string();
+    let slack_click = app
+        .http
+        .post(format!("{}/slack/interactions", app.gateway_url))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .header("x-slack-request-timestamp", &ts)
+        .header(
+            "x-slack-signature",
+            approval_gateway::slack::signature::sign(SIGNING_SECRET, &ts, body.as_bytes()),
+        )
+        .body(body)
+        .send();
+    let email_reject = post_form(&app, &links[1], &[("reason", "Too much.")]);
+    let (clicked, (email_status, _)) = tokio::join!(slack_click, email_reject);
+    assert_eq!(clicked.unwrap().status(), 200);
+    app.wait_status(&run_id, "completed").await;
+
+    let (_, trail) = app.get(&format!("/v1/runs/{run_id}/audit")).await;
+    let decided: Vec<Value> = trail["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["entry"]["kind"] == "decided")
+        .cloned()
+        .collect();
+    assert_eq!(decided.len(), 1, "exactly one decision is recorded");
+    let winner = decided[0]["entry"]["channel"].as_str().unwrap().to_string();
+    let update = wait_for("chat.update", PATIENCE, || async {
+        slack.calls("chat.update").pop()
+    })
+    .await;
+    let shown = update.body["blocks"].to_string();
+    let page = app
+        .http
+        .get(&links[0])
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    if winner == "slack" {
+        assert_eq!(email_status, 409);
+        assert!(shown.contains("Approved by alice"), "{shown}");
+        assert!(page.contains("already decided: approve by alice"), "{page}");
+        assert_eq!(app.tools.refunds().len(), 1);
+    } else {
+        assert_eq!(email_status, 200);
+        assert!(shown.contains("Rejected by bob"), "{shown}");
+        assert!(page.contains("already decided: reject by bob"), "{page}");
+        assert!(app.tools.refunds().is_empty());
+    }
+}
