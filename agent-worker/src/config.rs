@@ -30,6 +30,11 @@ pub struct Config {
     pub max_attempts: u64,
     /// Seconds finished runs are kept in Redis. Default 604800 (7 days).
     pub retention_secs: u64,
+    /// Seconds a held call waits for a person when its tool's policy sets no `timeout`.
+    /// Default 86400 (a day).
+    pub default_approval_timeout_secs: u64,
+    /// Milliseconds between sweeps for passed deadlines. Default 250.
+    pub sweep_interval_ms: u64,
     /// Seconds in-flight runs get to finish on shutdown before they are handed back.
     /// Default 20.
     pub shutdown_grace_secs: u64,
@@ -47,6 +52,8 @@ impl Default for Config {
             max_attempts: 5,
             retention_secs: 7 * 24 * 3600,
             shutdown_grace_secs: 20,
+            default_approval_timeout_secs: 24 * 3600,
+            sweep_interval_ms: 250,
         }
     }
 }

@@ -20,9 +20,12 @@ use countersign_shared::digest::call_digest;
 use countersign_shared::events::{Event, Evidence};
 use countersign_shared::now_ms;
 use countersign_shared::run::{
-    Action, Block, CallResult, Message, Outcome, PendingCall, Role, Run, RunId, RunStatus, TurnCall,
+    Action, Block, CallResult, Decision, Message, Outcome, PendingCall, Role, Run, RunId,
+    RunStatus, TurnCall,
 };
-use countersign_shared::store::{Claim, ExecBegin, Save, Store, StoreError};
+use countersign_shared::store::{
+    Claim, DecideOutcome, DueDeadline, ExecBegin, Save, Store, StoreError,
+};
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
@@ -52,6 +55,8 @@ pub struct EngineSettings {
     pub lease: Duration,
     pub max_attempts: u64,
     pub retention: Duration,
+    /// How long a held call waits for a person when its policy sets no `timeout`.
+    pub approval_timeout: Duration,
 }
 
 pub struct Engine {
@@ -111,6 +116,7 @@ impl Engine {
             // stored the pause or the end but died before it could announce it.
             Claim::Waiting => {
                 if let Some(run) = self.store.load(id).await? {
+                    self.schedule_deadlines(&run).await?;
                     self.announce_pause(&run).await?;
                 }
                 Ok(Next::Ack)
@@ -289,6 +295,14 @@ impl Engine {
                                 summary,
                                 reason,
                                 reviewers: tool.reviewers(),
+                                deadline: Some(
+                                    now_ms()
+                                        + tool
+                                            .approval_timeout()
+                                            .unwrap_or(self.settings.approval_timeout)
+                                            .as_millis()
+                                            as i64,
+                                ),
                             });
                         }
                     },
@@ -329,6 +343,16 @@ impl Engine {
             };
             let by = &decision.decided_by;
             let result = match decision.action {
+                _ if decision.expired => CallResult {
+                    outcome: Outcome::Expired,
+                    is_error: true,
+                    content: format!(
+                        "Nobody decided on this call before its deadline ({}), so it did not run. This is not a rejection: no one reviewed it.",
+                        chrono::DateTime::from_timestamp_millis(decision.decided_at)
+                            .unwrap_or_default()
+                            .to_rfc3339()
+                    ),
+                },
                 Action::Approve => {
                     self.execute(
                         &run.run_id,
@@ -453,6 +477,7 @@ impl Engine {
             .collect();
         self.save(&mut run, Save::Pause(&calls)).await?;
         self.store.index_awaiting(&run.run_id, true).await?;
+        self.schedule_deadlines(&run).await?;
         info!(
             turn = run.turns,
             pending = calls.len(),
@@ -486,6 +511,102 @@ impl Engine {
         self.save(&mut run, Save::Finish { retention }).await?;
         info!(status = run.status.as_str(), "run finished");
         self.announce_end(&run).await?;
+        Ok(())
+    }
+
+    async fn schedule_deadlines(&self, run: &Run) -> Result<(), StoreError> {
+        let calls: Vec<(&str, &str, i64)> = run
+            .pending()
+            .filter_map(|p| Some((p.call_id.as_str(), p.digest.as_str(), p.deadline?)))
+            .collect();
+        self.store.schedule_deadlines(&run.run_id, &calls).await
+    }
+
+    /// Sweeps the deadlines that have passed. Every worker does this; the decide script
+    /// lets one expiry per call through, and never one for a call already decided.
+    pub async fn sweep(&self) -> Result<usize, StoreError> {
+        let due = self.store.due_deadlines(now_ms(), SWEEP_BATCH).await?;
+        for deadline in &due {
+            if let Err(e) = self.expire(deadline).await {
+                warn!(run_id = %deadline.run_id, call_id = %deadline.call_id, error = %e, "could not expire a call");
+            }
+        }
+        Ok(due.len())
+    }
+
+    async fn expire(&self, due: &DueDeadline) -> Result<(), StepError> {
+        let run = self.store.load(&due.run_id).await?;
+        let pending = run
+            .as_ref()
+            .and_then(|r| r.pending().find(|p| p.call_id == due.call_id).cloned());
+        let reason = "nobody decided before the deadline";
+        let decision = Decision {
+            call_id: due.call_id.clone(),
+            digest: due.digest.clone(),
+            action: Action::Reject,
+            input: None,
+            note: None,
+            reason: Some(reason.into()),
+            decided_by: EXPIRY_ACTOR.into(),
+            channel: "deadline".into(),
+            decided_at: now_ms(),
+            fingerprint: Decision::fingerprint_of(Action::Reject, None, None, Some(reason)),
+            expired: true,
+        };
+        let deadline = pending
+            .as_ref()
+            .and_then(|p| p.deadline)
+            .unwrap_or(decision.decided_at);
+        let announce = match self.store.decide(&due.run_id, &decision, 1).await? {
+            DecideOutcome::Recorded { .. } => {
+                let mut entry = AuditEntry::new(&due.run_id, AuditKind::Expired);
+                entry.actor = Some(EXPIRY_ACTOR.into());
+                entry.call_id = Some(due.call_id.clone());
+                entry.digest = Some(due.digest.clone());
+                entry.detail = serde_json::json!({"deadline": deadline});
+                self.store.audit(&entry).await?;
+                info!(run_id = %due.run_id, call_id = %due.call_id, "call expired");
+                true
+            }
+            // Recorded by an attempt that stopped before announcing it.
+            DecideOutcome::Duplicate(existing) => existing.expired,
+            // Decided by a person first, or the run moved on: nothing expires.
+            _ => false,
+        };
+        if announce {
+            let names = &self.bus.names;
+            let channels = pending.map(|p| p.reviewers.channels).unwrap_or_default();
+            let expired = Event::ApprovalExpired {
+                run_id: due.run_id.clone(),
+                call_id: due.call_id.clone(),
+                deadline,
+                channels,
+            };
+            let id = format!("{}:{}", due.run_id, due.call_id);
+            self.bus
+                .publish(
+                    names.approval_expired(&due.run_id),
+                    &format!("expired:{id}"),
+                    expired,
+                )
+                .await?;
+            let decided = Event::ApprovalDecided {
+                run_id: due.run_id.clone(),
+                call_id: due.call_id.clone(),
+                action: Action::Reject,
+                decided_by: EXPIRY_ACTOR.into(),
+                all_decided: true,
+                channels: Vec::new(),
+            };
+            self.bus
+                .publish(
+                    names.approval_decided(&due.run_id),
+                    &format!("decided:{id}"),
+                    decided,
+                )
+                .await?;
+        }
+        self.store.drop_deadline(&due.member).await?;
         Ok(())
     }
 
@@ -570,6 +691,11 @@ fn results_message(calls: &[TurnCall]) -> Message {
             .collect(),
     }
 }
+
+/// Deadlines one sweep handles at most; the rest wait for the next sweep.
+const SWEEP_BATCH: usize = 100;
+/// Who expiries are recorded as.
+const EXPIRY_ACTOR: &str = "countersign";
 
 /// 1 s, 2 s, 4 s … up to a minute between attempts.
 fn backoff(attempt: u64) -> Duration {

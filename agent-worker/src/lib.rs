@@ -24,6 +24,22 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+/// Sweeps for passed deadlines every `interval` until `shutdown`.
+async fn sweep(engine: Arc<Engine>, interval: Duration, shutdown: CancellationToken) {
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tick.tick() => {
+                if let Err(e) = engine.sweep().await {
+                    warn!(error = %e, "deadline sweep failed");
+                }
+            }
+        }
+    }
+}
+
 /// Runs a worker until `shutdown` is cancelled, then stops pulling, gives in-flight runs
 /// `shutdown_grace_secs` to reach a durable point, and hands back the rest (their messages
 /// are redelivered and their leases lapse).
@@ -75,10 +91,16 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
             lease: config.lease(),
             max_attempts: config.max_attempts,
             retention: Duration::from_secs(config.retention_secs),
+            approval_timeout: Duration::from_secs(config.default_approval_timeout_secs),
         },
     ));
     info!(worker_id = %config.worker_id, agents = catalog.iter().count(), "worker started");
 
+    let sweeper = tokio::spawn(sweep(
+        engine.clone(),
+        Duration::from_millis(config.sweep_interval_ms),
+        shutdown.clone(),
+    ));
     let mut incoming = futures::stream::select(starts, decided);
     let permits = Arc::new(Semaphore::new(config.concurrency));
     let mut tasks = JoinSet::new();
@@ -115,6 +137,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
         );
         tasks.abort_all();
     }
+    sweeper.await?;
     bus.client.drain().await?;
     info!("worker stopped");
     Ok(())

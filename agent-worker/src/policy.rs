@@ -212,6 +212,7 @@ mod tests {
                 quorum: 1,
                 channels: Vec::new(),
                 allow_self_approval: false,
+                timeout: None,
             }),
             idempotent: false,
         };

@@ -135,6 +135,7 @@ pub async fn check(
             channel: channel.to_string(),
             decided_at: now_ms(),
             fingerprint,
+            expired: false,
         },
     })
 }
@@ -288,6 +289,14 @@ fn refusal(run_id: &str, call: &str, outcome: DecideOutcome) -> ApiError {
             "stale_digest",
             format!(
                 "the digest for call {call:?} does not match what is pending now ({current}); reload the run"
+            ),
+        ),
+        DecideOutcome::Conflict(existing) if existing.expired => ApiError::new(
+            StatusCode::GONE,
+            "expired",
+            format!(
+                "call {call:?} expired at {}: nobody decided before its deadline, so it did not run",
+                crate::routes::rfc3339(existing.decided_at)
             ),
         ),
         DecideOutcome::Conflict(existing) => ApiError::conflict(

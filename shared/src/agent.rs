@@ -130,6 +130,26 @@ pub struct ApprovalRule {
     /// Whether the person who requested the run may approve it. Default false.
     #[serde(default)]
     pub allow_self_approval: bool,
+    /// How long a person has to decide (`90s`, `30m`, `24h`, `7d`); then the call expires
+    /// and does not run. Default: the worker's `default_approval_timeout_secs`.
+    #[serde(default)]
+    pub timeout: Option<String>,
+}
+
+/// Parses `90s`, `30m`, `24h` or `7d`.
+pub fn parse_duration(text: &str) -> Option<std::time::Duration> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit())?;
+    let (number, unit) = text.split_at(split);
+    let n: u64 = number.parse().ok()?;
+    let secs = match unit {
+        "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        "d" => n * 86400,
+        _ => return None,
+    };
+    (secs > 0).then(|| std::time::Duration::from_secs(secs))
 }
 
 fn always() -> String {
@@ -169,6 +189,14 @@ impl Default for Reviewers {
 pub const CHANNEL_KINDS: [&str; 3] = ["slack", "email", "webhook"];
 
 impl ToolDef {
+    /// The tool's own approval timeout, if its policy sets one.
+    pub fn approval_timeout(&self) -> Option<std::time::Duration> {
+        match &self.approval {
+            ApprovalDef::Rule(rule) => rule.timeout.as_deref().and_then(parse_duration),
+            ApprovalDef::Mode(_) => None,
+        }
+    }
+
     pub fn reviewers(&self) -> Reviewers {
         match &self.approval {
             ApprovalDef::Mode(_) => Reviewers::default(),
@@ -182,6 +210,13 @@ impl ToolDef {
     }
 
     fn check_reviewers(&self) -> Result<(), String> {
+        if let ApprovalDef::Rule(ApprovalRule {
+            timeout: Some(t), ..
+        }) = &self.approval
+            && parse_duration(t).is_none()
+        {
+            return Err(format!("timeout {t:?} is not like 90s, 30m, 24h or 7d"));
+        }
         let r = self.reviewers();
         if r.quorum == 0 {
             return Err("quorum must be at least 1".into());
@@ -429,8 +464,30 @@ channels = ["slack:#refunds", "webhook:ops"]
     }
 
     #[test]
+    fn durations_read_like_people_write_them() {
+        assert_eq!(
+            parse_duration("90s"),
+            Some(std::time::Duration::from_secs(90))
+        );
+        assert_eq!(
+            parse_duration("24h"),
+            Some(std::time::Duration::from_secs(86400))
+        );
+        assert_eq!(
+            parse_duration("7d"),
+            Some(std::time::Duration::from_secs(604800))
+        );
+        assert_eq!(parse_duration("0s"), None);
+        assert_eq!(parse_duration("10 years"), None);
+    }
+
+    #[test]
     fn a_bad_quorum_or_channel_is_refused() {
-        for bad in ["quorum = 0", "channels = [\"sms:123\"]"] {
+        for bad in [
+            "quorum = 0",
+            "channels = [\"sms:123\"]",
+            "timeout = \"soon\"",
+        ] {
             let text = REFUNDS.replace("quorum = 2", bad);
             assert!(Agent::from_toml(&text, Path::new(".")).is_err(), "{bad}");
         }

@@ -21,6 +21,8 @@ pub enum AuditKind {
     Refused,
     /// A held call was run (or its outcome was found unknown).
     Executed,
+    /// A held call's deadline passed with no decision.
+    Expired,
     Completed,
     Failed,
 }

@@ -74,6 +74,16 @@ pub enum Event {
         #[serde(default)]
         channels: Vec<String>,
     },
+    /// A held call's deadline passed with no decision; it counts as refused.
+    #[serde(rename = "approval.expired")]
+    ApprovalExpired {
+        run_id: RunId,
+        call_id: String,
+        deadline: i64,
+        /// The channels the call was sent to, which should show it expired.
+        #[serde(default)]
+        channels: Vec<String>,
+    },
     #[serde(rename = "run.completed")]
     RunCompleted { run_id: RunId, answer: String },
     #[serde(rename = "run.failed")]

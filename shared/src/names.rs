@@ -54,6 +54,9 @@ impl Names {
     pub fn approval_decided(&self, run: &RunId) -> String {
         self.subject(&format!("approval.decided.{run}"))
     }
+    pub fn approval_expired(&self, run: &RunId) -> String {
+        self.subject(&format!("approval.expired.{run}"))
+    }
     pub fn approval_decided_all(&self) -> String {
         self.subject("approval.decided.*")
     }
@@ -156,6 +159,11 @@ impl Names {
     /// String: what a single-use link token (email approvals) may do, by the token's hash.
     pub fn link_token_key(&self, token_hash: &str) -> String {
         self.key(&format!("link:{token_hash}"))
+    }
+    /// Sorted set of `run_id|call_id|digest` scored by deadline (ms): what the sweepers look
+    /// at, only the due front of it each time.
+    pub fn deadlines_key(&self) -> String {
+        self.key("deadlines")
     }
     /// Sorted set of runs awaiting approval, scored by when they paused: the inbox index.
     pub fn awaiting_key(&self) -> String {

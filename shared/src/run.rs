@@ -160,6 +160,8 @@ pub enum Outcome {
     Failed,
     /// It was started but its result was lost in a crash; a person should check.
     Unknown,
+    /// Nobody decided before its deadline; nothing ran.
+    Expired,
 }
 
 /// A call's result as it goes back to the model.
@@ -182,6 +184,9 @@ pub struct PendingCall {
     /// Who may decide it, how many must approve, and where to ask.
     #[serde(flatten)]
     pub reviewers: crate::agent::Reviewers,
+    /// When it expires if nobody decides, in milliseconds since the epoch.
+    #[serde(default)]
+    pub deadline: Option<i64>,
 }
 
 /// One tool call of the turn a run is paused on, in the order the model asked for it:
@@ -291,6 +296,9 @@ pub struct Decision {
     pub decided_at: i64,
     /// Identifies what was decided, not who or when, so a repeat can be told from a conflict.
     pub fingerprint: String,
+    /// Recorded by the deadline, not by a person: a refusal the model is told is an expiry.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub expired: bool,
 }
 
 impl Decision {

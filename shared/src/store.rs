@@ -103,6 +103,15 @@ pub enum ExecBegin {
     Done(CallResult),
 }
 
+/// A deadline that has passed.
+#[derive(Debug, Clone)]
+pub struct DueDeadline {
+    pub member: String,
+    pub run_id: RunId,
+    pub call_id: String,
+    pub digest: String,
+}
+
 /// How a saved run goes on.
 pub enum Save<'a> {
     /// Still being driven (a checkpoint between turns).
@@ -502,6 +511,68 @@ impl Store {
         };
         let _: i64 = cmd
             .arg(id.as_str())
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(())
+    }
+
+    /// Puts held calls' deadlines where the sweepers look. Idempotent.
+    pub async fn schedule_deadlines(
+        &self,
+        id: &RunId,
+        calls: &[(&str, &str, i64)],
+    ) -> Result<(), StoreError> {
+        if calls.is_empty() {
+            return Ok(());
+        }
+        let mut cmd = redis::cmd("ZADD");
+        cmd.arg(self.names.deadlines_key());
+        for (call_id, digest, deadline) in calls {
+            cmd.arg(*deadline).arg(format!("{id}|{call_id}|{digest}"));
+        }
+        let _: i64 = cmd.query_async(&mut self.conn.clone()).await?;
+        Ok(())
+    }
+
+    /// Deadlines that have passed, oldest first, at most `limit`: `(member, run, call, digest)`.
+    /// Only the due front of the set is read, however many calls wait.
+    pub async fn due_deadlines(
+        &self,
+        now_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<DueDeadline>, StoreError> {
+        let members: Vec<String> = redis::cmd("ZRANGE")
+            .arg(self.names.deadlines_key())
+            .arg("-inf")
+            .arg(now_ms)
+            .arg("BYSCORE")
+            .arg("LIMIT")
+            .arg(0)
+            .arg(limit)
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(members
+            .into_iter()
+            .filter_map(|member| {
+                let mut parts = member.splitn(3, '|');
+                let run_id = RunId::parse(parts.next()?)?;
+                let call_id = parts.next()?.to_string();
+                let digest = parts.next()?.to_string();
+                Some(DueDeadline {
+                    member,
+                    run_id,
+                    call_id,
+                    digest,
+                })
+            })
+            .collect())
+    }
+
+    /// Removes a handled deadline.
+    pub async fn drop_deadline(&self, member: &str) -> Result<(), StoreError> {
+        let _: i64 = redis::cmd("ZREM")
+            .arg(self.names.deadlines_key())
+            .arg(member)
             .query_async(&mut self.conn.clone())
             .await?;
         Ok(())

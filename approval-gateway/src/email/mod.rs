@@ -158,9 +158,10 @@ pub async fn deliver(
             body += &format!("Evidence from {}: {content}\n", e.tool);
         }
         body += &format!(
-            "\nAgent {agent}, run {run_id}, requested by {}. No deadline.\n\nApprove: {}\nReject:  {}\nEdit:    {}\n\n\
+            "\nAgent {agent}, run {run_id}, requested by {}; {}.\n\nApprove: {}\nReject:  {}\nEdit:    {}\n\n\
              Opening a link decides nothing: it shows a page where you confirm. The links work once, only for you, until the request is decided.\n",
             requested_by.as_deref().unwrap_or("unknown"),
+            crate::slack::blocks::deadline(call),
             links[0],
             links[1],
             links[2],

@@ -87,6 +87,17 @@ pub fn request_message(r: &Request) -> Value {
     })
 }
 
+/// When the call expires, as people read it.
+pub fn deadline(call: &PendingCall) -> String {
+    match call
+        .deadline
+        .and_then(chrono::DateTime::from_timestamp_millis)
+    {
+        Some(at) => format!("decide by {}", at.format("%Y-%m-%d %H:%M:%S UTC")),
+        None => "no deadline".into(),
+    }
+}
+
 /// The message once decided: what was asked, who decided what, and no buttons.
 pub fn decided_message(channel: &str, ts: &str, summary: &str, outcome: &str) -> Value {
     json!({

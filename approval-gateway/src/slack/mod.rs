@@ -23,7 +23,36 @@ impl From<SlackError> for DeliveryError {
     }
 }
 
-/// Posts a request, or updates its message once decided.
+/// Rewrites a call's message to say how it ended, without buttons.
+async fn show_outcome(
+    state: &AppState,
+    run_id: &countersign_shared::run::RunId,
+    call_id: &str,
+    channel: &str,
+    outcome: &str,
+) -> Result<(), DeliveryError> {
+    let slack = state.config.slack.as_ref().expect("checked by deliver");
+    let Some(reference) = state
+        .store
+        .channel_ref(run_id, call_id, channel)
+        .await
+        .map_err(|e| DeliveryError::Retry(e.to_string()))?
+    else {
+        return Err(DeliveryError::Retry("the request is not posted yet".into()));
+    };
+    let reference: serde_json::Value =
+        serde_json::from_str(&reference).map_err(|e| DeliveryError::GiveUp(e.to_string()))?;
+    let message = blocks::decided_message(
+        reference["channel"].as_str().unwrap_or_default(),
+        reference["ts"].as_str().unwrap_or_default(),
+        reference["summary"].as_str().unwrap_or_default(),
+        outcome,
+    );
+    api::call(&state.http, slack, "chat.update", &message).await?;
+    Ok(())
+}
+
+/// Posts a request, or updates its message once decided or expired.
 pub async fn deliver(
     state: &AppState,
     name: &str,
@@ -91,16 +120,6 @@ pub async fn deliver(
             decided_by,
             ..
         } => {
-            let Some(reference) = state
-                .store
-                .channel_ref(run_id, call_id, &delivery.channel)
-                .await
-                .map_err(store_err)?
-            else {
-                return Err(DeliveryError::Retry("the request is not posted yet".into()));
-            };
-            let reference: serde_json::Value = serde_json::from_str(&reference)
-                .map_err(|e| DeliveryError::GiveUp(e.to_string()))?;
             let verb = match action {
                 Action::Approve => "Approved",
                 Action::Edit => "Approved with edits",
@@ -108,14 +127,19 @@ pub async fn deliver(
             };
             let when = chrono::Utc::now().format("%Y-%m-%d %H:%M UTC");
             let outcome = format!("{verb} by {decided_by} at {when}.");
-            let message = blocks::decided_message(
-                reference["channel"].as_str().unwrap_or_default(),
-                reference["ts"].as_str().unwrap_or_default(),
-                reference["summary"].as_str().unwrap_or_default(),
-                &outcome,
-            );
-            api::call(&state.http, slack, "chat.update", &message).await?;
-            Ok(())
+            show_outcome(state, run_id, call_id, &delivery.channel, &outcome).await
+        }
+        Event::ApprovalExpired {
+            run_id,
+            call_id,
+            deadline,
+            ..
+        } => {
+            let when = chrono::DateTime::from_timestamp_millis(*deadline)
+                .unwrap_or_default()
+                .format("%Y-%m-%d %H:%M UTC");
+            let outcome = format!("Expired: nobody decided by {when}, so it did not run.");
+            show_outcome(state, run_id, call_id, &delivery.channel, &outcome).await
         }
         _ => Ok(()),
     }

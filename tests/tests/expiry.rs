@@ -1,0 +1,179 @@
+//! Deadlines: a call nobody decides in time expires exactly once however many workers
+//! sweep, the model is told it expired, late decisions are refused, the channels show it;
+//! a decided call never expires; and fifty conflicting decisions record exactly one.
+
+use approval_gateway::config::{SlackConfig, WebhookEndpoint};
+use countersign_shared::signing::WebhookSecret;
+use countersign_tests::app::{INTEGRATION_KEY, PATIENCE, TestApp};
+use countersign_tests::fake_model::{last_results, refund_brain};
+use countersign_tests::fake_slack::{BOT_TOKEN, FakeSlack, SIGNING_SECRET};
+use countersign_tests::wait_for;
+use countersign_tests::webhook_receiver::WebhookReceiver;
+use futures::future::join_all;
+use reqwest::Method;
+use serde_json::{Value, json};
+
+fn kinds(trail: &Value) -> Vec<String> {
+    trail["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["entry"]["kind"].as_str().unwrap().to_string())
+        .collect()
+}
+
+async fn deadlines_left(app: &TestApp) -> usize {
+    let client = redis::Client::open(app.infra.redis_url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    redis::cmd("ZCARD")
+        .arg(format!("cs:{}:deadlines", app.namespace))
+        .query_async(&mut conn)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn an_undecided_call_expires_once_across_three_workers_and_everyone_is_told() {
+    let slack = FakeSlack::start().await;
+    let hooks = WebhookReceiver::start(0).await;
+    let (api, hook_url) = (slack.api_base_url.clone(), hooks.url.clone());
+    let policy = "timeout = \"1s\"\nchannels = [\"slack:#refunds\"]\n";
+    let app = TestApp::spawn_configured(
+        "anthropic",
+        3,
+        policy,
+        move |config| {
+            config.slack = Some(SlackConfig {
+                api_base_url: api,
+                bot_token: BOT_TOKEN.into(),
+                signing_secret: SIGNING_SECRET.into(),
+            });
+            config.webhooks = vec![WebhookEndpoint {
+                name: "all".into(),
+                url: hook_url,
+                secret: WebhookSecret::parse("whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD").unwrap(),
+                all_events: true,
+            }];
+        },
+        refund_brain,
+    )
+    .await;
+    let run_id = app.start_run("Refund A-1001.").await;
+    let paused = app.wait_status(&run_id, "awaiting_approval").await;
+    assert!(paused["pending"][0]["deadline"].as_i64().is_some());
+
+    let done = app.wait_status(&run_id, "completed").await;
+    assert_eq!(done["answer"], "All done.");
+    assert!(
+        app.tools.refunds().is_empty(),
+        "an expired refund never runs"
+    );
+    let requests = app.model.requests();
+    assert_eq!(requests.len(), 2, "the run resumed exactly once");
+    let results = last_results(&requests[1]);
+    assert_eq!(results[1]["is_error"], true);
+    let told = results[1]["content"].as_str().unwrap();
+    assert!(
+        told.contains("before its deadline") && told.contains("not a rejection"),
+        "{told}"
+    );
+
+    let (_, trail) = app.get(&format!("/v1/runs/{run_id}/audit")).await;
+    assert_eq!(
+        kinds(&trail).iter().filter(|k| *k == "expired").count(),
+        1,
+        "{trail}"
+    );
+    assert_eq!(trail["verified"], true);
+
+    let (status, body) = app
+        .approve(&run_id, "toolu_2", &paused["pending"][0]["digest"])
+        .await;
+    assert_eq!(status, 410, "{body}");
+    assert_eq!(body["error"]["code"], "expired");
+
+    let update = wait_for("the Slack message to say it expired", PATIENCE, || async {
+        slack.calls("chat.update").pop()
+    })
+    .await;
+    assert!(
+        update.body["blocks"].to_string().contains("Expired"),
+        "{:?}",
+        update.body
+    );
+    wait_for("approval.expired at the webhook", PATIENCE, || async {
+        hooks.of_type("approval.expired").pop()
+    })
+    .await;
+    wait_for("the deadline to be swept away", PATIENCE, || async {
+        (deadlines_left(&app).await == 0).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_decided_call_never_expires() {
+    let app = TestApp::spawn_with_policy("anthropic", 2, "timeout = \"4s\"\n", refund_brain).await;
+    let run_id = app.start_run("Refund A-1001.").await;
+    let paused = app.wait_status(&run_id, "awaiting_approval").await;
+    let (status, body) = app
+        .approve(&run_id, "toolu_2", &paused["pending"][0]["digest"])
+        .await;
+    assert_eq!(status, 200, "{body}");
+    app.wait_status(&run_id, "completed").await;
+    // Once the deadline has passed, the sweepers drop it without expiring anything.
+    wait_for("the deadline to pass and be swept", PATIENCE, || async {
+        (deadlines_left(&app).await == 0).then_some(())
+    })
+    .await;
+    let (_, trail) = app.get(&format!("/v1/runs/{run_id}/audit")).await;
+    assert!(!kinds(&trail).contains(&"expired".to_string()), "{trail}");
+    assert_eq!(app.tools.refunds().len(), 1);
+}
+
+#[tokio::test]
+async fn fifty_concurrent_conflicting_decisions_on_one_call_record_exactly_one() {
+    let app = TestApp::spawn(refund_brain).await;
+    let run_id = app.start_run("Refund A-1001.").await;
+    let paused = app.wait_status(&run_id, "awaiting_approval").await;
+    let digest = paused["pending"][0]["digest"].clone();
+    let path = format!("/v1/runs/{run_id}/decisions");
+    let answers = join_all((0..50).map(|i| {
+        let decision = if i % 2 == 0 {
+            json!({"call_id": "toolu_2", "digest": digest, "action": "approve"})
+        } else {
+            json!({"call_id": "toolu_2", "digest": digest, "action": "reject", "reason": format!("no {i}")})
+        };
+        let person = ["alice", "bob", "carol", "rick"][i % 4];
+        let body = json!({"decided_by": person, "decisions": [decision]});
+        let path = path.clone();
+        let app = &app;
+        async move { app.request(Method::POST, &path, Some(INTEGRATION_KEY), Some(body)).await }
+    }))
+    .await;
+    let recorded: Vec<&Value> = answers
+        .iter()
+        .filter(|(status, body)| *status == 200 && body["decisions"][0]["status"] == "recorded")
+        .map(|(_, body)| body)
+        .collect();
+    assert_eq!(recorded.len(), 1, "exactly one decision is recorded");
+    for (status, body) in &answers {
+        let repeat = *status == 200 && body["decisions"][0]["status"] == "already_recorded";
+        assert!(
+            repeat || *status == 409 || body == recorded[0],
+            "{status} {body}"
+        );
+    }
+    app.wait_status(&run_id, "completed").await;
+    let (_, trail) = app.get(&format!("/v1/runs/{run_id}/audit")).await;
+    assert_eq!(kinds(&trail).iter().filter(|k| *k == "decided").count(), 1);
+    assert!(app.tools.refunds().len() <= 1);
+    println!(
+        "50 concurrent decisions: 1 recorded, {} refused as conflicts, {} repeats",
+        answers.iter().filter(|(s, _)| *s == 409).count(),
+        answers
+            .iter()
+            .filter(|(s, b)| *s == 200 && b["decisions"][0]["status"] == "already_recorded")
+            .count()
+    );
+}
