@@ -420,13 +420,30 @@ impl Engine {
             ExecBegin::Done(result) => return Ok(result),
             ExecBegin::InterruptedBefore if !tool.idempotent => {
                 warn!(call_id, tool = %tool.name, "call outcome unknown after a crash");
+                let reason = format!(
+                    "The outcome of this {} call is unknown: it was started, but the worker running it stopped before recording the result. It was not sent again because the tool is not idempotent. A person should check whether it took effect.",
+                    tool.name
+                );
+                let attention = Event::RunAttention {
+                    run_id: run.clone(),
+                    call_id: call_id.to_string(),
+                    tool: tool.name.clone(),
+                    input: input.clone(),
+                    reason: reason.clone(),
+                };
+                let msg_id = format!("attention:{run}:{call_id}");
+                if let Err(e) = self
+                    .bus
+                    .publish(self.bus.names.run_attention(run), &msg_id, attention)
+                    .await
+                {
+                    // Still recorded below and told to the model; the audit trail has it too.
+                    warn!(error = %e, "could not publish run.attention");
+                }
                 let result = CallResult {
                     outcome: Outcome::Unknown,
                     is_error: true,
-                    content: format!(
-                        "The outcome of this {} call is unknown: it was started, but the worker running it stopped before recording the result. It was not sent again because the tool is not idempotent. A person should check whether it took effect.",
-                        tool.name
-                    ),
+                    content: reason,
                 };
                 self.store.exec_finish(run, call_id, &result).await?;
                 return Ok(result);

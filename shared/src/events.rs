@@ -84,6 +84,16 @@ pub enum Event {
         #[serde(default)]
         channels: Vec<String>,
     },
+    /// A call's side effect may or may not have happened (its worker died after starting
+    /// it, and the tool is not idempotent): a person should check.
+    #[serde(rename = "run.attention")]
+    RunAttention {
+        run_id: RunId,
+        call_id: String,
+        tool: String,
+        input: Value,
+        reason: String,
+    },
     #[serde(rename = "run.completed")]
     RunCompleted { run_id: RunId, answer: String },
     #[serde(rename = "run.failed")]

@@ -66,6 +66,9 @@ impl Names {
     pub fn run_completed(&self, run: &RunId) -> String {
         self.subject(&format!("run.completed.{run}"))
     }
+    pub fn run_attention(&self, run: &RunId) -> String {
+        self.subject(&format!("run.attention.{run}"))
+    }
     pub fn run_failed(&self, run: &RunId) -> String {
         self.subject(&format!("run.failed.{run}"))
     }

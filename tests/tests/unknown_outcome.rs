@@ -1,0 +1,55 @@
+//! A call whose worker died after starting it, on a tool that is not idempotent, is never
+//! sent again: the model is told its outcome is unknown and `run.attention` asks a person.
+
+use countersign_tests::app::{PATIENCE, TestApp};
+use countersign_tests::fake_model::{last_results, refund_brain};
+use futures::StreamExt;
+
+#[tokio::test]
+async fn a_started_call_found_after_a_crash_is_reported_unknown_and_not_run_again() {
+    let app = TestApp::spawn(refund_brain).await;
+    let run_id = app.start_run("Refund A-1001.").await;
+    let paused = app.wait_status(&run_id, "awaiting_approval").await;
+    let nats = async_nats::connect(&app.infra.nats_url).await.unwrap();
+    let mut attention = nats
+        .subscribe(format!("{}.run.attention.{run_id}", app.namespace))
+        .await
+        .unwrap();
+
+    // What a worker leaves when it dies between marking the refund started and recording it.
+    let client = redis::Client::open(app.infra.redis_url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let _: i64 = redis::cmd("HSET")
+        .arg(format!("cs:{}:exec:{{{run_id}}}", app.namespace))
+        .arg("toolu_2")
+        .arg("started")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+
+    let (status, _) = app
+        .approve(&run_id, "toolu_2", &paused["pending"][0]["digest"])
+        .await;
+    assert_eq!(status, 200);
+    app.wait_status(&run_id, "completed").await;
+    assert_eq!(
+        app.tools.received("/refunds", &format!("{run_id}:toolu_2")),
+        0,
+        "never sent again"
+    );
+    let results = last_results(&app.model.requests()[1]);
+    let told = results[1]["content"].as_str().unwrap();
+    assert!(
+        told.contains("outcome of this issue_refund call is unknown"),
+        "{told}"
+    );
+
+    let event = tokio::time::timeout(PATIENCE, attention.next())
+        .await
+        .unwrap()
+        .unwrap();
+    let event: serde_json::Value = serde_json::from_slice(&event.payload).unwrap();
+    assert_eq!(event["type"], "run.attention");
+    assert_eq!(event["call_id"], "toolu_2");
+    assert_eq!(event["input"]["amount"], 129);
+}
