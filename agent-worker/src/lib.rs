@@ -24,6 +24,15 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+/// The worker as a program: logging, config from file and environment, signals.
+pub async fn main_from_env() -> anyhow::Result<()> {
+    countersign_shared::telemetry::init();
+    let config = Config::load()?;
+    let shutdown = CancellationToken::new();
+    tokio::spawn(countersign_shared::shutdown::on_signal(shutdown.clone()));
+    run(config, shutdown).await
+}
+
 /// Sweeps for passed deadlines every `interval` until `shutdown`.
 async fn sweep(engine: Arc<Engine>, interval: Duration, shutdown: CancellationToken) {
     let mut tick = tokio::time::interval(interval);

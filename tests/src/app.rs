@@ -294,6 +294,12 @@ impl TestApp {
         .await
     }
 
+    /// The run's status as the API shows it ("" when it cannot be read).
+    pub async fn get_run_status(&self, run_id: &str) -> String {
+        let (_, run) = self.get(&format!("/v1/runs/{run_id}")).await;
+        run["status"].as_str().unwrap_or_default().to_string()
+    }
+
     /// Waits until the run has `status`, and returns it as the API shows it.
     pub async fn wait_status(&self, run_id: &str, status: &str) -> Value {
         wait_for(

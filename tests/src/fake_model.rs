@@ -6,6 +6,7 @@ use axum::extract::State;
 use axum::routing::post;
 use axum::{Json, Router};
 use serde_json::{Value, json};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 type Brain = Arc<dyn Fn(&Value) -> Value + Send + Sync>;
@@ -14,12 +15,20 @@ type Brain = Arc<dyn Fn(&Value) -> Value + Send + Sync>;
 pub struct FakeModel {
     pub base_url: String,
     requests: Arc<Mutex<Vec<Value>>>,
+    latency_ms: Arc<AtomicU64>,
 }
+
+type ModelState = (Arc<Mutex<Vec<Value>>>, Brain, Arc<AtomicU64>);
 
 impl FakeModel {
     pub async fn start(brain: impl Fn(&Value) -> Value + Send + Sync + 'static) -> Self {
         let requests = Arc::new(Mutex::new(Vec::new()));
-        let state = (requests.clone(), Arc::new(brain) as Brain);
+        let latency_ms = Arc::new(AtomicU64::new(0));
+        let state: ModelState = (
+            requests.clone(),
+            Arc::new(brain) as Brain,
+            latency_ms.clone(),
+        );
         let app = Router::new()
             .route("/v1/messages", post(answer))
             .route("/chat/completions", post(answer))
@@ -27,7 +36,17 @@ impl FakeModel {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base_url = format!("http://{}", listener.local_addr().unwrap());
         tokio::spawn(async move { axum::serve(listener, app).await });
-        Self { base_url, requests }
+        Self {
+            base_url,
+            requests,
+            latency_ms,
+        }
+    }
+
+    /// Makes every answer take this long, as a real model's do.
+    pub fn set_latency(&self, latency: std::time::Duration) {
+        self.latency_ms
+            .store(latency.as_millis() as u64, Ordering::Relaxed);
     }
 
     /// Every request received, in order.
@@ -45,9 +64,13 @@ impl FakeModel {
 }
 
 async fn answer(
-    State((requests, brain)): State<(Arc<Mutex<Vec<Value>>>, Brain)>,
+    State((requests, brain, latency_ms)): State<ModelState>,
     Json(body): Json<Value>,
 ) -> Json<Value> {
+    let latency = latency_ms.load(Ordering::Relaxed);
+    if latency > 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(latency)).await;
+    }
     requests.lock().unwrap().push(body.clone());
     Json(brain(&body))
 }

@@ -1,0 +1,162 @@
+//! Chaos: three worker processes share a few hundred runs while a driver approves every
+//! pending call and a killer SIGKILLs a random worker every half second or so and starts
+//! another.
+//! At the end every run is completed, and the refund tool (idempotent, as the policy says)
+//! applied each approved refund exactly once.
+
+use countersign_tests::app::{TestApp, refunds_agent};
+use countersign_tests::fake_model::refund_brain;
+use futures::future::join_all;
+use reqwest::StatusCode;
+use serde_json::json;
+use std::collections::HashSet;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+use tokio::process::{Child, Command};
+
+const WORKERS: usize = 3;
+/// Runs are started in waves, one wave after each kill, so every kill lands while runs are
+/// in flight.
+const WAVES: usize = 12;
+const WAVE: usize = 25;
+const RUNS: usize = WAVES * WAVE;
+/// How long the whole test may take before it fails.
+const LIMIT: Duration = Duration::from_secs(240);
+
+fn random_below(n: u64) -> u64 {
+    (uuid::Uuid::new_v4().as_u128() % n as u128) as u64
+}
+
+fn spawn_worker(config: &std::path::Path) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_worker_process"))
+        .env("COUNTERSIGN_CONFIG", config)
+        .env("RUST_LOG", "error")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start a worker process")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkilled_workers_lose_no_run_and_apply_no_refund_twice() {
+    let app = TestApp::spawn_with("anthropic", 0, refund_brain).await;
+    let dir = std::env::temp_dir().join(format!("countersign-chaos-{}", app.namespace));
+    let agents = dir.join("agents");
+    std::fs::create_dir_all(&agents).unwrap();
+    let refund_url = format!("http = {{ url = \"{}/refunds\" }}", app.tools.base_url);
+    let agent = refunds_agent("anthropic", &app.model.base_url, &app.tools.base_url)
+        .replace(&refund_url, &format!("{refund_url}\nidempotent = true"));
+    assert!(agent.contains("idempotent = true"));
+    std::fs::write(agents.join("refunds.toml"), agent).unwrap();
+    let config = dir.join("worker.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "nats_url = \"{}\"\nredis_url = \"{}\"\nnamespace = \"{}\"\nagents_dir = \"{}\"\n\
+             lease_secs = 3\nack_wait_secs = 3\nshutdown_grace_secs = 2\n",
+            app.infra.nats_url,
+            app.infra.redis_url,
+            app.namespace,
+            agents.display()
+        ),
+    )
+    .unwrap();
+    let mut workers: Vec<Child> = (0..WORKERS).map(|_| spawn_worker(&config)).collect();
+
+    app.model.set_latency(Duration::from_millis(100));
+
+    let began = Instant::now();
+    let mut runs: Vec<String> = Vec::new();
+    let mut remaining: HashSet<String> = HashSet::new();
+    let mut failed = Vec::new();
+    let mut kills = 0;
+    let mut next_kill = Instant::now();
+    let mut approvals_sent = 0;
+    while runs.len() < RUNS || !remaining.is_empty() {
+        assert!(
+            began.elapsed() < LIMIT,
+            "{} runs still unfinished after {LIMIT:?}",
+            remaining.len()
+        );
+        if runs.len() < RUNS && Instant::now() >= next_kill {
+            if !runs.is_empty() {
+                let victim = random_below(WORKERS as u64) as usize;
+                workers[victim].kill().await.unwrap();
+                workers[victim] = spawn_worker(&config);
+                kills += 1;
+            }
+            let wave: Vec<String> = (runs.len()..runs.len() + WAVE)
+                .map(|i| format!("Chaos refund {i}."))
+                .collect();
+            let started = join_all(wave.iter().map(|input| app.start_run(input))).await;
+            remaining.extend(started.iter().cloned());
+            runs.extend(started);
+            next_kill = Instant::now() + Duration::from_millis(300 + random_below(500));
+        }
+        // The driver: approve whatever waits.
+        let (status, inbox) = app.get("/v1/approvals?status=pending&limit=500").await;
+        assert_eq!(status, StatusCode::OK);
+        let pending = inbox["approvals"].as_array().unwrap().clone();
+        approvals_sent += pending.len();
+        let app = &app;
+        join_all(pending.iter().map(|a| {
+            let decision =
+                json!([{"call_id": a["call_id"], "digest": a["digest"], "action": "approve"}]);
+            let run_id = a["run_id"].as_str().unwrap().to_string();
+            async move { app.decide(&run_id, decision).await }
+        }))
+        .await;
+        // Which runs have finished.
+        let ids: Vec<String> = remaining.iter().cloned().collect();
+        let states = join_all(ids.iter().map(|id| app.get_run_status(id))).await;
+        for (id, status) in ids.iter().zip(states) {
+            match status.as_str() {
+                "completed" => {
+                    remaining.remove(id);
+                }
+                "failed" => {
+                    remaining.remove(id);
+                    failed.push(id.clone());
+                }
+                _ => {}
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let elapsed = began.elapsed();
+    for worker in &mut workers {
+        worker.kill().await.unwrap();
+    }
+
+    let refunds = app.tools.refunds();
+    let by_key = app.tools.received_by_key("/refunds");
+    let resent = by_key.values().filter(|n| **n > 1).count();
+    let missing: Vec<&String> = runs
+        .iter()
+        .filter(|id| !by_key.contains_key(&format!("{id}:toolu_2")))
+        .collect();
+    println!(
+        "chaos: {RUNS} runs, {WORKERS} workers, {kills} SIGKILLs, {} approvals sent, {} completed, \
+         {} failed, 0 lost, {} refunds applied ({} duplicated), {resent} refunds re-sent with the \
+         same key after a kill, {} model calls, {elapsed:?}",
+        approvals_sent,
+        RUNS - failed.len(),
+        failed.len(),
+        refunds.len(),
+        refunds.len().saturating_sub(RUNS),
+        app.model.requests().len(),
+    );
+    assert!(failed.is_empty(), "failed runs: {failed:?}");
+    assert!(
+        missing.is_empty(),
+        "runs whose refund never reached the tool: {missing:?}"
+    );
+    assert_eq!(
+        refunds.len(),
+        RUNS,
+        "each approved refund applied exactly once"
+    );
+    assert_eq!(kills, WAVES - 1);
+    let _ = std::fs::remove_dir_all(&dir);
+}
