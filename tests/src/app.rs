@@ -114,12 +114,31 @@ impl TestApp {
         configure: impl FnOnce(&mut approval_gateway::config::Config),
         brain: impl Fn(&Value) -> Value + Send + Sync + 'static,
     ) -> Self {
+        Self::spawn_on(
+            Infra::start().await,
+            provider,
+            workers,
+            policy,
+            configure,
+            brain,
+        )
+        .await
+    }
+
+    /// Like `spawn_configured`, on servers the caller started.
+    pub async fn spawn_on(
+        infra: Infra,
+        provider: &str,
+        workers: usize,
+        policy: &str,
+        configure: impl FnOnce(&mut approval_gateway::config::Config),
+        brain: impl Fn(&Value) -> Value + Send + Sync + 'static,
+    ) -> Self {
         let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into());
         let _ = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
             .with_test_writer()
             .try_init();
-        let infra = Infra::start().await;
         let namespace = format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
         let model = FakeModel::start(brain).await;
         let tools =

@@ -1,6 +1,7 @@
 //! NATS (with JetStream) and Redis in containers, one pair per test.
 
 use crate::images::{NATS, REDIS};
+use std::time::Duration;
 use testcontainers::core::{IntoContainerPort, WaitFor};
 use testcontainers::runners::AsyncRunner;
 use testcontainers::{ContainerAsync, GenericImage, ImageExt};
@@ -12,21 +13,44 @@ pub struct Infra {
     pub redis: ContainerAsync<GenericImage>,
 }
 
+/// A free port on the loopback, for a container that must keep its address across restarts.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 impl Infra {
+    /// Servers on ports Docker picks.
     pub async fn start() -> Self {
+        Self::start_on(None).await
+    }
+
+    /// Servers on fixed host ports, so a restarted one is found where it was.
+    pub async fn start_restartable() -> Self {
+        Self::start_on(Some((free_port(), free_port()))).await
+    }
+
+    async fn start_on(ports: Option<(u16, u16)>) -> Self {
         NATS.ensure();
         REDIS.ensure();
         let nats = GenericImage::new(NATS.name, NATS.tag)
             .with_exposed_port(4222.tcp())
             .with_wait_for(WaitFor::message_on_stderr("Server is ready"))
-            .with_cmd(["-js", "-sd", "/data"])
-            .start();
+            .with_cmd(["-js", "-sd", "/data"]);
         let redis = GenericImage::new(REDIS.name, REDIS.tag)
             .with_exposed_port(6379.tcp())
             .with_wait_for(WaitFor::message_on_stdout("Ready to accept connections"))
-            .with_cmd(["--protected-mode", "no", "--appendonly", "yes"])
-            .start();
-        let (nats, redis) = tokio::join!(nats, redis);
+            .with_cmd(["--protected-mode", "no", "--appendonly", "yes"]);
+        let (nats, redis) = match ports {
+            None => tokio::join!(nats.start(), redis.start()),
+            Some((n, r)) => tokio::join!(
+                nats.with_mapped_port(n, 4222.tcp()).start(),
+                redis.with_mapped_port(r, 6379.tcp()).start()
+            ),
+        };
         let (nats, redis) = (nats.expect("start nats"), redis.expect("start redis"));
         let nats_port = nats.get_host_port_ipv4(4222).await.unwrap();
         let redis_port = redis.get_host_port_ipv4(6379).await.unwrap();
@@ -36,5 +60,29 @@ impl Infra {
             nats,
             redis,
         }
+    }
+
+    /// Stops Redis as an operator would (SIGTERM, so the append-only file is flushed) and
+    /// starts it again; returns once it answers PING.
+    pub async fn restart_redis(&self) {
+        self.redis.stop().await.unwrap();
+        self.redis.start().await.unwrap();
+        let client = redis::Client::open(self.redis_url.as_str()).unwrap();
+        crate::wait_for("Redis to answer again", Duration::from_secs(60), || async {
+            let mut conn = client.get_multiplexed_async_connection().await.ok()?;
+            let pong: Option<String> = redis::cmd("PING").query_async(&mut conn).await.ok();
+            pong.map(|_| ())
+        })
+        .await;
+    }
+
+    /// Stops and starts NATS; returns once it accepts connections again.
+    pub async fn restart_nats(&self) {
+        self.nats.stop().await.unwrap();
+        self.nats.start().await.unwrap();
+        crate::wait_for("NATS to answer again", Duration::from_secs(60), || async {
+            async_nats::connect(&self.nats_url).await.ok().map(|_| ())
+        })
+        .await;
     }
 }
