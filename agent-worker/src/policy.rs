@@ -192,30 +192,22 @@ fn display(value: &Cel) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use countersign_shared::agent::{ApprovalRule, HttpToolDef};
     use serde_json::json;
 
     fn refund_policy(when: &str) -> Policy {
-        let tool = ToolDef {
-            name: "issue_refund".into(),
-            description: String::new(),
-            input_schema: json!({"type": "object"}),
-            http: HttpToolDef {
-                url: "http://127.0.0.1:1/".into(),
-                timeout_ms: 1000,
-            },
-            approval: ApprovalDef::Rule(ApprovalRule {
-                when: when.into(),
-                reason: Some("Refund of ${{ input.amount }} moves money".into()),
-                summary: Some("Refund ${{ input.amount }} for order {{ input.order_id }}".into()),
-                approvers: Vec::new(),
-                quorum: 1,
-                channels: Vec::new(),
-                allow_self_approval: false,
-                timeout: None,
-            }),
-            idempotent: false,
-        };
+        let tool: ToolDef = toml::from_str(&format!(
+            r#"
+name = "issue_refund"
+description = ""
+input_schema = {{ type = "object" }}
+http = {{ url = "http://127.0.0.1:1/" }}
+[approval]
+when = "{when}"
+reason = "Refund of ${{{{ input.amount }}}} moves money"
+summary = "Refund ${{{{ input.amount }}}} for order {{{{ input.order_id }}}}"
+"#
+        ))
+        .unwrap();
         Policy::compile(Arc::new(Env::stdlib()), &tool).unwrap()
     }
 

@@ -134,6 +134,24 @@ pub struct ApprovalRule {
     /// and does not run. Default: the worker's `default_approval_timeout_secs`.
     #[serde(default)]
     pub timeout: Option<String>,
+    /// What the deadline does: `reject` (default; the call expires) or `escalate` (the
+    /// `escalate_to` approvers are asked too and the deadline is extended once; then reject).
+    #[serde(default)]
+    pub on_expiry: OnExpiry,
+    /// Who is added to the approvers on escalation: principal ids and `role:NAME` entries.
+    #[serde(default)]
+    pub escalate_to: Vec<String>,
+    /// How long before the deadline to remind the approvers (`10m`, `1h`); default none.
+    #[serde(default)]
+    pub remind_before: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnExpiry {
+    #[default]
+    Reject,
+    Escalate,
 }
 
 /// Parses `90s`, `30m`, `24h` or `7d`.
@@ -172,6 +190,10 @@ pub struct Reviewers {
     pub channels: Vec<String>,
     #[serde(default)]
     pub allow_self_approval: bool,
+    #[serde(default)]
+    pub on_expiry: OnExpiry,
+    #[serde(default)]
+    pub escalate_to: Vec<String>,
 }
 
 impl Default for Reviewers {
@@ -181,6 +203,8 @@ impl Default for Reviewers {
             quorum: 1,
             channels: Vec::new(),
             allow_self_approval: false,
+            on_expiry: OnExpiry::Reject,
+            escalate_to: Vec::new(),
         }
     }
 }
@@ -205,7 +229,17 @@ impl ToolDef {
                 quorum: rule.quorum,
                 channels: rule.channels.clone(),
                 allow_self_approval: rule.allow_self_approval,
+                on_expiry: rule.on_expiry,
+                escalate_to: rule.escalate_to.clone(),
             },
+        }
+    }
+
+    /// How long before its deadline a held call's approvers are reminded, if at all.
+    pub fn remind_before(&self) -> Option<std::time::Duration> {
+        match &self.approval {
+            ApprovalDef::Rule(rule) => rule.remind_before.as_deref().and_then(parse_duration),
+            ApprovalDef::Mode(_) => None,
         }
     }
 
@@ -216,6 +250,18 @@ impl ToolDef {
             && parse_duration(t).is_none()
         {
             return Err(format!("timeout {t:?} is not like 90s, 30m, 24h or 7d"));
+        }
+        if let ApprovalDef::Rule(rule) = &self.approval {
+            if let Some(r) = &rule.remind_before
+                && parse_duration(r).is_none()
+            {
+                return Err(format!(
+                    "remind_before {r:?} is not like 90s, 30m, 24h or 7d"
+                ));
+            }
+            if rule.on_expiry == OnExpiry::Escalate && rule.escalate_to.is_empty() {
+                return Err("on_expiry = \"escalate\" needs escalate_to".into());
+            }
         }
         let r = self.reviewers();
         if r.quorum == 0 {

@@ -23,6 +23,10 @@ pub enum AuditKind {
     Executed,
     /// A held call's deadline passed with no decision.
     Expired,
+    /// A held call's deadline passed and more approvers were asked.
+    Escalated,
+    /// A held call's approvers were reminded.
+    Reminded,
     Completed,
     Failed,
 }

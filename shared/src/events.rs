@@ -74,6 +74,18 @@ pub enum Event {
         #[serde(default)]
         channels: Vec<String>,
     },
+    /// A held call still waits: a reminder before its deadline, or (`escalated`) its deadline
+    /// passed and more approvers are asked, with a later deadline.
+    #[serde(rename = "approval.reminder")]
+    ApprovalReminder {
+        run_id: RunId,
+        agent: String,
+        text: String,
+        call: Box<PendingCall>,
+        escalated: bool,
+        #[serde(default)]
+        requested_by: Option<String>,
+    },
     /// A held call's deadline passed with no decision; it counts as refused.
     #[serde(rename = "approval.expired")]
     ApprovalExpired {

@@ -54,6 +54,9 @@ impl Names {
     pub fn approval_decided(&self, run: &RunId) -> String {
         self.subject(&format!("approval.decided.{run}"))
     }
+    pub fn approval_reminder(&self, run: &RunId) -> String {
+        self.subject(&format!("approval.reminder.{run}"))
+    }
     pub fn approval_expired(&self, run: &RunId) -> String {
         self.subject(&format!("approval.expired.{run}"))
     }
@@ -167,6 +170,10 @@ impl Names {
     /// at, only the due front of it each time.
     pub fn deadlines_key(&self) -> String {
         self.key("deadlines")
+    }
+    /// Sorted set of `run_id|call_id|digest` scored by when to remind.
+    pub fn reminders_key(&self) -> String {
+        self.key("reminders")
     }
     /// Sorted set of runs awaiting approval, scored by when they paused: the inbox index.
     pub fn awaiting_key(&self) -> String {

@@ -187,6 +187,12 @@ pub struct PendingCall {
     /// When it expires if nobody decides, in milliseconds since the epoch.
     #[serde(default)]
     pub deadline: Option<i64>,
+    /// When its approvers are reminded, in milliseconds since the epoch.
+    #[serde(default)]
+    pub remind_at: Option<i64>,
+    /// Whether its deadline has already escalated it (it escalates once).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub escalated: bool,
 }
 
 /// One tool call of the turn a run is paused on, in the order the model asked for it:

@@ -35,6 +35,8 @@ static SAVE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/s
 static DECIDE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/decide.lua")));
 static AUDIT_APPEND: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/audit_append.lua")));
+static REPLACE_DOC: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/replace_doc.lua")));
 static TAKE_TOKEN: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/take_token.lua")));
 static EXEC_BEGIN: LazyLock<Script> =
@@ -103,9 +105,16 @@ pub enum ExecBegin {
     Done(CallResult),
 }
 
-/// A deadline that has passed.
+/// The timers kept per held call.
+#[derive(Clone, Copy, Debug)]
+pub enum Timer {
+    Deadline,
+    Reminder,
+}
+
+/// A timer that is due.
 #[derive(Debug, Clone)]
-pub struct DueDeadline {
+pub struct DueTimer {
     pub member: String,
     pub run_id: RunId,
     pub call_id: String,
@@ -516,9 +525,11 @@ impl Store {
         Ok(())
     }
 
-    /// Puts held calls' deadlines where the sweepers look. Idempotent.
-    pub async fn schedule_deadlines(
+    /// Puts held calls' timers where the sweepers look. Idempotent: a member already there
+    /// gets the new time.
+    pub async fn schedule(
         &self,
+        timer: Timer,
         id: &RunId,
         calls: &[(&str, &str, i64)],
     ) -> Result<(), StoreError> {
@@ -526,23 +537,24 @@ impl Store {
             return Ok(());
         }
         let mut cmd = redis::cmd("ZADD");
-        cmd.arg(self.names.deadlines_key());
-        for (call_id, digest, deadline) in calls {
-            cmd.arg(*deadline).arg(format!("{id}|{call_id}|{digest}"));
+        cmd.arg(self.timer_key(timer));
+        for (call_id, digest, at) in calls {
+            cmd.arg(*at).arg(format!("{id}|{call_id}|{digest}"));
         }
         let _: i64 = cmd.query_async(&mut self.conn.clone()).await?;
         Ok(())
     }
 
-    /// Deadlines that have passed, oldest first, at most `limit`: `(member, run, call, digest)`.
-    /// Only the due front of the set is read, however many calls wait.
-    pub async fn due_deadlines(
+    /// Timers that are due, oldest first, at most `limit`. Only the due front of the set is
+    /// read, however many calls wait.
+    pub async fn due(
         &self,
+        timer: Timer,
         now_ms: i64,
         limit: usize,
-    ) -> Result<Vec<DueDeadline>, StoreError> {
+    ) -> Result<Vec<DueTimer>, StoreError> {
         let members: Vec<String> = redis::cmd("ZRANGE")
-            .arg(self.names.deadlines_key())
+            .arg(self.timer_key(timer))
             .arg("-inf")
             .arg(now_ms)
             .arg("BYSCORE")
@@ -558,7 +570,7 @@ impl Store {
                 let run_id = RunId::parse(parts.next()?)?;
                 let call_id = parts.next()?.to_string();
                 let digest = parts.next()?.to_string();
-                Some(DueDeadline {
+                Some(DueTimer {
                     member,
                     run_id,
                     call_id,
@@ -568,14 +580,58 @@ impl Store {
             .collect())
     }
 
-    /// Removes a handled deadline.
-    pub async fn drop_deadline(&self, member: &str) -> Result<(), StoreError> {
-        let _: i64 = redis::cmd("ZREM")
-            .arg(self.names.deadlines_key())
+    /// Removes a handled timer; true for the one caller that removed it.
+    pub async fn drop_timer(&self, timer: Timer, member: &str) -> Result<bool, StoreError> {
+        let removed: i64 = redis::cmd("ZREM")
+            .arg(self.timer_key(timer))
             .arg(member)
             .query_async(&mut self.conn.clone())
             .await?;
-        Ok(())
+        Ok(removed == 1)
+    }
+
+    fn timer_key(&self, timer: Timer) -> String {
+        match timer {
+            Timer::Deadline => self.names.deadlines_key(),
+            Timer::Reminder => self.names.reminders_key(),
+        }
+    }
+
+    /// The run with the version it was read at, for [`Store::replace_paused`].
+    pub async fn load_versioned(&self, id: &RunId) -> Result<Option<(Run, String)>, StoreError> {
+        let (status, doc, version): (Option<String>, Option<String>, Option<String>) =
+            redis::cmd("HMGET")
+                .arg(self.names.run_key(id))
+                .arg("status")
+                .arg("doc")
+                .arg("version")
+                .query_async(&mut self.conn.clone())
+                .await?;
+        let (Some(status), Some(doc), Some(version)) = (status, doc, version) else {
+            return Ok(None);
+        };
+        let mut run: Run = from_json(&doc)?;
+        run.status = RunStatus::parse(&status)
+            .ok_or_else(|| StoreError::Corrupt(format!("unknown status {status:?}")))?;
+        Ok(Some((run, version)))
+    }
+
+    /// Rewrites a paused run if it is unchanged since `version` and `call_id` is undecided.
+    pub async fn replace_paused(
+        &self,
+        run: &Run,
+        version: &str,
+        call_id: &str,
+    ) -> Result<bool, StoreError> {
+        let replaced: i64 = REPLACE_DOC
+            .key(self.names.run_key(&run.run_id))
+            .key(self.names.decisions_key(&run.run_id))
+            .arg(version)
+            .arg(call_id)
+            .arg(to_json(run)?)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(replaced == 1)
     }
 
     /// Runs in the paused index, oldest first. Some may have moved on since: re-check them.

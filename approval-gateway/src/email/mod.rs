@@ -7,8 +7,9 @@
 use crate::config::{EmailConfig, SmtpTls};
 use crate::notify::{Delivery, DeliveryError};
 use crate::state::AppState;
+use countersign_shared::agent::Reviewers;
 use countersign_shared::digest::sha256_hex;
-use countersign_shared::events::Event;
+use countersign_shared::events::{Event, Evidence};
 use countersign_shared::run::{Action, PendingCall, RunId};
 use lettre::message::header::ContentType;
 use lettre::transport::smtp::authentication::Credentials;
@@ -80,115 +81,199 @@ fn recipients<'a>(
         .collect()
 }
 
+/// What a mail asks for.
+struct Asking<'a> {
+    run_id: &'a RunId,
+    agent: &'a str,
+    text: &'a str,
+    call: &'a PendingCall,
+    evidence: &'a [Evidence],
+    requested_by: Option<&'a str>,
+    /// Put before the subject and the first line: `Reminder: `, `Escalated: ` or nothing.
+    prefix: &'a str,
+}
+
 pub async fn deliver(
     state: &AppState,
     address: &str,
     delivery: &Delivery,
 ) -> Result<(), DeliveryError> {
-    let (Some(config), Some(mailer)) = (&state.config.email, &state.mailer) else {
-        return Err(DeliveryError::GiveUp("no [email] is configured".into()));
-    };
-    let Event::ApprovalRequested {
-        run_id,
-        agent,
-        text,
-        calls,
-        evidence,
-        requested_by,
-        ..
-    } = &delivery.event.event
-    else {
-        // Once decided, the links' pages say so; no second email.
-        return Ok(());
-    };
     let call_id = delivery.call_id.as_deref().unwrap_or_default();
-    let Some(call) = calls.iter().find(|c| c.call_id == call_id) else {
-        return Err(DeliveryError::GiveUp(format!(
-            "no call {call_id} in the request"
-        )));
+    let (asking, people, sent_key) = match &delivery.event.event {
+        Event::ApprovalRequested {
+            run_id,
+            agent,
+            text,
+            calls,
+            evidence,
+            requested_by,
+            ..
+        } => {
+            let Some(call) = calls.iter().find(|c| c.call_id == call_id) else {
+                return Err(DeliveryError::GiveUp(format!(
+                    "no call {call_id} in the request"
+                )));
+            };
+            let asking = Asking {
+                run_id,
+                agent,
+                text,
+                call,
+                evidence,
+                requested_by: requested_by.as_deref(),
+                prefix: "",
+            };
+            (
+                asking,
+                recipients(state, address, call),
+                delivery.channel.clone(),
+            )
+        }
+        Event::ApprovalReminder {
+            run_id,
+            agent,
+            text,
+            call,
+            escalated,
+            requested_by,
+        } => {
+            let mut people = recipients(state, address, call);
+            if *escalated {
+                // The people escalated to are asked whatever address the channel names.
+                let added = Reviewers {
+                    approvers: call.reviewers.escalate_to.clone(),
+                    ..Reviewers::default()
+                };
+                for person in state.config.people.iter().filter(|p| p.email.is_some()) {
+                    let listed = state
+                        .people
+                        .may_decide(&person.id, Action::Approve, &added, None)
+                        .is_ok();
+                    if listed && !people.iter().any(|p| p.id == person.id) {
+                        people.push(person);
+                    }
+                }
+            }
+            let prefix = if *escalated {
+                "Escalated: "
+            } else {
+                "Reminder: "
+            };
+            let asking = Asking {
+                run_id,
+                agent,
+                text,
+                call,
+                evidence: &[],
+                requested_by: requested_by.as_deref(),
+                prefix,
+            };
+            (asking, people, format!("{}|{prefix}", delivery.channel))
+        }
+        // Once decided or expired, the links' pages say so; no further mail.
+        _ => return Ok(()),
     };
     let store_err = |e: countersign_shared::store::StoreError| DeliveryError::Retry(e.to_string());
     if state
         .store
-        .channel_ref(run_id, call_id, &delivery.channel)
+        .channel_ref(asking.run_id, call_id, &sent_key)
         .await
         .map_err(store_err)?
         .is_some()
     {
         return Ok(());
     }
-    let people = recipients(state, address, call);
     if people.is_empty() {
         return Err(DeliveryError::GiveUp(format!(
             "no configured person is reached by email:{address}"
         )));
     }
-    let ttl = Duration::from_secs(config.link_ttl_secs);
     for person in people {
-        let mut links = Vec::new();
-        for action in [Action::Approve, Action::Reject, Action::Edit] {
-            let token = new_token();
-            let grant = Grant {
-                run_id: run_id.clone(),
-                call_id: call.call_id.clone(),
-                digest: call.digest.clone(),
-                principal: person.id.clone(),
-                action,
-            };
-            let grant = serde_json::to_string(&grant).expect("grants serialize");
-            state
-                .store
-                .put_link_token(&token_hash(&token), &grant, ttl)
-                .await
-                .map_err(store_err)?;
-            links.push(format!(
-                "{}/approvals/email/{token}",
-                config.public_base_url.trim_end_matches('/')
-            ));
-        }
-        let mut body = format!(
-            "Approval needed: {}\n\nWhy: {}\n",
-            call.summary, call.reason
-        );
-        if !text.is_empty() {
-            body += &format!("The agent said: {text}\n");
-        }
-        for e in evidence {
-            let content: String = e.content.chars().take(500).collect();
-            body += &format!("Evidence from {}: {content}\n", e.tool);
-        }
-        body += &format!(
-            "\nAgent {agent}, run {run_id}, requested by {}; {}.\n\nApprove: {}\nReject:  {}\nEdit:    {}\n\n\
-             Opening a link decides nothing: it shows a page where you confirm. The links work once, only for you, until the request is decided.\n",
-            requested_by.as_deref().unwrap_or("unknown"),
-            crate::slack::blocks::deadline(call),
-            links[0],
-            links[1],
-            links[2],
-        );
-        let to = person.email.as_deref().unwrap_or_default();
-        let message = Message::builder()
-            .from(
-                config
-                    .from
-                    .parse()
-                    .map_err(|e| DeliveryError::GiveUp(format!("from: {e}")))?,
-            )
-            .to(to
-                .parse()
-                .map_err(|e| DeliveryError::GiveUp(format!("to {to}: {e}")))?)
-            .subject(format!("Approval needed: {}", call.summary))
-            .header(ContentType::TEXT_PLAIN)
-            .body(body)
-            .map_err(|e| DeliveryError::GiveUp(e.to_string()))?;
-        mailer
-            .send(message)
-            .await
-            .map_err(|e| DeliveryError::Retry(e.to_string()))?;
+        send(state, &asking, person).await?;
     }
     state
         .store
-        .set_channel_ref(run_id, call_id, &delivery.channel, "sent")
+        .set_channel_ref(asking.run_id, call_id, &sent_key, "sent")
         .await
         .map_err(store_err)
+}
+
+/// Mails one person fresh links for the call.
+async fn send(
+    state: &AppState,
+    asking: &Asking<'_>,
+    person: &crate::config::Person,
+) -> Result<(), DeliveryError> {
+    let (Some(config), Some(mailer)) = (&state.config.email, &state.mailer) else {
+        return Err(DeliveryError::GiveUp("no [email] is configured".into()));
+    };
+    let store_err = |e: countersign_shared::store::StoreError| DeliveryError::Retry(e.to_string());
+    let call = asking.call;
+    let ttl = Duration::from_secs(config.link_ttl_secs);
+    let mut links = Vec::new();
+    for action in [Action::Approve, Action::Reject, Action::Edit] {
+        let token = new_token();
+        let grant = Grant {
+            run_id: asking.run_id.clone(),
+            call_id: call.call_id.clone(),
+            digest: call.digest.clone(),
+            principal: person.id.clone(),
+            action,
+        };
+        let grant = serde_json::to_string(&grant).expect("grants serialize");
+        state
+            .store
+            .put_link_token(&token_hash(&token), &grant, ttl)
+            .await
+            .map_err(store_err)?;
+        links.push(format!(
+            "{}/approvals/email/{token}",
+            config.public_base_url.trim_end_matches('/')
+        ));
+    }
+    let mut body = format!(
+        "{}Approval needed: {}\n\nWhy: {}\n",
+        asking.prefix, call.summary, call.reason
+    );
+    if !asking.text.is_empty() {
+        body += &format!("The agent said: {}\n", asking.text);
+    }
+    for e in asking.evidence {
+        let content: String = e.content.chars().take(500).collect();
+        body += &format!("Evidence from {}: {content}\n", e.tool);
+    }
+    body += &format!(
+        "\nAgent {}, run {}, requested by {}; {}.\n\nApprove: {}\nReject:  {}\nEdit:    {}\n\n\
+         Opening a link decides nothing: it shows a page where you confirm. The links work once, only for you, until the request is decided.\n",
+        asking.agent,
+        asking.run_id,
+        asking.requested_by.unwrap_or("unknown"),
+        crate::slack::blocks::deadline(call),
+        links[0],
+        links[1],
+        links[2],
+    );
+    let to = person.email.as_deref().unwrap_or_default();
+    let message = Message::builder()
+        .from(
+            config
+                .from
+                .parse()
+                .map_err(|e| DeliveryError::GiveUp(format!("from: {e}")))?,
+        )
+        .to(to
+            .parse()
+            .map_err(|e| DeliveryError::GiveUp(format!("to {to}: {e}")))?)
+        .subject(format!(
+            "{}Approval needed: {}",
+            asking.prefix, call.summary
+        ))
+        .header(ContentType::TEXT_PLAIN)
+        .body(body)
+        .map_err(|e| DeliveryError::GiveUp(e.to_string()))?;
+    mailer
+        .send(message)
+        .await
+        .map_err(|e| DeliveryError::Retry(e.to_string()))?;
+    Ok(())
 }

@@ -103,6 +103,7 @@ fn targets(state: &AppState, event: &Event) -> BTreeSet<String> {
         Event::ApprovalDecided { channels, .. } | Event::ApprovalExpired { channels, .. } => {
             channels.iter().cloned().collect()
         }
+        Event::ApprovalReminder { call, .. } => call.reviewers.channels.iter().cloned().collect(),
         _ => BTreeSet::new(),
     };
     for hook in state.config.webhooks.iter().filter(|h| h.all_events) {
@@ -181,6 +182,7 @@ fn calls_shown_apart(channel: &str, event: &Event) -> Vec<Option<String>> {
         Event::ApprovalDecided { call_id, .. } | Event::ApprovalExpired { call_id, .. } => {
             vec![Some(call_id.clone())]
         }
+        Event::ApprovalReminder { call, .. } => vec![Some(call.call_id.clone())],
         _ => Vec::new(),
     }
 }

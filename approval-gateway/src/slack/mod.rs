@@ -32,16 +32,7 @@ async fn show_outcome(
     outcome: &str,
 ) -> Result<(), DeliveryError> {
     let slack = state.config.slack.as_ref().expect("checked by deliver");
-    let Some(reference) = state
-        .store
-        .channel_ref(run_id, call_id, channel)
-        .await
-        .map_err(|e| DeliveryError::Retry(e.to_string()))?
-    else {
-        return Err(DeliveryError::Retry("the request is not posted yet".into()));
-    };
-    let reference: serde_json::Value =
-        serde_json::from_str(&reference).map_err(|e| DeliveryError::GiveUp(e.to_string()))?;
+    let reference = posted(state, run_id, call_id, channel).await?;
     let message = blocks::decided_message(
         reference["channel"].as_str().unwrap_or_default(),
         reference["ts"].as_str().unwrap_or_default(),
@@ -141,6 +132,70 @@ pub async fn deliver(
             let outcome = format!("Expired: nobody decided by {when}, so it did not run.");
             show_outcome(state, run_id, call_id, &delivery.channel, &outcome).await
         }
+        Event::ApprovalReminder {
+            run_id,
+            call,
+            escalated,
+            ..
+        } => {
+            let deadline = blocks::deadline(call);
+            let text = if *escalated {
+                let mentions: Vec<String> = call
+                    .reviewers
+                    .escalate_to
+                    .iter()
+                    .map(|who| {
+                        match state
+                            .people
+                            .person(who)
+                            .and_then(|p| p.slack_user.as_deref())
+                        {
+                            Some(user) => format!("<@{user}>"),
+                            None => who.clone(),
+                        }
+                    })
+                    .collect();
+                format!(
+                    "Escalated: nobody decided in time, so {} may now decide too; {deadline}.",
+                    mentions.join(", ")
+                )
+            } else {
+                format!("Reminder: this still waits for a decision; {deadline}.")
+            };
+            reply_in_thread(state, run_id, &call.call_id, &delivery.channel, &text).await
+        }
         _ => Ok(()),
     }
+}
+
+/// Answers under a call's message.
+async fn reply_in_thread(
+    state: &AppState,
+    run_id: &countersign_shared::run::RunId,
+    call_id: &str,
+    channel: &str,
+    text: &str,
+) -> Result<(), DeliveryError> {
+    let slack = state.config.slack.as_ref().expect("checked by deliver");
+    let reference = posted(state, run_id, call_id, channel).await?;
+    let message =
+        json!({"channel": reference["channel"], "thread_ts": reference["ts"], "text": text});
+    api::call(&state.http, slack, "chat.postMessage", &message).await?;
+    Ok(())
+}
+
+/// Where the call's message was posted; a retry until it has been.
+async fn posted(
+    state: &AppState,
+    run_id: &countersign_shared::run::RunId,
+    call_id: &str,
+    channel: &str,
+) -> Result<serde_json::Value, DeliveryError> {
+    let reference = state
+        .store
+        .channel_ref(run_id, call_id, channel)
+        .await
+        .map_err(|e| DeliveryError::Retry(e.to_string()))?
+        .ok_or_else(|| DeliveryError::Retry("the request is not posted yet".into()))?;
+    serde_json::from_str(&reference).map_err(|e| DeliveryError::GiveUp(e.to_string()))
 }

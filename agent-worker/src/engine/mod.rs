@@ -9,6 +9,8 @@
 //! (`started` before the side effect, the result after), so a call whose worker died mid-way
 //! is re-sent only to a tool declared idempotent and is otherwise reported as `unknown`.
 
+mod timers;
+
 use crate::agents::{Agents, RunnableAgent};
 use crate::model::{ModelError, ModelRequest};
 use crate::policy::Gate;
@@ -20,12 +22,9 @@ use countersign_shared::digest::call_digest;
 use countersign_shared::events::{Event, Evidence};
 use countersign_shared::now_ms;
 use countersign_shared::run::{
-    Action, Block, CallResult, Decision, Message, Outcome, PendingCall, Role, Run, RunId,
-    RunStatus, TurnCall,
+    Action, Block, CallResult, Message, Outcome, PendingCall, Role, Run, RunId, RunStatus, TurnCall,
 };
-use countersign_shared::store::{
-    Claim, DecideOutcome, DueDeadline, ExecBegin, Save, Store, StoreError,
-};
+use countersign_shared::store::{Claim, ExecBegin, Save, Store, StoreError};
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
@@ -116,7 +115,7 @@ impl Engine {
             // stored the pause or the end but died before it could announce it.
             Claim::Waiting => {
                 if let Some(run) = self.store.load(id).await? {
-                    self.schedule_deadlines(&run).await?;
+                    self.schedule_timers(&run).await?;
                     self.announce_pause(&run).await?;
                 }
                 Ok(Next::Ack)
@@ -283,6 +282,8 @@ impl Engine {
                     Ok(()) => match agent.policies[&tool.name].gate(&call.input, &run.metadata) {
                         Gate::Run => free.push((held.len(), tool)),
                         Gate::Ask { reason, summary } => {
+                            let deadline =
+                                now_ms() + self.approval_timeout(tool).as_millis() as i64;
                             call.pending = Some(PendingCall {
                                 call_id: call.call_id.clone(),
                                 tool: tool.name.clone(),
@@ -295,14 +296,12 @@ impl Engine {
                                 summary,
                                 reason,
                                 reviewers: tool.reviewers(),
-                                deadline: Some(
-                                    now_ms()
-                                        + tool
-                                            .approval_timeout()
-                                            .unwrap_or(self.settings.approval_timeout)
-                                            .as_millis()
-                                            as i64,
-                                ),
+                                deadline: Some(deadline),
+                                remind_at: tool
+                                    .remind_before()
+                                    .map(|before| deadline - before.as_millis() as i64)
+                                    .filter(|at| *at > now_ms()),
+                                escalated: false,
                             });
                         }
                     },
@@ -494,7 +493,7 @@ impl Engine {
             .collect();
         self.save(&mut run, Save::Pause(&calls)).await?;
         self.store.index_awaiting(&run.run_id, true).await?;
-        self.schedule_deadlines(&run).await?;
+        self.schedule_timers(&run).await?;
         info!(
             turn = run.turns,
             pending = calls.len(),
@@ -528,102 +527,6 @@ impl Engine {
         self.save(&mut run, Save::Finish { retention }).await?;
         info!(status = run.status.as_str(), "run finished");
         self.announce_end(&run).await?;
-        Ok(())
-    }
-
-    async fn schedule_deadlines(&self, run: &Run) -> Result<(), StoreError> {
-        let calls: Vec<(&str, &str, i64)> = run
-            .pending()
-            .filter_map(|p| Some((p.call_id.as_str(), p.digest.as_str(), p.deadline?)))
-            .collect();
-        self.store.schedule_deadlines(&run.run_id, &calls).await
-    }
-
-    /// Sweeps the deadlines that have passed. Every worker does this; the decide script
-    /// lets one expiry per call through, and never one for a call already decided.
-    pub async fn sweep(&self) -> Result<usize, StoreError> {
-        let due = self.store.due_deadlines(now_ms(), SWEEP_BATCH).await?;
-        for deadline in &due {
-            if let Err(e) = self.expire(deadline).await {
-                warn!(run_id = %deadline.run_id, call_id = %deadline.call_id, error = %e, "could not expire a call");
-            }
-        }
-        Ok(due.len())
-    }
-
-    async fn expire(&self, due: &DueDeadline) -> Result<(), StepError> {
-        let run = self.store.load(&due.run_id).await?;
-        let pending = run
-            .as_ref()
-            .and_then(|r| r.pending().find(|p| p.call_id == due.call_id).cloned());
-        let reason = "nobody decided before the deadline";
-        let decision = Decision {
-            call_id: due.call_id.clone(),
-            digest: due.digest.clone(),
-            action: Action::Reject,
-            input: None,
-            note: None,
-            reason: Some(reason.into()),
-            decided_by: EXPIRY_ACTOR.into(),
-            channel: "deadline".into(),
-            decided_at: now_ms(),
-            fingerprint: Decision::fingerprint_of(Action::Reject, None, None, Some(reason)),
-            expired: true,
-        };
-        let deadline = pending
-            .as_ref()
-            .and_then(|p| p.deadline)
-            .unwrap_or(decision.decided_at);
-        let announce = match self.store.decide(&due.run_id, &decision, 1).await? {
-            DecideOutcome::Recorded { .. } => {
-                let mut entry = AuditEntry::new(&due.run_id, AuditKind::Expired);
-                entry.actor = Some(EXPIRY_ACTOR.into());
-                entry.call_id = Some(due.call_id.clone());
-                entry.digest = Some(due.digest.clone());
-                entry.detail = serde_json::json!({"deadline": deadline});
-                self.store.audit(&entry).await?;
-                info!(run_id = %due.run_id, call_id = %due.call_id, "call expired");
-                true
-            }
-            // Recorded by an attempt that stopped before announcing it.
-            DecideOutcome::Duplicate(existing) => existing.expired,
-            // Decided by a person first, or the run moved on: nothing expires.
-            _ => false,
-        };
-        if announce {
-            let names = &self.bus.names;
-            let channels = pending.map(|p| p.reviewers.channels).unwrap_or_default();
-            let expired = Event::ApprovalExpired {
-                run_id: due.run_id.clone(),
-                call_id: due.call_id.clone(),
-                deadline,
-                channels,
-            };
-            let id = format!("{}:{}", due.run_id, due.call_id);
-            self.bus
-                .publish(
-                    names.approval_expired(&due.run_id),
-                    &format!("expired:{id}"),
-                    expired,
-                )
-                .await?;
-            let decided = Event::ApprovalDecided {
-                run_id: due.run_id.clone(),
-                call_id: due.call_id.clone(),
-                action: Action::Reject,
-                decided_by: EXPIRY_ACTOR.into(),
-                all_decided: true,
-                channels: Vec::new(),
-            };
-            self.bus
-                .publish(
-                    names.approval_decided(&due.run_id),
-                    &format!("decided:{id}"),
-                    decided,
-                )
-                .await?;
-        }
-        self.store.drop_deadline(&due.member).await?;
         Ok(())
     }
 
@@ -708,11 +611,6 @@ fn results_message(calls: &[TurnCall]) -> Message {
             .collect(),
     }
 }
-
-/// Deadlines one sweep handles at most; the rest wait for the next sweep.
-const SWEEP_BATCH: usize = 100;
-/// Who expiries are recorded as.
-const EXPIRY_ACTOR: &str = "countersign";
 
 /// 1 s, 2 s, 4 s … up to a minute between attempts.
 fn backoff(attempt: u64) -> Duration {
