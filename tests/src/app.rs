@@ -233,6 +233,13 @@ impl TestApp {
         config
     }
 
+    /// Rewrites the refund agent the next workers load (the gateway keeps what it loaded).
+    pub fn rewrite_agent(&self, edit: impl FnOnce(String) -> String) {
+        let path = self.agents_dir.join("refunds.toml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, edit(text)).unwrap();
+    }
+
     /// Starts another worker; returns its index.
     pub fn spawn_worker(&mut self) -> usize {
         let token = CancellationToken::new();

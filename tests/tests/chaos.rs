@@ -38,9 +38,8 @@ fn spawn_worker(config: &std::path::Path) -> Child {
         .expect("start a worker process")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigkilled_workers_lose_no_run_and_apply_no_refund_twice() {
-    let app = TestApp::spawn_with("anthropic", 0, refund_brain).await;
+/// A config file for worker processes on the app's servers, whose refund tool is idempotent.
+fn worker_process_config(app: &TestApp) -> (std::path::PathBuf, std::path::PathBuf) {
     let dir = std::env::temp_dir().join(format!("countersign-chaos-{}", app.namespace));
     let agents = dir.join("agents");
     std::fs::create_dir_all(&agents).unwrap();
@@ -62,6 +61,57 @@ async fn sigkilled_workers_lose_no_run_and_apply_no_refund_twice() {
         ),
     )
     .unwrap();
+    (dir, config)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_a_worker_cleanly_and_another_finishes_its_runs() {
+    let app = TestApp::spawn_with("anthropic", 0, refund_brain).await;
+    let (dir, config) = worker_process_config(&app);
+    app.model.set_latency(Duration::from_millis(300));
+    let mut first = spawn_worker(&config);
+    let inputs: Vec<String> = (0..20).map(|i| format!("Graceful refund {i}.")).collect();
+    let runs: Vec<String> = join_all(inputs.iter().map(|i| app.start_run(i))).await;
+    // Some runs are mid-model-call when the signal comes.
+    countersign_tests::wait_for(
+        "the first model calls",
+        countersign_tests::app::PATIENCE,
+        || async { (!app.model.requests().is_empty()).then_some(()) },
+    )
+    .await;
+    let pid = first.id().unwrap().to_string();
+    let signalled = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(signalled.success());
+    let exit = tokio::time::timeout(Duration::from_secs(30), first.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(exit.success(), "a SIGTERMed worker exits cleanly: {exit:?}");
+
+    let _second = spawn_worker(&config);
+    let paused = join_all(
+        runs.iter()
+            .map(|id| app.wait_status(id, "awaiting_approval")),
+    )
+    .await;
+    join_all(
+        runs.iter()
+            .zip(&paused)
+            .map(|(id, run)| app.approve(id, "toolu_2", &run["pending"][0]["digest"])),
+    )
+    .await;
+    join_all(runs.iter().map(|id| app.wait_status(id, "completed"))).await;
+    assert_eq!(app.tools.refunds().len(), runs.len());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkilled_workers_lose_no_run_and_apply_no_refund_twice() {
+    let app = TestApp::spawn_with("anthropic", 0, refund_brain).await;
+    let (dir, config) = worker_process_config(&app);
     let mut workers: Vec<Child> = (0..WORKERS).map(|_| spawn_worker(&config)).collect();
 
     app.model.set_latency(Duration::from_millis(100));

@@ -53,3 +53,35 @@ async fn a_started_call_found_after_a_crash_is_reported_unknown_and_not_run_agai
     assert_eq!(event["call_id"], "toolu_2");
     assert_eq!(event["input"]["amount"], 129);
 }
+
+#[tokio::test]
+async fn a_started_call_on_an_idempotent_tool_is_sent_again_with_the_same_key() {
+    let mut app = TestApp::spawn_with("anthropic", 0, refund_brain).await;
+    let refunds = format!("http = {{ url = \"{}/refunds\" }}", app.tools.base_url);
+    app.rewrite_agent(|agent| agent.replace(&refunds, &format!("{refunds}\nidempotent = true")));
+    app.spawn_worker();
+    let run_id = app.start_run("Refund A-1001.").await;
+    let paused = app.wait_status(&run_id, "awaiting_approval").await;
+    let client = redis::Client::open(app.infra.redis_url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let _: i64 = redis::cmd("HSET")
+        .arg(format!("cs:{}:exec:{{{run_id}}}", app.namespace))
+        .arg("toolu_2")
+        .arg("started")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+
+    let (status, _) = app
+        .approve(&run_id, "toolu_2", &paused["pending"][0]["digest"])
+        .await;
+    assert_eq!(status, 200);
+    app.wait_status(&run_id, "completed").await;
+    assert_eq!(
+        app.tools.received("/refunds", &format!("{run_id}:toolu_2")),
+        1
+    );
+    assert_eq!(app.tools.refunds().len(), 1);
+    let results = last_results(&app.model.requests()[1]);
+    assert!(results[1]["content"].as_str().unwrap().contains("refunded"));
+}
