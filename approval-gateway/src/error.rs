@@ -29,6 +29,22 @@ impl ApiError {
         self
     }
 
+    /// The message with the listed `details.errors` after it, for pages and modals that
+    /// show one line to a person.
+    pub fn explained(&self) -> String {
+        let listed: Vec<&str> = self
+            .details
+            .as_ref()
+            .and_then(|d| d["errors"].as_array())
+            .map(|list| list.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        if listed.is_empty() {
+            self.message.clone()
+        } else {
+            format!("{}: {}", self.message, listed.join("; "))
+        }
+    }
+
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "bad_request", message)
     }

@@ -42,6 +42,15 @@ impl FakeSlack {
         }
     }
 
+    /// The gateway's Slack config for this fake.
+    pub fn config(&self) -> approval_gateway::config::SlackConfig {
+        approval_gateway::config::SlackConfig {
+            api_base_url: self.api_base_url.clone(),
+            bot_token: BOT_TOKEN.into(),
+            signing_secret: SIGNING_SECRET.into(),
+        }
+    }
+
     pub fn calls(&self, method: &str) -> Vec<SlackCall> {
         self.calls
             .lock()

@@ -2,10 +2,10 @@
 //! expired and superseded links say so and change nothing; Slack and email racing on one
 //! call record one decision and both show it.
 
-use approval_gateway::config::{EmailConfig, SlackConfig, SmtpTls};
+use approval_gateway::config::{EmailConfig, SmtpTls};
 use countersign_tests::app::{PATIENCE, TestApp};
 use countersign_tests::fake_model::refund_brain;
-use countersign_tests::fake_slack::{BOT_TOKEN, FakeSlack, SIGNING_SECRET, click, form_body};
+use countersign_tests::fake_slack::{FakeSlack, SIGNING_SECRET, click, form_body};
 use countersign_tests::smtp_sink::{Mail, SmtpSink};
 use countersign_tests::wait_for;
 use reqwest::StatusCode;
@@ -16,7 +16,7 @@ const BASE: &str = "http://approvals.test";
 async fn app_with_email(channels: &str, slack: Option<&FakeSlack>) -> (TestApp, SmtpSink) {
     let sink = SmtpSink::start().await;
     let port = sink.port;
-    let slack_api = slack.map(|s| s.api_base_url.clone());
+    let slack_config = slack.map(FakeSlack::config);
     let policy = format!("approvers = [\"role:finance\"]\nchannels = [{channels}]\n");
     let app = TestApp::spawn_configured(
         "anthropic",
@@ -33,11 +33,7 @@ async fn app_with_email(channels: &str, slack: Option<&FakeSlack>) -> (TestApp, 
                 public_base_url: BASE.into(),
                 link_ttl_secs: 3600,
             });
-            config.slack = slack_api.map(|api_base_url| SlackConfig {
-                api_base_url,
-                bot_token: BOT_TOKEN.into(),
-                signing_secret: SIGNING_SECRET.into(),
-            });
+            config.slack = slack_config;
         },
         refund_brain,
     )

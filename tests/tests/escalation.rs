@@ -1,26 +1,21 @@
 //! Reminders go out before a deadline; a deadline with `on_expiry = "escalate"` asks more
 //! approvers once and extends the deadline, and expires the call if they do not decide either.
 
-use approval_gateway::config::SlackConfig;
 use countersign_tests::app::{INTEGRATION_KEY, PATIENCE, TestApp};
 use countersign_tests::fake_model::{last_results, refund_brain};
-use countersign_tests::fake_slack::{BOT_TOKEN, FakeSlack, SIGNING_SECRET};
+use countersign_tests::fake_slack::FakeSlack;
 use countersign_tests::wait_for;
 use reqwest::Method;
 use serde_json::{Value, json};
 
 async fn app_with(policy: &str, slack: &FakeSlack) -> TestApp {
-    let api = slack.api_base_url.clone();
+    let slack_config = slack.config();
     TestApp::spawn_configured(
         "anthropic",
         2,
         policy,
         move |config| {
-            config.slack = Some(SlackConfig {
-                api_base_url: api,
-                bot_token: BOT_TOKEN.into(),
-                signing_secret: SIGNING_SECRET.into(),
-            });
+            config.slack = Some(slack_config);
         },
         refund_brain,
     )

@@ -2,11 +2,11 @@
 //! sweep, the model is told it expired, late decisions are refused, the channels show it;
 //! a decided call never expires; and fifty conflicting decisions record exactly one.
 
-use approval_gateway::config::{SlackConfig, WebhookEndpoint};
+use approval_gateway::config::WebhookEndpoint;
 use countersign_shared::signing::WebhookSecret;
 use countersign_tests::app::{INTEGRATION_KEY, PATIENCE, TestApp};
 use countersign_tests::fake_model::{last_results, refund_brain};
-use countersign_tests::fake_slack::{BOT_TOKEN, FakeSlack, SIGNING_SECRET};
+use countersign_tests::fake_slack::FakeSlack;
 use countersign_tests::wait_for;
 use countersign_tests::webhook_receiver::WebhookReceiver;
 use futures::future::join_all;
@@ -36,18 +36,14 @@ async fn deadlines_left(app: &TestApp) -> usize {
 async fn an_undecided_call_expires_once_across_three_workers_and_everyone_is_told() {
     let slack = FakeSlack::start().await;
     let hooks = WebhookReceiver::start(0).await;
-    let (api, hook_url) = (slack.api_base_url.clone(), hooks.url.clone());
+    let (slack_config, hook_url) = (slack.config(), hooks.url.clone());
     let policy = "timeout = \"1s\"\nchannels = [\"slack:#refunds\"]\n";
     let app = TestApp::spawn_configured(
         "anthropic",
         3,
         policy,
         move |config| {
-            config.slack = Some(SlackConfig {
-                api_base_url: api,
-                bot_token: BOT_TOKEN.into(),
-                signing_secret: SIGNING_SECRET.into(),
-            });
+            config.slack = Some(slack_config);
             config.webhooks = vec![WebhookEndpoint {
                 name: "all".into(),
                 url: hook_url,

@@ -2,7 +2,6 @@
 //! buttons; signed clicks and modal submissions decide; every decision, from any channel,
 //! updates the message; forged, stale or unmapped clicks change nothing.
 
-use approval_gateway::config::SlackConfig;
 use approval_gateway::slack::signature;
 use countersign_tests::app::{PATIENCE, TestApp};
 use countersign_tests::fake_model::refund_brain;
@@ -17,17 +16,13 @@ const POLICY: &str = "approvers = [\"role:finance\"]\nchannels = [\"slack:#refun
 
 async fn app_with_slack() -> (TestApp, FakeSlack) {
     let slack = FakeSlack::start().await;
-    let api = slack.api_base_url.clone();
+    let slack_config = slack.config();
     let app = TestApp::spawn_configured(
         "anthropic",
         1,
         POLICY,
         move |config| {
-            config.slack = Some(SlackConfig {
-                api_base_url: api,
-                bot_token: BOT_TOKEN.into(),
-                signing_secret: SIGNING_SECRET.into(),
-            });
+            config.slack = Some(slack_config);
         },
         refund_brain,
     )

@@ -239,12 +239,7 @@ async fn submit(
                 StatusCode::BAD_REQUEST | StatusCode::UNPROCESSABLE_ENTITY
             ) =>
         {
-            let mut message = e.message.clone();
-            if let Some(list) = e.details.as_ref().and_then(|d| d["errors"].as_array()) {
-                let details: Vec<&str> = list.iter().filter_map(Value::as_str).collect();
-                message = format!("{message}: {}", details.join("; "));
-            }
-            again(&state, &hash, &raw, left, &grant, &message, &typed).await
+            again(&state, &hash, &raw, left, &grant, &e.explained(), &typed).await
         }
         Err(e) => Ok(page(
             e.status,

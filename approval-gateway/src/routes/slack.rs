@@ -159,14 +159,7 @@ async fn view_submission(state: &AppState, payload: &Value, principal: Option<St
     }
     match decide::decide_one(state, &target.run_id, proposed, &principal, CHANNEL).await {
         Ok(_) => StatusCode::OK.into_response(),
-        Err(e) => {
-            let mut message = e.message.clone();
-            if let Some(list) = e.details.as_ref().and_then(|d| d["errors"].as_array()) {
-                let details: Vec<&str> = list.iter().filter_map(Value::as_str).collect();
-                message = format!("{message}: {}", details.join("; "));
-            }
-            errors(first_block, &message)
-        }
+        Err(e) => errors(first_block, &e.explained()),
     }
 }
 
