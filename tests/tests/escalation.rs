@@ -86,7 +86,8 @@ async fn approvers_are_reminded_before_the_deadline() {
 #[tokio::test]
 async fn an_escalated_call_can_be_decided_by_the_people_escalated_to() {
     let slack = FakeSlack::start().await;
-    let policy = "approvers = [\"alice\"]\ntimeout = \"1s\"\non_expiry = \"escalate\"\nescalate_to = [\"bob\"]\nchannels = [\"slack:#refunds\"]\n";
+    // Three seconds, then three more after the escalation: time enough for bob to decide.
+    let policy = "approvers = [\"alice\"]\ntimeout = \"3s\"\non_expiry = \"escalate\"\nescalate_to = [\"bob\"]\nchannels = [\"slack:#refunds\"]\n";
     let app = app_with(policy, &slack).await;
     let run_id = app.start_run("Refund A-1001.").await;
     let paused = app.wait_status(&run_id, "awaiting_approval").await;
