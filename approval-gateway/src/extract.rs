@@ -32,6 +32,12 @@ pub enum Permission {
 impl Caller {
     /// The principal a decision is made by: the caller itself, or one it may speak for.
     pub fn deciding_as(&self, named: Option<&str>) -> Result<String, ApiError> {
+        self.speaking_as(named, "decide")
+    }
+
+    /// The caller's own principal, or `named` if the caller may speak for them; `what` says
+    /// what was attempted, for the refusal.
+    pub fn speaking_as(&self, named: Option<&str>, what: &str) -> Result<String, ApiError> {
         match named {
             None => Ok(self.principal.clone()),
             Some(p) if p == self.principal => Ok(p.to_string()),
@@ -40,7 +46,7 @@ impl Caller {
                 StatusCode::FORBIDDEN,
                 "forbidden",
                 format!(
-                    "the key of {} may not decide on behalf of {p}",
+                    "the key of {} may not {what} on behalf of {p}",
                     self.principal
                 ),
             )),

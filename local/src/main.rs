@@ -69,17 +69,28 @@ async fn main() -> anyhow::Result<()> {
             .context("bind the demo tools on 127.0.0.1:9100")?,
     )?;
 
+    // Two people: the support desk asks for refunds and you approve them (nobody approves
+    // their own request).
+    let requester_key = "local-requester-key-0000".to_string();
     let key =
         std::env::var("COUNTERSIGN_DEMO_KEY").unwrap_or_else(|_| "local-demo-key-0000".into());
     let gateway = approval_gateway::config::Config {
         infra: infra.clone(),
         agents_dir: agents_dir.clone(),
-        api_keys: vec![approval_gateway::config::ApiKey {
-            key: key.clone(),
-            role: approval_gateway::config::Role::Admin,
-            principal: "you".into(),
-            speaks_for: Vec::new(),
-        }],
+        api_keys: vec![
+            approval_gateway::config::ApiKey {
+                key: key.clone(),
+                role: approval_gateway::config::Role::Admin,
+                principal: "you".into(),
+                speaks_for: Vec::new(),
+            },
+            approval_gateway::config::ApiKey {
+                key: requester_key.clone(),
+                role: approval_gateway::config::Role::Requester,
+                principal: "support-desk".into(),
+                speaks_for: Vec::new(),
+            },
+        ],
         ..Default::default()
     };
     gateway.validate()?;
@@ -97,7 +108,7 @@ async fn main() -> anyhow::Result<()> {
         .context("bind the gateway on 127.0.0.1:8080")?;
     let gateway = tokio::spawn(approval_gateway::run(gateway, listener, shutdown.clone()));
     let worker = tokio::spawn(agent_worker::run(worker, shutdown.clone()));
-    print_demo(&key, provider);
+    print_demo(&requester_key, &key, provider);
     let (g, w) = tokio::join!(gateway, worker);
     g??;
     w??;
@@ -191,21 +202,23 @@ fn write_agents(examples: &Path, out: &Path) -> anyhow::Result<&'static str> {
     Ok(provider.0)
 }
 
-fn print_demo(key: &str, provider: &str) {
+fn print_demo(requester_key: &str, key: &str, provider: &str) {
     let auth = format!("-H 'Authorization: Bearer {key}' -H 'Content-Type: application/json'");
+    let ask =
+        format!("-H 'Authorization: Bearer {requester_key}' -H 'Content-Type: application/json'");
     println!(
         r#"
 countersign is running: gateway http://{GATEWAY}, model: {provider}. Ctrl-C stops it.
 
-# 1. Start a run of the refund agent:
-RUN=$(curl -s -X POST http://{GATEWAY}/v1/runs {auth} \
+# 1. The support desk starts a run of the refund agent:
+RUN=$(curl -s -X POST http://{GATEWAY}/v1/runs {ask} \
   -d '{{"agent":"refunds","input":"Order A-1001 arrived broken. Please refund it."}}' | grep -o 'run_[0-9a-f]\{{32\}}')
 
 # 2. It pauses before the refund; see what the reviewer sees (status awaiting_approval):
 curl -s http://{GATEWAY}/v1/runs/$RUN {auth}
 curl -s 'http://{GATEWAY}/v1/approvals?status=pending' {auth}
 
-# 3. Approve the refund, quoting the call and the digest you were shown:
+# 3. You approve the refund, quoting the call and the digest you were shown:
 CALL=$(curl -s http://{GATEWAY}/v1/runs/$RUN {auth} | grep -o '"call_id":"[^"]*"' | head -1 | cut -d'"' -f4)
 DIGEST=$(curl -s http://{GATEWAY}/v1/runs/$RUN {auth} | grep -o 'sha256:[0-9a-f]*' | head -1)
 curl -s -X POST http://{GATEWAY}/v1/runs/$RUN/decisions {auth} \

@@ -17,7 +17,8 @@ pub const ADMIN_KEY: &str = "test-admin-key-0123456789";
 pub const REVIEWER_KEY: &str = "test-reviewer-key-0123456789";
 pub const REQUESTER_KEY: &str = "test-requester-key-0123456789";
 pub const READER_KEY: &str = "test-reader-key-0123456789";
-/// A system's key that may decide on behalf of the configured people.
+/// A system's key that may decide on behalf of the configured people (the requester key may
+/// start runs for them too).
 pub const INTEGRATION_KEY: &str = "test-integration-key-0123456789";
 
 /// The configured people and their roles. Slack ids are `U_<ID>`, emails `<id>@example.com`.
@@ -168,7 +169,7 @@ impl TestApp {
             key: key.into(),
             role,
             principal: principal.into(),
-            speaks_for: if key == INTEGRATION_KEY {
+            speaks_for: if key == INTEGRATION_KEY || key == REQUESTER_KEY {
                 PEOPLE.iter().map(|(id, _)| id.to_string()).collect()
             } else {
                 Vec::new()

@@ -158,6 +158,13 @@ async fn unknown_runs_and_agents_are_404s() {
             "forbidden",
         ),
         (ADMIN_KEY, json!({"agent": "refunds"}), 400, "invalid_json"),
+        // Naming someone else as the requester would let a caller approve its own request.
+        (
+            ADMIN_KEY,
+            json!({"agent": "refunds", "input": "hi", "requested_by": "alice"}),
+            403,
+            "forbidden",
+        ),
     ];
     for (key, body, expected, code) in starts {
         let (status, body) = app

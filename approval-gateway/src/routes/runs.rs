@@ -27,6 +27,8 @@ struct StartRun {
     agent: String,
     /// The user's request, the first message of the conversation.
     input: String,
+    /// Whom the run is for; only the caller itself or someone its key speaks for, since the
+    /// requester may not approve their own request.
     requested_by: Option<String>,
     #[serde(default)]
     metadata: Option<Value>,
@@ -42,6 +44,7 @@ async fn start_run(
     JsonBody(body): JsonBody<StartRun>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     caller.require(Permission::Start)?;
+    let requested_by = caller.speaking_as(body.requested_by.as_deref(), "request runs")?;
     tracing::Span::current().record("agent", body.agent.as_str());
     let metadata = body.metadata.unwrap_or_else(|| json!({}));
     if !metadata.is_object() {
@@ -81,7 +84,7 @@ async fn start_run(
         agent.def.name.clone(),
         agent.version.clone(),
         body.input.clone(),
-        Some(body.requested_by.unwrap_or(caller.principal)),
+        Some(requested_by),
         metadata.clone(),
     );
     // A replayed key finds its run already stored; it is announced again only while still
