@@ -38,6 +38,10 @@ pub struct Config {
     /// Seconds in-flight runs get to finish on shutdown before they are handed back.
     /// Default 20.
     pub shutdown_grace_secs: u64,
+    /// The people who review, as the gateway has them (the same `[[people]]` table, so both
+    /// services can read one file): a held call's `role:NAME` approvers are resolved to the
+    /// people holding the role when it is held. Default none.
+    pub people: Vec<countersign_shared::people::Person>,
 }
 
 impl Default for Config {
@@ -54,6 +58,7 @@ impl Default for Config {
             shutdown_grace_secs: 20,
             default_approval_timeout_secs: 24 * 3600,
             sweep_interval_ms: 250,
+            people: Vec::new(),
         }
     }
 }

@@ -14,6 +14,8 @@ use config::Config;
 use countersign_shared::agent::Catalog;
 use countersign_shared::bus::{Bus, ConsumerSettings};
 use countersign_shared::names::Names;
+use countersign_shared::outbox::Outbox;
+use countersign_shared::people::Directory;
 use countersign_shared::store::Store;
 use engine::{Engine, EngineSettings};
 use futures::StreamExt;
@@ -49,6 +51,25 @@ async fn sweep(engine: Arc<Engine>, interval: Duration, shutdown: CancellationTo
     }
 }
 
+/// Refuses to start when a policy names a role nobody holds: its calls could never be
+/// decided by anyone, since roles are resolved to people when a call is held.
+fn check_roles(catalog: &Catalog, people: &Directory) -> anyhow::Result<()> {
+    for agent in catalog.iter() {
+        for tool in &agent.def.tools {
+            let reviewers = tool.reviewers();
+            let listed = [reviewers.approvers, reviewers.escalate_to].concat();
+            if let Some(role) = people.empty_roles(&listed).first() {
+                anyhow::bail!(
+                    "the approvers of {}.{} name role:{role}, which no configured person holds: add [[people]] to the worker's config",
+                    agent.def.name,
+                    tool.name
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Runs a worker until `shutdown` is cancelled, then stops pulling, gives in-flight runs
 /// `shutdown_grace_secs` to reach a durable point, and hands back the rest (their messages
 /// are redelivered and their leases lapse).
@@ -56,6 +77,8 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
     let names = Names::new(&config.infra.namespace)?;
     let catalog = Catalog::load_dir(&config.agents_dir)?;
     let agents = Arc::new(Agents::compile(&catalog)?);
+    let people = Directory::new(&config.people);
+    check_roles(&catalog, &people)?;
     let store = Store::connect(&config.infra.redis_url, names.clone()).await?;
     let bus = Bus::connect(&config.infra.nats_url, names.clone()).await?;
     let ack_wait = Duration::from_secs(config.ack_wait_secs);
@@ -92,9 +115,10 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
     )
     .await?;
     let engine = Arc::new(Engine::new(
-        store,
+        store.clone(),
         bus.clone(),
         agents,
+        people,
         EngineSettings {
             owner: config.worker_id.clone(),
             lease: config.lease(),
@@ -105,6 +129,8 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
     ));
     info!(worker_id = %config.worker_id, agents = catalog.iter().count(), "worker started");
 
+    let outbox =
+        tokio::spawn(Outbox::new(store.clone(), bus.clone()).run_sweeper(shutdown.clone()));
     let sweeper = tokio::spawn(sweep(
         engine.clone(),
         Duration::from_millis(config.sweep_interval_ms),
@@ -147,6 +173,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
         tasks.abort_all();
     }
     sweeper.await?;
+    outbox.await?;
     bus.client.drain().await?;
     info!("worker stopped");
     Ok(())

@@ -2,6 +2,7 @@
 //! then environment variables, then `validate()`.
 
 use countersign_shared::infra::{InfraConfig, config_path_from_args, load_toml, override_from_env};
+pub use countersign_shared::people::Person;
 use countersign_shared::signing::WebhookSecret;
 use serde::Deserialize;
 use std::fmt;
@@ -191,22 +192,6 @@ pub struct SignedSender {
     /// Principals whose decisions it may relay in `decided_by` (`*`: anyone).
     #[serde(default)]
     pub speaks_for: Vec<String>,
-}
-
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Person {
-    /// The principal id used in approver lists, `requested_by` and `decided_by`.
-    pub id: String,
-    /// Roles matched by `role:NAME` approver entries.
-    #[serde(default)]
-    pub roles: Vec<String>,
-    /// Slack user id (`U…`), for Slack decisions.
-    #[serde(default)]
-    pub slack_user: Option<String>,
-    /// Email address, for email approvals.
-    #[serde(default)]
-    pub email: Option<String>,
 }
 
 impl fmt::Debug for ApiKey {

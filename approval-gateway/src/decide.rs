@@ -1,18 +1,28 @@
-//! Deciding a held call, whatever channel the decision came through: check its shape, the
-//! edit against the tool's schema, and that the person may decide; record it atomically
-//! (first decision per call wins; a quorum collects one approval per person); audit it,
-//! accepted or refused; and announce it on `approval.decided.<run_id>`.
+//! Deciding held calls, whatever channel the decisions came through. The gateway checks
+//! only what needs its configuration or is plain bad input: the shape and size of each
+//! decision, and an edit's input against the tool's schema. Everything about the run (is the
+//! call held in its current turn, the digest, who may decide, the requester, the quorum, the
+//! deadline, an email link still unused) is checked by the decision script in the same
+//! atomic step that records the decisions, appends their audit entries and queues their
+//! announcements (`lua/decide.lua`); nothing read here before it runs is trusted. What the
+//! script queued is published at once, and by the outbox sweepers if NATS is away.
 
 use crate::error::ApiError;
 use crate::state::AppState;
 use axum::http::StatusCode;
 use countersign_shared::audit::{AuditEntry, AuditKind};
-use countersign_shared::events::Event;
-use countersign_shared::now_ms;
-use countersign_shared::run::{Action, Decision, PendingCall, Run};
-use countersign_shared::store::DecideOutcome;
+use countersign_shared::run::{Action, Decision, Run};
+use countersign_shared::store::{
+    CallDecided, DecideRequest, Outcome, Proposal, Refusal, RefusalCode,
+};
 use serde::Deserialize;
 use serde_json::{Value, json};
+use std::collections::HashSet;
+
+/// The longest call id a decision may name.
+pub const MAX_CALL_ID: usize = 128;
+/// The longest note or reason, in bytes.
+pub const MAX_TEXT: usize = 4096;
 
 /// A decision as a reviewer submits it.
 #[derive(Clone, Debug, Deserialize)]
@@ -26,297 +36,273 @@ pub struct Proposed {
     pub reason: Option<String>,
 }
 
-/// A decision that passed every check, ready to record.
-pub struct Checked {
-    pub decision: Decision,
-    pub quorum: u32,
-    /// Where the call was sent, to be told the outcome.
-    pub channels: Vec<String>,
+/// Who decides, through which channel, with which email link if any.
+pub struct Decider<'a> {
+    pub principal: &'a str,
+    pub channel: &'a str,
+    /// (token hash, grant) of the email link used: spent with the decision.
+    pub link: Option<(&'a str, &'a str)>,
 }
 
-/// How a recorded decision stands.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Recorded {
-    Recorded {
-        all_decided: bool,
-    },
-    /// One approval of several needed.
-    Vote {
-        approvals: u32,
-        quorum: u32,
-    },
-    AlreadyRecorded,
-    /// This person's approval was counted before; the quorum is still short.
-    AlreadyVoted,
-}
-
-impl Recorded {
-    pub fn label(self) -> &'static str {
-        match self {
-            Self::Recorded { .. } => "recorded",
-            Self::Vote { .. } => "approval_recorded",
-            Self::AlreadyRecorded | Self::AlreadyVoted => "already_recorded",
-        }
-    }
-}
-
-/// Checks one decision by `principal` through `channel`. An authorization refusal is
-/// written to the audit trail before it is returned.
-pub async fn check(
+/// Checks and records the decisions of one request on `run_id`: all stand, or none does.
+pub async fn decide(
     state: &AppState,
-    run: &Run,
-    proposed: Proposed,
-    principal: &str,
-    channel: &str,
-) -> Result<Checked, ApiError> {
-    let call = proposed.call_id.as_str();
-    let digest = proposed
-        .digest
-        .clone()
-        .filter(|s| !s.is_empty())
-        .ok_or_else(|| {
-            ApiError::bad_request(format!(
-                "the decision for call {call:?} has no digest: quote the digest of the call you were shown"
-            ))
-        })?;
-    let blank = |s: &Option<String>| s.as_deref().is_none_or(|s| s.trim().is_empty());
-    match proposed.action {
-        Action::Reject if blank(&proposed.reason) => {
-            return Err(ApiError::bad_request(format!(
-                "rejecting call {call:?} needs a reason"
-            )));
-        }
-        Action::Edit if proposed.input.is_none() => {
-            return Err(ApiError::bad_request(format!(
-                "editing call {call:?} needs an input"
-            )));
-        }
-        Action::Approve | Action::Reject if proposed.input.is_some() => {
-            return Err(ApiError::bad_request(format!(
-                "only an edit carries an input (call {call:?})"
-            )));
-        }
-        _ => {}
+    run_id: &str,
+    proposed: Vec<Proposed>,
+    by: &Decider<'_>,
+) -> Result<Vec<CallDecided>, ApiError> {
+    if proposed.is_empty() {
+        return Err(ApiError::bad_request(
+            "decisions must hold at least one decision",
+        ));
     }
-    // A call no longer pending is left to the store, which knows whether it was decided.
-    let pending = run.pending().find(|p| p.call_id == call);
-    let quorum = pending.map_or(1, |p| p.reviewers.quorum);
-    if let Some(pending) = pending {
-        if let Err(why) = state.people.may_decide(
-            principal,
-            proposed.action,
-            &pending.reviewers,
-            run.requested_by.as_deref(),
-        ) {
-            audit_refusal(state, run, &proposed, &digest, principal, channel, &why).await?;
-            return Err(ApiError::new(StatusCode::FORBIDDEN, "not_an_approver", why));
+    let mut seen = HashSet::new();
+    for p in &proposed {
+        check_shape(p)?;
+        if !seen.insert(p.call_id.as_str()) {
+            return Err(ApiError::bad_request(format!(
+                "call {:?} is decided twice",
+                p.call_id
+            )));
         }
-        check_edit(state, run, pending, &proposed)?;
     }
-    let fingerprint = Decision::fingerprint_of(
-        proposed.action,
-        proposed.input.as_ref(),
-        proposed.note.as_deref(),
-        proposed.reason.as_deref(),
-    );
-    Ok(Checked {
-        quorum,
-        channels: pending
-            .map(|p| p.reviewers.channels.clone())
-            .unwrap_or_default(),
-        decision: Decision {
-            call_id: proposed.call_id,
-            digest,
-            action: proposed.action,
-            input: proposed.input,
-            note: proposed.note,
-            reason: proposed.reason,
-            decided_by: principal.to_string(),
-            channel: channel.to_string(),
-            decided_at: now_ms(),
-            fingerprint,
-            expired: false,
-        },
-    })
-}
-
-fn check_edit(
-    state: &AppState,
-    run: &Run,
-    pending: &PendingCall,
-    proposed: &Proposed,
-) -> Result<(), ApiError> {
-    let (Action::Edit, Some(input)) = (proposed.action, &proposed.input) else {
-        return Ok(());
+    let run = crate::routes::load_run(state, run_id).await?;
+    let proposals = proposed
+        .into_iter()
+        .map(|p| proposal(state, &run, p, by))
+        .collect::<Result<Vec<_>, _>>()?;
+    let request = DecideRequest {
+        principal: by.principal,
+        channel: by.channel,
+        expiry: false,
+        link: by.link,
+        proposals,
     };
-    if pending.reviewers.quorum > 1 {
-        return Err(ApiError::bad_request(format!(
-            "call {:?} needs {} approvals, and an edit cannot be approved by several people at once: approve it as it is, or reject it with a reason",
-            pending.call_id, pending.reviewers.quorum
-        )));
+    match state.store.decide(&run.run_id, &request).await? {
+        Outcome::Decided { calls, queued } => {
+            if let Err(e) = state.outbox.publish(&run.run_id, &queued).await {
+                // Recorded all the same: the outbox sweepers announce it when NATS is back.
+                tracing::warn!(run_id = %run.run_id, error = %e, "decision recorded; its announcement waits in the outbox");
+            }
+            Ok(calls)
+        }
+        Outcome::Refused(refusal) => Err(refused(&run, by.principal, refusal)),
+        Outcome::NoRun => Err(ApiError::not_found(format!("no run {run_id:?}"))),
+        Outcome::Settled(_) | Outcome::NotDue => Err(ApiError::unavailable(
+            "the decision script answered as for an expiry",
+        )),
     }
-    if let Some(agent) = state.catalog.get(&run.agent)
-        && let Err(errors) = agent.validate_input(&pending.tool, input)
-    {
-        return Err(ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "invalid_input",
-            format!(
-                "the edited input for call {:?} does not match the schema of {}",
-                pending.call_id, pending.tool
-            ),
-        )
-        .with_details(json!({ "errors": errors })));
-    }
-    Ok(())
 }
 
-/// Checks and records one decision on a run, as a channel other than the API makes it.
+/// Checks and records one decision, as the channels other than the API make them.
 pub async fn decide_one(
     state: &AppState,
     run_id: &str,
     proposed: Proposed,
-    principal: &str,
-    channel: &str,
-) -> Result<Recorded, ApiError> {
-    let run = crate::routes::load_run(state, run_id).await?;
-    let checked = check(state, &run, proposed, principal, channel).await?;
-    record(state, &run, checked).await
+    by: &Decider<'_>,
+) -> Result<CallDecided, ApiError> {
+    let mut calls = decide(state, run_id, vec![proposed], by).await?;
+    calls
+        .pop()
+        .ok_or_else(|| ApiError::unavailable("the decision script answered nothing"))
 }
 
-/// Records a checked decision, audits it, and announces it.
-pub async fn record(state: &AppState, run: &Run, checked: Checked) -> Result<Recorded, ApiError> {
-    let Checked {
-        decision,
-        quorum,
-        channels,
-    } = checked;
-    let id = &run.run_id;
-    let outcome = state.store.decide(id, &decision, quorum).await?;
-    let recorded = match outcome {
-        DecideOutcome::Recorded { all_decided } => Recorded::Recorded { all_decided },
-        DecideOutcome::Vote { approvals } => Recorded::Vote { approvals, quorum },
-        // Announced again below in case the first attempt stopped before publishing.
-        DecideOutcome::Duplicate(_) => Recorded::AlreadyRecorded,
-        DecideOutcome::DuplicateVote => Recorded::AlreadyVoted,
-        refused => {
-            let error = refusal(id.as_str(), &decision.call_id, refused);
-            audit_decision(
-                state,
-                run,
-                &decision,
-                AuditKind::Refused,
-                json!({"why": error.message}),
-            )
-            .await?;
-            return Err(error);
+/// Bad input, refused before anything is stored: sizes, formats, and what each action needs.
+fn check_shape(p: &Proposed) -> Result<(), ApiError> {
+    let call = p.call_id.as_str();
+    if call.is_empty() || call.len() > MAX_CALL_ID {
+        return Err(ApiError::bad_request(format!(
+            "call_id must be 1 to {MAX_CALL_ID} characters"
+        )));
+    }
+    let digest = p.digest.as_deref().unwrap_or_default();
+    if digest.is_empty() {
+        return Err(ApiError::bad_request(format!(
+            "the decision for call {call:?} has no digest: quote the digest of the call you were shown"
+        )));
+    }
+    let well_formed = digest.strip_prefix("sha256:").is_some_and(|hex| {
+        hex.len() == 64
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    });
+    if !well_formed {
+        return Err(ApiError::bad_request(format!(
+            "the digest for call {call:?} must be \"sha256:\" and 64 lowercase hex digits, as shown with the call"
+        )));
+    }
+    for (name, text) in [("note", &p.note), ("reason", &p.reason)] {
+        if text.as_ref().is_some_and(|t| t.len() > MAX_TEXT) {
+            return Err(ApiError::bad_request(format!(
+                "the {name} for call {call:?} is longer than {MAX_TEXT} bytes"
+            )));
         }
-    };
-    if matches!(recorded, Recorded::Recorded { .. } | Recorded::Vote { .. }) {
-        let detail = json!({
-            "action": decision.action, "input": decision.input, "note": decision.note,
-            "reason": decision.reason, "quorum": quorum,
-            "approvals": match recorded { Recorded::Vote { approvals, .. } => approvals, _ => quorum },
-        });
-        audit_decision(state, run, &decision, AuditKind::Decided, detail).await?;
     }
-    // Only a final decision is announced: it is what workers act on, and its message id
-    // is the call's, so nothing else may take that id first.
-    if matches!(
-        recorded,
-        Recorded::Recorded { .. } | Recorded::AlreadyRecorded
-    ) {
-        let event = Event::ApprovalDecided {
-            run_id: id.clone(),
-            call_id: decision.call_id.clone(),
-            action: decision.action,
-            decided_by: decision.decided_by.clone(),
-            all_decided: matches!(recorded, Recorded::Recorded { all_decided: true }),
-            channels,
-        };
-        let msg_id = format!("decided:{id}:{}", decision.call_id);
-        let subject = state.bus.names.approval_decided(id);
-        state.bus.publish(subject, &msg_id, event).await?;
+    let blank = |s: &Option<String>| s.as_deref().is_none_or(|s| s.trim().is_empty());
+    match p.action {
+        Action::Reject if blank(&p.reason) => Err(ApiError::bad_request(format!(
+            "rejecting call {call:?} needs a reason"
+        ))),
+        Action::Edit if p.input.is_none() => Err(ApiError::bad_request(format!(
+            "editing call {call:?} needs an input"
+        ))),
+        Action::Approve | Action::Reject if p.input.is_some() => Err(ApiError::bad_request(
+            format!("only an edit carries an input (call {call:?})"),
+        )),
+        _ => Ok(()),
     }
-    Ok(recorded)
 }
 
-async fn audit_decision(
+/// The decision to record, with its audit entry; an edit is checked against the schema of
+/// the tool of the call as this copy of the run holds it, and the script makes sure that is
+/// the call it decides.
+fn proposal(
     state: &AppState,
     run: &Run,
-    decision: &Decision,
-    kind: AuditKind,
-    detail: Value,
-) -> Result<(), ApiError> {
-    let mut entry = AuditEntry::new(&run.run_id, kind);
-    entry.call_id = Some(decision.call_id.clone());
-    entry.actor = Some(decision.decided_by.clone());
-    entry.channel = Some(decision.channel.clone());
-    entry.digest = Some(decision.digest.clone());
-    entry.detail = detail;
-    Ok(state.store.audit(&entry).await?)
+    p: Proposed,
+    by: &Decider<'_>,
+) -> Result<Proposal, ApiError> {
+    let pending = run.pending().find(|c| c.call_id == p.call_id);
+    let mut checked_digest = None;
+    if let (Action::Edit, Some(input), Some(pending)) = (p.action, &p.input, pending) {
+        if let Some(agent) = state.catalog.get(&run.agent)
+            && let Err(errors) = agent.validate_input(&pending.tool, input)
+        {
+            return Err(ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_input",
+                format!(
+                    "the edited input for call {:?} does not match the schema of {}",
+                    pending.call_id, pending.tool
+                ),
+            )
+            .with_details(json!({ "errors": errors })));
+        }
+        checked_digest = Some(pending.digest.clone());
+    }
+    let digest = p.digest.unwrap_or_default();
+    let mut entry = AuditEntry::new(&run.run_id, AuditKind::Decided);
+    entry.call_id = Some(p.call_id.clone());
+    entry.actor = Some(by.principal.to_string());
+    entry.channel = Some(by.channel.to_string());
+    entry.digest = Some(digest.clone());
+    entry.detail = json!({
+        "action": p.action, "input": p.input, "note": p.note, "reason": p.reason,
+    });
+    let fingerprint = Decision::fingerprint_of(
+        p.action,
+        p.input.as_ref(),
+        p.note.as_deref(),
+        p.reason.as_deref(),
+    );
+    Ok(Proposal {
+        decision: Decision {
+            call_id: p.call_id,
+            digest,
+            action: p.action,
+            input: p.input,
+            note: p.note,
+            reason: p.reason,
+            decided_by: by.principal.to_string(),
+            channel: by.channel.to_string(),
+            decided_at: entry.at,
+            fingerprint,
+            expired: false,
+        },
+        checked_digest,
+        entry,
+    })
 }
 
-async fn audit_refusal(
-    state: &AppState,
-    run: &Run,
-    proposed: &Proposed,
-    digest: &str,
-    principal: &str,
-    channel: &str,
-    why: &str,
-) -> Result<(), ApiError> {
-    let mut entry = AuditEntry::new(&run.run_id, AuditKind::Refused);
-    entry.call_id = Some(proposed.call_id.clone());
-    entry.actor = Some(principal.to_string());
-    entry.channel = Some(channel.to_string());
-    entry.digest = Some(digest.to_string());
-    entry.detail = json!({"action": proposed.action, "why": why});
-    Ok(state.store.audit(&entry).await?)
-}
-
-fn refusal(run_id: &str, call: &str, outcome: DecideOutcome) -> ApiError {
-    match outcome {
-        DecideOutcome::NoRun => ApiError::not_found(format!("no run {run_id:?}")),
-        DecideOutcome::NoCall => ApiError::not_found(format!(
+/// The API error for a refusal of the decision script.
+fn refused(run: &Run, principal: &str, refusal: Refusal) -> ApiError {
+    let run_id = run.run_id.as_str();
+    let call = refusal.call_id.as_str();
+    let detail = refusal.detail;
+    match refusal.code {
+        RefusalCode::Decided => match serde_json::from_str::<Decision>(&detail) {
+            Ok(existing) if existing.expired => ApiError::new(
+                StatusCode::GONE,
+                "expired",
+                format!(
+                    "call {call:?} expired at {}: nobody decided before its deadline, so it did not run",
+                    crate::routes::rfc3339(existing.decided_at)
+                ),
+            ),
+            Ok(existing) => ApiError::conflict(
+                "already_decided",
+                format!(
+                    "call {call:?} was already decided: {} by {} at {}",
+                    action_name(existing.action),
+                    existing.decided_by,
+                    crate::routes::rfc3339(existing.decided_at)
+                ),
+            )
+            .with_details(json!({ "decision": existing })),
+            Err(_) => ApiError::conflict(
+                "already_decided",
+                format!("call {call:?} was already decided"),
+            ),
+        },
+        RefusalCode::NotWaiting => ApiError::conflict(
+            "not_awaiting_approval",
+            format!("run {run_id:?} is {detail}, not awaiting approval"),
+        ),
+        RefusalCode::NoCall => ApiError::not_found(format!(
             "run {run_id:?} has no call {call:?} waiting for a decision"
         )),
-        DecideOutcome::NotWaiting(status) => ApiError::conflict(
-            "not_awaiting_approval",
-            format!("run {run_id:?} is {status}, not awaiting approval"),
-        ),
-        DecideOutcome::StaleDigest { current } => ApiError::conflict(
+        RefusalCode::StaleDigest => ApiError::conflict(
             "stale_digest",
             format!(
-                "the digest for call {call:?} does not match what is pending now ({current}); reload the run"
+                "the digest for call {call:?} does not match what is pending now ({detail}); reload the run"
             ),
         ),
-        DecideOutcome::Conflict(existing) if existing.expired => ApiError::new(
+        RefusalCode::PastDeadline => ApiError::new(
             StatusCode::GONE,
             "expired",
             format!(
-                "call {call:?} expired at {}: nobody decided before its deadline, so it did not run",
-                crate::routes::rfc3339(existing.decided_at)
+                "the deadline of call {call:?} passed at {}; it can no longer be decided",
+                detail.parse().map(crate::routes::rfc3339).unwrap_or(detail)
             ),
         ),
-        DecideOutcome::Conflict(existing) => ApiError::conflict(
-            "already_decided",
-            format!(
-                "call {call:?} was already decided: {} by {} at {}",
-                serde_json::to_value(existing.action)
-                    .unwrap_or_default()
-                    .as_str()
-                    .unwrap_or(""),
-                existing.decided_by,
-                crate::routes::rfc3339(existing.decided_at)
-            ),
-        )
-        .with_details(json!({ "decision": existing })),
-        DecideOutcome::Recorded { .. }
-        | DecideOutcome::Vote { .. }
-        | DecideOutcome::Duplicate(_)
-        | DecideOutcome::DuplicateVote => {
-            unreachable!("only refusals are passed here")
+        RefusalCode::NotApprover => {
+            let deciders: Vec<String> = serde_json::from_str(&detail).unwrap_or_default();
+            ApiError::new(
+                StatusCode::FORBIDDEN,
+                "not_an_approver",
+                format!(
+                    "{principal} is not among the approvers of call {call:?} ({})",
+                    deciders.join(", ")
+                ),
+            )
         }
+        RefusalCode::OwnRequest => ApiError::new(
+            StatusCode::FORBIDDEN,
+            "not_an_approver",
+            format!("{principal} requested this run and may not approve their own request"),
+        ),
+        RefusalCode::EditWithQuorum => ApiError::bad_request(format!(
+            "call {call:?} needs {detail} approvals, and an edit cannot be approved by several people at once: approve it as it is, or reject it with a reason"
+        )),
+        RefusalCode::EditUnchecked => ApiError::conflict(
+            "not_checked",
+            format!(
+                "call {call:?} was not waiting when the edit was checked against its tool's schema; send it again"
+            ),
+        ),
+        RefusalCode::LinkUsed => ApiError::new(
+            StatusCode::GONE,
+            "link_used",
+            "this link was already used or has expired",
+        ),
+    }
+}
+
+pub fn action_name(action: Action) -> &'static str {
+    match action {
+        Action::Approve => "approve",
+        Action::Edit => "edit",
+        Action::Reject => "reject",
     }
 }

@@ -9,7 +9,8 @@ use axum::http::HeaderMap;
 use axum::http::StatusCode;
 use axum::http::request::Parts;
 use bytes::Bytes;
-use countersign_shared::signing::SignatureError;
+use countersign_shared::digest::sha256_hex;
+use countersign_shared::signing::{SignatureError, TOLERANCE_SECS};
 use serde::de::DeserializeOwned;
 
 /// Who is calling, from `Authorization: Bearer <key>`.
@@ -117,9 +118,13 @@ impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
 
 /// A JSON body and who sent it: the holder of a bearer key, or, for a request with no
 /// `Authorization` header, a configured sender whose Standard Webhooks signature over the
-/// raw body verifies. The body is parsed only after the sender is known.
+/// raw body verifies. The body is parsed only after the sender is known. A signed request's
+/// `webhook-id` is remembered for the signature's tolerance window: the same request again is
+/// let through (it is a retry), the same id with another body is refused.
 pub struct Authenticated<T> {
     pub caller: Caller,
+    /// Whether the body was signed (so only what it says is vouched for, not the path).
+    pub signed: bool,
     pub body: T,
 }
 
@@ -141,16 +146,21 @@ impl<T: DeserializeOwned> FromRequest<AppState> for Authenticated<T> {
         let bytes = read_body(Request::from_parts(parts, body), state).await?;
         let caller = match by_key {
             Some(caller) => caller,
-            None => signed_caller(state, &headers, &bytes)?,
+            None => signed_caller(state, &headers, &bytes).await?,
         };
         Ok(Self {
             caller,
+            signed,
             body: parse_json(&bytes)?,
         })
     }
 }
 
-fn signed_caller(state: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<Caller, ApiError> {
+async fn signed_caller(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Caller, ApiError> {
     let unauthorized =
         |message: String| ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message);
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
@@ -166,6 +176,20 @@ fn signed_caller(state: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<C
     for sender in &state.config.signed_senders {
         match sender.secret.verify(id, timestamp, signature, body, now) {
             Ok(()) => {
+                let seen = state
+                    .store
+                    .remember_webhook_id(
+                        &sender.name,
+                        id,
+                        &sha256_hex(body),
+                        std::time::Duration::from_secs(2 * TOLERANCE_SECS as u64),
+                    )
+                    .await?;
+                if seen.is_some_and(|first| first != sha256_hex(body)) {
+                    return Err(unauthorized(format!(
+                        "webhook-id {id:?} was used before for another request"
+                    )));
+                }
                 return Ok(Caller {
                     principal: sender.name.clone(),
                     role: Role::Reviewer,

@@ -1,7 +1,6 @@
 //! approval-gateway: the HTTP face of countersign. Starts runs, shows them, and records
 //! reviewers' decisions atomically before announcing them to the workers.
 
-pub mod approvers;
 pub mod config;
 pub mod decide;
 pub mod email;
@@ -33,6 +32,7 @@ pub async fn run(
     let bus = Bus::connect(&config.infra.nats_url, names).await?;
     let state = AppState::new(store, bus, catalog, config)?;
     let notifier = tokio::spawn(notify::run(state.clone(), shutdown.clone()));
+    let outbox = tokio::spawn(state.outbox.clone().run_sweeper(shutdown.clone()));
     let app = routes::router(state);
     tracing::info!(addr = %listener.local_addr()?, "gateway listening");
     axum::serve(listener, app)
@@ -40,5 +40,6 @@ pub async fn run(
         .await?;
     shutdown.cancel();
     notifier.await??;
+    outbox.await?;
     Ok(())
 }

@@ -1,11 +1,12 @@
 //! What every handler shares.
 
-use crate::approvers::Directory;
 use crate::config::{ApiKey, Config};
 use crate::extract::Caller;
 use countersign_shared::agent::Catalog;
 use countersign_shared::bus::Bus;
 use countersign_shared::digest::sha256_hex;
+use countersign_shared::outbox::Outbox;
+use countersign_shared::people::Directory;
 use countersign_shared::store::Store;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -14,6 +15,8 @@ use std::sync::Arc;
 pub struct AppState {
     pub store: Store,
     pub bus: Bus,
+    /// Publishes what the scripts queued.
+    pub outbox: Outbox,
     pub catalog: Catalog,
     pub config: Arc<Config>,
     pub people: Arc<Directory>,
@@ -38,6 +41,7 @@ impl AppState {
                 .as_ref()
                 .map(crate::email::mailer)
                 .transpose()?,
+            outbox: Outbox::new(store.clone(), bus.clone()),
             store,
             bus,
             catalog,

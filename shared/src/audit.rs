@@ -1,7 +1,11 @@
-//! The audit trail: every request, decision (accepted or refused), execution and end of a
-//! run, appended to a hash chain per run and copied to a global log. Each stored element is
-//! `{"prev", "hash", "entry"}` where `hash = sha256(prev + "\n" + canonical(entry))`, so
-//! editing, inserting or deleting any element of a run's chain breaks it from that point on.
+//! The audit trail: every request, notification, decision, execution and end of a run,
+//! appended to a hash chain per run by the same script that makes the change it records, and
+//! sent from there (through the outbox) to the global log, the `AUDIT` JetStream stream.
+//! Each stored element is `{"prev", "hash", "entry"}` where `hash` is the SHA-256 of the 32
+//! bytes of `prev` followed by the 32 bytes of `sha256(canonical(entry))` (the first element's
+//! `prev` is empty), so editing, inserting or deleting any element of a run's chain breaks it
+//! from that point on. Refused decisions are kept apart, in a capped list per run, so a flood
+//! of them can neither delay a decision nor grow the trail.
 
 use crate::digest::{canonical_json, sha256_hex};
 use crate::run::RunId;
@@ -17,8 +21,6 @@ pub enum AuditKind {
     Notified,
     /// A decision (or one approval of a quorum) was recorded.
     Decided,
-    /// A decision was refused; `detail.why` says why.
-    Refused,
     /// A held call was run (or its outcome was found unknown).
     Executed,
     /// A held call's deadline passed with no decision.
@@ -65,15 +67,19 @@ impl AuditEntry {
     }
 }
 
-/// The hash of an entry chained after `prev`.
-pub fn chain_hash(prev: &str, entry: &Value) -> String {
-    sha256_hex(format!("{prev}\n{}", canonical_json(entry)))
+/// An entry as the scripts take it: its canonical JSON and that text's SHA-256.
+pub fn prepare(entry: &AuditEntry) -> (String, String) {
+    let value = serde_json::to_value(entry).expect("audit entries serialize");
+    let text = canonical_json(&value);
+    let sha = sha256_hex(&text);
+    (text, sha)
 }
 
-/// The stored element for an entry chained after `prev`.
-pub fn chain(prev: &str, entry: &AuditEntry) -> Value {
-    let entry = serde_json::to_value(entry).expect("audit entries serialize");
-    serde_json::json!({ "prev": prev, "hash": chain_hash(prev, &entry), "entry": entry })
+/// The link after `prev` for an entry whose canonical JSON hashes to `entry_sha`.
+pub fn link(prev: &str, entry_sha: &str) -> String {
+    let mut bytes = hex::decode(prev).unwrap_or_default();
+    bytes.extend(hex::decode(entry_sha).unwrap_or_default());
+    sha256_hex(bytes)
 }
 
 /// Checks a chain of stored elements; `Err(i)` names the first element that does not fit.
@@ -83,7 +89,8 @@ pub fn verify(elements: &[Value]) -> Result<(), usize> {
         let (Some(p), Some(hash)) = (element["prev"].as_str(), element["hash"].as_str()) else {
             return Err(i);
         };
-        if p != prev || chain_hash(p, &element["entry"]) != hash {
+        let entry_sha = sha256_hex(canonical_json(&element["entry"]));
+        if p != prev || link(p, &entry_sha) != hash {
             return Err(i);
         }
         prev = hash.to_string();
@@ -102,8 +109,13 @@ mod tests {
             .map(|i| {
                 let mut e = AuditEntry::new(&run, AuditKind::Decided);
                 e.actor = Some(format!("p{i}"));
-                let element = chain(&prev, &e);
-                prev = element["hash"].as_str().unwrap().to_string();
+                let (text, sha) = prepare(&e);
+                let hash = link(&prev, &sha);
+                let element = serde_json::json!({
+                    "prev": prev, "hash": hash,
+                    "entry": serde_json::from_str::<Value>(&text).unwrap(),
+                });
+                prev = hash;
                 element
             })
             .collect()

@@ -1,10 +1,12 @@
-//! NATS JetStream: the three streams, the workers' shared durable consumers, and publishing
+//! NATS JetStream: the streams, the workers' shared durable consumers, and publishing
 //! with `Nats-Msg-Id` so a retried publish is stored once.
 //!
 //! RUNS and DELIVERIES (one notification to one channel target each) are work queues: a
 //! message leaves when it is acked. APPROVALS and RUN_EVENTS
 //! keep messages for a while so several consumers (workers, the gateway's notifier, anyone
-//! watching) can read them. All are file-backed, so a NATS restart loses nothing acked.
+//! watching) can read them. AUDIT is the global audit log: every element of every run's
+//! chain, kept for [`AUDIT_MAX_AGE`] and at most [`AUDIT_MAX_BYTES`] (the oldest go first),
+//! for operators to read or export. All are file-backed, so a NATS restart loses nothing acked.
 
 use crate::events::{Envelope, Event};
 use crate::names::Names;
@@ -15,6 +17,10 @@ use std::time::Duration;
 const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
 /// How long approval and run events are kept.
 const EVENTS_MAX_AGE: Duration = Duration::from_secs(14 * 24 * 3600);
+/// How long the global audit log keeps an element.
+pub const AUDIT_MAX_AGE: Duration = Duration::from_secs(90 * 24 * 3600);
+/// The most the global audit log holds; beyond it the oldest elements are dropped.
+pub const AUDIT_MAX_BYTES: i64 = 1 << 30;
 
 #[derive(Debug, thiserror::Error)]
 pub enum BusError {
@@ -84,6 +90,14 @@ impl Bus {
                 max_age: EVENTS_MAX_AGE,
                 ..Default::default()
             },
+            stream::Config {
+                name: n.audit_stream(),
+                subjects: vec![n.audit_all()],
+                max_age: AUDIT_MAX_AGE,
+                max_bytes: AUDIT_MAX_BYTES,
+                discard: stream::DiscardPolicy::Old,
+                ..Default::default()
+            },
         ];
         for config in configs {
             let config = stream::Config {
@@ -116,6 +130,16 @@ impl Bus {
         payload: &impl serde::Serialize,
     ) -> Result<(), BusError> {
         let body = serde_json::to_vec(payload).map_err(js_err)?;
+        self.publish_raw(subject, msg_id, body).await
+    }
+
+    /// Publishes bytes as they are, deduplicated by `msg_id`, and waits for the ack.
+    pub async fn publish_raw(
+        &self,
+        subject: String,
+        msg_id: &str,
+        body: Vec<u8>,
+    ) -> Result<(), BusError> {
         let publish = PublishMessage::build()
             .payload(body.into())
             .message_id(msg_id);

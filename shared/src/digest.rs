@@ -46,10 +46,13 @@ pub fn sha256_hex(bytes: impl AsRef<[u8]>) -> String {
     hex::encode(Sha256::digest(bytes.as_ref()))
 }
 
-/// The digest of one gated call: tool name, canonical input and the policy version in force.
-/// A decision must quote it; if any of the three changes, old decisions no longer match.
-pub fn call_digest(tool: &str, input: &Value, policy_version: &str) -> String {
-    let bound = serde_json::json!({ "tool": tool, "input": input, "policy": policy_version });
+/// The digest of one gated call: its run, tool name, canonical input and the policy version
+/// in force. A decision must quote it; if any of them changes, old decisions no longer match,
+/// and no decision made for one run can match a call of another.
+pub fn call_digest(run: &str, tool: &str, input: &Value, policy_version: &str) -> String {
+    let bound = serde_json::json!({
+        "run": run, "tool": tool, "input": input, "policy": policy_version,
+    });
     format!("sha256:{}", sha256_hex(canonical_json(&bound)))
 }
 
@@ -67,12 +70,19 @@ mod tests {
     }
 
     #[test]
-    fn the_digest_changes_with_tool_input_or_policy() {
+    fn the_digest_changes_with_run_tool_input_or_policy() {
         let input = json!({"amount": 129});
-        let base = call_digest("refund", &input, "p1");
-        assert_eq!(base, call_digest("refund", &json!({"amount": 129}), "p1"));
-        assert_ne!(base, call_digest("refund", &json!({"amount": 49}), "p1"));
-        assert_ne!(base, call_digest("refund2", &input, "p1"));
-        assert_ne!(base, call_digest("refund", &input, "p2"));
+        let base = call_digest("r1", "refund", &input, "p1");
+        assert_eq!(
+            base,
+            call_digest("r1", "refund", &json!({"amount": 129}), "p1")
+        );
+        assert_ne!(base, call_digest("r2", "refund", &input, "p1"));
+        assert_ne!(
+            base,
+            call_digest("r1", "refund", &json!({"amount": 49}), "p1")
+        );
+        assert_ne!(base, call_digest("r1", "refund2", &input, "p1"));
+        assert_ne!(base, call_digest("r1", "refund", &input, "p2"));
     }
 }

@@ -8,6 +8,8 @@ pub mod digest;
 pub mod events;
 pub mod infra;
 pub mod names;
+pub mod outbox;
+pub mod people;
 pub mod run;
 pub mod shutdown;
 pub mod signing;

@@ -78,6 +78,13 @@ impl Names {
     pub fn run_events_all(&self) -> String {
         self.subject("run.>")
     }
+    /// The global audit log: every element of every run's chain, on the `AUDIT` stream.
+    pub fn audit_subject(&self, run: &RunId) -> String {
+        self.subject(&format!("audit.{run}"))
+    }
+    pub fn audit_all(&self) -> String {
+        self.subject("audit.>")
+    }
 
     /// Work queue subject for one notification to one channel target
     /// (`deliver.webhook.ops`); `target` must be a subject token.
@@ -99,6 +106,9 @@ impl Names {
     }
     pub fn deliveries_stream(&self) -> String {
         self.upper("DELIVERIES")
+    }
+    pub fn audit_stream(&self) -> String {
+        self.upper("AUDIT")
     }
     /// The durable consumer gateways share to turn approval events into deliveries.
     pub fn notifier_consumer(&self) -> String {
@@ -128,7 +138,7 @@ impl Names {
     pub fn run_key(&self, run: &RunId) -> String {
         self.key(&format!("run:{{{run}}}"))
     }
-    /// Hash: call id -> "turn:digest" for every call that was ever held for a person.
+    /// Hash: call id -> the [`crate::run::HeldCall`] (JSON) of every call held for a person.
     pub fn calls_key(&self, run: &RunId) -> String {
         self.key(&format!("calls:{{{run}}}"))
     }
@@ -150,21 +160,52 @@ impl Names {
     pub fn audit_key(&self, run: &RunId) -> String {
         self.key(&format!("audit:{{{run}}}"))
     }
-    /// List: every run's audit elements, in the order they were written.
-    pub fn global_audit_key(&self) -> String {
-        self.key("audit")
+    /// Hash: message id -> `subject\npayload` of what the run's scripts announced and
+    /// JetStream has not yet acknowledged (see [`crate::outbox`]).
+    pub fn outbox_key(&self, run: &RunId) -> String {
+        self.key(&format!("outbox:{{{run}}}"))
+    }
+    /// List: the latest refused decisions on the run, newest first, capped.
+    pub fn refusals_key(&self, run: &RunId) -> String {
+        self.key(&format!("refusals:{{{run}}}"))
+    }
+    /// Sorted set of run ids scored by when a script last wrote (or was about to write) to
+    /// their outbox: where the outbox sweepers look.
+    pub fn outbox_index_key(&self) -> String {
+        self.key("outbox")
+    }
+    /// Every key a run's scripts take, in the order the scripts expect (see
+    /// `lua/prelude.lua`).
+    pub fn run_keys(&self, run: &RunId) -> [String; 9] {
+        [
+            self.run_key(run),
+            self.calls_key(run),
+            self.decisions_key(run),
+            self.votes_key(run),
+            self.refs_key(run),
+            self.exec_key(run),
+            self.audit_key(run),
+            self.outbox_key(run),
+            self.refusals_key(run),
+        ]
     }
     /// Hash: call id -> "started" or the recorded result (JSON) of an executed call.
     pub fn exec_key(&self, run: &RunId) -> String {
         self.key(&format!("exec:{{{run}}}"))
     }
+    /// String: the body hash a signed request's `webhook-id` came with, per sender.
+    pub fn webhook_id_key(&self, sender: &str, webhook_id: &str) -> String {
+        let id = crate::digest::sha256_hex(format!("{sender}\n{webhook_id}"));
+        self.key(&format!("webhook-id:{id}"))
+    }
     /// String: the run an idempotency key started.
     pub fn idempotency_key(&self, digest: &str) -> String {
         self.key(&format!("idem:{digest}"))
     }
-    /// String: what a single-use link token (email approvals) may do, by the token's hash.
-    pub fn link_token_key(&self, token_hash: &str) -> String {
-        self.key(&format!("link:{token_hash}"))
+    /// String: what a single-use link token (email approvals) may do, by the token's hash;
+    /// in the run's slot, so the decision script spends it.
+    pub fn link_token_key(&self, run: &RunId, token_hash: &str) -> String {
+        self.key(&format!("link:{{{run}}}:{token_hash}"))
     }
     /// Sorted set of `run_id|call_id|digest` scored by deadline (ms): what the sweepers look
     /// at, only the due front of it each time.

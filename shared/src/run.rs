@@ -184,6 +184,10 @@ pub struct PendingCall {
     /// Who may decide it, how many must approve, and where to ask.
     #[serde(flatten)]
     pub reviewers: crate::agent::Reviewers,
+    /// The principals the approver list named when the call was held (roles resolved to the
+    /// people holding them); absent when anyone may decide. The decision script checks this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deciders: Option<Vec<String>>,
     /// When it expires if nobody decides, in milliseconds since the epoch.
     #[serde(default)]
     pub deadline: Option<i64>,
@@ -193,6 +197,43 @@ pub struct PendingCall {
     /// Whether its deadline has already escalated it (it escalates once).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub escalated: bool,
+}
+
+impl PendingCall {
+    /// What the decision script checks a decision on this call against, held in `turn`.
+    pub fn held(&self, turn: u32) -> HeldCall {
+        HeldCall {
+            turn,
+            digest: self.digest.clone(),
+            deciders: self.deciders.clone(),
+            quorum: self.reviewers.quorum,
+            self_ok: self.reviewers.allow_self_approval,
+            deadline: self.deadline,
+            escalates: self.reviewers.on_expiry == crate::agent::OnExpiry::Escalate
+                && !self.escalated,
+            channels: self.reviewers.channels.clone(),
+        }
+    }
+}
+
+/// A held call as stored for the decision script (`calls:{run_id}`): everything a decision
+/// is checked against, fixed when the call was held (or escalated).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HeldCall {
+    pub turn: u32,
+    pub digest: String,
+    /// Who may decide; absent: anyone whose key may decide.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deciders: Option<Vec<String>>,
+    pub quorum: u32,
+    /// Whether the run's requester may approve it.
+    pub self_ok: bool,
+    /// When it expires, in milliseconds since the epoch (Redis's clock).
+    pub deadline: Option<i64>,
+    /// Whether its deadline escalates it instead (decisions stay open until then).
+    pub escalates: bool,
+    /// Where it was sent, to be told the outcome.
+    pub channels: Vec<String>,
 }
 
 /// One tool call of the turn a run is paused on, in the order the model asked for it:

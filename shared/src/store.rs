@@ -1,49 +1,62 @@
 //! Run state in Redis. Every change of state is one Lua script (in `lua/`) that checks the
 //! status, and the lease where a worker holds one, before it writes, so two gateways or two
-//! workers can never both win.
+//! workers can never both win. A script that changes what others must hear of also appends
+//! the audit entries and queues the announcements in the same step (see [`crate::outbox`]).
 //!
 //! Layout, all keys of a run sharing the hash tag `{run_id}` so each script touches one slot:
 //! - `run:{id}` hash: `status`, `version` (bumped by every write), `turn`, `pending_count` and
-//!   `decided_count` of the held turn, `lease_owner`/`lease_until` of the worker driving it,
-//!   and `doc`, the whole [`Run`] as JSON (its `status` field is overwritten on read by the
-//!   hash's, which is the one scripts keep right);
-//! - `calls:{id}` hash: call id -> `turn:digest` of every call ever held for a person;
+//!   `decided_count` of the held turn, `requested_by`, `lease_owner`/`lease_until` of the
+//!   worker driving it, `audit_head` (the last link of its audit chain), and `doc`, the whole
+//!   [`Run`] as JSON (its `status` field is overwritten on read by the hash's, which is the
+//!   one scripts keep right);
+//! - `calls:{id}` hash: call id -> the [`HeldCall`] every decision is checked against;
 //! - `decisions:{id}` hash: call id -> the recorded [`Decision`];
 //! - `exec:{id}` hash: call id -> `started`, or the [`CallResult`] once it finished;
 //! - `votes:{id}` hash: the approvals collected so far for calls that need several;
 //! - `refs:{id}` hash: where each channel's message about a call is, to update it later;
-//! - `audit:{id}` list: the run's hash-chained audit trail (see [`crate::audit`]).
+//! - `audit:{id}` list: the run's hash-chained audit trail (see [`crate::audit`]);
+//! - `outbox:{id}` hash: announcements not yet acknowledged by JetStream;
+//! - `refusals:{id}` list: the latest refused decisions, capped;
+//! - `link:{id}:{hash}` strings: email link tokens for the run's calls.
 //!
-//! Finished runs get a retention TTL on all keys but the audit trail, which outlives them. The `awaiting` sorted set indexes
-//! paused runs for the inbox; it lives in another slot, so it is kept outside the scripts and
-//! readers re-check each run's status.
+//! Leases and deadlines are compared with Redis's clock (`TIME` in the scripts). Finished runs
+//! get a retention TTL on all keys but the audit trail, which outlives them. The `awaiting`
+//! sorted set indexes paused runs for the inbox; it lives in another slot, so it is kept
+//! outside the scripts and readers re-check each run's status.
 
-use crate::audit::{AuditEntry, chain};
+mod decide;
+mod outbox;
+
+pub use decide::{
+    CallDecided, DecideRequest, DecidedStatus, Outcome, Proposal, Refusal, RefusalCode,
+};
+
+use crate::audit::{AuditEntry, prepare};
 use crate::names::Names;
 use crate::now_ms;
-use crate::run::{CallResult, Decision, Run, RunId, RunStatus};
-use redis::Script;
+use crate::run::{CallResult, Decision, HeldCall, Run, RunId, RunStatus};
 use redis::aio::ConnectionManager;
+use redis::{Script, ScriptInvocation};
 use std::collections::HashMap;
 use std::sync::LazyLock;
 use std::time::Duration;
 
-static CREATE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/create.lua")));
-static CLAIM: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/claim.lua")));
-static LEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/lease.lua")));
-static SAVE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/save.lua")));
-static DECIDE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/decide.lua")));
+/// Every script starts with the prelude: the run keys' layout, SHA-256, Redis's clock, the
+/// audit chain and the outbox.
+fn script(body: &str) -> Script {
+    Script::new(&format!("{}\n{body}", include_str!("lua/prelude.lua")))
+}
+
+static CREATE: LazyLock<Script> = LazyLock::new(|| script(include_str!("lua/create.lua")));
+static CLAIM: LazyLock<Script> = LazyLock::new(|| script(include_str!("lua/claim.lua")));
+static LEASE: LazyLock<Script> = LazyLock::new(|| script(include_str!("lua/lease.lua")));
+static SAVE: LazyLock<Script> = LazyLock::new(|| script(include_str!("lua/save.lua")));
 static AUDIT_APPEND: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lua/audit_append.lua")));
-static REPLACE_DOC: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lua/replace_doc.lua")));
-static TAKE_TOKEN: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lua/take_token.lua")));
+    LazyLock::new(|| script(include_str!("lua/audit_append.lua")));
+static ESCALATE: LazyLock<Script> = LazyLock::new(|| script(include_str!("lua/escalate.lua")));
+static REMIND: LazyLock<Script> = LazyLock::new(|| script(include_str!("lua/remind.lua")));
 static EXEC_BEGIN: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/exec_begin.lua")));
-
-/// Attempts to append to a contended audit chain before giving up.
-const AUDIT_RETRIES: usize = 100;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -54,6 +67,47 @@ pub enum StoreError {
     /// Another worker took the run over (our lease lapsed) or it left the driving states.
     #[error("this worker no longer holds the run (status now {0:?})")]
     LostLease(String),
+}
+
+/// A message a script queued in a run's outbox (or is given to queue): published with its
+/// message id, and deleted from the outbox once JetStream has acknowledged it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Announcement {
+    pub msg_id: String,
+    pub subject: String,
+    pub payload: String,
+}
+
+impl Announcement {
+    pub fn new(msg_id: String, subject: String, event: crate::events::Event) -> Self {
+        let payload =
+            serde_json::to_string(&crate::events::Envelope::new(event)).expect("events serialize");
+        Self {
+            msg_id,
+            subject,
+            payload,
+        }
+    }
+
+    /// Reads the `msg_id, "subject\npayload"` pairs a script replies with.
+    fn from_pairs(pairs: &[String]) -> Result<Vec<Self>, StoreError> {
+        pairs
+            .chunks(2)
+            .map(|pair| match pair {
+                [msg_id, value] => {
+                    let (subject, payload) = value
+                        .split_once('\n')
+                        .ok_or_else(|| StoreError::Corrupt(format!("outbox entry {msg_id}")))?;
+                    Ok(Self {
+                        msg_id: msg_id.clone(),
+                        subject: subject.to_string(),
+                        payload: payload.to_string(),
+                    })
+                }
+                _ => Err(StoreError::Corrupt("odd outbox reply".into())),
+            })
+            .collect()
+    }
 }
 
 /// What a claim attempt found.
@@ -68,30 +122,6 @@ pub enum Claim {
     /// Completed, failed or cancelled.
     Finished(RunStatus),
     Missing,
-}
-
-/// The answer to recording a decision.
-#[derive(Debug, PartialEq)]
-pub enum DecideOutcome {
-    Recorded {
-        all_decided: bool,
-    },
-    /// One more approval of a call that needs several; this many so far.
-    Vote {
-        approvals: u32,
-    },
-    /// The same decision was recorded before: nothing changed.
-    Duplicate(Box<Decision>),
-    /// This person's approval of a call that needs several was counted before.
-    DuplicateVote,
-    /// A different decision was recorded first and stands.
-    Conflict(Box<Decision>),
-    NoRun,
-    NoCall,
-    NotWaiting(String),
-    StaleDigest {
-        current: String,
-    },
 }
 
 /// What the execution record says about an approved call about to run.
@@ -122,11 +152,11 @@ pub struct DueTimer {
 }
 
 /// How a saved run goes on.
-pub enum Save<'a> {
+pub enum Save {
     /// Still being driven (a checkpoint between turns).
     Progress,
-    /// Paused: these (call id, digest) pairs wait for a person.
-    Pause(&'a [(String, String)]),
+    /// Paused: its pending calls wait for a person.
+    Pause,
     /// Completed or failed: keep it this long, then let Redis drop it.
     Finish { retention: Duration },
 }
@@ -160,10 +190,18 @@ impl Store {
         let created: i64 = CREATE
             .key(self.names.run_key(&run.run_id))
             .arg(to_json(run)?)
-            .arg(now_ms())
+            .arg(run.requested_by.as_deref().unwrap_or_default())
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(created == 1)
+    }
+
+    /// Redis's clock in milliseconds: the one leases and deadlines are compared with.
+    pub async fn time_ms(&self) -> Result<i64, StoreError> {
+        let (secs, micros): (i64, i64) = redis::cmd("TIME")
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(secs * 1000 + micros / 1000)
     }
 
     /// The run with its authoritative status, if it exists.
@@ -202,7 +240,6 @@ impl Store {
         let reply: Vec<String> = CLAIM
             .key(self.names.run_key(id))
             .arg(owner)
-            .arg(now_ms())
             .arg(lease.as_millis() as i64)
             .invoke_async(&mut self.conn.clone())
             .await?;
@@ -238,137 +275,109 @@ impl Store {
         let ok: i64 = LEASE
             .key(self.names.run_key(id))
             .arg(owner)
-            .arg(now_ms())
             .arg(lease_ms)
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(ok == 1)
     }
 
-    /// Writes the run as the lease holder. The run's `status` must match `how`.
+    /// A script on one run: all its keys and the common arguments, after marking the run in
+    /// the outbox index (marked again if the script found the mark too old). Replies with
+    /// the script's status and detail, and the announcements it queued.
+    async fn on_run(
+        &self,
+        script: &Script,
+        id: &RunId,
+        args: impl Fn(&mut ScriptInvocation<'_>) -> Result<(), StoreError>,
+    ) -> Result<(String, String, Vec<Announcement>), StoreError> {
+        let mut attempt = 0;
+        loop {
+            let mark = self.mark_outbox(id).await?;
+            let mut invocation = script.prepare_invoke();
+            for key in self.names.run_keys(id) {
+                invocation.key(key);
+            }
+            invocation
+                .arg(id.as_str())
+                .arg(self.names.audit_subject(id))
+                .arg(mark);
+            args(&mut invocation)?;
+            let reply: Vec<String> = match invocation.invoke_async(&mut self.conn.clone()).await {
+                Err(e) if attempt < 3 && e.to_string().contains("STALE_MARK") => {
+                    attempt += 1;
+                    continue;
+                }
+                reply => reply?,
+            };
+            let [status, detail, queued @ ..] = reply.as_slice() else {
+                return Err(StoreError::Corrupt(format!("script replied {reply:?}")));
+            };
+            return Ok((
+                status.clone(),
+                detail.clone(),
+                Announcement::from_pairs(queued)?,
+            ));
+        }
+    }
+
+    /// Writes the run as the lease holder, with the audit entries of what changed and the
+    /// announcements others must hear of, in one step. The run's `status` must match `how`.
     pub async fn save(
         &self,
         run: &Run,
         owner: &str,
         lease: Duration,
-        how: Save<'_>,
-    ) -> Result<(), StoreError> {
-        let id = &run.run_id;
-        let mut script = SAVE.prepare_invoke();
-        script
-            .key(self.names.run_key(id))
-            .key(self.names.calls_key(id))
-            .key(self.names.decisions_key(id))
-            .key(self.names.exec_key(id))
-            .key(self.names.votes_key(id))
-            .key(self.names.refs_key(id))
-            .arg(owner)
-            .arg(now_ms())
-            .arg(lease.as_millis() as i64)
-            .arg(run.status.as_str())
-            .arg(to_json(run)?);
-        match how {
-            Save::Progress => {
-                script.arg(0).arg(0).arg(0);
-            }
-            Save::Finish { retention } => {
-                script.arg(retention.as_secs().max(1)).arg(0).arg(0);
-            }
-            Save::Pause(calls) => {
-                script.arg(0).arg(run.turns).arg(calls.len());
-                for (call_id, digest) in calls {
-                    script.arg(call_id).arg(format!("{}:{digest}", run.turns));
+        how: Save,
+        audits: &[AuditEntry],
+        announce: &[Announcement],
+    ) -> Result<Vec<Announcement>, StoreError> {
+        let held: Vec<(&str, HeldCall)> = match how {
+            Save::Pause => run
+                .pending()
+                .map(|p| (p.call_id.as_str(), p.held(run.turns)))
+                .collect(),
+            _ => Vec::new(),
+        };
+        let ttl = match how {
+            Save::Finish { retention } => retention.as_secs().max(1),
+            _ => 0,
+        };
+        let doc = to_json(run)?;
+        let (status, detail, queued) = self
+            .on_run(&SAVE, &run.run_id, |script| {
+                script
+                    .arg(owner)
+                    .arg(lease.as_millis() as i64)
+                    .arg(run.status.as_str())
+                    .arg(&doc)
+                    .arg(ttl)
+                    .arg(run.turns)
+                    .arg(held.len());
+                for (call_id, held) in &held {
+                    script.arg(*call_id).arg(to_json(held)?);
                 }
-            }
-        }
-        let reply: Vec<String> = script.invoke_async(&mut self.conn.clone()).await?;
-        if reply[0] == "ok" {
-            Ok(())
+                audit_args(script, audits);
+                announce_args(script, announce);
+                Ok(())
+            })
+            .await?;
+        if status == "ok" {
+            Ok(queued)
         } else {
-            Err(StoreError::LostLease(reply[1].clone()))
+            Err(StoreError::LostLease(detail))
         }
     }
 
-    /// Records a decision atomically: first decision per call wins. With a `quorum` above 1
-    /// an approval counts once per principal until the quorum is met.
-    pub async fn decide(
-        &self,
-        id: &RunId,
-        decision: &Decision,
-        quorum: u32,
-    ) -> Result<DecideOutcome, StoreError> {
-        let action = serde_json::to_value(decision.action)
-            .map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        let reply: Vec<String> = DECIDE
-            .key(self.names.run_key(id))
-            .key(self.names.calls_key(id))
-            .key(self.names.decisions_key(id))
-            .key(self.names.votes_key(id))
-            .arg(&decision.call_id)
-            .arg(&decision.digest)
-            .arg(to_json(decision)?)
-            .arg(&decision.fingerprint)
-            .arg(&decision.decided_by)
-            .arg(quorum)
-            .arg(action.as_str().unwrap_or_default())
-            .invoke_async(&mut self.conn.clone())
+    /// Appends an entry to the run's audit chain (and, through the outbox, the global log);
+    /// nothing if the run is gone.
+    pub async fn audit(&self, entry: &AuditEntry) -> Result<Vec<Announcement>, StoreError> {
+        let (_, _, queued) = self
+            .on_run(&AUDIT_APPEND, &entry.run_id, |script| {
+                audit_args(script, std::slice::from_ref(entry));
+                Ok(())
+            })
             .await?;
-        let [kind, detail] = <[String; 2]>::try_from(reply)
-            .map_err(|r| StoreError::Corrupt(format!("decide replied {r:?}")))?;
-        Ok(match kind.as_str() {
-            "recorded" => DecideOutcome::Recorded {
-                all_decided: detail == "1",
-            },
-            "vote" => DecideOutcome::Vote {
-                approvals: detail.parse().unwrap_or(0),
-            },
-            "duplicate_vote" => DecideOutcome::DuplicateVote,
-            "duplicate" => DecideOutcome::Duplicate(Box::new(from_json(&detail)?)),
-            "conflict" => DecideOutcome::Conflict(Box::new(from_json(&detail)?)),
-            "no_run" => DecideOutcome::NoRun,
-            "no_call" => DecideOutcome::NoCall,
-            "not_waiting" => DecideOutcome::NotWaiting(detail),
-            "stale_digest" => DecideOutcome::StaleDigest { current: detail },
-            other => return Err(StoreError::Corrupt(format!("decide replied {other:?}"))),
-        })
-    }
-
-    /// Appends an entry to the run's hash chain, then the same element to the global log.
-    /// The global log is not one chain (every writer of the deployment would contend for
-    /// its head); each of its elements carries its run chain's `prev` and `hash`, so an edit
-    /// there shows too.
-    pub async fn audit(&self, entry: &AuditEntry) -> Result<(), StoreError> {
-        let element = self
-            .append_chained(&self.names.audit_key(&entry.run_id), entry)
-            .await?;
-        let _: i64 = redis::cmd("RPUSH")
-            .arg(self.names.global_audit_key())
-            .arg(element)
-            .query_async(&mut self.conn.clone())
-            .await?;
-        Ok(())
-    }
-
-    /// Appends with compare-and-set on the chain's head (a writer that lost a race retries
-    /// on the head it was shown); returns the stored element.
-    async fn append_chained(&self, key: &str, entry: &AuditEntry) -> Result<String, StoreError> {
-        let mut prev = String::new();
-        for _ in 0..AUDIT_RETRIES {
-            let element = chain(&prev, entry).to_string();
-            let reply: Vec<String> = AUDIT_APPEND
-                .key(key)
-                .arg(&prev)
-                .arg(&element)
-                .invoke_async(&mut self.conn.clone())
-                .await?;
-            if reply[0] == "1" {
-                return Ok(element);
-            }
-            prev = reply[1].clone();
-        }
-        Err(StoreError::Corrupt(format!(
-            "audit chain {key} kept moving"
-        )))
+        Ok(queued)
     }
 
     /// Remembers where a channel's message about a call is.
@@ -404,12 +413,13 @@ impl Store {
     /// Stores what a single-use link token may do, under the token's hash, for `ttl`.
     pub async fn put_link_token(
         &self,
+        run: &RunId,
         token_hash: &str,
         grant: &str,
         ttl: Duration,
     ) -> Result<(), StoreError> {
         let _: () = redis::cmd("SET")
-            .arg(self.names.link_token_key(token_hash))
+            .arg(self.names.link_token_key(run, token_hash))
             .arg(grant)
             .arg("PX")
             .arg(ttl.as_millis().max(1) as u64)
@@ -418,30 +428,27 @@ impl Store {
         Ok(())
     }
 
-    /// What a link token may do, without using it up.
-    pub async fn peek_link_token(&self, token_hash: &str) -> Result<Option<String>, StoreError> {
+    /// What a link token may do, without using it up (the decision script spends it).
+    pub async fn peek_link_token(
+        &self,
+        run: &RunId,
+        token_hash: &str,
+    ) -> Result<Option<String>, StoreError> {
         Ok(redis::cmd("GET")
-            .arg(self.names.link_token_key(token_hash))
+            .arg(self.names.link_token_key(run, token_hash))
             .query_async(&mut self.conn.clone())
             .await?)
     }
 
-    /// Uses a link token up: one caller gets it, with the time it had left.
-    pub async fn take_link_token(
-        &self,
-        token_hash: &str,
-    ) -> Result<Option<(String, Duration)>, StoreError> {
-        let reply: Vec<String> = TAKE_TOKEN
-            .key(self.names.link_token_key(token_hash))
-            .invoke_async(&mut self.conn.clone())
+    /// The latest refused decisions on a run, newest first.
+    pub async fn refusals(&self, id: &RunId) -> Result<Vec<serde_json::Value>, StoreError> {
+        let raw: Vec<String> = redis::cmd("LRANGE")
+            .arg(self.names.refusals_key(id))
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut self.conn.clone())
             .await?;
-        Ok(match reply.as_slice() {
-            [grant, ttl] => Some((
-                grant.clone(),
-                Duration::from_millis(ttl.parse::<u64>().unwrap_or(1)),
-            )),
-            _ => None,
-        })
+        raw.iter().map(|r| from_json(r)).collect()
     }
 
     /// The stored elements of a run's audit trail, oldest first.
@@ -505,6 +512,26 @@ impl Store {
         previous
             .map(|p| RunId::parse(&p).ok_or_else(|| StoreError::Corrupt(format!("run id {p:?}"))))
             .transpose()
+    }
+
+    /// Remembers a signed request's `webhook-id` (per sender) with the hash of its body, for
+    /// `ttl`; returns the body hash it was first seen with, if it was seen before.
+    pub async fn remember_webhook_id(
+        &self,
+        sender: &str,
+        webhook_id: &str,
+        body_hash: &str,
+        ttl: Duration,
+    ) -> Result<Option<String>, StoreError> {
+        Ok(redis::cmd("SET")
+            .arg(self.names.webhook_id_key(sender, webhook_id))
+            .arg(body_hash)
+            .arg("NX")
+            .arg("GET")
+            .arg("EX")
+            .arg(ttl.as_secs().max(1))
+            .query_async(&mut self.conn.clone())
+            .await?)
     }
 
     /// Adds or removes a run in the index of paused runs.
@@ -616,22 +643,49 @@ impl Store {
         Ok(Some((run, version)))
     }
 
-    /// Rewrites a paused run if it is unchanged since `version` and `call_id` is undecided.
-    pub async fn replace_paused(
+    /// Escalates a held call of a paused run unchanged since `version` and still undecided:
+    /// its document and held call are rewritten, with the audit entry and the announcement.
+    /// None if the run moved on meanwhile.
+    pub async fn escalate(
         &self,
         run: &Run,
         version: &str,
         call_id: &str,
-    ) -> Result<bool, StoreError> {
-        let replaced: i64 = REPLACE_DOC
-            .key(self.names.run_key(&run.run_id))
-            .key(self.names.decisions_key(&run.run_id))
-            .arg(version)
-            .arg(call_id)
-            .arg(to_json(run)?)
-            .invoke_async(&mut self.conn.clone())
+        held: &HeldCall,
+        audit: &AuditEntry,
+        announce: &Announcement,
+    ) -> Result<Option<Vec<Announcement>>, StoreError> {
+        let doc = to_json(run)?;
+        let held = to_json(held)?;
+        let (status, _, queued) = self
+            .on_run(&ESCALATE, &run.run_id, |script| {
+                script.arg(version).arg(call_id).arg(&doc).arg(&held);
+                audit_args(script, std::slice::from_ref(audit));
+                announce_args(script, std::slice::from_ref(announce));
+                Ok(())
+            })
             .await?;
-        Ok(replaced == 1)
+        Ok((status == "ok").then_some(queued))
+    }
+
+    /// Reminds once about a call still held undecided in the run's current turn: the audit
+    /// entry and the announcement, or nothing if it moved on or was reminded already.
+    pub async fn remind(
+        &self,
+        id: &RunId,
+        call_id: &str,
+        audit: &AuditEntry,
+        announce: &Announcement,
+    ) -> Result<Vec<Announcement>, StoreError> {
+        let (_, _, queued) = self
+            .on_run(&REMIND, id, |script| {
+                script.arg(call_id);
+                audit_args(script, std::slice::from_ref(audit));
+                announce_args(script, std::slice::from_ref(announce));
+                Ok(())
+            })
+            .await?;
+        Ok(queued)
     }
 
     /// Runs in the paused index, oldest first. Some may have moved on since: re-check them.
@@ -643,6 +697,23 @@ impl Store {
             .query_async(&mut self.conn.clone())
             .await?;
         Ok(ids.iter().filter_map(|s| RunId::parse(s)).collect())
+    }
+}
+
+/// Audit entries as the prelude's `append_audits` reads them.
+fn audit_args(script: &mut ScriptInvocation<'_>, entries: &[AuditEntry]) {
+    script.arg(entries.len());
+    for entry in entries {
+        let (text, sha) = prepare(entry);
+        script.arg(text).arg(sha);
+    }
+}
+
+/// Announcements as the prelude's `outbox_args` reads them.
+fn announce_args(script: &mut ScriptInvocation<'_>, announce: &[Announcement]) {
+    script.arg(announce.len());
+    for a in announce {
+        script.arg(&a.msg_id).arg(&a.subject).arg(&a.payload);
     }
 }
 

@@ -29,6 +29,19 @@ pub const PEOPLE: [(&str, &[&str]); 4] = [
     ("rick", &["finance"]),
 ];
 
+/// The configured people, as both services have them.
+pub fn people() -> Vec<Person> {
+    PEOPLE
+        .iter()
+        .map(|(id, roles)| Person {
+            id: id.to_string(),
+            roles: roles.iter().map(|r| r.to_string()).collect(),
+            slack_user: Some(format!("U_{}", id.to_uppercase())),
+            email: Some(format!("{id}@example.com")),
+        })
+        .collect()
+}
+
 /// How long a test waits for anything before it fails.
 pub const PATIENCE: Duration = Duration::from_secs(60);
 
@@ -176,15 +189,7 @@ impl TestApp {
             },
         })
         .collect();
-        config.people = PEOPLE
-            .iter()
-            .map(|(id, roles)| Person {
-                id: id.to_string(),
-                roles: roles.iter().map(|r| r.to_string()).collect(),
-                slack_user: Some(format!("U_{}", id.to_uppercase())),
-                email: Some(format!("{id}@example.com")),
-            })
-            .collect();
+        config.people = people();
         configure(&mut config);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let gateway_url = format!("http://{}", listener.local_addr().unwrap());
@@ -230,6 +235,7 @@ impl TestApp {
         config.lease_secs = 3;
         config.ack_wait_secs = 3;
         config.shutdown_grace_secs = 5;
+        config.people = people();
         config.validate().unwrap();
         config
     }

@@ -17,6 +17,10 @@ fn assert_error(status: StatusCode, body: &Value, expected: u16, code: &str) {
     assert!(!body["error"]["message"].as_str().unwrap().is_empty());
 }
 
+/// A well-formed digest that is no call's.
+const OTHER_DIGEST: &str =
+    "sha256:0000000000000000000000000000000000000000000000000000000000000000";
+
 #[tokio::test]
 async fn every_bad_decision_is_refused_and_the_run_stays_paused() {
     let app = TestApp::spawn(refund_brain).await;
@@ -29,7 +33,7 @@ async fn every_bad_decision_is_refused_and_the_run_stays_paused() {
             "not_found",
         ),
         (
-            json!([{"call_id": "toolu_2", "digest": "sha256:stale", "action": "approve"}]),
+            json!([{"call_id": "toolu_2", "digest": OTHER_DIGEST, "action": "approve"}]),
             409,
             "stale_digest",
         ),
@@ -59,6 +63,22 @@ async fn every_bad_decision_is_refused_and_the_run_stays_paused() {
             "invalid_json",
         ),
         (json!([]), 400, "bad_request"),
+        // Sizes and formats are checked before anything is stored or audited.
+        (
+            json!([{"call_id": "toolu_2", "digest": "sha256:not-hex", "action": "approve"}]),
+            400,
+            "bad_request",
+        ),
+        (
+            json!([{"call_id": "x".repeat(129), "digest": digest, "action": "approve"}]),
+            400,
+            "bad_request",
+        ),
+        (
+            json!([{"call_id": "toolu_2", "digest": digest, "action": "reject", "reason": "r".repeat(4097)}]),
+            400,
+            "bad_request",
+        ),
     ];
     for (decisions, expected, code) in cases {
         let (status, body) = app.decide(&run_id, decisions.clone()).await;
@@ -140,7 +160,7 @@ async fn unknown_runs_and_agents_are_404s() {
     let (status, body) = app
         .decide(
             "run_doesnotexist",
-            json!([{"call_id": "c", "digest": "d", "action": "approve"}]),
+            json!([{"call_id": "c", "digest": OTHER_DIGEST, "action": "approve"}]),
         )
         .await;
     assert_error(status, &body, 404, "not_found");
@@ -227,7 +247,7 @@ async fn deciding_a_run_that_is_not_waiting_is_refused() {
     let (status, body) = app
         .decide(
             &run_id,
-            json!([{"call_id": "toolu_2", "digest": "sha256:x", "action": "approve"}]),
+            json!([{"call_id": "toolu_2", "digest": OTHER_DIGEST, "action": "approve"}]),
         )
         .await;
     assert_error(status, &body, 409, "not_awaiting_approval");

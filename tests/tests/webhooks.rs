@@ -144,7 +144,7 @@ async fn a_signed_decision_counts_only_from_a_known_sender_for_people_it_may_spe
     let run_id = app.start_run("Refund A-1001.").await;
     let paused = app.wait_status(&run_id, "awaiting_approval").await;
     let digest = &paused["pending"][0]["digest"];
-    let decision = |person: &str| json!({"decided_by": person, "decisions": [{"call_id": "toolu_2", "digest": digest, "action": "approve"}]});
+    let decision = |person: &str| json!({"run_id": run_id, "decided_by": person, "decisions": [{"call_id": "toolu_2", "digest": digest, "action": "approve"}]});
     let now = chrono::Utc::now().timestamp();
 
     let (status, body) =

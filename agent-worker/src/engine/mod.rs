@@ -5,7 +5,9 @@
 //! refused, and the loop carries on.
 //!
 //! Every write goes through the lease, so a worker that lost its run (it stalled and another
-//! took over) stops at its next write. Approved calls pass through an execution record
+//! took over) stops at its next write. Each write carries the audit entries of what changed
+//! and the announcements others must hear of, queued in the run's outbox by the same script
+//! and published from there (see [`countersign_shared::outbox`]). Approved calls pass through an execution record
 //! (`started` before the side effect, the result after), so a call whose worker died mid-way
 //! is re-sent only to a tool declared idempotent and is otherwise reported as `unknown`.
 
@@ -21,10 +23,12 @@ use countersign_shared::bus::{Bus, BusError};
 use countersign_shared::digest::call_digest;
 use countersign_shared::events::{Event, Evidence};
 use countersign_shared::now_ms;
+use countersign_shared::outbox::Outbox;
+use countersign_shared::people::Directory;
 use countersign_shared::run::{
     Action, Block, CallResult, Message, Outcome, PendingCall, Role, Run, RunId, RunStatus, TurnCall,
 };
-use countersign_shared::store::{Claim, ExecBegin, Save, Store, StoreError};
+use countersign_shared::store::{Announcement, Claim, ExecBegin, Save, Store, StoreError};
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
@@ -61,17 +65,27 @@ pub struct EngineSettings {
 pub struct Engine {
     store: Store,
     bus: Bus,
+    outbox: Outbox,
     agents: Arc<Agents>,
+    people: Directory,
     http: reqwest::Client,
     settings: EngineSettings,
 }
 
 impl Engine {
-    pub fn new(store: Store, bus: Bus, agents: Arc<Agents>, settings: EngineSettings) -> Self {
+    pub fn new(
+        store: Store,
+        bus: Bus,
+        agents: Arc<Agents>,
+        people: Directory,
+        settings: EngineSettings,
+    ) -> Self {
         Self {
+            outbox: Outbox::new(store.clone(), bus.clone()),
             store,
             bus,
             agents,
+            people,
             http: reqwest::Client::new(),
             settings,
         }
@@ -111,21 +125,15 @@ impl Engine {
                 Ok(Next::Ack)
             }
             Claim::Busy(left) => Ok(Next::Retry(left + Duration::from_millis(250))),
-            // Republishing is harmless (the message ids dedupe) and covers a worker that
-            // stored the pause or the end but died before it could announce it.
+            // The pause's announcement is in the outbox; its indexes are outside the script,
+            // so they are written again for a worker that died before it wrote them.
             Claim::Waiting => {
                 if let Some(run) = self.store.load(id).await? {
-                    self.schedule_timers(&run).await?;
-                    self.announce_pause(&run).await?;
+                    self.index_pause(&run).await?;
                 }
                 Ok(Next::Ack)
             }
-            Claim::Finished(_) => {
-                if let Some(run) = self.store.load(id).await? {
-                    self.announce_end(&run).await?;
-                }
-                Ok(Next::Ack)
-            }
+            Claim::Finished(_) => Ok(Next::Ack),
             Claim::Claimed(_) => match self.drive_with_lease(id, attempt).await {
                 Ok(()) | Err(StepError::Store(StoreError::LostLease(_))) => Ok(Next::Ack),
                 Err(e) => {
@@ -192,9 +200,9 @@ impl Engine {
         if !run.held.is_empty() {
             self.store.index_awaiting(id, false).await?;
             info!(turn = run.turns, "resuming");
-            self.resume_turn(&mut run, agent).await?;
+            let executed = self.resume_turn(&mut run, agent).await?;
             run.status = RunStatus::Running;
-            self.save(&mut run, Save::Progress).await?;
+            self.save(&mut run, Save::Progress, &executed, &[]).await?;
         }
         loop {
             let max_turns = agent.agent.def.max_turns;
@@ -245,7 +253,7 @@ impl Engine {
             }
             run.messages.push(results_message(&held));
             run.status = RunStatus::Running;
-            self.save(&mut run, Save::Progress).await?;
+            self.save(&mut run, Save::Progress, &[], &[]).await?;
         }
     }
 
@@ -259,6 +267,8 @@ impl Engine {
     ) -> Result<Vec<TurnCall>, StepError> {
         let mut held = Vec::with_capacity(calls.len());
         let mut free = Vec::new();
+        // Deadlines are on Redis's clock, which the sweepers and the decision script read.
+        let mut now = None;
         for (call_id, name, input) in calls {
             let mut call = TurnCall {
                 call_id,
@@ -282,12 +292,17 @@ impl Engine {
                     Ok(()) => match agent.policies[&tool.name].gate(&call.input, &run.metadata) {
                         Gate::Run => free.push((held.len(), tool)),
                         Gate::Ask { reason, summary } => {
-                            let deadline =
-                                now_ms() + self.approval_timeout(tool).as_millis() as i64;
+                            let now = match now {
+                                Some(now) => now,
+                                None => *now.insert(self.store.time_ms().await?),
+                            };
+                            let deadline = now + self.approval_timeout(tool).as_millis() as i64;
+                            let reviewers = tool.reviewers();
                             call.pending = Some(PendingCall {
                                 call_id: call.call_id.clone(),
                                 tool: tool.name.clone(),
                                 digest: call_digest(
+                                    run.run_id.as_str(),
                                     &tool.name,
                                     &call.input,
                                     &tool.policy_version(),
@@ -295,12 +310,13 @@ impl Engine {
                                 input: call.input.clone(),
                                 summary,
                                 reason,
-                                reviewers: tool.reviewers(),
+                                deciders: self.people.resolve(&reviewers.approvers),
+                                reviewers,
                                 deadline: Some(deadline),
                                 remind_at: tool
                                     .remind_before()
                                     .map(|before| deadline - before.as_millis() as i64)
-                                    .filter(|at| *at > now_ms()),
+                                    .filter(|at| *at > now),
                                 escalated: false,
                             });
                         }
@@ -326,10 +342,16 @@ impl Engine {
         Ok(held)
     }
 
-    /// Turns each decision of the held turn into a result and appends the turn's results.
-    async fn resume_turn(&self, run: &mut Run, agent: &RunnableAgent) -> Result<(), StepError> {
+    /// Turns each decision of the held turn into a result and appends the turn's results;
+    /// returns the audit entries of the calls it ran or refused.
+    async fn resume_turn(
+        &self,
+        run: &mut Run,
+        agent: &RunnableAgent,
+    ) -> Result<Vec<AuditEntry>, StepError> {
         let decisions = self.store.decisions(&run.run_id).await?;
         let mut held = std::mem::take(&mut run.held);
+        let mut executed = Vec::new();
         for call in held.iter_mut().filter(|c| c.result.is_none()) {
             let Some(decision) = decisions.get(&call.call_id) else {
                 return Err(
@@ -397,13 +419,12 @@ impl Engine {
                     "action": decision.action, "decided_by": by,
                     "outcome": result.outcome, "is_error": result.is_error,
                 });
-                self.audit(run, AuditKind::Executed, Some(pending), detail)
-                    .await?;
+                executed.push(self.entry(run, AuditKind::Executed, Some(pending), detail));
             }
             call.result = Some(result);
         }
         run.messages.push(results_message(&held));
-        Ok(())
+        Ok(executed)
     }
 
     /// Runs one call through its execution record, so it never runs twice silently.
@@ -454,53 +475,77 @@ impl Engine {
         Ok(result)
     }
 
-    /// Appends to the audit trail before the change it records is stored, so a retry may
-    /// repeat an entry but none is lost.
-    async fn audit(
+    /// An audit entry by this worker.
+    fn entry(
         &self,
         run: &Run,
         kind: AuditKind,
         call: Option<&PendingCall>,
         detail: Value,
-    ) -> Result<(), StoreError> {
+    ) -> AuditEntry {
         let mut entry = AuditEntry::new(&run.run_id, kind);
         entry.actor = Some(self.settings.owner.clone());
         entry.call_id = call.map(|c| c.call_id.clone());
         entry.digest = call.map(|c| c.digest.clone());
         entry.detail = detail;
-        self.store.audit(&entry).await
+        entry
     }
 
-    async fn save(&self, run: &mut Run, how: Save<'_>) -> Result<(), StoreError> {
+    /// Stores the run with the audit entries of what changed and its announcements, then
+    /// publishes what that queued (what NATS does not take now, the outbox sweepers send).
+    async fn save(
+        &self,
+        run: &mut Run,
+        how: Save,
+        audits: &[AuditEntry],
+        announce: &[Announcement],
+    ) -> Result<(), StoreError> {
         run.updated_at = now_ms();
-        self.store
-            .save(run, &self.settings.owner, self.settings.lease, how)
-            .await
+        let queued = self
+            .store
+            .save(
+                run,
+                &self.settings.owner,
+                self.settings.lease,
+                how,
+                audits,
+                announce,
+            )
+            .await?;
+        if let Err(e) = self.outbox.publish(&run.run_id, &queued).await {
+            warn!(error = %e, "announcements wait in the outbox");
+        }
+        Ok(())
     }
 
     async fn pause(&self, mut run: Run) -> Result<(), StepError> {
-        for p in run.pending() {
-            let detail = serde_json::json!({
-                "tool": p.tool, "input": p.input, "summary": p.summary, "reason": p.reason,
-                "approvers": p.reviewers.approvers, "quorum": p.reviewers.quorum,
-            });
-            self.audit(&run, AuditKind::Requested, Some(p), detail)
-                .await?;
-        }
-        let calls: Vec<(String, String)> = run
+        let requested: Vec<AuditEntry> = run
             .pending()
-            .map(|p| (p.call_id.clone(), p.digest.clone()))
+            .map(|p| {
+                let detail = serde_json::json!({
+                    "tool": p.tool, "input": p.input, "summary": p.summary, "reason": p.reason,
+                    "approvers": p.reviewers.approvers, "deciders": p.deciders,
+                    "quorum": p.reviewers.quorum, "deadline": p.deadline,
+                });
+                self.entry(&run, AuditKind::Requested, Some(p), detail)
+            })
             .collect();
-        self.save(&mut run, Save::Pause(&calls)).await?;
-        self.store.index_awaiting(&run.run_id, true).await?;
-        self.schedule_timers(&run).await?;
+        let announce = self.pause_announcement(&run);
+        self.save(&mut run, Save::Pause, &requested, &[announce])
+            .await?;
+        self.index_pause(&run).await?;
         info!(
             turn = run.turns,
-            pending = calls.len(),
+            pending = requested.len(),
             "paused for approval"
         );
-        self.announce_pause(&run).await?;
         Ok(())
+    }
+
+    /// Lists a paused run in the inbox and puts its timers where the sweepers look.
+    async fn index_pause(&self, run: &Run) -> Result<(), StoreError> {
+        self.store.index_awaiting(&run.run_id, true).await?;
+        self.schedule_timers(run).await
     }
 
     async fn finish(&self, mut run: Run, result: Result<String, String>) -> Result<(), StepError> {
@@ -522,15 +567,16 @@ impl Engine {
             ),
             _ => (AuditKind::Failed, serde_json::json!({"error": run.error})),
         };
-        self.audit(&run, kind, None, detail).await?;
+        let entry = self.entry(&run, kind, None, detail);
         let retention = self.settings.retention;
-        self.save(&mut run, Save::Finish { retention }).await?;
+        let announce = self.end_announcement(&run);
+        self.save(&mut run, Save::Finish { retention }, &[entry], &[announce])
+            .await?;
         info!(status = run.status.as_str(), "run finished");
-        self.announce_end(&run).await?;
         Ok(())
     }
 
-    async fn announce_pause(&self, run: &Run) -> Result<(), BusError> {
+    fn pause_announcement(&self, run: &Run) -> Announcement {
         let names = &self.bus.names;
         let event = Event::ApprovalRequested {
             run_id: run.run_id.clone(),
@@ -554,13 +600,14 @@ impl Engine {
                 .collect(),
             requested_by: run.requested_by.clone(),
         };
-        let msg_id = format!("requested:{}:{}", run.run_id, run.turns);
-        self.bus
-            .publish(names.approval_requested(&run.run_id), &msg_id, event)
-            .await
+        Announcement::new(
+            format!("requested:{}:{}", run.run_id, run.turns),
+            names.approval_requested(&run.run_id),
+            event,
+        )
     }
 
-    async fn announce_end(&self, run: &Run) -> Result<(), BusError> {
+    fn end_announcement(&self, run: &Run) -> Announcement {
         let names = &self.bus.names;
         let id = run.run_id.clone();
         let (subject, event) = match run.status {
@@ -579,7 +626,7 @@ impl Engine {
                 },
             ),
         };
-        self.bus.publish(subject, &format!("end:{id}"), event).await
+        Announcement::new(format!("end:{id}"), subject, event)
     }
 }
 

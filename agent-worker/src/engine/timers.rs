@@ -1,16 +1,20 @@
-//! Timers of held calls, swept by every worker: reminders before a deadline, and deadlines,
-//! which escalate a call once when its policy says so and otherwise expire it. Each set is
-//! read only at its due front, so a sweep costs the same however many calls wait. An expiry
-//! is recorded through the decide script (first decision wins), so it fires once across
-//! workers and never for a call already decided; a reminder is claimed by removing it.
+//! Timers of held calls, swept by every worker on Redis's clock: reminders before a deadline,
+//! and deadlines, which escalate a call once when its policy says so and otherwise expire it.
+//! Each set is read only at its due front, so a sweep costs the same however many calls wait.
+//! An expiry is recorded through the decision script (first decision wins), so it fires once
+//! across workers and never for a call already decided; a reminder and an escalation are each
+//! a script that fires once too. Each writes its audit entry and queues its announcements in
+//! the same step, and a timer is removed only after that, so a crash repeats nothing and
+//! loses nothing.
 
 use super::{Engine, StepError};
 use countersign_shared::agent::{OnExpiry, ToolDef};
 use countersign_shared::audit::{AuditEntry, AuditKind};
 use countersign_shared::events::Event;
-use countersign_shared::now_ms;
 use countersign_shared::run::{Action, Decision, PendingCall, Run};
-use countersign_shared::store::{DecideOutcome, DueTimer, StoreError, Timer};
+use countersign_shared::store::{
+    Announcement, DecideRequest, DueTimer, Outcome, Proposal, StoreError, Timer,
+};
 use std::time::Duration;
 use tracing::{info, warn};
 
@@ -41,7 +45,7 @@ impl Engine {
 
     /// Handles the reminders and deadlines that are due; returns how many.
     pub async fn sweep(&self) -> Result<usize, StoreError> {
-        let now = now_ms();
+        let now = self.store.time_ms().await?;
         let reminders = self.store.due(Timer::Reminder, now, SWEEP_BATCH).await?;
         for due in &reminders {
             if let Err(e) = self.remind(due).await {
@@ -80,15 +84,25 @@ impl Engine {
     }
 
     async fn remind(&self, due: &DueTimer) -> Result<(), StepError> {
-        // Removing it claims it: one worker reminds.
-        if !self.store.drop_timer(Timer::Reminder, &due.member).await? {
-            return Ok(());
+        if let Some((run, call)) = self.still_waiting(due).await? {
+            let entry = self.timer_entry(&run, &call, AuditKind::Reminded);
+            let announce = self.reminder(&run, call, false);
+            let queued = self
+                .store
+                .remind(&run.run_id, &due.call_id, &entry, &announce)
+                .await?;
+            self.publish(&run.run_id, &queued).await;
         }
-        let Some((run, call)) = self.still_waiting(due).await? else {
-            return Ok(());
-        };
-        self.audit_timer(&run, &call, AuditKind::Reminded).await?;
-        self.announce_reminder(&run, call, false).await
+        self.store.drop_timer(Timer::Reminder, &due.member).await?;
+        Ok(())
+    }
+
+    /// Publishes what a timer's script queued; what NATS does not take now waits in the
+    /// outbox for the sweepers.
+    async fn publish(&self, run: &countersign_shared::run::RunId, queued: &[Announcement]) {
+        if let Err(e) = self.outbox.publish(run, queued).await {
+            warn!(run_id = %run, error = %e, "announcements wait in the outbox");
+        }
     }
 
     async fn deadline_passed(&self, due: &DueTimer) -> Result<(), StepError> {
@@ -114,6 +128,7 @@ impl Engine {
         let extension = tool
             .as_ref()
             .map_or(self.settings.approval_timeout, |t| self.approval_timeout(t));
+        let now = self.store.time_ms().await?;
         let Some(held) = run
             .held
             .iter_mut()
@@ -123,20 +138,31 @@ impl Engine {
             return Ok(());
         };
         held.escalated = true;
-        held.deadline = Some(now_ms() + extension.as_millis() as i64);
+        held.deadline = Some(now + extension.as_millis() as i64);
         for approver in &held.reviewers.escalate_to {
             if !held.reviewers.approvers.contains(approver) {
                 held.reviewers.approvers.push(approver.clone());
             }
         }
+        held.deciders = self.people.resolve(&held.reviewers.approvers);
         let escalated = held.clone();
-        if !self
+        let entry = self.timer_entry(&run, &escalated, AuditKind::Escalated);
+        let announce = self.reminder(&run, escalated.clone(), true);
+        let Some(queued) = self
             .store
-            .replace_paused(&run, &version, &call.call_id)
+            .escalate(
+                &run,
+                &version,
+                &call.call_id,
+                &escalated.held(run.turns),
+                &entry,
+                &announce,
+            )
             .await?
-        {
+        else {
             return Ok(()); // decided or changed meanwhile: the next sweep looks again
-        }
+        };
+        self.publish(&run.run_id, &queued).await;
         self.store
             .schedule(
                 Timer::Deadline,
@@ -149,16 +175,10 @@ impl Engine {
             )
             .await?;
         info!(run_id = %run.run_id, call_id = %call.call_id, "call escalated");
-        self.audit_timer(&run, &escalated, AuditKind::Escalated)
-            .await?;
-        self.announce_reminder(&run, escalated, true).await
+        Ok(())
     }
 
     async fn expire(&self, due: &DueTimer) -> Result<(), StepError> {
-        let run = self.store.load(&due.run_id).await?;
-        let pending = run
-            .as_ref()
-            .and_then(|r| r.pending().find(|p| p.call_id == due.call_id).cloned());
         let reason = "nobody decided before the deadline";
         let decision = Decision {
             call_id: due.call_id.clone(),
@@ -169,84 +189,53 @@ impl Engine {
             reason: Some(reason.into()),
             decided_by: SYSTEM_ACTOR.into(),
             channel: "deadline".into(),
-            decided_at: now_ms(),
+            decided_at: self.store.time_ms().await?,
             fingerprint: Decision::fingerprint_of(Action::Reject, None, None, Some(reason)),
             expired: true,
         };
-        let deadline = pending
-            .as_ref()
-            .and_then(|p| p.deadline)
-            .unwrap_or(decision.decided_at);
-        let announce = match self.store.decide(&due.run_id, &decision, 1).await? {
-            DecideOutcome::Recorded { .. } => {
-                if let (Some(run), Some(call)) = (&run, &pending) {
-                    self.audit_timer(run, call, AuditKind::Expired).await?;
-                }
-                info!(run_id = %due.run_id, call_id = %due.call_id, "call expired");
-                true
-            }
-            // Recorded by an attempt that stopped before announcing it.
-            DecideOutcome::Duplicate(existing) => existing.expired,
-            // Decided by a person first, or the run moved on: nothing expires.
-            _ => false,
+        let mut entry = AuditEntry::new(&due.run_id, AuditKind::Expired);
+        entry.actor = Some(SYSTEM_ACTOR.into());
+        entry.call_id = Some(due.call_id.clone());
+        entry.digest = Some(due.digest.clone());
+        entry.detail = serde_json::json!({"reason": reason});
+        let request = DecideRequest {
+            principal: SYSTEM_ACTOR,
+            channel: "deadline",
+            expiry: true,
+            link: None,
+            proposals: vec![Proposal {
+                decision,
+                checked_digest: None,
+                entry,
+            }],
         };
-        if announce {
-            let names = &self.bus.names;
-            let expired = Event::ApprovalExpired {
-                run_id: due.run_id.clone(),
-                call_id: due.call_id.clone(),
-                deadline,
-                channels: pending.map(|p| p.reviewers.channels).unwrap_or_default(),
-            };
-            let id = format!("{}:{}", due.run_id, due.call_id);
-            self.bus
-                .publish(
-                    names.approval_expired(&due.run_id),
-                    &format!("expired:{id}"),
-                    expired,
-                )
-                .await?;
-            let decided = Event::ApprovalDecided {
-                run_id: due.run_id.clone(),
-                call_id: due.call_id.clone(),
-                action: Action::Reject,
-                decided_by: SYSTEM_ACTOR.into(),
-                all_decided: true,
-                channels: Vec::new(),
-            };
-            self.bus
-                .publish(
-                    names.approval_decided(&due.run_id),
-                    &format!("decided:{id}"),
-                    decided,
-                )
-                .await?;
+        match self.store.decide(&due.run_id, &request).await? {
+            Outcome::Decided { queued, .. } => {
+                info!(run_id = %due.run_id, call_id = %due.call_id, "call expired");
+                self.publish(&due.run_id, &queued).await;
+            }
+            // The deadline moved (an escalation) after this sweep read it: keep the timer.
+            Outcome::NotDue => return Ok(()),
+            // Decided by a person first, or the run moved on: nothing expires.
+            Outcome::Settled(_) | Outcome::Refused(_) | Outcome::NoRun => {}
         }
         self.store.drop_timer(Timer::Deadline, &due.member).await?;
         Ok(())
     }
 
-    async fn audit_timer(
-        &self,
-        run: &Run,
-        call: &PendingCall,
-        kind: AuditKind,
-    ) -> Result<(), StoreError> {
+    fn timer_entry(&self, run: &Run, call: &PendingCall, kind: AuditKind) -> AuditEntry {
         let mut entry = AuditEntry::new(&run.run_id, kind);
         entry.actor = Some(SYSTEM_ACTOR.into());
         entry.call_id = Some(call.call_id.clone());
         entry.digest = Some(call.digest.clone());
-        entry.detail =
-            serde_json::json!({"deadline": call.deadline, "approvers": call.reviewers.approvers});
-        self.store.audit(&entry).await
+        entry.detail = serde_json::json!({
+            "deadline": call.deadline, "approvers": call.reviewers.approvers,
+            "deciders": call.deciders,
+        });
+        entry
     }
 
-    async fn announce_reminder(
-        &self,
-        run: &Run,
-        call: PendingCall,
-        escalated: bool,
-    ) -> Result<(), StepError> {
+    fn reminder(&self, run: &Run, call: PendingCall, escalated: bool) -> Announcement {
         let kind = if escalated { "escalated" } else { "reminder" };
         let msg_id = format!("{kind}:{}:{}", run.run_id, call.call_id);
         let event = Event::ApprovalReminder {
@@ -257,13 +246,6 @@ impl Engine {
             escalated,
             requested_by: run.requested_by.clone(),
         };
-        self.bus
-            .publish(
-                self.bus.names.approval_reminder(&run.run_id),
-                &msg_id,
-                event,
-            )
-            .await?;
-        Ok(())
+        Announcement::new(msg_id, self.bus.names.approval_reminder(&run.run_id), event)
     }
 }

@@ -1,13 +1,15 @@
 //! Email approvals. Each reviewer of a held call gets an email with one link per action
-//! (approve, reject, edit). Each link carries its own random single-use token; only its
-//! SHA-256 is stored, bound to the reviewer, the run, the call and the digest, and it expires.
-//! Mail scanners open every link, so opening one only shows a confirmation page; the form on
-//! that page decides (see `routes::email`).
+//! (approve, reject, edit; the run's requester gets only reject unless the policy lets them
+//! approve their own request). Each link carries its own random single-use token, prefixed
+//! by the run id (`{run_id}.{random}`) so it is stored in the run's slot; only its SHA-256 is
+//! stored, bound to the reviewer, the run, the call and the digest, and it expires. The
+//! decision script spends it in the same step that records the decision. Mail scanners open
+//! every link, so opening one only shows a confirmation page; the form on that page decides
+//! (see `routes::email`).
 
 use crate::config::{EmailConfig, SmtpTls};
 use crate::notify::{Delivery, DeliveryError};
 use crate::state::AppState;
-use countersign_shared::agent::Reviewers;
 use countersign_shared::digest::sha256_hex;
 use countersign_shared::events::{Event, Evidence};
 use countersign_shared::run::{Action, PendingCall, RunId};
@@ -46,21 +48,23 @@ pub fn mailer(config: &EmailConfig) -> anyhow::Result<Mailer> {
     Ok(builder.build())
 }
 
-/// A fresh token: 244 random bits from two UUIDv4s, as hex.
-fn new_token() -> String {
+/// A fresh token for a run's link: the run id, then 244 random bits from two UUIDv4s as hex.
+fn new_token(run: &RunId) -> String {
     format!(
-        "{}{}",
+        "{run}.{}{}",
         uuid::Uuid::new_v4().simple(),
         uuid::Uuid::new_v4().simple()
     )
 }
 
-pub fn token_hash(token: &str) -> String {
-    sha256_hex(token)
+/// The run a link token belongs to, and the hash its grant is stored under.
+pub fn parse_token(token: &str) -> Option<(RunId, String)> {
+    let (run, _) = token.split_once('.')?;
+    Some((RunId::parse(run)?, sha256_hex(token)))
 }
 
 /// The people an `email:` channel reaches for a call: the person with that address, or with
-/// `email:approvers`, every configured person with an address who may approve it.
+/// `email:approvers`, every configured person with an address who may decide it.
 fn recipients<'a>(
     state: &'a AppState,
     address: &str,
@@ -72,10 +76,7 @@ fn recipients<'a>(
         .iter()
         .filter(|p| p.email.is_some())
         .filter(|p| match address {
-            "approvers" => state
-                .people
-                .may_decide(&p.id, Action::Approve, &call.reviewers, None)
-                .is_ok(),
+            "approvers" => call.deciders.as_ref().is_none_or(|d| d.contains(&p.id)),
             address => p.email.as_deref() == Some(address),
         })
         .collect()
@@ -140,16 +141,12 @@ pub async fn deliver(
             let mut people = recipients(state, address, call);
             if *escalated {
                 // The people escalated to are asked whatever address the channel names.
-                let added = Reviewers {
-                    approvers: call.reviewers.escalate_to.clone(),
-                    ..Reviewers::default()
-                };
+                let added = state
+                    .people
+                    .resolve(&call.reviewers.escalate_to)
+                    .unwrap_or_default();
                 for person in state.config.people.iter().filter(|p| p.email.is_some()) {
-                    let listed = state
-                        .people
-                        .may_decide(&person.id, Action::Approve, &added, None)
-                        .is_ok();
-                    if listed && !people.iter().any(|p| p.id == person.id) {
+                    if added.contains(&person.id) && !people.iter().any(|p| p.id == person.id) {
                         people.push(person);
                     }
                 }
@@ -210,9 +207,17 @@ async fn send(
     let store_err = |e: countersign_shared::store::StoreError| DeliveryError::Retry(e.to_string());
     let call = asking.call;
     let ttl = Duration::from_secs(config.link_ttl_secs);
+    // The requester may turn their own request down; approving it is the policy's to allow.
+    let own =
+        asking.requested_by == Some(person.id.as_str()) && !call.reviewers.allow_self_approval;
+    let actions: &[Action] = if own {
+        &[Action::Reject]
+    } else {
+        &[Action::Approve, Action::Reject, Action::Edit]
+    };
     let mut links = Vec::new();
-    for action in [Action::Approve, Action::Reject, Action::Edit] {
-        let token = new_token();
+    for &action in actions {
+        let token = new_token(asking.run_id);
         let grant = Grant {
             run_id: asking.run_id.clone(),
             call_id: call.call_id.clone(),
@@ -223,13 +228,14 @@ async fn send(
         let grant = serde_json::to_string(&grant).expect("grants serialize");
         state
             .store
-            .put_link_token(&token_hash(&token), &grant, ttl)
+            .put_link_token(asking.run_id, &sha256_hex(&token), &grant, ttl)
             .await
             .map_err(store_err)?;
-        links.push(format!(
+        let link = format!(
             "{}/approvals/email/{token}",
             config.public_base_url.trim_end_matches('/')
-        ));
+        );
+        links.push(format!("{:<9}{link}", format!("{}:", title_case(action))));
     }
     let mut body = format!(
         "{}Approval needed: {}\n\nWhy: {}\n",
@@ -243,16 +249,17 @@ async fn send(
         body += &format!("Evidence from {}: {content}\n", e.tool);
     }
     body += &format!(
-        "\nAgent {}, run {}, requested by {}; {}.\n\nApprove: {}\nReject:  {}\nEdit:    {}\n\n\
+        "\nAgent {}, run {}, requested by {}; {}.\n\n{}\n\n\
          Opening a link decides nothing: it shows a page where you confirm. The links work once, only for you, until the request is decided.\n",
         asking.agent,
         asking.run_id,
         asking.requested_by.unwrap_or("unknown"),
         crate::slack::blocks::deadline(call),
-        links[0],
-        links[1],
-        links[2],
+        links.join("\n"),
     );
+    if own {
+        body += "You asked for this run, so you may reject it but not approve it.\n";
+    }
     let to = person.email.as_deref().unwrap_or_default();
     let message = Message::builder()
         .from(
@@ -276,4 +283,12 @@ async fn send(
         .await
         .map_err(|e| DeliveryError::Retry(e.to_string()))?;
     Ok(())
+}
+
+fn title_case(action: Action) -> &'static str {
+    match action {
+        Action::Approve => "Approve",
+        Action::Reject => "Reject",
+        Action::Edit => "Edit",
+    }
 }

@@ -248,8 +248,13 @@ async fn audit_notified(state: &AppState, delivery: &Delivery) {
         entry.channel = Some(delivery.channel.clone());
         entry.digest = Some(call.digest.clone());
         entry.detail = serde_json::json!({"delivery_id": delivery.id});
-        if let Err(e) = state.store.audit(&entry).await {
-            warn!(error = %e, "could not audit a notification");
+        match state.store.audit(&entry).await {
+            Ok(queued) => {
+                if let Err(e) = state.outbox.publish(run_id, &queued).await {
+                    warn!(error = %e, "a notification's audit copy waits in the outbox");
+                }
+            }
+            Err(e) => warn!(error = %e, "could not audit a notification"),
         }
     }
 }

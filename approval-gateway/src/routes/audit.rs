@@ -1,5 +1,6 @@
-//! `GET /v1/runs/{run_id}/audit`: a run's audit trail and whether its hash chain verifies.
-//! It is served from the trail itself, which outlives the run's state.
+//! `GET /v1/runs/{run_id}/audit`: a run's audit trail and whether its hash chain verifies,
+//! with the latest refused decisions (kept apart and capped). It is served from the trail
+//! itself, which outlives the run's state.
 
 use crate::error::ApiError;
 use crate::extract::{Caller, Permission};
@@ -28,10 +29,12 @@ async fn audit(
         return Err(missing());
     }
     let broken_at = verify(&elements).err();
+    let refusals = state.store.refusals(&id).await?;
     Ok(Json(json!({
         "run_id": id,
         "verified": broken_at.is_none(),
         "broken_at": broken_at,
         "entries": elements,
+        "refusals": refusals,
     })))
 }

@@ -1,18 +1,18 @@
 //! `POST /v1/runs/{run_id}/decisions`: decisions from the API and from other systems, by
-//! key or by Standard Webhooks signature (see [`Authenticated`]). Every
-//! decision of a request is checked before any is recorded (see [`crate::decide`]).
+//! key or by Standard Webhooks signature (see [`Authenticated`]). A signed body must name the
+//! run it decides, since the signature covers the body and not the path. All decisions of a
+//! request are checked and recorded together, or none is (see [`crate::decide`]).
 
-use super::runs::load_run;
-use crate::decide::{self, Proposed, Recorded};
+use crate::decide::{self, Decider, Proposed};
 use crate::error::ApiError;
 use crate::extract::{Authenticated, Permission};
 use crate::state::AppState;
 use axum::extract::{Path, State};
 use axum::routing::post;
 use axum::{Json, Router};
+use countersign_shared::store::DecidedStatus;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use std::collections::HashSet;
 
 pub fn router() -> Router<AppState> {
     Router::new().route("/v1/runs/{run_id}/decisions", post(decide))
@@ -21,6 +21,8 @@ pub fn router() -> Router<AppState> {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct DecisionsBody {
+    /// The run decided; required in a signed body, and must match the path when given.
+    run_id: Option<String>,
     decisions: Vec<Proposed>,
     /// The person deciding, when the key belongs to a system deciding for them.
     decided_by: Option<String>,
@@ -33,56 +35,51 @@ const CHANNEL: &str = "api";
 async fn decide(
     State(state): State<AppState>,
     Path(run_id): Path<String>,
-    Authenticated { caller, body }: Authenticated<DecisionsBody>,
+    Authenticated {
+        caller,
+        signed,
+        body,
+    }: Authenticated<DecisionsBody>,
 ) -> Result<Json<Value>, ApiError> {
     caller.require(Permission::Decide)?;
-    let principal = caller.deciding_as(body.decided_by.as_deref())?;
-    if body.decisions.is_empty() {
-        return Err(ApiError::bad_request(
-            "decisions must hold at least one decision",
-        ));
-    }
-    let mut seen = HashSet::new();
-    for d in &body.decisions {
-        if !seen.insert(d.call_id.as_str()) {
+    match body.run_id.as_deref() {
+        Some(named) if named != run_id => {
             return Err(ApiError::bad_request(format!(
-                "call {:?} is decided twice",
-                d.call_id
+                "the body decides run {named:?} but the path names {run_id:?}"
             )));
         }
-    }
-    let run = load_run(&state, &run_id).await?;
-    let mut checked = Vec::with_capacity(body.decisions.len());
-    for proposed in body.decisions {
-        checked.push(decide::check(&state, &run, proposed, &principal, CHANNEL).await?);
-    }
-
-    let mut answers = Vec::new();
-    let mut resumes = false;
-    for checked in checked {
-        let call_id = checked.decision.call_id.clone();
-        let recorded = match decide::record(&state, &run, checked).await {
-            Ok(recorded) => recorded,
-            Err(error) if answers.is_empty() => return Err(error),
-            Err(error) => {
-                let message = format!(
-                    "{} (decisions before it in this request were recorded)",
-                    error.message
-                );
-                return Err(
-                    ApiError { message, ..error }.with_details(json!({ "recorded": answers }))
-                );
-            }
-        };
-        resumes |= matches!(recorded, Recorded::Recorded { all_decided: true });
-        let mut answer = json!({"call_id": call_id, "status": recorded.label()});
-        if let Recorded::Vote { approvals, quorum } = recorded {
-            answer["approvals"] = json!(approvals);
-            answer["quorum"] = json!(quorum);
+        None if signed => {
+            return Err(ApiError::bad_request(
+                "a signed decision must name its run_id in the body, which the signature covers",
+            ));
         }
-        answers.push(answer);
+        _ => {}
     }
+    let principal = caller.deciding_as(body.decided_by.as_deref())?;
+    let by = Decider {
+        principal: &principal,
+        channel: CHANNEL,
+        link: None,
+    };
+    let calls = decide::decide(&state, &run_id, body.decisions, &by).await?;
+    let resumes = calls.iter().any(|c| c.all_decided);
+    let answers: Vec<Value> = calls
+        .iter()
+        .map(|c| {
+            let status = match c.status {
+                DecidedStatus::Recorded => "recorded",
+                DecidedStatus::ApprovalRecorded => "approval_recorded",
+                DecidedStatus::AlreadyRecorded | DecidedStatus::AlreadyVoted => "already_recorded",
+            };
+            let mut answer = json!({"call_id": c.call_id, "status": status});
+            if let (Some(approvals), Some(quorum)) = (c.approvals, c.quorum) {
+                answer["approvals"] = json!(approvals);
+                answer["quorum"] = json!(quorum);
+            }
+            answer
+        })
+        .collect();
     Ok(Json(
-        json!({"run_id": run.run_id, "decided_by": principal, "decisions": answers, "resumes": resumes}),
+        json!({"run_id": run_id, "decided_by": principal, "decisions": answers, "resumes": resumes}),
     ))
 }

@@ -1,10 +1,12 @@
 //! The pages behind email links. `GET` (and `HEAD`) only shows what the link would do, with
-//! a form; only the form's `POST` decides, and it uses the token up. A used, expired or
-//! superseded link shows a page saying so and changes nothing. No script runs on these pages,
+//! a form; only the form's `POST` decides, and the decision script spends the token in the
+//! same step that records the decision, so a form filled in wrong or a failure on the way
+//! leaves the link working. A used, expired or superseded link shows a page saying so and
+//! changes nothing. No script runs on these pages,
 //! and they are neither cached nor sent as a referrer, since the token is in the URL.
 
-use crate::decide::{self, Proposed};
-use crate::email::{Grant, token_hash};
+use crate::decide::{self, Decider, Proposed};
+use crate::email::{Grant, parse_token};
 use crate::error::ApiError;
 use crate::state::AppState;
 use axum::Router;
@@ -67,10 +69,9 @@ async fn superseded(state: &AppState, grant: &Grant) -> Result<Option<String>, A
         .await?
         .get(&grant.call_id)
     {
-        let action = serde_json::to_value(d.action).unwrap_or_default();
         return Ok(Some(format!(
             "This request was already decided: {} by {} at {}.",
-            action.as_str().unwrap_or_default(),
+            decide::action_name(d.action),
             d.decided_by,
             crate::routes::rfc3339(d.decided_at)
         )));
@@ -142,14 +143,28 @@ fn title(action: Action) -> &'static str {
     }
 }
 
+/// The link's grant, with the token's run and hash, if the link still works.
+async fn grant_of(
+    state: &AppState,
+    token: &str,
+) -> Result<Option<(Grant, String, String)>, ApiError> {
+    let Some((run, hash)) = parse_token(token) else {
+        return Ok(None);
+    };
+    let Some(raw) = state.store.peek_link_token(&run, &hash).await? else {
+        return Ok(None);
+    };
+    let grant: Grant = serde_json::from_str(&raw).map_err(ApiError::unavailable)?;
+    Ok(Some((grant, hash, raw)))
+}
+
 async fn show(
     State(state): State<AppState>,
     Path(token): Path<String>,
 ) -> Result<Response, ApiError> {
-    let Some(grant) = state.store.peek_link_token(&token_hash(&token)).await? else {
+    let Some((grant, _, _)) = grant_of(&state, &token).await? else {
         return Ok(gone());
     };
-    let grant: Grant = serde_json::from_str(&grant).map_err(ApiError::unavailable)?;
     if let Some(why) = superseded(&state, &grant).await? {
         return Ok(page(
             StatusCode::CONFLICT,
@@ -170,31 +185,25 @@ async fn submit(
     Path(token): Path<String>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let hash = token_hash(&token);
-    let Some((raw, left)) = state.store.take_link_token(&hash).await? else {
+    let Some((grant, hash, raw)) = grant_of(&state, &token).await? else {
         return Ok(gone());
     };
-    let grant: Grant = serde_json::from_str(&raw).map_err(ApiError::unavailable)?;
     let typed: HashMap<String, String> = serde_urlencoded::from_bytes(&body).unwrap_or_default();
     let text = |name: &str| typed.get(name).filter(|v| !v.trim().is_empty()).cloned();
     let input = match grant.action {
         Action::Edit => match serde_json::from_str::<Value>(&text("input").unwrap_or_default()) {
             Ok(input) => Some(input),
             Err(e) => {
-                return again(
-                    &state,
-                    &hash,
-                    &raw,
-                    left,
-                    &grant,
-                    &format!("The arguments are not valid JSON: {e}"),
-                    &typed,
-                )
-                .await;
+                let error = format!("The arguments are not valid JSON: {e}");
+                return again(&state, &grant, &error, &typed).await;
             }
         },
         _ => None,
     };
+    if grant.action == Action::Edit && text("note").is_none() {
+        let error = "Say why you changed it; the agent is told.";
+        return again(&state, &grant, error, &typed).await;
+    }
     let proposed = Proposed {
         call_id: grant.call_id.clone(),
         digest: Some(grant.digest.clone()),
@@ -203,43 +212,29 @@ async fn submit(
         note: text("note"),
         reason: text("reason"),
     };
-    if grant.action == Action::Edit && proposed.note.is_none() {
-        return again(
-            &state,
-            &hash,
-            &raw,
-            left,
-            &grant,
-            "Say why you changed it; the agent is told.",
-            &typed,
-        )
-        .await;
-    }
-    match decide::decide_one(
-        &state,
-        grant.run_id.as_str(),
-        proposed,
-        &grant.principal,
-        CHANNEL,
-    )
-    .await
-    {
-        Ok(recorded) => Ok(page(
+    let by = Decider {
+        principal: &grant.principal,
+        channel: CHANNEL,
+        link: Some((&hash, &raw)),
+    };
+    match decide::decide_one(&state, grant.run_id.as_str(), proposed, &by).await {
+        Ok(_) => Ok(page(
             StatusCode::OK,
             "Thank you",
             &format!(
-                "<p>Your decision was {}.</p>",
-                recorded.label().replace('_', " ")
+                "<p>Your decision ({}) was recorded.</p>",
+                decide::action_name(grant.action)
             ),
         )),
-        // The form was wrong: the link stays usable and the form comes back with the error.
+        Err(e) if e.code == "link_used" => Ok(gone()),
+        // The form was wrong: the link still works and the form comes back with the error.
         Err(e)
             if matches!(
                 e.status,
                 StatusCode::BAD_REQUEST | StatusCode::UNPROCESSABLE_ENTITY
             ) =>
         {
-            again(&state, &hash, &raw, left, &grant, &e.explained(), &typed).await
+            again(&state, &grant, &e.explained(), &typed).await
         }
         Err(e) => Ok(page(
             e.status,
@@ -249,17 +244,13 @@ async fn submit(
     }
 }
 
-/// Puts the token back and shows the form again with what went wrong.
+/// Shows the form again with what went wrong; the link was not used.
 async fn again(
     state: &AppState,
-    hash: &str,
-    raw: &str,
-    left: std::time::Duration,
     grant: &Grant,
     error: &str,
     typed: &HashMap<String, String>,
 ) -> Result<Response, ApiError> {
-    state.store.put_link_token(hash, raw, left).await?;
     let run = crate::routes::load_run(state, grant.run_id.as_str()).await?;
     Ok(page(
         StatusCode::UNPROCESSABLE_ENTITY,

@@ -3,7 +3,7 @@
 //! open a modal (within the trigger's three seconds) whose submission decides, with errors
 //! shown in the modal. A Slack user who is not a configured person is told so, privately.
 
-use crate::decide::{self, Proposed};
+use crate::decide::{self, Decider, Proposed};
 use crate::error::ApiError;
 use crate::slack::blocks::{self, Target};
 use crate::slack::{api, signature};
@@ -78,9 +78,12 @@ async fn block_action(
     match action["action_id"].as_str() {
         Some("approve") => {
             let proposed = proposal(&target, Action::Approve, None, None, None);
-            if let Err(e) =
-                decide::decide_one(state, &target.run_id, proposed, &principal, CHANNEL).await
-            {
+            let by = Decider {
+                principal: &principal,
+                channel: CHANNEL,
+                link: None,
+            };
+            if let Err(e) = decide::decide_one(state, &target.run_id, proposed, &by).await {
                 ephemeral(state, payload, &e.message).await;
             }
         }
@@ -157,7 +160,12 @@ async fn view_submission(state: &AppState, payload: &Value, principal: Option<St
     if callback == blocks::EDIT && value(blocks::NOTE).is_none_or(|n| n.trim().is_empty()) {
         return errors(blocks::NOTE, "Say why you changed it; the agent is told.");
     }
-    match decide::decide_one(state, &target.run_id, proposed, &principal, CHANNEL).await {
+    let by = Decider {
+        principal: &principal,
+        channel: CHANNEL,
+        link: None,
+    };
+    match decide::decide_one(state, &target.run_id, proposed, &by).await {
         Ok(_) => StatusCode::OK.into_response(),
         Err(e) => errors(first_block, &e.explained()),
     }

@@ -1,8 +1,6 @@
--- Appends a chained audit element if the list's last hash is still ARGV[1].
--- KEYS: list. ARGV: prev_hash, element_json. Returns {1} or {0, current_head}.
-local last = redis.call('LINDEX', KEYS[1], -1)
-local head = ''
-if last then head = cjson.decode(last)['hash'] end
-if head ~= ARGV[1] then return {0, head} end
-redis.call('RPUSH', KEYS[1], ARGV[2])
-return {1, ''}
+-- Appends audit entries to an existing run's chain (a channel was told of a call).
+-- ARGV (after the common three): the audit entries.
+if redis.call('EXISTS', KEYS[1]) == 0 then return {'missing', ''} end
+check_mark(ARGV[3])
+append_audits(4)
+return reply('ok', '')

@@ -1,10 +1,10 @@
--- Claims a run for one worker, with a lease. KEYS: run. ARGV: owner, now_ms, lease_ms.
+-- Claims a run for one worker, with a lease. KEYS: run. ARGV: owner, lease_ms.
 -- queued -> running; awaiting_approval with every call decided -> resuming;
 -- running/resuming whose lease has lapsed -> taken over. Anything else is refused.
 local h = redis.call('HMGET', KEYS[1], 'status', 'lease_until', 'pending_count', 'decided_count')
 local st = h[1]
 if not st then return {'missing', '', '0'} end
-local now = tonumber(ARGV[2])
+local now = now_ms()
 local nextst
 if st == 'queued' then
   nextst = 'running'
@@ -19,6 +19,6 @@ else
   return {'finished', st, '0'}
 end
 redis.call('HSET', KEYS[1], 'status', nextst, 'lease_owner', ARGV[1],
-  'lease_until', now + tonumber(ARGV[3]))
+  'lease_until', now + tonumber(ARGV[2]))
 local v = redis.call('HINCRBY', KEYS[1], 'version', 1)
 return {'claimed', nextst, tostring(v)}

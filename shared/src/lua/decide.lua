@@ -1,52 +1,156 @@
--- Records a decision on one held call; the first decision per call wins. A call that needs
--- several approvals collects them one per principal until the quorum is met; any rejection
--- decides at once.
--- KEYS: run, calls, decisions, votes.
--- ARGV: call_id, digest, decision_json, fingerprint, principal, quorum, action.
-local st = redis.call('HGET', KEYS[1], 'status')
-if not st then return {'no_run', ''} end
-local existing = redis.call('HGET', KEYS[3], ARGV[1])
-if existing then
-  if cjson.decode(existing)['fingerprint'] == ARGV[4] then return {'duplicate', existing} end
-  return {'conflict', existing}
+-- Decides held calls: the one place where a decision becomes true. Every check is made here,
+-- against the held calls as the pause stored them (turn, digest, who may decide, quorum,
+-- self-approval, deadline) and the run's requester, in the same atomic step that records the
+-- decisions, appends their audit entries and queues their announcements in the outbox. All
+-- decisions of one request are checked before any is recorded; a refusal changes nothing but
+-- the run's capped list of refusals.
+-- ARGV (after the common three): 4 principal, 5 channel, 6 expiry ('1': the deadline decides),
+-- 7 approval.decided subject, 8 approval.expired subject, 9 the email link's grant (with KEYS[10]
+-- the link, spent with the decision), 10 n, then per decision: call_id, digest, action,
+-- decision JSON, fingerprint, the digest its edit was checked against (or ''), audit entry, sha.
+-- Replies {'ok', results JSON, outbox...}, {'refused', refusal JSON}, or {'missing', ''}.
+local principal, channel, expiry = ARGV[4], ARGV[5], ARGV[6] == '1'
+local status = redis.call('HGET', KEYS[1], 'status')
+if not status then return {'missing', ''} end
+
+local function refuse(d, code, detail)
+  local why = {call_id = d.call_id, code = code, detail = detail or ''}
+  if not expiry then
+    why.at = now_ms()
+    why.actor = principal
+    why.channel = channel
+    why.action = d.action
+    redis.call('LPUSH', KEYS[9], cjson.encode(why))
+    redis.call('LTRIM', KEYS[9], 0, 99)
+    local ttl = redis.call('PTTL', KEYS[1])
+    if ttl > 0 then redis.call('PEXPIRE', KEYS[9], ttl) end
+  end
+  return {'refused', cjson.encode(why)}
 end
-if st ~= 'awaiting_approval' then return {'not_waiting', st} end
-local held = redis.call('HGET', KEYS[2], ARGV[1])
-if not held then return {'no_call', ''} end
-local sep = string.find(held, ':', 1, true)
-if string.sub(held, 1, sep - 1) ~= redis.call('HGET', KEYS[1], 'turn') then
-  return {'no_call', ''}
+
+local decisions = {}
+local n = tonumber(ARGV[10])
+for i = 1, n do
+  local p = 11 + 8 * (i - 1)
+  decisions[i] = {call_id = ARGV[p], digest = ARGV[p + 1], action = ARGV[p + 2],
+    json = ARGV[p + 3], fingerprint = ARGV[p + 4], checked = ARGV[p + 5],
+    entry = ARGV[p + 6], sha = ARGV[p + 7]}
 end
-local digest = string.sub(held, sep + 1)
-if digest ~= ARGV[2] then return {'stale_digest', digest} end
-local decision = ARGV[3]
-local quorum = tonumber(ARGV[6])
-if quorum > 1 and ARGV[7] == 'approve' then
-  local vote = ARGV[1] .. '|' .. ARGV[5]
-  local earlier = redis.call('HGET', KEYS[4], vote)
-  if earlier then return {'duplicate_vote', earlier} end
-  redis.call('HSET', KEYS[4], vote, decision)
-  local approvals = redis.call('HINCRBY', KEYS[4], ARGV[1] .. '#', 1)
-  redis.call('HINCRBY', KEYS[1], 'version', 1)
-  if approvals < quorum then return {'vote', tostring(approvals)} end
-  -- The quorum is met: the decision names everyone who approved.
-  local names = {}
-  local fields = redis.call('HGETALL', KEYS[4])
-  local prefix = ARGV[1] .. '|'
-  for i = 1, #fields, 2 do
-    if string.sub(fields[i], 1, #prefix) == prefix then
-      table.insert(names, string.sub(fields[i], #prefix + 1))
+
+-- First every decision is checked.
+local now = now_ms()
+local turn = redis.call('HGET', KEYS[1], 'turn')
+local requester = redis.call('HGET', KEYS[1], 'requested_by')
+for _, d in ipairs(decisions) do
+  local existing = redis.call('HGET', KEYS[3], d.call_id)
+  if existing then
+    local e = cjson.decode(existing)
+    if expiry then return {'settled', existing} end
+    -- A repeat is answered only to the one who decided, about what they were shown.
+    local same = e.fingerprint == d.fingerprint and e.digest == d.digest and not e.expired
+      and (e.decided_by == principal
+        or redis.call('HEXISTS', KEYS[4], d.call_id .. '|' .. principal) == 1)
+    if not same then return refuse(d, 'decided', existing) end
+    d.result = 'already_recorded'
+  else
+    if status ~= 'awaiting_approval' then return refuse(d, 'not_waiting', status) end
+    local raw = redis.call('HGET', KEYS[2], d.call_id)
+    if not raw then return refuse(d, 'no_call') end
+    local held = cjson.decode(raw)
+    if tostring(held.turn) ~= turn then return refuse(d, 'no_call') end
+    if held.digest ~= d.digest then return refuse(d, 'stale_digest', held.digest) end
+    d.held = held
+    if expiry then
+      if not held.deadline or now < held.deadline then return {'not_due', ''} end
+    else
+      if held.deadline and now >= held.deadline and not held.escalates then
+        return refuse(d, 'past_deadline', tostring(held.deadline))
+      end
+      if held.deciders then
+        local listed = false
+        for _, p in ipairs(held.deciders) do
+          if p == principal then listed = true end
+        end
+        if not listed then return refuse(d, 'not_approver', cjson.encode(held.deciders)) end
+      end
+      if d.action ~= 'reject' and not held.self_ok and requester == principal then
+        return refuse(d, 'own_request')
+      end
+      if d.action == 'edit' then
+        if held.quorum > 1 then return refuse(d, 'edit_with_quorum', tostring(held.quorum)) end
+        if d.checked ~= d.digest then return refuse(d, 'edit_unchecked') end
+      end
+      if held.quorum > 1 and d.action == 'approve'
+        and redis.call('HEXISTS', KEYS[4], d.call_id .. '|' .. principal) == 1 then
+        d.result = 'already_voted'
+      end
     end
   end
-  table.sort(names)
-  local d = cjson.decode(decision)
-  d['decided_by'] = table.concat(names, ', ')
-  decision = cjson.encode(d)
 end
-redis.call('HSET', KEYS[3], ARGV[1], decision)
-redis.call('HINCRBY', KEYS[1], 'version', 1)
-local decided = redis.call('HINCRBY', KEYS[1], 'decided_count', 1)
-if decided >= tonumber(redis.call('HGET', KEYS[1], 'pending_count')) then
-  return {'recorded', '1'}
+if #KEYS >= 10 and redis.call('GET', KEYS[10]) ~= ARGV[9] then
+  return refuse(decisions[1], 'link_used')
 end
-return {'recorded', '0'}
+
+-- Then all are recorded, audited and announced.
+check_mark(ARGV[3])
+if #KEYS >= 10 then redis.call('DEL', KEYS[10]) end
+local results = {}
+for _, d in ipairs(decisions) do
+  local out = {call_id = d.call_id, status = d.result}
+  if not d.result then
+    local held = d.held
+    local decision = d.json
+    append_audit(d.entry, d.sha)
+    redis.call('HINCRBY', KEYS[1], 'version', 1)
+    local final = true
+    if held.quorum > 1 and d.action == 'approve' then
+      redis.call('HSET', KEYS[4], d.call_id .. '|' .. principal, decision)
+      local approvals = redis.call('HINCRBY', KEYS[4], d.call_id .. '#', 1)
+      out.approvals = approvals
+      out.quorum = held.quorum
+      if approvals < held.quorum then
+        final = false
+        out.status = 'approval_recorded'
+      else
+        -- The quorum is met: the decision names everyone who approved.
+        local names = {}
+        local fields = redis.call('HGETALL', KEYS[4])
+        local prefix = d.call_id .. '|'
+        for i = 1, #fields, 2 do
+          if string.sub(fields[i], 1, #prefix) == prefix then
+            table.insert(names, string.sub(fields[i], #prefix + 1))
+          end
+        end
+        table.sort(names)
+        local merged = cjson.decode(decision)
+        merged.decided_by = table.concat(names, ', ')
+        decision = cjson.encode(merged)
+      end
+    end
+    if final then
+      redis.call('HSET', KEYS[3], d.call_id, decision)
+      local decided = redis.call('HINCRBY', KEYS[1], 'decided_count', 1)
+      local all = decided >= tonumber(redis.call('HGET', KEYS[1], 'pending_count'))
+      out.status = 'recorded'
+      out.all_decided = all
+      local channels = ''
+      if held.channels and #held.channels > 0 then
+        channels = ',"channels":' .. cjson.encode(held.channels)
+      end
+      local id = ARGV[1] .. ':' .. d.call_id
+      if expiry then
+        outbox('expired:' .. id, ARGV[8], '{"version":1,"type":"approval.expired","run_id":'
+          .. cjson.encode(ARGV[1]) .. ',"call_id":' .. cjson.encode(d.call_id)
+          .. ',"deadline":' .. string.format('%d', held.deadline) .. channels .. '}')
+        channels = '' -- the channels show the expiry, not a rejection
+      end
+      outbox('decided:' .. id, ARGV[7], '{"version":1,"type":"approval.decided","run_id":'
+        .. cjson.encode(ARGV[1]) .. ',"call_id":' .. cjson.encode(d.call_id)
+        .. ',"action":' .. cjson.encode(d.action)
+        .. ',"decided_by":' .. cjson.encode(cjson.decode(decision).decided_by)
+        .. ',"all_decided":' .. tostring(all) .. channels .. '}')
+    end
+  end
+  table.insert(results, out)
+end
+return reply('ok', cjson.encode(results))

@@ -1,0 +1,133 @@
+-- Shared by every script on a run (prepended to each, since scripts cannot call each other).
+-- Every run script gets the same KEYS, all under the run's hash tag:
+--   1 run, 2 calls, 3 decisions, 4 votes, 5 refs, 6 exec, 7 audit, 8 outbox, 9 refusals
+-- and the same first ARGV: 1 run_id, 2 the subject of the global audit log for this run,
+-- 3 when the run was marked in the outbox index (ms, Redis's clock). Its own ARGV follow.
+
+local band, bor, bxor, bnot = bit.band, bit.bor, bit.bxor, bit.bnot
+local rshift, lshift, ror, tobit = bit.rshift, bit.lshift, bit.ror, bit.tobit
+
+local K256 = {
+  0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+  0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+  0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+  0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+  0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+  0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+  0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+  0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2,
+}
+
+local function be32(x)
+  return string.char(math.floor(x / 16777216) % 256, math.floor(x / 65536) % 256,
+    math.floor(x / 256) % 256, x % 256)
+end
+
+-- SHA-256 as lowercase hex. Redis offers only SHA-1 to scripts, and the audit chain is
+-- SHA-256; its input here is two hashes (64 bytes), so this costs two blocks per entry.
+local function sha256(msg)
+  local len = #msg
+  msg = msg .. '\128' .. string.rep('\0', (55 - len) % 64)
+    .. be32(math.floor(len / 536870912)) .. be32((len * 8) % 4294967296)
+  local h = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+             0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19}
+  local w = {}
+  for i = 1, #msg, 64 do
+    for j = 0, 15 do
+      local p = i + j * 4
+      local b1, b2, b3, b4 = string.byte(msg, p, p + 3)
+      w[j] = bor(lshift(b1, 24), lshift(b2, 16), lshift(b3, 8), b4)
+    end
+    for j = 16, 63 do
+      local x, y = w[j - 15], w[j - 2]
+      local s0 = bxor(ror(x, 7), ror(x, 18), rshift(x, 3))
+      local s1 = bxor(ror(y, 17), ror(y, 19), rshift(y, 10))
+      w[j] = tobit(w[j - 16] + s0 + w[j - 7] + s1)
+    end
+    local a, b, c, d, e, f, g, hh = h[1], h[2], h[3], h[4], h[5], h[6], h[7], h[8]
+    for j = 0, 63 do
+      local s1 = bxor(ror(e, 6), ror(e, 11), ror(e, 25))
+      local ch = bxor(band(e, f), band(bnot(e), g))
+      local t1 = hh + s1 + ch + K256[j + 1] + w[j]
+      local s0 = bxor(ror(a, 2), ror(a, 13), ror(a, 22))
+      local maj = bxor(band(a, b), band(a, c), band(b, c))
+      hh, g, f, e, d, c, b, a = g, f, e, tobit(d + t1), c, b, a, tobit(t1 + s0 + maj)
+    end
+    h[1], h[2], h[3], h[4] = tobit(h[1] + a), tobit(h[2] + b), tobit(h[3] + c), tobit(h[4] + d)
+    h[5], h[6], h[7], h[8] = tobit(h[5] + e), tobit(h[6] + f), tobit(h[7] + g), tobit(h[8] + hh)
+  end
+  local out = {}
+  for i = 1, 8 do out[i] = bit.tohex(h[i], 8) end
+  return table.concat(out)
+end
+
+-- Redis's clock, the one every lease and deadline is compared with.
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- The outbox entries this script wrote, returned to the caller so it can publish them at once.
+local written = {}
+
+-- Every outbox write follows a mark of the run in the outbox index, made at most this long
+-- before, so a sweeper that finds a mark older than its grace period (longer than this) and
+-- the outbox empty knows no write of that mark is still on its way.
+local function check_mark(mark_ms)
+  if now_ms() - tonumber(mark_ms) > 2000 then
+    error('STALE_MARK the outbox mark is too old; mark the run again')
+  end
+end
+
+-- Queues a message for NATS in the run's outbox; a publisher sends it with its message id
+-- and deletes it after JetStream's ack.
+local function outbox(msg_id, subject, payload)
+  local value = subject .. '\n' .. payload
+  redis.call('HSET', KEYS[8], msg_id, value)
+  table.insert(written, msg_id)
+  table.insert(written, value)
+end
+
+-- The script's answer: a status, a detail, then the outbox entries it wrote.
+local function reply(status, detail)
+  local out = {status, detail or ''}
+  for i = 1, #written do out[#out + 1] = written[i] end
+  return out
+end
+
+local function unhex(s)
+  return (string.gsub(s, '..', function(h) return string.char(tonumber(h, 16)) end))
+end
+
+-- Appends one entry to the run's hash chain: `entry` is its canonical JSON and `entry_sha`
+-- the SHA-256 of that, computed by the caller; the link is the SHA-256 of the previous
+-- link's 32 bytes followed by the entry's 32 (one block to hash here). The element also goes
+-- to the global audit log, through the outbox.
+local function append_audit(entry, entry_sha)
+  local prev = redis.call('HGET', KEYS[1], 'audit_head') or ''
+  local hash = sha256(unhex(prev) .. unhex(entry_sha))
+  local element = '{"prev":"' .. prev .. '","hash":"' .. hash .. '","entry":' .. entry .. '}'
+  redis.call('RPUSH', KEYS[7], element)
+  redis.call('HSET', KEYS[1], 'audit_head', hash)
+  outbox('audit:' .. ARGV[1] .. ':' .. hash, ARGV[2], element)
+  return hash
+end
+
+-- Appends the audit entries given as ARGV[from] = count, then count (entry, sha) pairs;
+-- returns the index after them.
+local function append_audits(from)
+  local n = tonumber(ARGV[from])
+  for i = 1, n do append_audit(ARGV[from + 2 * i - 1], ARGV[from + 2 * i]) end
+  return from + 2 * n + 1
+end
+
+-- Queues the messages given as ARGV[from] = count, then count (msg_id, subject, payload);
+-- returns the index after them.
+local function outbox_args(from)
+  local n = tonumber(ARGV[from])
+  for i = 1, n do
+    local p = from + 3 * (i - 1)
+    outbox(ARGV[p + 1], ARGV[p + 2], ARGV[p + 3])
+  end
+  return from + 3 * n + 1
+end

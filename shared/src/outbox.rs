@@ -1,0 +1,117 @@
+//! The outbox. A script that changes a run also writes what others must hear of (the
+//! announcement on NATS and the audit element for the global log) into the run's outbox, in
+//! the same atomic step. The caller then publishes those entries with their message ids and
+//! deletes each only after JetStream has acknowledged it; if NATS is down or the process dies
+//! first, the entries wait, and every gateway and worker sweeps runs whose outbox was written
+//! more than [`GRACE`] ago and publishes what is still there. So a fact stored in Redis is
+//! always announced, late at worst, and the message ids make a repeated publish harmless
+//! within JetStream's duplicate window (consumers treat any later repeat as a redelivery).
+
+use crate::bus::{Bus, BusError};
+use crate::run::RunId;
+use crate::store::{Announcement, Store, StoreError};
+use futures::future::join_all;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+use tracing::warn;
+
+/// How old an outbox mark must be before sweepers look at it: longer than any script may
+/// take after its mark (two seconds, checked by the scripts), so nothing is missed.
+pub const GRACE: Duration = Duration::from_secs(5);
+/// How often each process sweeps.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+/// Runs one sweep looks at, at most.
+const SWEEP_BATCH: usize = 200;
+
+#[derive(Debug, thiserror::Error)]
+pub enum OutboxError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Bus(#[from] BusError),
+}
+
+#[derive(Clone)]
+pub struct Outbox {
+    store: Store,
+    bus: Bus,
+}
+
+impl Outbox {
+    pub fn new(store: Store, bus: Bus) -> Self {
+        Self { store, bus }
+    }
+
+    /// Publishes what a script queued for `run` and deletes what JetStream acknowledged. An
+    /// error means some entries wait for a sweeper; the change itself is stored either way.
+    pub async fn publish(&self, run: &RunId, queued: &[Announcement]) -> Result<(), OutboxError> {
+        if queued.is_empty() {
+            return Ok(());
+        }
+        self.send(run, queued).await.map(|_| ())
+    }
+
+    /// Publishes, deletes the acknowledged entries, and returns how many the outbox still
+    /// holds; the first publish error if any failed.
+    async fn send(&self, run: &RunId, queued: &[Announcement]) -> Result<usize, OutboxError> {
+        let results = join_all(queued.iter().map(|a| {
+            self.bus
+                .publish_raw(a.subject.clone(), &a.msg_id, a.payload.clone().into_bytes())
+        }))
+        .await;
+        let acked: Vec<&str> = queued
+            .iter()
+            .zip(&results)
+            .filter(|(_, r)| r.is_ok())
+            .map(|(a, _)| a.msg_id.as_str())
+            .collect();
+        let left = self.store.outbox_done(run, &acked).await?;
+        match results.into_iter().find_map(Result::err) {
+            Some(e) => Err(e.into()),
+            None => Ok(left),
+        }
+    }
+
+    /// Publishes what waits in the outboxes of runs marked more than [`GRACE`] ago; returns
+    /// how many runs it looked at.
+    pub async fn sweep(&self) -> Result<usize, OutboxError> {
+        let due = self.store.outbox_due(GRACE, SWEEP_BATCH).await?;
+        for (run, mark) in &due {
+            let Some(mark) = self.store.take_outbox(run, *mark).await? else {
+                continue; // another sweeper has it
+            };
+            let queued = self.store.outbox_entries(run).await?;
+            let left = if queued.is_empty() {
+                0
+            } else {
+                match self.send(run, &queued).await {
+                    Ok(left) => left,
+                    Err(e) => {
+                        warn!(run_id = %run, error = %e, "outbox not yet published; will try again");
+                        continue;
+                    }
+                }
+            };
+            if left == 0 {
+                self.store.drop_outbox_mark(run, mark).await?;
+            }
+        }
+        Ok(due.len())
+    }
+
+    /// Sweeps every second until `shutdown`.
+    pub async fn run_sweeper(self, shutdown: CancellationToken) {
+        let mut tick = tokio::time::interval(SWEEP_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tick.tick() => {
+                    if let Err(e) = self.sweep().await {
+                        warn!(error = %e, "outbox sweep failed");
+                    }
+                }
+            }
+        }
+    }
+}

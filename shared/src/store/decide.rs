@@ -1,0 +1,166 @@
+//! Deciding held calls through `lua/decide.lua`, the one place a decision becomes true.
+
+use super::{Announcement, Store, StoreError, from_json, to_json};
+use crate::audit::AuditEntry;
+use crate::run::{Decision, RunId};
+use serde::{Deserialize, Serialize};
+use std::sync::LazyLock;
+
+static DECIDE: LazyLock<redis::Script> =
+    LazyLock::new(|| super::script(include_str!("../lua/decide.lua")));
+
+/// One decision of a request, with its audit entry.
+pub struct Proposal {
+    pub decision: Decision,
+    /// For an edit: the digest of the held call its input was checked against (the tool's
+    /// schema), or None if it could not be checked; the script refuses an edit checked
+    /// against anything but the call it decides.
+    pub checked_digest: Option<String>,
+    pub entry: AuditEntry,
+}
+
+/// The decisions of one request, all by one principal through one channel.
+pub struct DecideRequest<'a> {
+    pub principal: &'a str,
+    pub channel: &'a str,
+    /// Recorded by the deadline: no approver checks, and only once the deadline has passed.
+    pub expiry: bool,
+    /// The email link used, as (token hash, the grant it stored): spent with the decision.
+    pub link: Option<(&'a str, &'a str)>,
+    pub proposals: Vec<Proposal>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DecidedStatus {
+    /// The call is decided.
+    Recorded,
+    /// One approval of several needed was counted.
+    ApprovalRecorded,
+    /// The same decision by the same person was recorded before: nothing changed.
+    AlreadyRecorded,
+    /// This person's approval was counted before; the quorum is still short.
+    AlreadyVoted,
+}
+
+/// How one decision of a request stands.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+pub struct CallDecided {
+    pub call_id: String,
+    pub status: DecidedStatus,
+    #[serde(default)]
+    pub approvals: Option<u32>,
+    #[serde(default)]
+    pub quorum: Option<u32>,
+    /// Whether every held call of the turn is now decided (the run resumes).
+    #[serde(default)]
+    pub all_decided: bool,
+}
+
+/// Why the script refused a request; nothing was recorded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RefusalCode {
+    /// The call was decided otherwise, or by someone else (detail: the recorded decision).
+    Decided,
+    /// The run is not paused (detail: its status).
+    NotWaiting,
+    /// No such call is held in the run's current turn.
+    NoCall,
+    /// The digest is not the held call's (detail: the current one).
+    StaleDigest,
+    /// The deadline passed (detail: when, in ms).
+    PastDeadline,
+    /// The principal is not among the call's deciders (detail: them, as JSON).
+    NotApprover,
+    /// The requester may not approve or edit their own run.
+    OwnRequest,
+    /// A call that needs several approvals cannot be edited (detail: the quorum).
+    EditWithQuorum,
+    /// The edit was not checked against this call's schema (the call was not held when it
+    /// was checked).
+    EditUnchecked,
+    /// The email link was used already.
+    LinkUsed,
+}
+
+/// A refused decision, as kept in the run's capped list of refusals.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Refusal {
+    pub call_id: String,
+    pub code: RefusalCode,
+    #[serde(default)]
+    pub detail: String,
+}
+
+/// The answer to a request.
+#[derive(Debug, PartialEq)]
+pub enum Outcome {
+    /// Every decision of the request stands as `calls` say; `queued` are the announcements
+    /// (and audit copies) to publish now.
+    Decided {
+        calls: Vec<CallDecided>,
+        queued: Vec<Announcement>,
+    },
+    Refused(Refusal),
+    NoRun,
+    /// An expiry found its call decided already (by a person, or by an earlier sweep).
+    Settled(Box<Decision>),
+    /// An expiry came before the deadline (Redis's clock): nothing yet.
+    NotDue,
+}
+
+impl Store {
+    /// Checks and records the decisions of one request atomically (see `lua/decide.lua`).
+    pub async fn decide(
+        &self,
+        id: &RunId,
+        request: &DecideRequest<'_>,
+    ) -> Result<Outcome, StoreError> {
+        let link_key = request
+            .link
+            .map(|(hash, _)| self.names.link_token_key(id, hash));
+        let (status, detail, queued) = self
+            .on_run(&DECIDE, id, |script| {
+                if let Some(key) = &link_key {
+                    script.key(key);
+                }
+                script
+                    .arg(request.principal)
+                    .arg(request.channel)
+                    .arg(if request.expiry { "1" } else { "0" })
+                    .arg(self.names.approval_decided(id))
+                    .arg(self.names.approval_expired(id))
+                    .arg(request.link.map_or("", |(_, grant)| grant))
+                    .arg(request.proposals.len());
+                for p in &request.proposals {
+                    let d = &p.decision;
+                    let action = serde_json::to_value(d.action)
+                        .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+                    let (entry, sha) = crate::audit::prepare(&p.entry);
+                    script
+                        .arg(&d.call_id)
+                        .arg(&d.digest)
+                        .arg(action.as_str().unwrap_or_default())
+                        .arg(to_json(d)?)
+                        .arg(&d.fingerprint)
+                        .arg(p.checked_digest.as_deref().unwrap_or_default())
+                        .arg(entry)
+                        .arg(sha);
+                }
+                Ok(())
+            })
+            .await?;
+        Ok(match status.as_str() {
+            "ok" => Outcome::Decided {
+                calls: from_json(&detail)?,
+                queued,
+            },
+            "refused" => Outcome::Refused(from_json(&detail)?),
+            "missing" => Outcome::NoRun,
+            "settled" => Outcome::Settled(Box::new(from_json(&detail)?)),
+            "not_due" => Outcome::NotDue,
+            other => return Err(StoreError::Corrupt(format!("decide replied {other:?}"))),
+        })
+    }
+}
