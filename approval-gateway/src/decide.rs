@@ -80,10 +80,14 @@ pub async fn decide(
     };
     match state.store.decide(&run.run_id, &request).await? {
         Outcome::Decided { calls, queued } => {
-            if let Err(e) = state.outbox.publish(&run.run_id, &queued).await {
-                // Recorded all the same: the outbox sweepers announce it when NATS is back.
-                tracing::warn!(run_id = %run.run_id, error = %e, "decision recorded; its announcement waits in the outbox");
-            }
+            // The decision stands once Redis holds it: the reviewer is answered now, whatever
+            // NATS is doing, and what is not published here the outbox sweepers publish.
+            let (outbox, run_id) = (state.outbox.clone(), run.run_id.clone());
+            tokio::spawn(async move {
+                if let Err(e) = outbox.publish(&run_id, &queued).await {
+                    tracing::warn!(%run_id, error = %e, "decision recorded; its announcement waits in the outbox");
+                }
+            });
             Ok(calls)
         }
         Outcome::Refused(refusal) => Err(refused(&run, by.principal, refusal)),

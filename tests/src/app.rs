@@ -58,7 +58,10 @@ pub struct TestApp {
     pub tools: DemoTools,
     pub model: FakeModel,
     agents_dir: PathBuf,
+    gateway_config: approval_gateway::config::Config,
     gateway: Running,
+    /// More gateways on the same servers and namespace.
+    gateways: Vec<Running>,
     workers: Vec<Option<Running>>,
 }
 
@@ -194,7 +197,11 @@ impl TestApp {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let gateway_url = format!("http://{}", listener.local_addr().unwrap());
         let token = CancellationToken::new();
-        let task = tokio::spawn(approval_gateway::run(config, listener, token.clone()));
+        let task = tokio::spawn(approval_gateway::run(
+            config.clone(),
+            listener,
+            token.clone(),
+        ));
         let mut app = Self {
             infra,
             namespace,
@@ -203,7 +210,9 @@ impl TestApp {
             tools,
             model,
             agents_dir,
+            gateway_config: config,
             gateway: Running { token, task },
+            gateways: Vec::new(),
             workers: Vec::new(),
         };
         app.wait_ready().await;
@@ -224,6 +233,70 @@ impl TestApp {
             r.ok().filter(|r| r.status().is_success()).map(|_| ())
         })
         .await;
+    }
+
+    /// Starts another gateway like the first; returns its base URL once it is ready.
+    pub async fn spawn_gateway(&mut self) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let token = CancellationToken::new();
+        let task = tokio::spawn(approval_gateway::run(
+            self.gateway_config.clone(),
+            listener,
+            token.clone(),
+        ));
+        wait_for("the second gateway to be ready", PATIENCE, || async {
+            let r = self.http.get(format!("{url}/healthz")).send().await;
+            r.ok().filter(|r| r.status().is_success()).map(|_| ())
+        })
+        .await;
+        self.gateways.push(Running { token, task });
+        url
+    }
+
+    /// The digest of a refund call as anyone who knows the agent's file and the run id can
+    /// work it out in advance.
+    pub fn refund_digest(&self, run_id: &str, input: &Value) -> String {
+        let catalog = countersign_shared::agent::Catalog::load_dir(&self.agents_dir).unwrap();
+        let agent = catalog.get("refunds").unwrap();
+        let tool = agent
+            .def
+            .tools
+            .iter()
+            .find(|t| t.name == "issue_refund")
+            .unwrap();
+        countersign_shared::digest::call_digest(run_id, &tool.name, input, &tool.policy_version())
+    }
+
+    /// Every message stored on `subject` in one of this app's streams (`APPROVALS`, …).
+    pub async fn stream_messages(&self, stream: &str, subject: &str) -> Vec<Value> {
+        use async_nats::jetstream::consumer::pull;
+        use futures::StreamExt;
+        let js =
+            async_nats::jetstream::new(async_nats::connect(&self.infra.nats_url).await.unwrap());
+        let stream = js
+            .get_stream(format!("{}_{stream}", self.namespace))
+            .await
+            .unwrap();
+        let consumer = stream
+            .create_consumer(pull::Config {
+                filter_subject: format!("{}.{subject}", self.namespace),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let mut batch = consumer
+            .fetch()
+            .max_messages(1000)
+            .expires(Duration::from_secs(1))
+            .messages()
+            .await
+            .unwrap();
+        let mut out = Vec::new();
+        while let Some(Ok(msg)) = batch.next().await {
+            out.push(serde_json::from_slice(&msg.payload).unwrap());
+        }
+        out
     }
 
     pub fn worker_config(&self) -> agent_worker::config::Config {
@@ -350,6 +423,9 @@ impl TestApp {
 impl Drop for TestApp {
     fn drop(&mut self) {
         self.gateway.token.cancel();
+        for gateway in &self.gateways {
+            gateway.token.cancel();
+        }
         for worker in self.workers.iter().flatten() {
             worker.token.cancel();
         }

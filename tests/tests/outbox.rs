@@ -1,0 +1,149 @@
+//! Nothing recorded is stranded: a decision stored while NATS is down, or by a gateway that
+//! died before it could publish, is announced from the run's outbox once it can be, and the
+//! run completes without anyone posting again.
+
+use countersign_shared::audit::{AuditEntry, AuditKind};
+use countersign_shared::names::Names;
+use countersign_shared::run::{Action, Decision, RunId};
+use countersign_shared::store::{DecideRequest, Outcome, Proposal, Store};
+use countersign_tests::app::{PATIENCE, TestApp};
+use countersign_tests::fake_model::refund_brain;
+use countersign_tests::infra::Infra;
+use countersign_tests::wait_for;
+use futures::future::join_all;
+use serde_json::Value;
+use std::time::Instant;
+
+const RUNS: usize = 10;
+
+async fn paused_runs(app: &TestApp, what: &str) -> Vec<(String, Value)> {
+    let inputs: Vec<String> = (0..RUNS).map(|i| format!("{what} {i}.")).collect();
+    let runs = join_all(inputs.iter().map(|i| app.start_run(i))).await;
+    join_all(runs.into_iter().map(|id| async {
+        let run = app.wait_status(&id, "awaiting_approval").await;
+        (id, run["pending"][0]["digest"].clone())
+    }))
+    .await
+}
+
+fn applied_once(app: &TestApp, runs: &[(String, Value)]) {
+    for (id, _) in runs {
+        assert_eq!(
+            app.tools.received("/refunds", &format!("{id}:toolu_2")),
+            1,
+            "{id}"
+        );
+    }
+    assert_eq!(app.tools.refunds().len(), runs.len());
+}
+
+#[tokio::test]
+async fn decisions_made_while_nats_is_down_are_answered_and_resume_their_runs_when_it_returns() {
+    let infra = Infra::start_restartable().await;
+    let app = TestApp::spawn_on(infra, "anthropic", 1, "", |_| {}, refund_brain).await;
+    let runs = paused_runs(&app, "Outage refund").await;
+
+    app.infra.nats.stop().await.unwrap();
+    let started = Instant::now();
+    for (id, digest) in &runs {
+        let (status, body) = app.approve(id, "toolu_2", digest).await;
+        assert_eq!(
+            status, 200,
+            "the decision stands once Redis holds it: {body}"
+        );
+        assert_eq!(body["decisions"][0]["status"], "recorded");
+    }
+    println!(
+        "{RUNS} decisions answered 200 with NATS down in {:?}",
+        started.elapsed()
+    );
+
+    app.infra.nats.start().await.unwrap();
+    let back = Instant::now();
+    join_all(runs.iter().map(|(id, _)| app.wait_status(id, "completed"))).await;
+    println!(
+        "all {RUNS} runs completed {:?} after NATS returned",
+        back.elapsed()
+    );
+    applied_once(&app, &runs);
+    for (id, _) in &runs {
+        let (_, trail) = app.get(&format!("/v1/runs/{id}/audit")).await;
+        assert_eq!(trail["verified"], true);
+    }
+}
+
+#[tokio::test]
+async fn a_decision_recorded_by_a_gateway_that_died_before_publishing_is_announced_by_the_sweepers()
+{
+    let app = TestApp::spawn(refund_brain).await;
+    let runs = paused_runs(&app, "Crash refund").await;
+    // The gateway's own step, stopped right after the script: recorded, never published.
+    let store = Store::connect(&app.infra.redis_url, Names::new(&app.namespace).unwrap())
+        .await
+        .unwrap();
+    for (id, digest) in &runs {
+        let run_id = RunId::parse(id).unwrap();
+        let decision = Decision {
+            call_id: "toolu_2".into(),
+            digest: digest.as_str().unwrap().into(),
+            action: Action::Approve,
+            input: None,
+            note: None,
+            reason: None,
+            decided_by: "rita".into(),
+            channel: "api".into(),
+            decided_at: countersign_shared::now_ms(),
+            fingerprint: Decision::fingerprint_of(Action::Approve, None, None, None),
+            expired: false,
+        };
+        let mut entry = AuditEntry::new(&run_id, AuditKind::Decided);
+        entry.actor = Some("rita".into());
+        entry.call_id = Some("toolu_2".into());
+        let request = DecideRequest {
+            principal: "rita",
+            channel: "api",
+            expiry: false,
+            link: None,
+            proposals: vec![Proposal {
+                decision,
+                checked_digest: None,
+                entry,
+            }],
+        };
+        let outcome = store.decide(&run_id, &request).await.unwrap();
+        assert!(matches!(outcome, Outcome::Decided { .. }), "{outcome:?}");
+    }
+    let started = Instant::now();
+    join_all(runs.iter().map(|(id, _)| app.wait_status(id, "completed"))).await;
+    println!(
+        "{RUNS} unpublished decisions announced and completed in {:?}",
+        started.elapsed()
+    );
+    applied_once(&app, &runs);
+    // The outbox is empty again and the global audit log holds every run's decision.
+    wait_for("the outboxes to drain", PATIENCE, || async {
+        let mut conn = redis::Client::open(app.infra.redis_url.as_str())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .ok()?;
+        let mut left = 0;
+        for (id, _) in &runs {
+            let n: usize = redis::cmd("HLEN")
+                .arg(format!("cs:{}:outbox:{{{id}}}", app.namespace))
+                .query_async(&mut conn)
+                .await
+                .ok()?;
+            left += n;
+        }
+        (left == 0).then_some(())
+    })
+    .await;
+    for (id, _) in &runs {
+        let logged = app.stream_messages("AUDIT", &format!("audit.{id}")).await;
+        assert!(
+            logged.iter().any(|e| e["entry"]["kind"] == "decided"),
+            "{logged:?}"
+        );
+    }
+}
