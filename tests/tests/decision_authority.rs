@@ -337,4 +337,24 @@ async fn two_gateways_deciding_one_call_at_once_record_and_announce_it_once() {
     assert_eq!(announced.len(), 1, "{announced:?}");
     assert_eq!(announced[0]["all_decided"], true);
     assert_eq!(announced[0]["decided_by"], "alice");
+
+    // A repeat is answered only to the one who decided; anyone else learns it is decided.
+    let approve = json!({"call_id": "toolu_2", "action": "approve",
+                         "digest": paused["pending"][0]["digest"]});
+    assert_eq!(
+        decide_as(&app, "bob", &run, approve.clone()).await,
+        StatusCode::CONFLICT
+    );
+    assert_eq!(
+        decide_as(&app, "alice", &run, approve).await,
+        StatusCode::OK
+    );
+    let announced = app
+        .stream_messages("APPROVALS", &format!("approval.decided.{run}"))
+        .await;
+    assert_eq!(
+        announced.len(),
+        1,
+        "a repeat announces nothing: {announced:?}"
+    );
 }

@@ -6,6 +6,7 @@ use approval_gateway::config::{EmailConfig, SmtpTls};
 use countersign_tests::app::{PATIENCE, TestApp};
 use countersign_tests::fake_model::refund_brain;
 use countersign_tests::fake_slack::{FakeSlack, SIGNING_SECRET, click, form_body};
+use countersign_tests::infra::Infra;
 use countersign_tests::smtp_sink::{Mail, SmtpSink};
 use countersign_tests::wait_for;
 use reqwest::StatusCode;
@@ -14,11 +15,20 @@ use serde_json::Value;
 const BASE: &str = "http://approvals.test";
 
 async fn app_with_email(channels: &str, slack: Option<&FakeSlack>) -> (TestApp, SmtpSink) {
+    app_with_email_on(Infra::start().await, channels, slack).await
+}
+
+async fn app_with_email_on(
+    infra: Infra,
+    channels: &str,
+    slack: Option<&FakeSlack>,
+) -> (TestApp, SmtpSink) {
     let sink = SmtpSink::start().await;
     let port = sink.port;
     let slack_config = slack.map(FakeSlack::config);
     let policy = format!("approvers = [\"role:finance\"]\nchannels = [{channels}]\n");
-    let app = TestApp::spawn_configured(
+    let app = TestApp::spawn_on(
+        infra,
         "anthropic",
         1,
         &policy,
@@ -44,6 +54,13 @@ async fn app_with_email(channels: &str, slack: Option<&FakeSlack>) -> (TestApp, 
 /// The mail sent to `address` once the run paused, and its approve, reject and edit links
 /// rewritten to the test gateway.
 async fn mail_for(app: &TestApp, sink: &SmtpSink, address: &str) -> (Mail, Vec<String>) {
+    let (mail, links) = any_mail_for(app, sink, address).await;
+    assert_eq!(links.len(), 3, "{}", mail.data);
+    (mail, links)
+}
+
+/// The mail sent to `address` once the run paused, and its links rewritten to the gateway.
+async fn any_mail_for(app: &TestApp, sink: &SmtpSink, address: &str) -> (Mail, Vec<String>) {
     let mail = wait_for(&format!("mail to {address}"), PATIENCE, || async {
         sink.mails()
             .into_iter()
@@ -55,7 +72,6 @@ async fn mail_for(app: &TestApp, sink: &SmtpSink, address: &str) -> (Mail, Vec<S
         .iter()
         .map(|l| l.replacen(BASE, &app.gateway_url, 1))
         .collect::<Vec<_>>();
-    assert_eq!(links.len(), 3, "{}", mail.data);
     (mail, links)
 }
 
@@ -256,4 +272,37 @@ async fn slack_and_email_racing_on_one_call_record_one_decision_and_both_show_it
         assert!(page.contains("already decided: reject by bob"), "{page}");
         assert!(app.tools.refunds().is_empty());
     }
+}
+
+#[tokio::test]
+async fn the_requester_gets_only_a_reject_link_and_a_failed_decision_leaves_a_link_working() {
+    let (app, sink) = app_with_email_on(
+        Infra::start_restartable().await,
+        "\"email:approvers\"",
+        None,
+    )
+    .await;
+    // rick, in finance, asked for the run: he may turn it down, not approve it.
+    let run_id = app.start_run("Refund A-1001.").await;
+    let (mail, links) = any_mail_for(&app, &sink, "rick@example.com").await;
+    assert_eq!(links.len(), 1, "{}", mail.data);
+    assert!(mail.data.contains("Reject:"), "{}", mail.data);
+    assert!(!mail.data.contains("Approve:"), "{}", mail.data);
+
+    // Alice's approval fails on the way (Redis is down): her link still works afterwards.
+    let (_, links) = mail_for(&app, &sink, "alice@example.com").await;
+    app.infra.redis.stop().await.unwrap();
+    let (status, _) = post_form(&app, &links[0], &[]).await;
+    assert!(status.is_server_error(), "{status}");
+    app.infra.redis.start().await.unwrap();
+    let (status, html) = wait_for("Redis to be back for the form", PATIENCE, || async {
+        let (status, html) = post_form(&app, &links[0], &[]).await;
+        (!status.is_server_error()).then_some((status, html))
+    })
+    .await;
+    assert_eq!(status, 200, "{html}");
+    app.wait_status(&run_id, "completed").await;
+    assert_eq!(app.tools.refunds().len(), 1);
+    let (status, _) = post_form(&app, &links[0], &[]).await;
+    assert_eq!(status, 410, "a link works once");
 }
