@@ -99,7 +99,7 @@ impl Outbox {
         Ok(due.len())
     }
 
-    /// Sweeps every second until `shutdown`.
+    /// Sweeps every second until `shutdown`, each time until nothing more is due.
     pub async fn run_sweeper(self, shutdown: CancellationToken) {
         let mut tick = tokio::time::interval(SWEEP_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -107,8 +107,16 @@ impl Outbox {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 _ = tick.tick() => {
-                    if let Err(e) = self.sweep().await {
-                        warn!(error = %e, "outbox sweep failed");
+                    // A full batch means more may be due: keep going until one is not full.
+                    loop {
+                        match self.sweep().await {
+                            Ok(n) if n == SWEEP_BATCH && !shutdown.is_cancelled() => {}
+                            Ok(_) => break,
+                            Err(e) => {
+                                warn!(error = %e, "outbox sweep failed");
+                                break;
+                            }
+                        }
                     }
                 }
             }
