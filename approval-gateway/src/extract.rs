@@ -107,6 +107,13 @@ impl FromRequestParts<AppState> for Caller {
 /// A JSON body parsed with the API's own errors.
 pub struct JsonBody<T>(pub T);
 
+impl<T: DeserializeOwned> JsonBody<T> {
+    /// Parses bytes already read, with the API's errors.
+    pub fn parse(bytes: &[u8]) -> Result<Self, ApiError> {
+        parse_json(bytes).map(JsonBody)
+    }
+}
+
 impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
     type Rejection = ApiError;
 

@@ -29,8 +29,11 @@ pub enum AuditKind {
     Escalated,
     /// A held call's approvers were reminded.
     Reminded,
+    /// Someone asked to cancel the run.
+    CancelRequested,
     Completed,
     Failed,
+    Cancelled,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

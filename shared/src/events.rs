@@ -106,10 +106,27 @@ pub enum Event {
         input: Value,
         reason: String,
     },
+    /// A held call was closed undecided because its run was cancelled.
+    #[serde(rename = "approval.cancelled")]
+    ApprovalCancelled {
+        run_id: RunId,
+        call_id: String,
+        cancelled_by: String,
+        /// The channels the call was sent to, which should show it was cancelled.
+        #[serde(default)]
+        channels: Vec<String>,
+    },
     #[serde(rename = "run.completed")]
     RunCompleted { run_id: RunId, answer: String },
     #[serde(rename = "run.failed")]
     RunFailed { run_id: RunId, error: String },
+    #[serde(rename = "run.cancelled")]
+    RunCancelled {
+        run_id: RunId,
+        cancelled_by: String,
+        #[serde(default)]
+        reason: Option<String>,
+    },
 }
 
 #[cfg(test)]

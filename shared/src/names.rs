@@ -60,6 +60,12 @@ impl Names {
     pub fn approval_expired(&self, run: &RunId) -> String {
         self.subject(&format!("approval.expired.{run}"))
     }
+    pub fn approval_cancelled(&self, run: &RunId) -> String {
+        self.subject(&format!("approval.cancelled.{run}"))
+    }
+    pub fn run_cancelled(&self, run: &RunId) -> String {
+        self.subject(&format!("run.cancelled.{run}"))
+    }
     pub fn approval_decided_all(&self) -> String {
         self.subject("approval.decided.*")
     }

@@ -1,5 +1,20 @@
 //! The run: a provider-neutral conversation with one agent, the calls of the turn it is
 //! paused on, and the decisions reviewers make about them.
+//!
+//! Its states, and the one place each change is made (a script in `lua/`):
+//!
+//! ```text
+//! queued ──claim──► running ──save(pause)──► awaiting_approval ──last decision, claim──► resuming
+//!                    ▲  │                          │                                      │
+//!                    │  └──save(progress)──────────┼──────────────────────────────────────┘
+//!                    │                             │
+//!  any of queued, running, awaiting_approval, resuming ──save(finish)──► completed | failed | cancelled
+//! ```
+//!
+//! A worker holds a lease while a run is `running` or `resuming` and writes only through it;
+//! the kind of save ([`crate::store::Save`]) decides the status written. Cancelling (by the
+//! requester or an admin) marks the run; the next claim or save of a worker sees the mark and
+//! finishes it as `cancelled` instead of going on. Terminal states never change again.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -87,6 +102,15 @@ impl RunStatus {
     pub fn is_terminal(self) -> bool {
         matches!(self, Self::Completed | Self::Failed | Self::Cancelled)
     }
+}
+
+/// A request to stop a run: who asked, why, and when.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Cancellation {
+    pub by: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    pub at: i64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -271,6 +295,9 @@ pub struct Run {
     pub answer: Option<String>,
     #[serde(default)]
     pub error: Option<String>,
+    /// Set once someone asked to cancel the run (kept beside the document, like the status).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancel: Option<Cancellation>,
     pub created_at: i64,
     pub updated_at: i64,
 }
@@ -299,6 +326,7 @@ impl Run {
             held: Vec::new(),
             answer: None,
             error: None,
+            cancel: None,
             created_at: now,
             updated_at: now,
         }

@@ -55,6 +55,7 @@ static AUDIT_APPEND: LazyLock<Script> =
     LazyLock::new(|| script(include_str!("lua/audit_append.lua")));
 static ESCALATE: LazyLock<Script> = LazyLock::new(|| script(include_str!("lua/escalate.lua")));
 static REMIND: LazyLock<Script> = LazyLock::new(|| script(include_str!("lua/remind.lua")));
+static CANCEL: LazyLock<Script> = LazyLock::new(|| script(include_str!("lua/cancel.lua")));
 static EXEC_BEGIN: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/exec_begin.lua")));
 
@@ -67,6 +68,9 @@ pub enum StoreError {
     /// Another worker took the run over (our lease lapsed) or it left the driving states.
     #[error("this worker no longer holds the run (status now {0:?})")]
     LostLease(String),
+    /// Someone cancelled the run: the only save left is the one that finishes it so.
+    #[error("the run was cancelled")]
+    Cancelled,
 }
 
 /// A message a script queued in a run's outbox (or is given to queue): published with its
@@ -151,14 +155,38 @@ pub struct DueTimer {
     pub digest: String,
 }
 
-/// How a saved run goes on.
+/// How a saved run goes on; the kind decides the status written.
 pub enum Save {
-    /// Still being driven (a checkpoint between turns).
+    /// Still being driven (a checkpoint between turns): `running`.
     Progress,
-    /// Paused: its pending calls wait for a person.
+    /// Paused: its pending calls wait for a person: `awaiting_approval`.
     Pause,
-    /// Completed or failed: keep it this long, then let Redis drop it.
-    Finish { retention: Duration },
+    /// Finished (`completed`, `failed` or `cancelled`): keep it this long, then let Redis drop
+    /// it.
+    Finish {
+        status: RunStatus,
+        retention: Duration,
+    },
+}
+
+impl Save {
+    pub fn status(&self) -> RunStatus {
+        match self {
+            Self::Progress => RunStatus::Running,
+            Self::Pause => RunStatus::AwaitingApproval,
+            Self::Finish { status, .. } => *status,
+        }
+    }
+}
+
+/// What asking a run to stop found.
+#[derive(Debug, PartialEq)]
+pub enum CancelOutcome {
+    /// Marked (now or before); the run was in this status. A worker finishes it.
+    Requested(RunStatus, Vec<Announcement>),
+    /// It had finished already, so.
+    Finished(RunStatus),
+    NoRun,
 }
 
 #[derive(Clone)]
@@ -206,19 +234,7 @@ impl Store {
 
     /// The run with its authoritative status, if it exists.
     pub async fn load(&self, id: &RunId) -> Result<Option<Run>, StoreError> {
-        let (status, doc): (Option<String>, Option<String>) = redis::cmd("HMGET")
-            .arg(self.names.run_key(id))
-            .arg("status")
-            .arg("doc")
-            .query_async(&mut self.conn.clone())
-            .await?;
-        let (Some(status), Some(doc)) = (status, doc) else {
-            return Ok(None);
-        };
-        let mut run: Run = from_json(&doc)?;
-        run.status = RunStatus::parse(&status)
-            .ok_or_else(|| StoreError::Corrupt(format!("unknown status {status:?}")))?;
-        Ok(Some(run))
+        Ok(self.load_versioned(id).await?.map(|(run, _)| run))
     }
 
     pub async fn decisions(&self, id: &RunId) -> Result<HashMap<String, Decision>, StoreError> {
@@ -339,7 +355,7 @@ impl Store {
             _ => Vec::new(),
         };
         let ttl = match how {
-            Save::Finish { retention } => retention.as_secs().max(1),
+            Save::Finish { retention, .. } => retention.as_secs().max(1),
             _ => 0,
         };
         let doc = to_json(run)?;
@@ -348,7 +364,7 @@ impl Store {
                 script
                     .arg(owner)
                     .arg(lease.as_millis() as i64)
-                    .arg(run.status.as_str())
+                    .arg(how.status().as_str())
                     .arg(&doc)
                     .arg(ttl)
                     .arg(run.turns)
@@ -361,11 +377,40 @@ impl Store {
                 Ok(())
             })
             .await?;
-        if status == "ok" {
-            Ok(queued)
-        } else {
-            Err(StoreError::LostLease(detail))
+        match status.as_str() {
+            "ok" => Ok(queued),
+            "cancel" => Err(StoreError::Cancelled),
+            _ => Err(StoreError::LostLease(detail)),
         }
+    }
+
+    /// Asks a run to stop (see `lua/cancel.lua`): marks it with `cancel`, audits the request
+    /// and queues `nudge`, the message that brings a worker to finish it.
+    pub async fn cancel(
+        &self,
+        id: &RunId,
+        cancel: &crate::run::Cancellation,
+        audit: &AuditEntry,
+        nudge: &Announcement,
+    ) -> Result<CancelOutcome, StoreError> {
+        let cancel = to_json(cancel)?;
+        let (status, detail, queued) = self
+            .on_run(&CANCEL, id, |script| {
+                script.arg(&cancel);
+                audit_args(script, std::slice::from_ref(audit));
+                announce_args(script, std::slice::from_ref(nudge));
+                Ok(())
+            })
+            .await?;
+        let parsed = || {
+            RunStatus::parse(&detail)
+                .ok_or_else(|| StoreError::Corrupt(format!("unknown status {detail:?}")))
+        };
+        Ok(match status.as_str() {
+            "requested" => CancelOutcome::Requested(parsed()?, queued),
+            "finished" => CancelOutcome::Finished(parsed()?),
+            _ => CancelOutcome::NoRun,
+        })
     }
 
     /// Appends an entry to the run's audit chain (and, through the outbox, the global log);
@@ -624,22 +669,30 @@ impl Store {
         }
     }
 
-    /// The run with the version it was read at, for [`Store::replace_paused`].
+    /// The run with the version it was read at, for [`Store::escalate`]. The status and the
+    /// cancellation are the hash's, which the scripts keep.
     pub async fn load_versioned(&self, id: &RunId) -> Result<Option<(Run, String)>, StoreError> {
-        let (status, doc, version): (Option<String>, Option<String>, Option<String>) =
-            redis::cmd("HMGET")
-                .arg(self.names.run_key(id))
-                .arg("status")
-                .arg("doc")
-                .arg("version")
-                .query_async(&mut self.conn.clone())
-                .await?;
+        type Fields = (
+            Option<String>,
+            Option<String>,
+            Option<String>,
+            Option<String>,
+        );
+        let (status, doc, version, cancel): Fields = redis::cmd("HMGET")
+            .arg(self.names.run_key(id))
+            .arg("status")
+            .arg("doc")
+            .arg("version")
+            .arg("cancel")
+            .query_async(&mut self.conn.clone())
+            .await?;
         let (Some(status), Some(doc), Some(version)) = (status, doc, version) else {
             return Ok(None);
         };
         let mut run: Run = from_json(&doc)?;
         run.status = RunStatus::parse(&status)
             .ok_or_else(|| StoreError::Corrupt(format!("unknown status {status:?}")))?;
+        run.cancel = cancel.map(|c| from_json(&c)).transpose()?;
         Ok(Some((run, version)))
     }
 

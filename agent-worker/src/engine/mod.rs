@@ -136,6 +136,10 @@ impl Engine {
             Claim::Finished(_) => Ok(Next::Ack),
             Claim::Claimed(_) => match self.drive_with_lease(id, attempt).await {
                 Ok(()) | Err(StepError::Store(StoreError::LostLease(_))) => Ok(Next::Ack),
+                Err(StepError::Store(StoreError::Cancelled)) => {
+                    self.cancel(id).await?;
+                    Ok(Next::Ack)
+                }
                 Err(e) => {
                     // Let the next delivery claim it at once instead of after the lease.
                     let _ = self.store.release(id, owner).await;
@@ -193,6 +197,9 @@ impl Engine {
         let Some(mut run) = self.store.load(id).await? else {
             return Err(StoreError::LostLease("missing".into()).into());
         };
+        if run.cancel.is_some() {
+            return Err(StoreError::Cancelled.into());
+        }
         let Some(agent) = self.agents.get(&run.agent) else {
             let error = format!("agent {:?} is not defined", run.agent);
             return self.finish(run, Err(error)).await;
@@ -201,7 +208,6 @@ impl Engine {
             self.store.index_awaiting(id, false).await?;
             info!(turn = run.turns, "resuming");
             let executed = self.resume_turn(&mut run, agent).await?;
-            run.status = RunStatus::Running;
             self.save(&mut run, Save::Progress, &executed, &[]).await?;
         }
         loop {
@@ -248,11 +254,9 @@ impl Engine {
             let held = self.gate_and_run(&run, agent, calls).await?;
             if held.iter().any(|c| c.pending.is_some()) {
                 run.held = held;
-                run.status = RunStatus::AwaitingApproval;
                 return self.pause(run).await;
             }
             run.messages.push(results_message(&held));
-            run.status = RunStatus::Running;
             self.save(&mut run, Save::Progress, &[], &[]).await?;
         }
     }
@@ -501,6 +505,7 @@ impl Engine {
         announce: &[Announcement],
     ) -> Result<(), StoreError> {
         run.updated_at = now_ms();
+        run.status = how.status();
         let queued = self
             .store
             .save(
@@ -549,30 +554,72 @@ impl Engine {
     }
 
     async fn finish(&self, mut run: Run, result: Result<String, String>) -> Result<(), StepError> {
-        match result {
+        let (status, kind, detail) = match result {
             Ok(answer) => {
-                run.status = RunStatus::Completed;
+                let detail = serde_json::json!({"answer": answer});
                 run.answer = Some(answer);
+                (RunStatus::Completed, AuditKind::Completed, detail)
             }
             Err(error) => {
                 warn!(%error, "run failed");
-                run.status = RunStatus::Failed;
+                let detail = serde_json::json!({"error": error});
                 run.error = Some(error);
+                (RunStatus::Failed, AuditKind::Failed, detail)
             }
-        }
-        let (kind, detail) = match run.status {
-            RunStatus::Completed => (
-                AuditKind::Completed,
-                serde_json::json!({"answer": run.answer}),
-            ),
-            _ => (AuditKind::Failed, serde_json::json!({"error": run.error})),
         };
         let entry = self.entry(&run, kind, None, detail);
+        let announce = self.end_announcement(&run, status);
+        self.end(run, status, entry, vec![announce]).await
+    }
+
+    /// Finishes a run someone cancelled, from its last stored state: its undecided held calls
+    /// are closed (their channels are told) and `run.cancelled` is announced.
+    async fn cancel(&self, id: &RunId) -> Result<(), StepError> {
+        let Some(run) = self.store.load(id).await? else {
+            return Ok(());
+        };
+        let Some(cancel) = run.cancel.clone() else {
+            return Err(StoreError::Corrupt("cancelled without a cancellation".into()).into());
+        };
+        let names = &self.bus.names;
+        let decisions = self.store.decisions(id).await?;
+        let mut announce: Vec<Announcement> = run
+            .pending()
+            .filter(|p| !decisions.contains_key(&p.call_id))
+            .map(|p| {
+                let event = Event::ApprovalCancelled {
+                    run_id: id.clone(),
+                    call_id: p.call_id.clone(),
+                    cancelled_by: cancel.by.clone(),
+                    channels: p.reviewers.channels.clone(),
+                };
+                let msg_id = format!("cancelled:{id}:{}", p.call_id);
+                Announcement::new(msg_id, names.approval_cancelled(id), event)
+            })
+            .collect();
+        announce.push(self.end_announcement(&run, RunStatus::Cancelled));
+        let detail = serde_json::json!({"by": cancel.by, "reason": cancel.reason});
+        let entry = self.entry(&run, AuditKind::Cancelled, None, detail);
+        self.store.index_awaiting(id, false).await?;
+        self.end(run, RunStatus::Cancelled, entry, announce).await
+    }
+
+    async fn end(
+        &self,
+        mut run: Run,
+        status: RunStatus,
+        entry: AuditEntry,
+        announce: Vec<Announcement>,
+    ) -> Result<(), StepError> {
         let retention = self.settings.retention;
-        let announce = self.end_announcement(&run);
-        self.save(&mut run, Save::Finish { retention }, &[entry], &[announce])
-            .await?;
-        info!(status = run.status.as_str(), "run finished");
+        self.save(
+            &mut run,
+            Save::Finish { status, retention },
+            &[entry],
+            &announce,
+        )
+        .await?;
+        info!(status = status.as_str(), "run finished");
         Ok(())
     }
 
@@ -607,10 +654,21 @@ impl Engine {
         )
     }
 
-    fn end_announcement(&self, run: &Run) -> Announcement {
+    fn end_announcement(&self, run: &Run, status: RunStatus) -> Announcement {
         let names = &self.bus.names;
         let id = run.run_id.clone();
-        let (subject, event) = match run.status {
+        let (subject, event) = match status {
+            RunStatus::Cancelled => {
+                let cancel = run.cancel.clone();
+                (
+                    names.run_cancelled(&id),
+                    Event::RunCancelled {
+                        run_id: id.clone(),
+                        cancelled_by: cancel.as_ref().map(|c| c.by.clone()).unwrap_or_default(),
+                        reason: cancel.and_then(|c| c.reason),
+                    },
+                )
+            }
             RunStatus::Completed => (
                 names.run_completed(&id),
                 Event::RunCompleted {

@@ -100,9 +100,9 @@ fn targets(state: &AppState, event: &Event) -> BTreeSet<String> {
             .iter()
             .flat_map(|c| c.reviewers.channels.iter().cloned())
             .collect(),
-        Event::ApprovalDecided { channels, .. } | Event::ApprovalExpired { channels, .. } => {
-            channels.iter().cloned().collect()
-        }
+        Event::ApprovalDecided { channels, .. }
+        | Event::ApprovalExpired { channels, .. }
+        | Event::ApprovalCancelled { channels, .. } => channels.iter().cloned().collect(),
         Event::ApprovalReminder { call, .. } => call.reviewers.channels.iter().cloned().collect(),
         _ => BTreeSet::new(),
     };
@@ -179,9 +179,9 @@ fn calls_shown_apart(channel: &str, event: &Event) -> Vec<Option<String>> {
             .filter(|c| c.reviewers.channels.iter().any(|ch| ch == channel))
             .map(|c| Some(c.call_id.clone()))
             .collect(),
-        Event::ApprovalDecided { call_id, .. } | Event::ApprovalExpired { call_id, .. } => {
-            vec![Some(call_id.clone())]
-        }
+        Event::ApprovalDecided { call_id, .. }
+        | Event::ApprovalExpired { call_id, .. }
+        | Event::ApprovalCancelled { call_id, .. } => vec![Some(call_id.clone())],
         Event::ApprovalReminder { call, .. } => vec![Some(call.call_id.clone())],
         _ => Vec::new(),
     }

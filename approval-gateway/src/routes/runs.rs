@@ -1,16 +1,20 @@
 //! Starting runs and reading them.
 
 use super::view::RunView;
+use crate::config::Role;
 use crate::error::ApiError;
 use crate::extract::{Caller, JsonBody, Permission};
 use crate::state::AppState;
+use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use countersign_shared::audit::{AuditEntry, AuditKind};
 use countersign_shared::digest::sha256_hex;
 use countersign_shared::events::Event;
-use countersign_shared::run::{Run, RunId, RunStatus};
+use countersign_shared::run::{Cancellation, Run, RunId, RunStatus};
+use countersign_shared::store::{Announcement, CancelOutcome};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -19,6 +23,7 @@ pub fn router() -> Router<AppState> {
     Router::new()
         .route("/v1/runs", post(start_run))
         .route("/v1/runs/{run_id}", get(get_run))
+        .route("/v1/runs/{run_id}/cancel", post(cancel_run))
 }
 
 #[derive(Deserialize)]
@@ -114,6 +119,109 @@ async fn start_run(
         StatusCode::ACCEPTED,
         Json(json!({"run_id": run_id, "status": status.as_str()})),
     ))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CancelRun {
+    /// Why, for the audit trail and the people watching.
+    reason: Option<String>,
+}
+
+/// Asks a run to stop. A worker finishes it as `cancelled` at its next step (a paused or
+/// queued run at once): its undecided calls are closed, their channels told, and
+/// `run.cancelled` published. Only the run's requester (or a key speaking for them) or an
+/// admin may.
+#[tracing::instrument(skip_all, fields(run_id = %run_id))]
+async fn cancel_run(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(run_id): Path<String>,
+    body: Bytes,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    caller.require(Permission::Start)?;
+    let reason = if body.is_empty() {
+        None
+    } else {
+        let JsonBody(CancelRun { reason }) = JsonBody::parse(&body)?;
+        reason
+    };
+    if reason
+        .as_ref()
+        .is_some_and(|r| r.len() > crate::decide::MAX_TEXT)
+    {
+        return Err(ApiError::bad_request(format!(
+            "the reason is longer than {} bytes",
+            crate::decide::MAX_TEXT
+        )));
+    }
+    let run = load_run(&state, &run_id).await?;
+    let by = match (caller.role, run.requested_by.as_deref()) {
+        (Role::Admin, _) => caller.principal.clone(),
+        (_, Some(requester)) => caller.speaking_as(Some(requester), "cancel runs").map_err(
+            |_| {
+                ApiError::new(
+                    StatusCode::FORBIDDEN,
+                    "forbidden",
+                    format!(
+                        "only {requester}, who asked for run {run_id:?}, or an admin may cancel it"
+                    ),
+                )
+            },
+        )?,
+        (_, None) => {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                format!("run {run_id:?} has no requester: only an admin may cancel it"),
+            ));
+        }
+    };
+    let cancel = Cancellation {
+        by: by.clone(),
+        reason: reason.clone(),
+        at: countersign_shared::now_ms(),
+    };
+    let mut entry = AuditEntry::new(&run.run_id, AuditKind::CancelRequested);
+    entry.actor = Some(by);
+    entry.channel = Some("api".into());
+    entry.detail = json!({"reason": reason});
+    let names = &state.bus.names;
+    // The job that brings a worker to the run, which finishes it as cancelled.
+    let nudge = Announcement::new(
+        format!("cancel:{}", run.run_id),
+        names.runs_start(),
+        Event::RunStart {
+            run_id: run.run_id.clone(),
+            agent: run.agent.clone(),
+            input: run.input.clone(),
+            requested_by: run.requested_by.clone(),
+            metadata: run.metadata.clone(),
+        },
+    );
+    match state
+        .store
+        .cancel(&run.run_id, &cancel, &entry, &nudge)
+        .await?
+    {
+        CancelOutcome::Requested(_, queued) => {
+            if let Err(e) = state.outbox.publish(&run.run_id, &queued).await {
+                tracing::warn!(error = %e, "cancel recorded; its nudge waits in the outbox");
+            }
+            Ok((
+                StatusCode::ACCEPTED,
+                Json(json!({"run_id": run.run_id, "status": "cancelling"})),
+            ))
+        }
+        CancelOutcome::Finished(status) => Err(ApiError::conflict(
+            "finished",
+            format!(
+                "run {run_id:?} is {} and cannot be cancelled",
+                status.as_str()
+            ),
+        )),
+        CancelOutcome::NoRun => Err(ApiError::not_found(format!("no run {run_id:?}"))),
+    }
 }
 
 async fn get_run(

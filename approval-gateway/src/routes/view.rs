@@ -1,6 +1,6 @@
 //! How runs and pending calls look in the API's answers.
 
-use countersign_shared::run::{Decision, Message, PendingCall, Run};
+use countersign_shared::run::{Cancellation, Decision, Message, PendingCall, Run};
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -19,6 +19,9 @@ pub struct RunView {
     pub pending: Vec<PendingView>,
     pub answer: Option<String>,
     pub error: Option<String>,
+    /// Who asked to cancel the run, why and when, once someone has.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cancel: Option<Cancellation>,
     pub messages: Vec<Message>,
     pub created_at: String,
     pub updated_at: String,
@@ -58,6 +61,7 @@ impl RunView {
             pending,
             answer: run.answer,
             error: run.error,
+            cancel: run.cancel,
             messages: run.messages,
             created_at: rfc3339(run.created_at),
             updated_at: rfc3339(run.updated_at),

@@ -132,6 +132,15 @@ pub async fn deliver(
             let outcome = format!("Expired: nobody decided by {when}, so it did not run.");
             show_outcome(state, run_id, call_id, &delivery.channel, &outcome).await
         }
+        Event::ApprovalCancelled {
+            run_id,
+            call_id,
+            cancelled_by,
+            ..
+        } => {
+            let outcome = format!("Cancelled: {cancelled_by} stopped the run, so it did not run.");
+            show_outcome(state, run_id, call_id, &delivery.channel, &outcome).await
+        }
         Event::ApprovalReminder {
             run_id,
             call,

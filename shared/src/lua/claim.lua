@@ -1,7 +1,8 @@
 -- Claims a run for one worker, with a lease. KEYS: run. ARGV: owner, lease_ms.
--- queued -> running; awaiting_approval with every call decided -> resuming;
--- running/resuming whose lease has lapsed -> taken over. Anything else is refused.
-local h = redis.call('HMGET', KEYS[1], 'status', 'lease_until', 'pending_count', 'decided_count')
+-- queued -> running; awaiting_approval with every call decided (or the run cancelled) ->
+-- resuming; running/resuming whose lease has lapsed -> taken over. Anything else is refused.
+local h = redis.call('HMGET', KEYS[1], 'status', 'lease_until', 'pending_count', 'decided_count',
+  'cancel')
 local st = h[1]
 if not st then return {'missing', '', '0'} end
 local now = now_ms()
@@ -9,7 +10,7 @@ local nextst
 if st == 'queued' then
   nextst = 'running'
 elseif st == 'awaiting_approval' then
-  if tonumber(h[4]) < tonumber(h[3]) then return {'waiting', st, '0'} end
+  if tonumber(h[4]) < tonumber(h[3]) and not h[5] then return {'waiting', st, '0'} end
   nextst = 'resuming'
 elseif st == 'running' or st == 'resuming' then
   local lease_until = tonumber(h[2])

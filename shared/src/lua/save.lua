@@ -1,12 +1,15 @@
--- Writes the run document and its new status, if the caller still holds the lease, with the
--- audit entries of what changed and the announcements of it.
+-- Writes the run document and its new status, if the caller still holds the lease and nobody
+-- cancelled the run (then only `cancelled` may be written), with the audit entries of what
+-- changed and the announcements of it.
 -- ARGV (after the common three): 4 owner, 5 lease_ms, 6 status, 7 doc, 8 ttl_secs, 9 turn,
 -- 10 n, then n (call_id, held call JSON) of the calls a pause holds for a person, then the
 -- audit entries and the announcements.
-local h = redis.call('HMGET', KEYS[1], 'status', 'lease_owner')
+local h = redis.call('HMGET', KEYS[1], 'status', 'lease_owner', 'cancel')
 if h[2] ~= ARGV[4] or (h[1] ~= 'running' and h[1] ~= 'resuming') then
   return {'lost', h[1] or ''}
 end
+-- A run someone cancelled goes nowhere but to cancelled.
+if h[3] and ARGV[6] ~= 'cancelled' then return {'cancel', ''} end
 check_mark(ARGV[3])
 local st = ARGV[6]
 local now = now_ms()
