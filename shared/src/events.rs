@@ -96,13 +96,17 @@ pub enum Event {
         #[serde(default)]
         channels: Vec<String>,
     },
-    /// A call's side effect may or may not have happened (its worker died after starting
-    /// it, and the tool is not idempotent): a person should check.
+    /// A person should look: a call's side effect may or may not have happened (its worker
+    /// died after starting it, and the tool is not idempotent; `call_id`, `tool` and `input`
+    /// name it), or the run's stored state cannot be read, so no worker goes on with it.
     #[serde(rename = "run.attention")]
     RunAttention {
         run_id: RunId,
-        call_id: String,
-        tool: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        call_id: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tool: Option<String>,
+        #[serde(default)]
         input: Value,
         reason: String,
     },

@@ -82,3 +82,56 @@ async fn a_started_call_on_an_idempotent_tool_is_sent_again_with_the_same_key() 
     let results = last_results(&app.model.requests()[1]);
     assert!(results[1]["content"].as_str().unwrap().contains("refunded"));
 }
+
+#[tokio::test]
+async fn a_run_whose_stored_state_cannot_be_read_asks_for_attention_instead_of_retrying_forever() {
+    let mut app = TestApp::spawn(refund_brain).await;
+    let run_id = app.start_run("Refund A-1001.").await;
+    let paused = app.wait_status(&run_id, "awaiting_approval").await;
+    app.stop_worker(0).await;
+    let (status, _) = app
+        .approve(&run_id, "toolu_2", &paused["pending"][0]["digest"])
+        .await;
+    assert_eq!(status, 200);
+    // Someone (or a bug) writes a decision no worker can read.
+    let client = redis::Client::open(app.infra.redis_url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let _: i64 = redis::cmd("HSET")
+        .arg(format!("cs:{}:decisions:{{{run_id}}}", app.namespace))
+        .arg("toolu_2")
+        .arg("{not json")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+
+    app.spawn_worker();
+    let attention = countersign_tests::wait_for("run.attention", PATIENCE, || async {
+        app.stream_messages("RUN_EVENTS", &format!("run.attention.{run_id}"))
+            .await
+            .pop()
+    })
+    .await;
+    assert!(
+        attention["reason"]
+            .as_str()
+            .unwrap()
+            .contains("cannot be read"),
+        "{attention}"
+    );
+    assert!(attention["call_id"].is_null());
+    // The decision's message was acked, not handed back again and again.
+    let js = async_nats::jetstream::new(async_nats::connect(&app.infra.nats_url).await.unwrap());
+    countersign_tests::wait_for("the decision to be acked", PATIENCE, || async {
+        let mut consumer: async_nats::jetstream::consumer::PullConsumer = js
+            .get_consumer_from_stream(
+                format!("{}_workers-decided", app.namespace),
+                format!("{}_APPROVALS", app.namespace),
+            )
+            .await
+            .ok()?;
+        let info = consumer.info().await.ok()?;
+        (info.num_ack_pending == 0 && info.num_pending == 0).then_some(())
+    })
+    .await;
+    assert!(app.tools.refunds().is_empty());
+}

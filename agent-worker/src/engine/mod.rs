@@ -52,6 +52,14 @@ enum StepError {
     Model(ModelError),
 }
 
+impl StepError {
+    /// Whether delivering the message again can help: an outage can pass; a stored run or a
+    /// script reply that cannot be read will read the same next time.
+    fn worth_retrying(&self) -> bool {
+        !matches!(self, Self::Store(StoreError::Corrupt(_)))
+    }
+}
+
 pub struct EngineSettings {
     /// This worker's name in leases.
     pub owner: String,
@@ -98,10 +106,41 @@ impl Engine {
     pub async fn process(&self, id: &RunId, start: Option<&Event>, attempt: u64) -> Next {
         match self.try_process(id, start, attempt).await {
             Ok(next) => next,
-            Err(e) => {
+            Err(e) if e.worth_retrying() => {
                 warn!(error = %e, "step failed; the message will be delivered again");
                 Next::Retry(backoff(attempt))
             }
+            Err(e) => {
+                self.give_up(id, &e).await;
+                Next::Ack
+            }
+        }
+    }
+
+    /// Leaves a run whose stored state cannot be read to a person: trying again would read
+    /// the same. Its lease is released and `run.attention` published; the message is acked.
+    async fn give_up(&self, id: &RunId, e: &StepError) {
+        warn!(error = %e, "the run's stored state cannot be read; a person must look");
+        let _ = self.store.release(id, &self.settings.owner).await;
+        let attention = Event::RunAttention {
+            run_id: id.clone(),
+            call_id: None,
+            tool: None,
+            input: Value::Null,
+            reason: format!(
+                "The run's stored state cannot be read ({e}), so no worker goes on with it."
+            ),
+        };
+        let published = self
+            .bus
+            .publish(
+                self.bus.names.run_attention(id),
+                &format!("attention:{id}"),
+                attention,
+            )
+            .await;
+        if let Err(e) = published {
+            warn!(error = %e, "could not publish run.attention");
         }
     }
 
@@ -450,8 +489,8 @@ impl Engine {
                 );
                 let attention = Event::RunAttention {
                     run_id: run.clone(),
-                    call_id: call_id.to_string(),
-                    tool: tool.name.clone(),
+                    call_id: Some(call_id.to_string()),
+                    tool: Some(tool.name.clone()),
                     input: input.clone(),
                     reason: reason.clone(),
                 };
