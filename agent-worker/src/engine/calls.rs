@@ -1,0 +1,184 @@
+//! What becomes of each call of a turn: sorted by the policy (refused outright, held for a
+//! person, or run at once), and, once the held ones are decided, turned into the results the
+//! model is told, in plain words.
+
+use super::{Engine, StepError, failed, results_message};
+use crate::agents::RunnableAgent;
+use crate::policy::Gate;
+use countersign_shared::audit::{AuditEntry, AuditKind};
+use countersign_shared::digest::call_digest;
+use countersign_shared::run::{Action, CallResult, Outcome, PendingCall, Run, TurnCall};
+use countersign_shared::store::StoreError;
+use serde_json::Value;
+
+impl Engine {
+    /// Sorts one turn's calls: refused outright (unknown tool, bad input), held for a
+    /// person, or run now. The free ones run together; their results are kept in order.
+    pub(super) async fn gate_and_run(
+        &self,
+        run: &Run,
+        agent: &RunnableAgent,
+        calls: Vec<(String, String, Value)>,
+    ) -> Result<Vec<TurnCall>, StepError> {
+        let mut held = Vec::with_capacity(calls.len());
+        let mut free = Vec::new();
+        // Deadlines are on Redis's clock, which the sweepers and the decision script read.
+        let mut now = None;
+        for (call_id, name, input) in calls {
+            let mut call = TurnCall {
+                call_id,
+                tool: name,
+                input,
+                result: None,
+                pending: None,
+            };
+            match agent.agent.tool(&call.tool) {
+                None => {
+                    call.result = Some(failed(format!("There is no tool named {:?}.", call.tool)));
+                }
+                Some(tool) => match agent.agent.validate_input(&tool.name, &call.input) {
+                    Err(errors) => {
+                        call.result = Some(failed(format!(
+                            "The input does not match the schema of {}: {}",
+                            tool.name,
+                            errors.join("; ")
+                        )));
+                    }
+                    Ok(()) => match agent.policies[&tool.name].gate(&call.input, &run.metadata) {
+                        Gate::Run => free.push((held.len(), tool)),
+                        Gate::Ask { reason, summary } => {
+                            let now = match now {
+                                Some(now) => now,
+                                None => *now.insert(self.store.time_ms().await?),
+                            };
+                            let deadline = now + self.approval_timeout(tool).as_millis() as i64;
+                            let reviewers = tool.reviewers();
+                            call.pending = Some(PendingCall {
+                                call_id: call.call_id.clone(),
+                                tool: tool.name.clone(),
+                                digest: call_digest(
+                                    run.run_id.as_str(),
+                                    &tool.name,
+                                    &call.input,
+                                    &tool.policy_version(),
+                                ),
+                                input: call.input.clone(),
+                                summary,
+                                reason,
+                                deciders: self.people.resolve(&reviewers.approvers),
+                                reviewers,
+                                deadline: Some(deadline),
+                                remind_at: tool
+                                    .remind_before()
+                                    .map(|before| deadline - before.as_millis() as i64)
+                                    .filter(|at| *at > now),
+                                escalated: false,
+                            });
+                        }
+                    },
+                },
+            }
+            held.push(call);
+        }
+        let results = futures::future::join_all(free.iter().map(|&(i, tool)| {
+            let call = &held[i];
+            self.execute(
+                &run.run_id,
+                tool,
+                &call.call_id,
+                &call.input,
+                Outcome::Executed,
+            )
+        }))
+        .await;
+        for ((i, _), result) in free.iter().zip(results) {
+            held[*i].result = Some(result?);
+        }
+        Ok(held)
+    }
+
+    /// Turns each decision of the held turn into a result and appends the turn's results;
+    /// returns the audit entries of the calls it ran or refused.
+    pub(super) async fn resume_turn(
+        &self,
+        run: &mut Run,
+        agent: &RunnableAgent,
+    ) -> Result<Vec<AuditEntry>, StepError> {
+        let decisions = self.store.decisions(&run.run_id).await?;
+        let mut held = std::mem::take(&mut run.held);
+        let mut executed = Vec::new();
+        for call in held.iter_mut().filter(|c| c.result.is_none()) {
+            let Some(decision) = decisions.get(&call.call_id) else {
+                return Err(
+                    StoreError::Corrupt(format!("call {} has no decision", call.call_id)).into(),
+                );
+            };
+            let Some(tool) = agent.agent.tool(&call.tool) else {
+                call.result = Some(failed(format!("The tool {} no longer exists.", call.tool)));
+                continue;
+            };
+            let by = &decision.decided_by;
+            let result = match decision.action {
+                _ if decision.expired => CallResult {
+                    outcome: Outcome::Expired,
+                    is_error: true,
+                    content: format!(
+                        "Nobody decided on this call before its deadline ({}), so it did not run. This is not a rejection: no one reviewed it.",
+                        chrono::DateTime::from_timestamp_millis(decision.decided_at)
+                            .unwrap_or_default()
+                            .to_rfc3339()
+                    ),
+                },
+                Action::Approve => {
+                    self.execute(
+                        &run.run_id,
+                        tool,
+                        &call.call_id,
+                        &call.input,
+                        Outcome::Approved,
+                    )
+                    .await?
+                }
+                Action::Reject => CallResult {
+                    outcome: Outcome::Rejected,
+                    is_error: true,
+                    content: format!(
+                        "A reviewer ({by}) rejected this call, so it did not run. Their reason: {}",
+                        decision.reason.as_deref().unwrap_or("none given")
+                    ),
+                },
+                Action::Edit => {
+                    let input = decision.input.clone().unwrap_or(Value::Null);
+                    let mut result = match agent.agent.validate_input(&tool.name, &input) {
+                        Err(errors) => failed(format!(
+                            "The reviewer's edited input does not match the schema: {}",
+                            errors.join("; ")
+                        )),
+                        Ok(()) => {
+                            self.execute(&run.run_id, tool, &call.call_id, &input, Outcome::Edited)
+                                .await?
+                        }
+                    };
+                    result.content = format!(
+                        "A reviewer ({by}) edited this call before it ran.\nYou asked for: {}\nIt ran with: {}\nTheir note: {}\nResult: {}",
+                        call.input,
+                        input,
+                        decision.note.as_deref().unwrap_or("none given"),
+                        result.content
+                    );
+                    result
+                }
+            };
+            if let Some(pending) = &call.pending {
+                let detail = serde_json::json!({
+                    "action": decision.action, "decided_by": by,
+                    "outcome": result.outcome, "is_error": result.is_error,
+                });
+                executed.push(self.entry(run, AuditKind::Executed, Some(pending), detail));
+            }
+            call.result = Some(result);
+        }
+        run.messages.push(results_message(&held));
+        Ok(executed)
+    }
+}

@@ -1,0 +1,179 @@
+//! How a drive stops: paused for a person, or finished (completed, failed, cancelled), each a
+//! save that carries its audit entries and its announcements.
+
+use super::{Engine, StepError};
+use countersign_shared::audit::{AuditEntry, AuditKind};
+use countersign_shared::events::{Event, Evidence};
+use countersign_shared::run::{Run, RunId, RunStatus};
+use countersign_shared::store::{Announcement, Save, StoreError};
+use tracing::{info, warn};
+
+impl Engine {
+    pub(super) async fn pause(&self, mut run: Run) -> Result<(), StepError> {
+        let requested: Vec<AuditEntry> = run
+            .pending()
+            .map(|p| {
+                let detail = serde_json::json!({
+                    "tool": p.tool, "input": p.input, "summary": p.summary, "reason": p.reason,
+                    "approvers": p.reviewers.approvers, "deciders": p.deciders,
+                    "quorum": p.reviewers.quorum, "deadline": p.deadline,
+                });
+                self.entry(&run, AuditKind::Requested, Some(p), detail)
+            })
+            .collect();
+        let announce = self.pause_announcement(&run);
+        self.save(&mut run, Save::Pause, &requested, &[announce])
+            .await?;
+        self.index_pause(&run).await?;
+        info!(
+            turn = run.turns,
+            pending = requested.len(),
+            "paused for approval"
+        );
+        Ok(())
+    }
+
+    /// Lists a paused run in the inbox and puts its timers where the sweepers look.
+    pub(super) async fn index_pause(&self, run: &Run) -> Result<(), StoreError> {
+        self.store.index_awaiting(&run.run_id, true).await?;
+        self.schedule_timers(run).await
+    }
+
+    pub(super) async fn finish(
+        &self,
+        mut run: Run,
+        result: Result<String, String>,
+    ) -> Result<(), StepError> {
+        let (status, kind, detail) = match result {
+            Ok(answer) => {
+                let detail = serde_json::json!({"answer": answer});
+                run.answer = Some(answer);
+                (RunStatus::Completed, AuditKind::Completed, detail)
+            }
+            Err(error) => {
+                warn!(%error, "run failed");
+                let detail = serde_json::json!({"error": error});
+                run.error = Some(error);
+                (RunStatus::Failed, AuditKind::Failed, detail)
+            }
+        };
+        let entry = self.entry(&run, kind, None, detail);
+        let announce = self.end_announcement(&run, status);
+        self.end(run, status, entry, vec![announce]).await
+    }
+
+    /// Finishes a run someone cancelled, from its last stored state: its undecided held calls
+    /// are closed (their channels are told) and `run.cancelled` is announced.
+    pub(super) async fn cancel(&self, id: &RunId) -> Result<(), StepError> {
+        let Some(run) = self.store.load(id).await? else {
+            return Ok(());
+        };
+        let Some(cancel) = run.cancel.clone() else {
+            return Err(StoreError::Corrupt("cancelled without a cancellation".into()).into());
+        };
+        let names = &self.bus.names;
+        let decisions = self.store.decisions(id).await?;
+        let mut announce: Vec<Announcement> = run
+            .pending()
+            .filter(|p| !decisions.contains_key(&p.call_id))
+            .map(|p| {
+                let event = Event::ApprovalCancelled {
+                    run_id: id.clone(),
+                    call_id: p.call_id.clone(),
+                    cancelled_by: cancel.by.clone(),
+                    channels: p.reviewers.channels.clone(),
+                };
+                let msg_id = format!("cancelled:{id}:{}", p.call_id);
+                Announcement::new(msg_id, names.approval_cancelled(id), event)
+            })
+            .collect();
+        announce.push(self.end_announcement(&run, RunStatus::Cancelled));
+        let detail = serde_json::json!({"by": cancel.by, "reason": cancel.reason});
+        let entry = self.entry(&run, AuditKind::Cancelled, None, detail);
+        self.store.index_awaiting(id, false).await?;
+        self.end(run, RunStatus::Cancelled, entry, announce).await
+    }
+
+    pub(super) async fn end(
+        &self,
+        mut run: Run,
+        status: RunStatus,
+        entry: AuditEntry,
+        announce: Vec<Announcement>,
+    ) -> Result<(), StepError> {
+        let retention = self.settings.retention;
+        self.save(
+            &mut run,
+            Save::Finish { status, retention },
+            &[entry],
+            &announce,
+        )
+        .await?;
+        info!(status = status.as_str(), "run finished");
+        Ok(())
+    }
+
+    pub(super) fn pause_announcement(&self, run: &Run) -> Announcement {
+        let names = &self.bus.names;
+        let event = Event::ApprovalRequested {
+            run_id: run.run_id.clone(),
+            agent: run.agent.clone(),
+            turn: run.turns,
+            text: run.held_turn_text(),
+            calls: run.pending().cloned().collect(),
+            evidence: run
+                .held
+                .iter()
+                .filter_map(|c| {
+                    let result = c.result.as_ref()?;
+                    Some(Evidence {
+                        call_id: c.call_id.clone(),
+                        tool: c.tool.clone(),
+                        input: c.input.clone(),
+                        content: result.content.clone(),
+                        is_error: result.is_error,
+                    })
+                })
+                .collect(),
+            requested_by: run.requested_by.clone(),
+        };
+        Announcement::new(
+            format!("requested:{}:{}", run.run_id, run.turns),
+            names.approval_requested(&run.run_id),
+            event,
+        )
+    }
+
+    pub(super) fn end_announcement(&self, run: &Run, status: RunStatus) -> Announcement {
+        let names = &self.bus.names;
+        let id = run.run_id.clone();
+        let (subject, event) = match status {
+            RunStatus::Cancelled => {
+                let cancel = run.cancel.clone();
+                (
+                    names.run_cancelled(&id),
+                    Event::RunCancelled {
+                        run_id: id.clone(),
+                        cancelled_by: cancel.as_ref().map(|c| c.by.clone()).unwrap_or_default(),
+                        reason: cancel.and_then(|c| c.reason),
+                    },
+                )
+            }
+            RunStatus::Completed => (
+                names.run_completed(&id),
+                Event::RunCompleted {
+                    run_id: id.clone(),
+                    answer: run.answer.clone().unwrap_or_default(),
+                },
+            ),
+            _ => (
+                names.run_failed(&id),
+                Event::RunFailed {
+                    run_id: id.clone(),
+                    error: run.error.clone().unwrap_or_default(),
+                },
+            ),
+        };
+        Announcement::new(format!("end:{id}"), subject, event)
+    }
+}
