@@ -42,6 +42,19 @@ pub struct Config {
     pub max_body_bytes: usize,
     /// Seconds an `Idempotency-Key` of `POST /v1/runs` is remembered. Default 86400.
     pub idempotency_ttl_secs: u64,
+    /// Milliseconds a client has to send a request's headers, counted from when the
+    /// connection starts waiting for them (so a kept-alive connection whose next request does
+    /// not come is closed after this long too). Default 5000.
+    pub header_read_timeout_ms: u64,
+    /// Milliseconds a client has to send a request's body once its headers arrived; a late
+    /// body is answered 408 and the connection closed. Default 10000.
+    pub body_timeout_ms: u64,
+    /// Milliseconds a connection may move no byte either way (say, a client that stopped
+    /// reading its answer) before it is closed. Default 60000.
+    pub idle_timeout_ms: u64,
+    /// Connections served at once; further ones wait in the listen backlog until one
+    /// closes. Default 1024.
+    pub max_connections: usize,
 }
 
 impl Default for Config {
@@ -60,6 +73,10 @@ impl Default for Config {
             delivery_retry_base_ms: 5000,
             max_body_bytes: 64 * 1024,
             idempotency_ttl_secs: 24 * 3600,
+            header_read_timeout_ms: 5000,
+            body_timeout_ms: 10_000,
+            idle_timeout_ms: 60_000,
+            max_connections: 1024,
         }
     }
 }
@@ -239,6 +256,14 @@ impl Config {
         anyhow::ensure!(
             self.max_body_bytes >= 1024,
             "max_body_bytes must be at least 1024"
+        );
+        anyhow::ensure!(
+            self.header_read_timeout_ms > 0 && self.body_timeout_ms > 0 && self.idle_timeout_ms > 0,
+            "header_read_timeout_ms, body_timeout_ms and idle_timeout_ms must be above 0"
+        );
+        anyhow::ensure!(
+            self.max_connections > 0,
+            "max_connections must be at least 1"
         );
         for key in &self.api_keys {
             anyhow::ensure!(

@@ -9,6 +9,7 @@ pub mod error;
 pub mod extract;
 pub mod notify;
 pub mod routes;
+pub mod server;
 pub mod slack;
 pub mod state;
 
@@ -33,11 +34,9 @@ pub async fn run(
     let bus = Bus::connect(&config.infra.nats_url, names).await?;
     let state = AppState::new(store, bus, catalog, config)?;
     let notifier = tokio::spawn(notify::run(state.clone(), shutdown.clone()));
-    let app = routes::router(state);
+    let app = routes::router(state.clone());
     tracing::info!(addr = %listener.local_addr()?, "gateway listening");
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown.clone().cancelled_owned())
-        .await?;
+    server::serve(listener, app, &state.config, shutdown.clone()).await;
     shutdown.cancel();
     notifier.await??;
     Ok(())
