@@ -2,9 +2,9 @@
 
 use super::view::rfc3339;
 use crate::error::ApiError;
-use crate::extract::{Caller, Permission};
+use crate::extract::{Caller, Permission, QueryParams};
 use crate::state::AppState;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::routing::get;
 use axum::{Json, Router};
 use countersign_shared::run::RunStatus;
@@ -26,7 +26,7 @@ const MAX_LIMIT: usize = 500;
 async fn list(
     State(state): State<AppState>,
     caller: Caller,
-    Query(query): Query<ListQuery>,
+    QueryParams(query): QueryParams<ListQuery>,
 ) -> Result<Json<Value>, ApiError> {
     caller.require(Permission::Read)?;
     if let Some(status) = query.status.as_deref().filter(|s| *s != "pending") {
