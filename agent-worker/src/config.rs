@@ -38,6 +38,9 @@ pub struct Config {
     /// Seconds in-flight runs get to finish on shutdown before they are handed back.
     /// Default 20.
     pub shutdown_grace_secs: u64,
+    /// Address of the small HTTP server answering `/livez` and `/readyz`. Env:
+    /// `WORKER_HEALTH_LISTEN`. Default `127.0.0.1:9090`; port 0 picks a free one.
+    pub health_listen: String,
 }
 
 impl Default for Config {
@@ -54,6 +57,7 @@ impl Default for Config {
             shutdown_grace_secs: 20,
             default_approval_timeout_secs: 24 * 3600,
             sweep_interval_ms: 250,
+            health_listen: "127.0.0.1:9090".into(),
         }
     }
 }
@@ -66,6 +70,7 @@ impl Config {
             config.agents_dir = dir.into();
         }
         override_from_env(&mut config.worker_id, "WORKER_ID");
+        override_from_env(&mut config.health_listen, "WORKER_HEALTH_LISTEN");
         config.validate()?;
         Ok(config)
     }

@@ -6,6 +6,7 @@ pub mod audit;
 pub mod bus;
 pub mod digest;
 pub mod events;
+pub mod health;
 pub mod infra;
 pub mod names;
 pub mod run;

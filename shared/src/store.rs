@@ -138,8 +138,20 @@ pub struct Store {
 }
 
 impl Store {
+    /// Connects, set to fail fast while Redis is away: one quick retry of a lost connection,
+    /// not the default six with growing pauses (about 9 s), so a request gets its 503 within
+    /// about a second; whoever called retries later (a client, or JetStream's redelivery),
+    /// and each command tries to reconnect again.
     pub async fn connect(url: &str, names: Names) -> Result<Self, StoreError> {
-        let conn = redis::Client::open(url)?.get_connection_manager().await?;
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(Duration::from_millis(500)))
+            .set_response_timeout(Some(Duration::from_secs(1)))
+            .set_number_of_retries(1)
+            .set_min_delay(Duration::from_millis(100))
+            .set_max_delay(Duration::from_millis(100));
+        let conn = redis::Client::open(url)?
+            .get_connection_manager_with_config(config)
+            .await?;
         Ok(Self { conn, names })
     }
 
