@@ -2,6 +2,7 @@
 //! then environment variables, then `validate()`.
 
 use countersign_shared::infra::{InfraConfig, config_path_from_args, load_toml, override_from_env};
+use countersign_shared::redact::redacted_url;
 use countersign_shared::signing::WebhookSecret;
 use serde::Deserialize;
 use std::fmt;
@@ -185,17 +186,28 @@ impl fmt::Debug for EmailConfig {
     }
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WebhookEndpoint {
     /// Named by `webhook:NAME` in a policy's channels: ASCII letters, digits, '-' and '_'.
     pub name: String,
+    /// May carry credentials (user info, a token in the query): printed redacted.
     pub url: String,
     /// `whsec_` and base64 of 24 to 64 random bytes. Never logged.
     pub secret: WebhookSecret,
     /// Receive every approval event, not only those of calls whose channels name it.
     #[serde(default)]
     pub all_events: bool,
+}
+
+impl fmt::Debug for WebhookEndpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WebhookEndpoint")
+            .field("name", &self.name)
+            .field("url", &redacted_url(&self.url))
+            .field("all_events", &self.all_events)
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -331,6 +343,24 @@ mod tests {
         assert_eq!(keys[0].role, Role::Reviewer);
         assert_eq!(keys[1].principal, "ops");
         assert!(parse_keys("k:nobody:x").is_err());
+    }
+
+    #[test]
+    fn webhook_urls_print_without_their_credentials() {
+        let hook: WebhookEndpoint = toml::from_str(
+            "name = \"ops\"\nurl = \"https://bot:hunter2@hooks.example.com/in?token=s3cr3t\"\n\
+             secret = \"whsec_MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3\"\n",
+        )
+        .unwrap();
+        let printed = format!("{hook:?}");
+        assert!(
+            !printed.contains("hunter2") && !printed.contains("s3cr3t"),
+            "{printed}"
+        );
+        assert!(
+            printed.contains("hooks.example.com/in?token=redacted"),
+            "{printed}"
+        );
     }
 
     #[test]

@@ -9,6 +9,7 @@ pub mod events;
 pub mod health;
 pub mod infra;
 pub mod names;
+pub mod redact;
 pub mod run;
 pub mod shutdown;
 pub mod signing;
