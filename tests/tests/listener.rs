@@ -1,6 +1,6 @@
-//! The gateway's listener: slow or silent clients are cut off after the configured timeouts,
-//! they do not keep others from being answered, and connections beyond `max_connections`
-//! wait until a slot frees.
+//! The gateway's listener: slow or silent clients are cut off after the configured timeouts
+//! (headers, body, and idle for a client that stops reading), they do not keep others from
+//! being answered, and connections beyond `max_connections` wait until a slot frees.
 
 use countersign_tests::app::{REQUESTER_KEY, TestApp};
 use countersign_tests::fake_model::refund_brain;
@@ -198,5 +198,47 @@ async fn a_connection_beyond_the_limit_waits_until_slow_ones_are_cut_off_then_is
     assert!(
         cut_before >= 2 * LIMIT - 1,
         "only {cut_before} slow connections were cut off before the waiting one was served"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_its_answers_is_cut_off_after_the_idle_timeout() {
+    let app = TestApp::spawn_configured(
+        "anthropic",
+        0,
+        "",
+        |config| {
+            config.idle_timeout_ms = 1000;
+            // Far off, so that only the idle timeout can end the connection.
+            config.header_read_timeout_ms = 120_000;
+        },
+        refund_brain,
+    )
+    .await;
+    let host = app.gateway_url.trim_start_matches("http://").to_string();
+    let stream = TcpStream::connect(&host).await.unwrap();
+    // Pipelined requests, never reading the answers: once the buffers are full both ways, the
+    // server is stuck writing, nothing moves, and only the idle timeout can free it.
+    let requests = format!("GET /livez HTTP/1.1\r\nhost: {host}\r\n\r\n").repeat(2000);
+    let mut offset = 0;
+    let started = Instant::now();
+    let limit = Duration::from_secs(90);
+    loop {
+        assert!(
+            started.elapsed() < limit,
+            "the stalled connection was still open after {limit:?}"
+        );
+        match stream.try_write(&requests.as_bytes()[offset..]) {
+            Ok(n) => offset = (offset + n) % requests.len(),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                // Full: wait until it drains or the server gives up on it.
+                let _ = tokio::time::timeout(Duration::from_millis(100), stream.writable()).await;
+            }
+            Err(_) => break,
+        }
+    }
+    println!(
+        "a client that stopped reading was cut off {:?} after it started writing",
+        started.elapsed()
     );
 }
