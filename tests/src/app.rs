@@ -273,6 +273,11 @@ impl TestApp {
         worker.probes.as_deref().expect("workers have probes")
     }
 
+    /// Tells the gateway to stop, the way SIGTERM does, without waiting for it.
+    pub fn stop_gateway(&self) {
+        self.gateway.token.cancel();
+    }
+
     /// Stops a worker the way SIGTERM does and waits until it has.
     pub async fn stop_worker(&mut self, index: usize) {
         let worker = self.workers[index].take().expect("worker already stopped");

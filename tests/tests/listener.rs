@@ -1,9 +1,11 @@
 //! The gateway's listener: slow or silent clients are cut off after the configured timeouts
 //! (headers, body, and idle for a client that stops reading), they do not keep others from
-//! being answered, and connections beyond `max_connections` wait until a slot frees.
+//! being answered, connections beyond `max_connections` wait until a slot frees, and a
+//! request in flight when the gateway stops is still answered.
 
-use countersign_tests::app::{REQUESTER_KEY, TestApp};
+use countersign_tests::app::{PATIENCE, REQUESTER_KEY, TestApp};
 use countersign_tests::fake_model::refund_brain;
+use countersign_tests::wait_for;
 use reqwest::StatusCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -240,5 +242,40 @@ async fn a_client_that_stops_reading_its_answers_is_cut_off_after_the_idle_timeo
     println!(
         "a client that stopped reading was cut off {:?} after it started writing",
         started.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_in_flight_when_the_gateway_stops_is_still_answered() {
+    let app = TestApp::spawn_with("anthropic", 0, refund_brain).await;
+    let host = app.gateway_url.trim_start_matches("http://").to_string();
+    let body = r#"{"agent": "refunds", "input": "Refund A-1001 please."}"#;
+    let mut stream = TcpStream::connect(&host).await.unwrap();
+    // With `expect: 100-continue` the server says when the handler starts reading the body:
+    // from then on the request is in flight.
+    let head = format!(
+        "POST /v1/runs HTTP/1.1\r\nhost: {host}\r\nauthorization: Bearer {REQUESTER_KEY}\r\n\
+         content-type: application/json\r\ncontent-length: {}\r\nexpect: 100-continue\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut buf = [0u8; 4096];
+    let n = stream.read(&mut buf).await.unwrap();
+    let answer = String::from_utf8_lossy(&buf[..n]).into_owned();
+    assert!(answer.starts_with("HTTP/1.1 100"), "{answer:?}");
+
+    app.stop_gateway();
+    // No new connection is taken once it is stopping.
+    wait_for("the gateway to stop accepting", PATIENCE, || async {
+        TcpStream::connect(&host).await.err().map(|_| ())
+    })
+    .await;
+    stream.write_all(body.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).await.unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(
+        answer.starts_with("HTTP/1.1 202"),
+        "the request in flight finished: {answer:?}"
     );
 }

@@ -9,9 +9,8 @@ mod runs;
 mod slack;
 mod view;
 
-use crate::state::AppState;
-
 use crate::error::ApiError;
+use crate::state::AppState;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{Method, StatusCode, Uri, header};
