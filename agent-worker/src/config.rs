@@ -42,6 +42,9 @@ pub struct Config {
     /// services can read one file): a held call's `role:NAME` approvers are resolved to the
     /// people holding the role when it is held. Default none.
     pub people: Vec<countersign_shared::people::Person>,
+    /// Address of the small HTTP server answering `/livez` and `/readyz`. Env:
+    /// `WORKER_HEALTH_LISTEN`. Default `127.0.0.1:9090`; port 0 picks a free one.
+    pub health_listen: String,
 }
 
 impl Default for Config {
@@ -59,6 +62,7 @@ impl Default for Config {
             default_approval_timeout_secs: 24 * 3600,
             sweep_interval_ms: 250,
             people: Vec::new(),
+            health_listen: "127.0.0.1:9090".into(),
         }
     }
 }
@@ -71,6 +75,7 @@ impl Config {
             config.agents_dir = dir.into();
         }
         override_from_env(&mut config.worker_id, "WORKER_ID");
+        override_from_env(&mut config.health_listen, "WORKER_HEALTH_LISTEN");
         config.validate()?;
         Ok(config)
     }

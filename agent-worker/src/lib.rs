@@ -5,6 +5,7 @@ pub mod agents;
 pub mod config;
 pub mod consumer;
 pub mod engine;
+pub mod health;
 pub mod model;
 pub mod policy;
 pub mod tools;
@@ -21,6 +22,7 @@ use engine::{Engine, EngineSettings};
 use futures::StreamExt;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -30,9 +32,10 @@ use tracing::{info, warn};
 pub async fn main_from_env() -> anyhow::Result<()> {
     countersign_shared::telemetry::init();
     let config = Config::load()?;
+    let health = TcpListener::bind(&config.health_listen).await?;
     let shutdown = CancellationToken::new();
     tokio::spawn(countersign_shared::shutdown::on_signal(shutdown.clone()));
-    run(config, shutdown).await
+    run(config, health, shutdown).await
 }
 
 /// Sweeps for passed deadlines every `interval` until `shutdown`.
@@ -72,8 +75,12 @@ fn check_roles(catalog: &Catalog, people: &Directory) -> anyhow::Result<()> {
 
 /// Runs a worker until `shutdown` is cancelled, then stops pulling, gives in-flight runs
 /// `shutdown_grace_secs` to reach a durable point, and hands back the rest (their messages
-/// are redelivered and their leases lapse).
-pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<()> {
+/// are redelivered and their leases lapse). `/livez` and `/readyz` are served on `health`.
+pub async fn run(
+    config: Config,
+    health: TcpListener,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
     let names = Names::new(&config.infra.namespace)?;
     let catalog = Catalog::load_dir(&config.agents_dir)?;
     let agents = Arc::new(Agents::compile(&catalog)?);
@@ -81,6 +88,12 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
     check_roles(&catalog, &people)?;
     let store = Store::connect(&config.infra.redis_url, names.clone()).await?;
     let bus = Bus::connect(&config.infra.nats_url, names.clone()).await?;
+    let probes = tokio::spawn(health::serve(
+        health,
+        store.clone(),
+        bus.clone(),
+        shutdown.clone(),
+    ));
     let ack_wait = Duration::from_secs(config.ack_wait_secs);
     let settings = ConsumerSettings {
         ack_wait,
@@ -174,6 +187,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> anyhow::Result<
     }
     sweeper.await?;
     outbox.await?;
+    probes.await??;
     bus.client.drain().await?;
     info!("worker stopped");
     Ok(())

@@ -3,6 +3,7 @@
 //! timeout is an error result for the model, never a crash.
 
 use countersign_shared::agent::ToolDef;
+use countersign_shared::redact::redact_error;
 use countersign_shared::run::{CallResult, Outcome, RunId};
 use std::time::Duration;
 
@@ -39,7 +40,11 @@ pub async fn call_http(
             "The tool {} did not answer within {} ms.",
             tool.name, tool.http.timeout_ms
         )),
-        Err(e) => failed(format!("The tool {} could not be reached: {e}", tool.name)),
+        Err(e) => failed(format!(
+            "The tool {} could not be reached: {}",
+            tool.name,
+            redact_error(e)
+        )),
         Ok(response) => {
             let status = response.status();
             let body = response.text().await.unwrap_or_default();

@@ -3,6 +3,7 @@
 
 use countersign_shared::infra::{InfraConfig, config_path_from_args, load_toml, override_from_env};
 pub use countersign_shared::people::Person;
+use countersign_shared::redact::redacted_url;
 use countersign_shared::signing::WebhookSecret;
 use serde::Deserialize;
 use std::fmt;
@@ -43,6 +44,19 @@ pub struct Config {
     pub max_body_bytes: usize,
     /// Seconds an `Idempotency-Key` of `POST /v1/runs` is remembered. Default 86400.
     pub idempotency_ttl_secs: u64,
+    /// Milliseconds a client has to send a request's headers, counted from when the
+    /// connection starts waiting for them (so a kept-alive connection whose next request does
+    /// not come is closed after this long too). Default 5000.
+    pub header_read_timeout_ms: u64,
+    /// Milliseconds a client has to send a request's body once its headers arrived; a late
+    /// body is answered 408 and the connection closed. Default 10000.
+    pub body_timeout_ms: u64,
+    /// Milliseconds a connection may move no byte either way (say, a client that stopped
+    /// reading its answer) before it is closed. Default 60000.
+    pub idle_timeout_ms: u64,
+    /// Connections served at once; further ones wait in the listen backlog until one
+    /// closes. Default 1024.
+    pub max_connections: usize,
 }
 
 impl Default for Config {
@@ -61,6 +75,10 @@ impl Default for Config {
             delivery_retry_base_ms: 5000,
             max_body_bytes: 64 * 1024,
             idempotency_ttl_secs: 24 * 3600,
+            header_read_timeout_ms: 5000,
+            body_timeout_ms: 10_000,
+            idle_timeout_ms: 60_000,
+            max_connections: 1024,
         }
     }
 }
@@ -169,17 +187,28 @@ impl fmt::Debug for EmailConfig {
     }
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WebhookEndpoint {
     /// Named by `webhook:NAME` in a policy's channels: ASCII letters, digits, '-' and '_'.
     pub name: String,
+    /// May carry credentials (user info, a token in the query): printed redacted.
     pub url: String,
     /// `whsec_` and base64 of 24 to 64 random bytes. Never logged.
     pub secret: WebhookSecret,
     /// Receive every approval event, not only those of calls whose channels name it.
     #[serde(default)]
     pub all_events: bool,
+}
+
+impl fmt::Debug for WebhookEndpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WebhookEndpoint")
+            .field("name", &self.name)
+            .field("url", &redacted_url(&self.url))
+            .field("all_events", &self.all_events)
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -224,6 +253,14 @@ impl Config {
         anyhow::ensure!(
             self.max_body_bytes >= 1024,
             "max_body_bytes must be at least 1024"
+        );
+        anyhow::ensure!(
+            self.header_read_timeout_ms > 0 && self.body_timeout_ms > 0 && self.idle_timeout_ms > 0,
+            "header_read_timeout_ms, body_timeout_ms and idle_timeout_ms must be above 0"
+        );
+        anyhow::ensure!(
+            self.max_connections > 0,
+            "max_connections must be at least 1"
         );
         for key in &self.api_keys {
             anyhow::ensure!(
@@ -291,6 +328,24 @@ mod tests {
         assert_eq!(keys[0].role, Role::Reviewer);
         assert_eq!(keys[1].principal, "ops");
         assert!(parse_keys("k:nobody:x").is_err());
+    }
+
+    #[test]
+    fn webhook_urls_print_without_their_credentials() {
+        let hook: WebhookEndpoint = toml::from_str(
+            "name = \"ops\"\nurl = \"https://bot:hunter2@hooks.example.com/in?token=s3cr3t\"\n\
+             secret = \"whsec_MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3\"\n",
+        )
+        .unwrap();
+        let printed = format!("{hook:?}");
+        assert!(
+            !printed.contains("hunter2") && !printed.contains("s3cr3t"),
+            "{printed}"
+        );
+        assert!(
+            printed.contains("hooks.example.com/in?token=redacted"),
+            "{printed}"
+        );
     }
 
     #[test]

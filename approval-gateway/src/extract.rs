@@ -1,5 +1,6 @@
 //! Request extractors that answer in the API's error format: the caller behind the bearer
-//! key, and JSON bodies (malformed JSON is a 400, an oversized body a 413).
+//! key, query strings (a malformed one is a 400), and JSON bodies (malformed JSON is a 400, an
+//! oversized body a 413).
 
 use crate::config::Role;
 use crate::error::ApiError;
@@ -101,6 +102,25 @@ impl FromRequestParts<AppState> for Caller {
         state
             .caller_for(key.trim())
             .ok_or_else(|| unauthorized("unknown API key"))
+    }
+}
+
+/// A query string parsed with the API's own errors.
+pub struct QueryParams<T>(pub T);
+
+impl<T: DeserializeOwned, S: Sync> FromRequestParts<S> for QueryParams<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        serde_urlencoded::from_str(parts.uri.query().unwrap_or_default())
+            .map(QueryParams)
+            .map_err(|e| {
+                ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_query",
+                    format!("invalid query string: {e}"),
+                )
+            })
     }
 }
 

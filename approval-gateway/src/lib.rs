@@ -8,6 +8,7 @@ pub mod error;
 pub mod extract;
 pub mod notify;
 pub mod routes;
+pub mod server;
 pub mod slack;
 pub mod state;
 
@@ -33,11 +34,9 @@ pub async fn run(
     let state = AppState::new(store, bus, catalog, config)?;
     let notifier = tokio::spawn(notify::run(state.clone(), shutdown.clone()));
     let outbox = tokio::spawn(state.outbox.clone().run_sweeper(shutdown.clone()));
-    let app = routes::router(state);
+    let app = routes::router(state.clone());
     tracing::info!(addr = %listener.local_addr()?, "gateway listening");
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown.clone().cancelled_owned())
-        .await?;
+    server::serve(listener, app, &state.config, shutdown.clone()).await;
     shutdown.cancel();
     notifier.await??;
     outbox.await?;

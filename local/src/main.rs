@@ -107,7 +107,10 @@ async fn main() -> anyhow::Result<()> {
         .await
         .context("bind the gateway on 127.0.0.1:8080")?;
     let gateway = tokio::spawn(approval_gateway::run(gateway, listener, shutdown.clone()));
-    let worker = tokio::spawn(agent_worker::run(worker, shutdown.clone()));
+    let health = tokio::net::TcpListener::bind(&worker.health_listen)
+        .await
+        .with_context(|| format!("bind the worker's probes on {}", worker.health_listen))?;
+    let worker = tokio::spawn(agent_worker::run(worker, health, shutdown.clone()));
     print_demo(&requester_key, &key, provider);
     let (g, w) = tokio::join!(gateway, worker);
     g??;

@@ -101,6 +101,16 @@ impl Names {
         self.subject("deliver.>")
     }
 
+    /// Every stream of the deployment.
+    pub fn streams(&self) -> [String; 4] {
+        [
+            self.runs_stream(),
+            self.approvals_stream(),
+            self.deliveries_stream(),
+            self.run_events_stream(),
+        ]
+    }
+
     pub fn runs_stream(&self) -> String {
         self.upper("RUNS")
     }

@@ -196,8 +196,20 @@ pub struct Store {
 }
 
 impl Store {
+    /// Connects, set to fail fast while Redis is away: one quick retry of a lost connection,
+    /// not the default six with growing pauses (about 9 s), so a request gets its 503 within
+    /// about a second; whoever called retries later (a client, or JetStream's redelivery),
+    /// and each command tries to reconnect again.
     pub async fn connect(url: &str, names: Names) -> Result<Self, StoreError> {
-        let conn = redis::Client::open(url)?.get_connection_manager().await?;
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(Duration::from_millis(500)))
+            .set_response_timeout(Some(Duration::from_secs(1)))
+            .set_number_of_retries(1)
+            .set_min_delay(Duration::from_millis(100))
+            .set_max_delay(Duration::from_millis(100));
+        let conn = redis::Client::open(url)?
+            .get_connection_manager_with_config(config)
+            .await?;
         Ok(Self { conn, names })
     }
 
@@ -741,15 +753,64 @@ impl Store {
         Ok(queued)
     }
 
-    /// Runs in the paused index, oldest first. Some may have moved on since: re-check them.
-    pub async fn awaiting(&self, limit: usize) -> Result<Vec<RunId>, StoreError> {
-        let ids: Vec<String> = redis::cmd("ZRANGE")
-            .arg(self.names.awaiting_key())
-            .arg(0)
-            .arg(limit.saturating_sub(1))
-            .query_async(&mut self.conn.clone())
-            .await?;
-        Ok(ids.iter().filter_map(|s| RunId::parse(s)).collect())
+    /// At most `limit` runs of the paused index strictly after `after` (from the start when
+    /// `None`), oldest first, runs that paused in the same millisecond in order of id, as
+    /// Redis keeps them. Only that slice is read, however many runs wait. Some may have moved
+    /// on since: re-check them.
+    pub async fn awaiting(
+        &self,
+        after: Option<&Awaiting>,
+        limit: usize,
+    ) -> Result<Vec<Awaiting>, StoreError> {
+        let key = self.names.awaiting_key();
+        let mut page = Vec::new();
+        let mut min = "-inf".to_string();
+        if let Some(after) = after {
+            // Runs that paused in the cursor's millisecond: the few after it by id come first.
+            let tied: Vec<String> = redis::cmd("ZRANGE")
+                .arg(&key)
+                .arg(after.since_ms)
+                .arg(after.since_ms)
+                .arg("BYSCORE")
+                .query_async(&mut self.conn.clone())
+                .await?;
+            page.extend(
+                tied.iter()
+                    .filter(|id| id.as_str() > after.run_id.as_str())
+                    .filter_map(|id| RunId::parse(id))
+                    .take(limit)
+                    .map(|run_id| Awaiting {
+                        run_id,
+                        since_ms: after.since_ms,
+                    }),
+            );
+            min = format!("({}", after.since_ms);
+        }
+        if page.len() < limit {
+            let rest: Vec<String> = redis::cmd("ZRANGE")
+                .arg(&key)
+                .arg(min)
+                .arg("+inf")
+                .arg("BYSCORE")
+                .arg("LIMIT")
+                .arg(0)
+                .arg(limit - page.len())
+                .arg("WITHSCORES")
+                .query_async(&mut self.conn.clone())
+                .await?;
+            for pair in rest.chunks_exact(2) {
+                let since_ms = pair[1]
+                    .parse::<f64>()
+                    .map_err(|_| StoreError::Corrupt(format!("awaiting score {:?}", pair[1])))?;
+                if let Some(run_id) = RunId::parse(&pair[0]) {
+                    page.push(Awaiting {
+                        run_id,
+                        since_ms: since_ms as i64,
+                    });
+                }
+            }
+        }
+        Ok(page)
     }
 }
 
@@ -768,6 +829,14 @@ fn announce_args(script: &mut ScriptInvocation<'_>, announce: &[Announcement]) {
     for a in announce {
         script.arg(&a.msg_id).arg(&a.subject).arg(&a.payload);
     }
+}
+
+/// A run's place in the index of paused runs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Awaiting {
+    pub run_id: RunId,
+    /// When it paused (ms since the epoch): its score in the index.
+    pub since_ms: i64,
 }
 
 fn to_json<T: serde::Serialize>(value: &T) -> Result<String, StoreError> {

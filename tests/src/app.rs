@@ -48,6 +48,8 @@ pub const PATIENCE: Duration = Duration::from_secs(60);
 struct Running {
     token: CancellationToken,
     task: JoinHandle<anyhow::Result<()>>,
+    /// Where its probes (`/livez`, `/readyz`) answer, for a worker.
+    probes: Option<String>,
 }
 
 pub struct TestApp {
@@ -211,7 +213,11 @@ impl TestApp {
             model,
             agents_dir,
             gateway_config: config,
-            gateway: Running { token, task },
+            gateway: Running {
+                token,
+                task,
+                probes: None,
+            },
             gateways: Vec::new(),
             workers: Vec::new(),
         };
@@ -250,7 +256,11 @@ impl TestApp {
             r.ok().filter(|r| r.status().is_success()).map(|_| ())
         })
         .await;
-        self.gateways.push(Running { token, task });
+        self.gateways.push(Running {
+            token,
+            task,
+            probes: None,
+        });
         url
     }
 
@@ -320,12 +330,35 @@ impl TestApp {
         std::fs::write(&path, edit(text)).unwrap();
     }
 
-    /// Starts another worker; returns its index.
+    /// Starts another worker, its probes on a free port; returns its index.
     pub fn spawn_worker(&mut self) -> usize {
         let token = CancellationToken::new();
-        let task = tokio::spawn(agent_worker::run(self.worker_config(), token.clone()));
-        self.workers.push(Some(Running { token, task }));
+        let probes = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        probes.set_nonblocking(true).unwrap();
+        let probes = tokio::net::TcpListener::from_std(probes).unwrap();
+        let url = format!("http://{}", probes.local_addr().unwrap());
+        let task = tokio::spawn(agent_worker::run(
+            self.worker_config(),
+            probes,
+            token.clone(),
+        ));
+        self.workers.push(Some(Running {
+            token,
+            task,
+            probes: Some(url),
+        }));
         self.workers.len() - 1
+    }
+
+    /// The base URL of a running worker's probes.
+    pub fn worker_probes_url(&self, index: usize) -> &str {
+        let worker = self.workers[index].as_ref().expect("worker stopped");
+        worker.probes.as_deref().expect("workers have probes")
+    }
+
+    /// Tells the gateway to stop, the way SIGTERM does, without waiting for it.
+    pub fn stop_gateway(&self) {
+        self.gateway.token.cancel();
     }
 
     /// Stops a worker the way SIGTERM does and waits until it has.

@@ -65,7 +65,17 @@ impl Infra {
     /// Stops Redis as an operator would (SIGTERM, so the append-only file is flushed) and
     /// starts it again; returns once it answers PING.
     pub async fn restart_redis(&self) {
+        self.stop_redis().await;
+        self.start_redis().await;
+    }
+
+    /// Stops Redis (SIGTERM) and leaves it stopped until [`Infra::start_redis`].
+    pub async fn stop_redis(&self) {
         self.redis.stop().await.unwrap();
+    }
+
+    /// Starts a stopped Redis again; returns once it answers PING.
+    pub async fn start_redis(&self) {
         self.redis.start().await.unwrap();
         let client = redis::Client::open(self.redis_url.as_str()).unwrap();
         crate::wait_for("Redis to answer again", Duration::from_secs(60), || async {
@@ -76,13 +86,23 @@ impl Infra {
         .await;
     }
 
-    /// Stops and starts NATS; returns once it accepts connections again.
-    pub async fn restart_nats(&self) {
+    /// Stops NATS and leaves it stopped until [`Infra::start_nats`].
+    pub async fn stop_nats(&self) {
         self.nats.stop().await.unwrap();
+    }
+
+    /// Starts a stopped NATS again; returns once it accepts connections.
+    pub async fn start_nats(&self) {
         self.nats.start().await.unwrap();
         crate::wait_for("NATS to answer again", Duration::from_secs(60), || async {
             async_nats::connect(&self.nats_url).await.ok().map(|_| ())
         })
         .await;
+    }
+
+    /// Stops and starts NATS; returns once it accepts connections again.
+    pub async fn restart_nats(&self) {
+        self.stop_nats().await;
+        self.start_nats().await;
     }
 }

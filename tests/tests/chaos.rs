@@ -53,7 +53,8 @@ fn worker_process_config(app: &TestApp) -> (std::path::PathBuf, std::path::PathB
         &config,
         format!(
             "nats_url = \"{}\"\nredis_url = \"{}\"\nnamespace = \"{}\"\nagents_dir = \"{}\"\n\
-             lease_secs = 3\nack_wait_secs = 3\nshutdown_grace_secs = 2\n",
+             lease_secs = 3\nack_wait_secs = 3\nshutdown_grace_secs = 2\n\
+             health_listen = \"127.0.0.1:0\"\n",
             app.infra.nats_url,
             app.infra.redis_url,
             app.namespace,

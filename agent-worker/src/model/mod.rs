@@ -7,6 +7,7 @@ mod openai;
 mod scripted;
 
 use countersign_shared::agent::{Agent, Provider, ToolDef};
+use countersign_shared::redact::redact_error;
 use countersign_shared::run::{Block, Message};
 
 pub use scripted::Script;
@@ -108,12 +109,12 @@ async fn post_json(
         .json(body)
         .send()
         .await
-        .map_err(|e| ModelError::Retryable(e.to_string()))?;
+        .map_err(|e| ModelError::Retryable(redact_error(e).to_string()))?;
     let status = response.status();
     let text = response
         .text()
         .await
-        .map_err(|e| ModelError::Retryable(e.to_string()))?;
+        .map_err(|e| ModelError::Retryable(redact_error(e).to_string()))?;
     if status.is_success() {
         return serde_json::from_str(&text)
             .map_err(|e| ModelError::Fatal(format!("unreadable answer: {e}")));

@@ -3,6 +3,7 @@
 
 use super::{Delivery, DeliveryError};
 use crate::state::AppState;
+use countersign_shared::redact::redact_error;
 use serde_json::json;
 use std::time::Duration;
 
@@ -33,7 +34,7 @@ pub async fn send(state: &AppState, name: &str, delivery: &Delivery) -> Result<(
         .body(body)
         .send()
         .await
-        .map_err(|e| DeliveryError::Retry(e.to_string()))?;
+        .map_err(|e| DeliveryError::Retry(redact_error(e).to_string()))?;
     match response.status() {
         s if s.is_success() => Ok(()),
         s if s == reqwest::StatusCode::GONE => Err(DeliveryError::GiveUp("HTTP 410 Gone".into())),

@@ -1,13 +1,19 @@
-//! The inbox: pending calls across runs.
+//! The inbox: pending calls across runs, oldest first, a page at a time.
+//!
+//! A page holds whole runs: it ends before a run whose calls would not fit in `limit` (a run
+//! with more calls than that gets a page of its own). `next_cursor` names the last run the
+//! page read, and the next page resumes strictly after it; it is `null` once the index is
+//! exhausted. Runs that moved on since they were indexed are skipped.
 
 use super::view::rfc3339;
 use crate::error::ApiError;
-use crate::extract::{Caller, Permission};
+use crate::extract::{Caller, Permission, QueryParams};
 use crate::state::AppState;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::routing::get;
 use axum::{Json, Router};
-use countersign_shared::run::RunStatus;
+use countersign_shared::run::{RunId, RunStatus};
+use countersign_shared::store::Awaiting;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -19,14 +25,39 @@ pub fn router() -> Router<AppState> {
 struct ListQuery {
     status: Option<String>,
     limit: Option<usize>,
+    cursor: Option<String>,
 }
 
 const MAX_LIMIT: usize = 500;
+const DEFAULT_LIMIT: usize = 100;
+
+/// The cursor is `{since_ms}-{run_id}` of the last run read. Clients treat it as opaque.
+fn encode_cursor(at: &Awaiting) -> String {
+    format!("{}-{}", at.since_ms, at.run_id)
+}
+
+fn decode_cursor(cursor: &str) -> Result<Awaiting, ApiError> {
+    cursor
+        .split_once('-')
+        .and_then(|(since, run)| {
+            Some(Awaiting {
+                since_ms: since.parse().ok()?,
+                run_id: RunId::parse(run)?,
+            })
+        })
+        .ok_or_else(|| {
+            ApiError::new(
+                axum::http::StatusCode::BAD_REQUEST,
+                "invalid_cursor",
+                "cursor is not one this API gave out; start again without it",
+            )
+        })
+}
 
 async fn list(
     State(state): State<AppState>,
     caller: Caller,
-    Query(query): Query<ListQuery>,
+    QueryParams(query): QueryParams<ListQuery>,
 ) -> Result<Json<Value>, ApiError> {
     caller.require(Permission::Read)?;
     if let Some(status) = query.status.as_deref().filter(|s| *s != "pending") {
@@ -34,22 +65,55 @@ async fn list(
             "status {status:?} is not supported; use status=pending"
         )));
     }
-    let limit = query.limit.unwrap_or(100).clamp(1, MAX_LIMIT);
+    let limit = query.limit.unwrap_or(DEFAULT_LIMIT);
+    if !(1..=MAX_LIMIT).contains(&limit) {
+        return Err(ApiError::bad_request(format!(
+            "limit must be between 1 and {MAX_LIMIT}"
+        )));
+    }
+    let mut after = query.cursor.as_deref().map(decode_cursor).transpose()?;
     let mut approvals = Vec::new();
-    for id in state.store.awaiting(MAX_LIMIT).await? {
-        let Some(run) = state.store.load(&id).await? else {
-            continue;
-        };
-        if run.status != RunStatus::AwaitingApproval {
-            continue;
+    let next = 'page: loop {
+        // Every awaiting run has at least one call left, so this many runs can fill the page.
+        let want = limit - approvals.len();
+        let batch = state.store.awaiting(after.as_ref(), want).await?;
+        let exhausted = batch.len() < want;
+        for at in batch {
+            let calls = undecided_calls(&state, &at.run_id).await?;
+            if !approvals.is_empty() && approvals.len() + calls.len() > limit {
+                break 'page after;
+            }
+            approvals.extend(calls);
+            after = Some(at);
+            if approvals.len() >= limit {
+                break 'page after;
+            }
         }
-        let decisions = state.store.decisions(&id).await?;
-        let text = run.held_turn_text();
-        for call in run
-            .pending()
-            .filter(|c| !decisions.contains_key(&c.call_id))
-        {
-            approvals.push(json!({
+        if exhausted {
+            break None;
+        }
+    };
+    Ok(Json(json!({
+        "approvals": approvals,
+        "next_cursor": next.as_ref().map(encode_cursor),
+    })))
+}
+
+/// The calls of a paused run that wait for a decision; none if it has moved on.
+async fn undecided_calls(state: &AppState, id: &RunId) -> Result<Vec<Value>, ApiError> {
+    let Some(run) = state.store.load(id).await? else {
+        return Ok(Vec::new());
+    };
+    if run.status != RunStatus::AwaitingApproval {
+        return Ok(Vec::new());
+    }
+    let decisions = state.store.decisions(id).await?;
+    let text = run.held_turn_text();
+    Ok(run
+        .pending()
+        .filter(|c| !decisions.contains_key(&c.call_id))
+        .map(|call| {
+            json!({
                 "run_id": run.run_id,
                 "agent": run.agent,
                 "requested_by": run.requested_by,
@@ -61,12 +125,7 @@ async fn list(
                 "digest": call.digest,
                 "summary": call.summary,
                 "reason": call.reason,
-            }));
-        }
-        if approvals.len() >= limit {
-            approvals.truncate(limit);
-            break;
-        }
-    }
-    Ok(Json(json!({ "approvals": approvals })))
+            })
+        })
+        .collect())
 }

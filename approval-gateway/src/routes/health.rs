@@ -1,23 +1,34 @@
-//! Readiness: touches Redis and NATS for real.
+//! Probes, no key needed. `/livez`: the process answers (it touches nothing, so a restart is
+//! not ordered because Redis or NATS is away). `/readyz`: Redis, NATS and every stream answer
+//! for real (see [`countersign_shared::health`]); `/healthz` is the same, kept for callers
+//! that know it.
 
-use crate::error::ApiError;
 use crate::state::AppState;
+use axum::Json;
+use axum::Router;
 use axum::extract::State;
+use axum::http::StatusCode;
 use axum::routing::get;
-use axum::{Json, Router};
+use countersign_shared::health::Readiness;
 use serde_json::{Value, json};
 
 pub fn router() -> Router<AppState> {
-    Router::new().route("/healthz", get(health))
+    Router::new()
+        .route("/livez", get(live))
+        .route("/readyz", get(ready))
+        .route("/healthz", get(ready))
 }
 
-async fn health(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
-    state.store.ping().await?;
-    state
-        .bus
-        .client
-        .flush()
-        .await
-        .map_err(ApiError::unavailable)?;
-    Ok(Json(json!({"status": "ok"})))
+async fn live() -> Json<Value> {
+    Json(json!({"status": "ok"}))
+}
+
+async fn ready(State(state): State<AppState>) -> (StatusCode, Json<Value>) {
+    let readiness = Readiness::check(&state.store, &state.bus).await;
+    let status = if readiness.is_ready() {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(readiness.body()))
 }

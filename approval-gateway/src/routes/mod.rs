@@ -9,10 +9,12 @@ mod runs;
 mod slack;
 mod view;
 
+use crate::error::ApiError;
 use crate::state::AppState;
-
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
+use axum::http::{Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
 pub use runs::load_run;
 pub use view::rfc3339;
 
@@ -26,7 +28,63 @@ pub fn router(state: AppState) -> Router {
         .merge(health::router())
         .merge(slack::router())
         .merge(email::router())
-        .fallback(|| async { crate::error::ApiError::not_found("no such route") })
+        .fallback(|| async { ApiError::not_found("no such route") })
+        // After the merges: it applies to the routes present when it is called.
+        .method_not_allowed_fallback(|method: Method, uri: Uri| async move {
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                format!("{method} is not allowed on {}", uri.path()),
+            )
+        })
         .layer(DefaultBodyLimit::max(limit))
+        .layer(axum::middleware::map_response(json_errors))
         .with_state(state)
+}
+
+/// Rewrites an error answer that is neither JSON nor a page into the API's JSON error: axum's
+/// own rejections, such as the 413 of a route that reads its body as raw bytes, are plain
+/// text. The email pages stay HTML.
+async fn json_errors(response: Response) -> Response {
+    let status = response.status();
+    let content_type = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    if !(status.is_client_error() || status.is_server_error())
+        || content_type.starts_with("application/json")
+        || content_type.starts_with("text/html")
+    {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    // Rejection texts are a line; a longer body is not one of them, and is not shown.
+    let text = axum::body::to_bytes(body, 1024)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+        .unwrap_or_default();
+    let message = if text.is_empty() {
+        status.canonical_reason().unwrap_or("error").to_lowercase()
+    } else {
+        text
+    };
+    let code = match status {
+        StatusCode::BAD_REQUEST => "bad_request",
+        StatusCode::UNAUTHORIZED => "unauthorized",
+        StatusCode::FORBIDDEN => "forbidden",
+        StatusCode::NOT_FOUND => "not_found",
+        StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
+        StatusCode::PAYLOAD_TOO_LARGE => "body_too_large",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+        StatusCode::UNPROCESSABLE_ENTITY => "unprocessable",
+        s if s.is_server_error() => "internal",
+        _ => "error",
+    };
+    let json = ApiError::new(status, code, message).into_response();
+    parts.headers.remove(header::CONTENT_LENGTH);
+    for (name, value) in json.headers() {
+        parts.headers.insert(name, value.clone());
+    }
+    Response::from_parts(parts, json.into_body())
 }

@@ -2,6 +2,7 @@
 //! Slack answers HTTP 200 with `{"ok": false, "error"}` for most failures.
 
 use crate::config::SlackConfig;
+use countersign_shared::redact::redact_error;
 use serde_json::Value;
 
 #[derive(Debug, thiserror::Error)]
@@ -30,7 +31,7 @@ pub async fn call(
         .json(body)
         .send()
         .await
-        .map_err(|e| SlackError::Unavailable(e.to_string()))?;
+        .map_err(|e| SlackError::Unavailable(redact_error(e).to_string()))?;
     let status = response.status();
     if status.as_u16() == 429 || status.is_server_error() {
         return Err(SlackError::Unavailable(format!("HTTP {status}")));
@@ -38,7 +39,7 @@ pub async fn call(
     let answer: Value = response
         .json()
         .await
-        .map_err(|e| SlackError::Unavailable(e.to_string()))?;
+        .map_err(|e| SlackError::Unavailable(redact_error(e).to_string()))?;
     if answer["ok"] == true {
         Ok(answer)
     } else {

@@ -1,0 +1,51 @@
+//! The worker's probes on a small HTTP server of their own: `/livez` (the process answers)
+//! and `/readyz` (Redis, NATS and every stream answer, as the gateway checks them).
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::Json;
+use axum::routing::get;
+use countersign_shared::bus::Bus;
+use countersign_shared::health::Readiness;
+use countersign_shared::store::Store;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Clone)]
+struct Probes {
+    store: Store,
+    bus: Bus,
+}
+
+/// Serves the probes on `listener` until `shutdown`.
+pub async fn serve(
+    listener: TcpListener,
+    store: Store,
+    bus: Bus,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    let app = Router::new()
+        .route("/livez", get(live))
+        .route("/readyz", get(ready))
+        .with_state(Probes { store, bus });
+    tracing::info!(addr = %listener.local_addr()?, "health probes listening");
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown.cancelled_owned())
+        .await
+}
+
+async fn live() -> Json<Value> {
+    Json(json!({"status": "ok"}))
+}
+
+async fn ready(State(probes): State<Probes>) -> (StatusCode, Json<Value>) {
+    let readiness = Readiness::check(&probes.store, &probes.bus).await;
+    let status = if readiness.is_ready() {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(readiness.body()))
+}

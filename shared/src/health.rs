@@ -1,0 +1,86 @@
+//! Readiness, the same for both services: Redis answers PING, the NATS client is connected,
+//! and every JetStream stream of the deployment answers a stream-info request. Each check is
+//! bounded, so a probe answers within about a second even when a server does not.
+
+use crate::bus::Bus;
+use crate::store::Store;
+use futures::future::join_all;
+use serde_json::{Map, Value, json};
+use std::time::Duration;
+
+/// How long one check may take before it counts as failed.
+const CHECK_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// What each check found: its name and `None` when it passed, else why not.
+pub struct Readiness {
+    checks: Vec<(String, Option<String>)>,
+}
+
+impl Readiness {
+    /// Runs every check at once.
+    pub async fn check(store: &Store, bus: &Bus) -> Self {
+        let redis = bounded("redis".to_string(), async {
+            store.ping().await.map_err(|e| e.to_string())
+        });
+        let nats = async {
+            let state = bus.client.connection_state();
+            let failure = (state != async_nats::connection::State::Connected)
+                .then(|| format!("the client is {state:?}").to_lowercase());
+            ("nats".to_string(), failure)
+        };
+        let streams = join_all(bus.names.streams().into_iter().map(|name| {
+            bounded(format!("stream {name}"), async move {
+                bus.js
+                    .get_stream(&name)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            })
+        }));
+        let (redis, nats, streams) = tokio::join!(redis, nats, streams);
+        let mut checks = vec![redis, nats];
+        checks.extend(streams);
+        Self { checks }
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.checks.iter().all(|(_, failure)| failure.is_none())
+    }
+
+    /// The answer of a probe: `{status: "ready", checks}` when all passed, else the API's
+    /// error, `{error: {code: "not_ready", message, details: {checks}}}`, the message naming
+    /// what failed. Each check is `"ok"` or why it failed.
+    pub fn body(&self) -> Value {
+        let checks: Map<String, Value> = self
+            .checks
+            .iter()
+            .map(|(name, failure)| (name.clone(), failure.as_deref().unwrap_or("ok").into()))
+            .collect();
+        if self.is_ready() {
+            return json!({"status": "ready", "checks": checks});
+        }
+        let failed: Vec<&str> = self
+            .checks
+            .iter()
+            .filter(|(_, failure)| failure.is_some())
+            .map(|(name, _)| name.as_str())
+            .collect();
+        json!({"error": {
+            "code": "not_ready",
+            "message": format!("not ready: {}", failed.join(", ")),
+            "details": {"checks": checks},
+        }})
+    }
+}
+
+async fn bounded(
+    name: String,
+    check: impl Future<Output = Result<(), String>>,
+) -> (String, Option<String>) {
+    let failure = match tokio::time::timeout(CHECK_TIMEOUT, check).await {
+        Ok(Ok(())) => None,
+        Ok(Err(e)) => Some(e),
+        Err(_) => Some(format!("no answer within {} ms", CHECK_TIMEOUT.as_millis())),
+    };
+    (name, failure)
+}
