@@ -7,10 +7,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 #[derive(Clone, Debug, Deserialize)]
-/// Unknown keys are not refused: serde cannot refuse them next to a flattened table.
 #[serde(default)]
 pub struct Config {
-    #[serde(flatten)]
+    /// Where NATS and Redis are (`nats_url`, `redis_url`, `namespace` at the top level).
+    #[serde(skip)]
     pub infra: InfraConfig,
     /// Folder of agent definitions. Env: `COUNTERSIGN_AGENTS_DIR`. Default `agents`.
     pub agents_dir: PathBuf,
@@ -69,7 +69,8 @@ impl Default for Config {
 
 impl Config {
     pub fn load() -> anyhow::Result<Self> {
-        let mut config: Config = load_toml(config_path_from_args().as_deref())?;
+        let (mut config, infra): (Config, _) = load_toml(config_path_from_args().as_deref())?;
+        config.infra = infra;
         config.infra.apply_env();
         if let Ok(dir) = std::env::var("COUNTERSIGN_AGENTS_DIR") {
             config.agents_dir = dir.into();
@@ -94,5 +95,21 @@ impl Config {
 
     pub fn lease(&self) -> Duration {
         Duration::from_secs(self.lease_secs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_reference_configuration_loads_and_a_misspelled_key_is_named() {
+        let (mut config, infra): (Config, _) =
+            countersign_shared::infra::parse_toml(include_str!("../config.example.toml")).unwrap();
+        config.infra = infra;
+        config.validate().unwrap();
+        assert_eq!(config.people[0].roles, ["finance"]);
+        let err = countersign_shared::infra::parse_toml::<Config>("concurency = 4").unwrap_err();
+        assert!(err.to_string().contains("concurency"), "{err}");
     }
 }

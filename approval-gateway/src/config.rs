@@ -1,19 +1,21 @@
 //! Gateway configuration: defaults, then a TOML file (`--config` or `COUNTERSIGN_CONFIG`),
 //! then environment variables, then `validate()`.
 
+use countersign_shared::agent::Catalog;
 use countersign_shared::infra::{InfraConfig, config_path_from_args, load_toml, override_from_env};
 pub use countersign_shared::people::Person;
 use countersign_shared::redact::redacted_url;
+use countersign_shared::secret::Secret;
 use countersign_shared::signing::WebhookSecret;
 use serde::Deserialize;
 use std::fmt;
 use std::path::PathBuf;
 
-/// Unknown keys are not refused: serde cannot refuse them next to a flattened table.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(default)]
 pub struct Config {
-    #[serde(flatten)]
+    /// Where NATS and Redis are (`nats_url`, `redis_url`, `namespace` at the top level).
+    #[serde(skip)]
     pub infra: InfraConfig,
     /// Address to listen on. Env: `COUNTERSIGN_LISTEN`. Default `127.0.0.1:8080`.
     pub listen: String,
@@ -96,11 +98,11 @@ pub enum Role {
     Reader,
 }
 
-#[derive(Clone, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ApiKey {
     /// The bearer token. Never logged.
-    pub key: String,
+    pub key: Secret,
     pub role: Role,
     /// Who this key speaks for: recorded as the requester of runs and the maker of decisions.
     pub principal: String,
@@ -110,31 +112,23 @@ pub struct ApiKey {
     pub speaks_for: Vec<String>,
 }
 
-#[derive(Clone, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SlackConfig {
     /// The Web API's base URL. Default `https://slack.com/api`.
     #[serde(default = "slack_api")]
     pub api_base_url: String,
     /// The bot token (`xoxb-…`), with the `chat:write` scope. Never logged.
-    pub bot_token: String,
+    pub bot_token: Secret,
     /// The app's signing secret, for `POST /slack/interactions`. Never logged.
-    pub signing_secret: String,
+    pub signing_secret: Secret,
 }
 
 fn slack_api() -> String {
     "https://slack.com/api".into()
 }
 
-impl fmt::Debug for SlackConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SlackConfig")
-            .field("api_base_url", &self.api_base_url)
-            .finish_non_exhaustive()
-    }
-}
-
-#[derive(Clone, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EmailConfig {
     pub smtp_host: String,
@@ -148,7 +142,7 @@ pub struct EmailConfig {
     pub smtp_username: Option<String>,
     /// Never logged.
     #[serde(default)]
-    pub smtp_password: Option<String>,
+    pub smtp_password: Option<Secret>,
     /// The sender, e.g. `Countersign <approvals@example.com>`.
     pub from: String,
     /// Where reviewers reach this gateway, for the links: e.g. `https://approvals.example.com`.
@@ -173,18 +167,6 @@ pub enum SmtpTls {
     Starttls,
     Tls,
     None,
-}
-
-impl fmt::Debug for EmailConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("EmailConfig")
-            .field("smtp_host", &self.smtp_host)
-            .field("smtp_port", &self.smtp_port)
-            .field("smtp_tls", &self.smtp_tls)
-            .field("from", &self.from)
-            .field("public_base_url", &self.public_base_url)
-            .finish_non_exhaustive()
-    }
 }
 
 #[derive(Clone, Deserialize)]
@@ -223,20 +205,10 @@ pub struct SignedSender {
     pub speaks_for: Vec<String>,
 }
 
-impl fmt::Debug for ApiKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ApiKey")
-            .field("key", &"<redacted>")
-            .field("role", &self.role)
-            .field("principal", &self.principal)
-            .field("speaks_for", &self.speaks_for)
-            .finish()
-    }
-}
-
 impl Config {
     pub fn load() -> anyhow::Result<Self> {
-        let mut config: Config = load_toml(config_path_from_args().as_deref())?;
+        let (mut config, infra): (Config, _) = load_toml(config_path_from_args().as_deref())?;
+        config.infra = infra;
         config.infra.apply_env();
         override_from_env(&mut config.listen, "COUNTERSIGN_LISTEN");
         if let Ok(dir) = std::env::var("COUNTERSIGN_AGENTS_DIR") {
@@ -264,7 +236,7 @@ impl Config {
         );
         for key in &self.api_keys {
             anyhow::ensure!(
-                key.key.len() >= 16,
+                key.key.expose().len() >= 16,
                 "the API key of {:?} is shorter than 16 characters",
                 key.principal
             );
@@ -292,6 +264,63 @@ impl Config {
                 "person {:?} is configured twice",
                 person.id
             );
+        }
+        let mut names = std::collections::HashSet::new();
+        for name in self.webhooks.iter().map(|h| &h.name) {
+            anyhow::ensure!(names.insert(name), "webhook {name:?} is configured twice");
+        }
+        let mut names = std::collections::HashSet::new();
+        for name in self.signed_senders.iter().map(|s| &s.name) {
+            anyhow::ensure!(
+                names.insert(name),
+                "signed sender {name:?} is configured twice"
+            );
+        }
+        if let Some(email) = &self.email {
+            email
+                .from
+                .parse::<lettre::message::Mailbox>()
+                .map_err(|e| {
+                    anyhow::anyhow!("email.from {:?} is not an address: {e}", email.from)
+                })?;
+        }
+        Ok(())
+    }
+
+    /// Checks that every channel the agents' policies name can be reached with this
+    /// configuration, so a typo is found at start-up rather than when a call waits.
+    pub fn check_channels(&self, catalog: &Catalog) -> anyhow::Result<()> {
+        for agent in catalog.iter() {
+            for tool in &agent.def.tools {
+                for channel in tool.reviewers().channels {
+                    let missing = match channel.split_once(':') {
+                        Some(("slack", _)) if self.slack.is_none() => Some("a [slack] table"),
+                        Some(("email", _)) if self.email.is_none() => Some("an [email] table"),
+                        Some(("email", address))
+                            if address != "approvers"
+                                && !self
+                                    .people
+                                    .iter()
+                                    .any(|p| p.email.as_deref() == Some(address)) =>
+                        {
+                            Some("a person with that email address")
+                        }
+                        Some(("webhook", name))
+                            if !self.webhooks.iter().any(|h| h.name == name) =>
+                        {
+                            Some("a webhook of that name")
+                        }
+                        _ => None,
+                    };
+                    if let Some(missing) = missing {
+                        anyhow::bail!(
+                            "{}.{} sends to {channel:?}, which needs {missing} in the gateway's configuration",
+                            agent.def.name,
+                            tool.name
+                        );
+                    }
+                }
+            }
         }
         Ok(())
     }
@@ -352,5 +381,71 @@ mod tests {
     fn keys_never_print() {
         let key = parse_keys("secretsecretsecret:admin:ops").unwrap();
         assert!(!format!("{key:?}").contains("secretsecret"));
+    }
+}
+
+#[cfg(test)]
+mod unknown_keys {
+    use super::*;
+
+    #[test]
+    fn a_misspelled_key_is_refused_with_its_name() {
+        let parse = countersign_shared::infra::parse_toml::<Config>;
+        let parse = |text| {
+            parse(text).map(|(mut config, infra)| {
+                config.infra = infra;
+                config
+            })
+        };
+        let err = parse("listen = \"127.0.0.1:1\"\nredis_ulr = \"redis://x\"\n").unwrap_err();
+        assert!(err.to_string().contains("redis_ulr"), "{err}");
+        let err = parse("[[people]]\nid = \"a\"\nrole = [\"x\"]\n").unwrap_err();
+        assert!(err.to_string().contains("role"), "{err}");
+        let config = parse("redis_url = \"redis://x\"\nlisten = \"0.0.0.0:1\"\n").unwrap();
+        assert_eq!(config.infra.redis_url, "redis://x");
+    }
+
+    #[test]
+    fn the_reference_configuration_loads_and_validates() {
+        let (config, _): (Config, _) =
+            countersign_shared::infra::parse_toml(include_str!("../config.example.toml")).unwrap();
+        config.validate().unwrap();
+        assert_eq!(config.api_keys.len(), 2);
+        assert!(config.slack.is_some() && config.email.is_some());
+    }
+
+    #[test]
+    fn channels_the_agents_name_must_exist_in_the_configuration() {
+        let dir = std::env::temp_dir().join(format!("cs-channels-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let agent = |channel: &str| {
+            format!(
+                "name = \"a\"\nsystem = \"s\"\n[model]\nprovider = \"anthropic\"\nname = \"m\"\n\
+                 [[tools]]\nname = \"t\"\ndescription = \"d\"\ninput_schema = {{ type = \"object\" }}\n\
+                 http = {{ url = \"http://127.0.0.1:1/t\" }}\n[tools.approval]\nchannels = [\"{channel}\"]\n"
+            )
+        };
+        let check = |channel: &str, config: &Config| {
+            std::fs::write(dir.join("a.toml"), agent(channel)).unwrap();
+            config.check_channels(&Catalog::load_dir(&dir).unwrap())
+        };
+        let bare = Config::default();
+        for channel in ["webhook:ops", "slack:#x", "email:approvers"] {
+            let err = check(channel, &bare).unwrap_err().to_string();
+            assert!(err.contains(channel), "{err}");
+        }
+        let (full, _): (Config, _) =
+            countersign_shared::infra::parse_toml(include_str!("../config.example.toml")).unwrap();
+        for channel in [
+            "webhook:ops",
+            "slack:#x",
+            "email:approvers",
+            "email:bob@example.com",
+        ] {
+            check(channel, &full).unwrap();
+        }
+        assert!(check("webhook:other", &full).is_err());
+        assert!(check("email:stranger@example.com", &full).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

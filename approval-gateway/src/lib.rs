@@ -29,6 +29,7 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let names = Names::new(&config.infra.namespace)?;
     let catalog = Catalog::load_dir(&config.agents_dir)?;
+    config.check_channels(&catalog)?;
     let store = Store::connect(&config.infra.redis_url, names.clone()).await?;
     let bus = Bus::connect(&config.infra.nats_url, names).await?;
     let state = AppState::new(store, bus, catalog, config)?;

@@ -33,7 +33,7 @@ impl AppState {
         let keys = config
             .api_keys
             .iter()
-            .map(|k| (sha256_hex(&k.key), k.clone()))
+            .map(|k| (sha256_hex(k.key.expose()), k.clone()))
             .collect();
         Ok(Self {
             mailer: config

@@ -79,13 +79,13 @@ async fn main() -> anyhow::Result<()> {
         agents_dir: agents_dir.clone(),
         api_keys: vec![
             approval_gateway::config::ApiKey {
-                key: key.clone(),
+                key: key.clone().into(),
                 role: approval_gateway::config::Role::Admin,
                 principal: "you".into(),
                 speaks_for: Vec::new(),
             },
             approval_gateway::config::ApiKey {
-                key: requester_key.clone(),
+                key: requester_key.clone().into(),
                 role: approval_gateway::config::Role::Requester,
                 principal: "support-desk".into(),
                 speaks_for: Vec::new(),

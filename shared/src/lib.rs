@@ -13,6 +13,7 @@ pub mod outbox;
 pub mod people;
 pub mod redact;
 pub mod run;
+pub mod secret;
 pub mod shutdown;
 pub mod signing;
 pub mod store;

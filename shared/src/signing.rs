@@ -3,7 +3,8 @@
 //! Outbound webhooks are signed with it and inbound decisions may be authenticated by it.
 
 use base64::Engine;
-use base64::engine::general_purpose::STANDARD;
+use base64::engine::DecodePaddingMode;
+use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig, STANDARD};
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 use std::fmt;
@@ -43,9 +44,14 @@ pub enum SignatureError {
 
 impl WebhookSecret {
     pub fn parse(secret: &str) -> Result<Self, SignatureError> {
+        // Padding is optional, as the Standard Webhooks libraries take it.
+        const SECRET_B64: GeneralPurpose = GeneralPurpose::new(
+            &base64::alphabet::STANDARD,
+            GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
+        );
         let key = secret
             .strip_prefix("whsec_")
-            .and_then(|b64| STANDARD.decode(b64).ok())
+            .and_then(|b64| SECRET_B64.decode(b64).ok())
             .filter(|k| (24..=64).contains(&k.len()))
             .ok_or(SignatureError::BadSecret)?;
         Ok(Self(key))
@@ -131,5 +137,16 @@ mod tests {
         assert!(WebhookSecret::parse("C2FVsBQIhrscChlQIMV+b5sSYspob7oD").is_err());
         assert!(WebhookSecret::parse("whsec_YWJj").is_err());
         assert!(!format!("{:?}", WebhookSecret::parse(SECRET).unwrap()).contains("C2FV"));
+    }
+
+    #[test]
+    fn secrets_are_taken_with_or_without_padding() {
+        let padded = WebhookSecret::parse("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap();
+        let unpadded =
+            WebhookSecret::parse("whsec_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxw").unwrap();
+        let padded_too =
+            WebhookSecret::parse("whsec_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxw=").unwrap();
+        assert_eq!(unpadded.sign("m", 1, b"x"), padded_too.sign("m", 1, b"x"));
+        assert_ne!(padded.sign("m", 1, b"x"), unpadded.sign("m", 1, b"x"));
     }
 }

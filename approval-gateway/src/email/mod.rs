@@ -40,9 +40,10 @@ pub fn mailer(config: &EmailConfig) -> anyhow::Result<Mailer> {
     };
     let builder = builder.port(config.smtp_port);
     let builder = match (&config.smtp_username, &config.smtp_password) {
-        (Some(user), Some(password)) => {
-            builder.credentials(Credentials::new(user.clone(), password.clone()))
-        }
+        (Some(user), Some(password)) => builder.credentials(Credentials::new(
+            user.clone(),
+            password.expose().to_string(),
+        )),
         _ => builder,
     };
     Ok(builder.build())

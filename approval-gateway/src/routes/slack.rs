@@ -37,7 +37,7 @@ async fn interaction(
     };
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     signature::verify(
-        &slack.signing_secret,
+        slack.signing_secret.expose(),
         header("x-slack-request-timestamp"),
         header("x-slack-signature"),
         &body,

@@ -26,7 +26,7 @@ pub async fn call(
             "{}/{method}",
             slack.api_base_url.trim_end_matches('/')
         ))
-        .bearer_auth(&slack.bot_token)
+        .bearer_auth(slack.bot_token.expose())
         .header("content-type", "application/json; charset=utf-8")
         .json(body)
         .send()
