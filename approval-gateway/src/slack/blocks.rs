@@ -46,7 +46,8 @@ pub const MAX_EVIDENCE_SHOWN: usize = 8;
 const SUMMARY_CHARS: usize = 1000;
 const REASON_CHARS: usize = 1000;
 const WORDS_CHARS: usize = 1500;
-const NAME_CHARS: usize = 100;
+/// A name: an agent's, a person's, a tool's.
+pub const NAME_CHARS: usize = 100;
 const APPROVERS_CHARS: usize = 300;
 /// One tool result, and all of them together.
 const EVIDENCE_CHARS: usize = 1200;
@@ -398,6 +399,102 @@ mod tests {
         assert_eq!(escaped("a<b", 5), "a…");
         assert_eq!(clipped("ééé", 2), "é…");
         assert_eq!(clipped("ééé", 3), "ééé");
+    }
+
+    /// Every text Slack parses in a message, with `rich_text` text elements left out.
+    fn mrkdwn_texts(value: &Value, out: &mut Vec<String>) {
+        match value {
+            Value::Array(items) => items.iter().for_each(|v| mrkdwn_texts(v, out)),
+            Value::Object(fields) if fields.get("type") == Some(&json!("text")) => {}
+            Value::Object(fields) => {
+                if let Some(Value::String(text)) = fields.get("text") {
+                    out.push(text.clone());
+                }
+                fields.values().for_each(|v| mrkdwn_texts(v, out));
+            }
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn a_request_of_anything_fits_slacks_limits_and_pings_nobody() {
+        // `&` grows fivefold when escaped: the worst case for clipping.
+        let huge = "&<!channel>".repeat(2000);
+        let call: PendingCall = serde_json::from_value(json!({
+            "call_id": "toolu_2", "tool": "issue_refund", "input": {"order_id": huge},
+            "digest": "d", "summary": huge, "reason": huge, "approvers": [huge],
+            "deadline": 1_700_000_000_000i64,
+        }))
+        .unwrap();
+        let evidence: Vec<Evidence> = (0..100)
+            .map(|i| Evidence {
+                call_id: format!("toolu_{i}"),
+                tool: huge.clone(),
+                input: json!({"order_id": huge}),
+                content: huge.clone(),
+                is_error: i % 2 == 0,
+            })
+            .collect();
+        let target = Target {
+            run_id: "run_1".into(),
+            call_id: "toolu_2".into(),
+            digest: "d".into(),
+        };
+        let message = request_message(&Request {
+            channel: "#refunds",
+            agent: &huge,
+            requested_by: Some(&huge),
+            text: &huge,
+            call: &call,
+            evidence: &evidence,
+            target: &target,
+        });
+        let blocks = message["blocks"].as_array().unwrap();
+        assert!(blocks.len() <= MAX_BLOCKS);
+        let mut texts = Vec::new();
+        mrkdwn_texts(&message, &mut texts);
+        for text in &texts {
+            assert!(text.chars().count() <= MAX_SECTION_TEXT);
+            assert!(!text.contains("<!channel>"), "{text}");
+        }
+        // Slack refuses a message whose blocks hold more than about 12,000 characters of text.
+        fn text_chars(value: &Value) -> usize {
+            match value {
+                Value::Array(items) => items.iter().map(text_chars).sum(),
+                Value::Object(fields) => fields
+                    .iter()
+                    .map(|(key, v)| match v {
+                        Value::String(text) if key == "text" => text.chars().count(),
+                        v => text_chars(v),
+                    })
+                    .sum(),
+                _ => 0,
+            }
+        }
+        let all = text_chars(&message["blocks"]);
+        assert!(all < 10_000, "{all} characters of block text");
+        assert!(message["text"].as_str().unwrap().chars().count() <= 4000);
+        let shown = blocks.iter().filter(|b| b["type"] == "rich_text").count();
+        assert!(shown >= 1);
+        let more = format!("…and {} more: see the run `run_1`", 100 - shown);
+        assert!(message.to_string().contains(&more), "{more}");
+    }
+
+    #[test]
+    fn arguments_too_long_for_a_text_field_open_a_modal_that_points_to_the_api() {
+        let target = Target {
+            run_id: "run_1".into(),
+            call_id: "<!channel>".into(),
+            digest: "d".into(),
+        };
+        let fits = edit_modal("t", &target, &json!({"a": "x".repeat(2900)}));
+        assert_eq!(fits["view"]["callback_id"], EDIT);
+        let too_long = edit_modal("t", &target, &json!({"a": "x".repeat(3000)}));
+        assert_eq!(too_long["view"]["callback_id"], "edit_by_api");
+        let text = too_long["view"]["blocks"][0]["text"]["text"]
+            .as_str()
+            .unwrap();
+        assert!(text.contains("/v1/runs/run_1/decisions") && text.contains("&lt;!channel&gt;"));
     }
 
     #[test]

@@ -147,7 +147,10 @@ pub async fn deliver(
                 Action::Reject => "Rejected",
             };
             let when = blocks::slack_date(chrono::Utc::now().timestamp_millis());
-            let outcome = format!("{verb} by {} at {when}.", blocks::escape(decided_by));
+            let outcome = format!(
+                "{verb} by {} at {when}.",
+                blocks::escaped(decided_by, blocks::NAME_CHARS)
+            );
             show_outcome(state, run_id, call_id, &delivery.channel, &outcome).await
         }
         Event::ApprovalExpired {
@@ -180,7 +183,7 @@ pub async fn deliver(
                         {
                             // Configured Slack users: the one mention meant to ping.
                             Some(user) => format!("<@{user}>"),
-                            None => blocks::escape(who),
+                            None => blocks::escaped(who, blocks::NAME_CHARS),
                         }
                     })
                     .collect();
