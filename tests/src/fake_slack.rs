@@ -1,13 +1,19 @@
 //! A local Slack Web API: records `chat.postMessage`, `chat.update`, `views.open` and
 //! `chat.postEphemeral` calls and answers as Slack does, and signs interaction payloads the
-//! way Slack signs them.
+//! way Slack signs them. Like Slack, it refuses a message with more than 50 blocks or a
+//! section text over 3,000 characters (`invalid_blocks`), and a test can make it refuse the
+//! next call of a method (`refuse_next`) or rate limit it (`rate_limit_next`, HTTP 429 with
+//! `Retry-After`).
 
 use axum::extract::{Path, State};
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 use serde_json::{Value, json};
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 pub const BOT_TOKEN: &str = "xoxb-test-token";
 pub const SIGNING_SECRET: &str = "test-signing-secret";
@@ -19,27 +25,64 @@ pub struct SlackCall {
     pub method: String,
     pub body: Value,
     pub authorization: String,
+    /// When it arrived.
+    pub at: Instant,
+    /// The error it was answered with (`ratelimited` for a 429), if it was refused.
+    pub refused: Option<String>,
+}
+
+/// An answer a test asked for, in place of the usual one.
+#[derive(Clone, Debug)]
+enum Scripted {
+    Refuse(String),
+    RateLimit { retry_after_secs: u64 },
+}
+
+#[derive(Default)]
+struct Inner {
+    calls: Vec<SlackCall>,
+    scripted: VecDeque<(String, Scripted)>,
 }
 
 #[derive(Clone)]
 pub struct FakeSlack {
     pub api_base_url: String,
-    calls: Arc<Mutex<Vec<SlackCall>>>,
+    inner: Arc<Mutex<Inner>>,
 }
 
 impl FakeSlack {
     pub async fn start() -> Self {
-        let calls = Arc::new(Mutex::new(Vec::new()));
+        let inner = Arc::new(Mutex::new(Inner::default()));
         let app = Router::new()
             .route("/api/{method}", post(method))
-            .with_state(calls.clone());
+            .with_state(inner.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let api_base_url = format!("http://{}/api", listener.local_addr().unwrap());
         tokio::spawn(async move { axum::serve(listener, app).await });
         Self {
             api_base_url,
-            calls,
+            inner,
         }
+    }
+
+    /// The next call of `method` is refused with `error` (`invalid_blocks`, say).
+    pub fn refuse_next(&self, method: &str, error: &str) {
+        let refusal = Scripted::Refuse(error.into());
+        self.inner
+            .lock()
+            .unwrap()
+            .scripted
+            .push_back((method.into(), refusal));
+    }
+
+    /// The next call of `method` is answered HTTP 429 with `Retry-After: {secs}`.
+    pub fn rate_limit_next(&self, method: &str, retry_after_secs: u64) {
+        let limit = Scripted::RateLimit { retry_after_secs };
+        self.inner
+            .lock()
+            .unwrap()
+            .scripted
+            .push_back((method.into(), limit));
     }
 
     /// The gateway's Slack config for this fake.
@@ -51,25 +94,65 @@ impl FakeSlack {
         }
     }
 
+    /// Every call of `method`, refused or not, in order.
     pub fn calls(&self, method: &str) -> Vec<SlackCall> {
-        self.calls
+        self.inner
             .lock()
             .unwrap()
+            .calls
             .iter()
             .filter(|c| c.method == method)
             .cloned()
             .collect()
     }
+
+    /// The calls of `method` Slack took, in order.
+    pub fn accepted(&self, method: &str) -> Vec<SlackCall> {
+        let mut calls = self.calls(method);
+        calls.retain(|c| c.refused.is_none());
+        calls
+    }
+}
+
+/// What Slack's schema check would say of a message's blocks (only the limits tests touch).
+fn invalid_blocks(body: &Value) -> Option<String> {
+    let blocks = body["blocks"].as_array()?;
+    if blocks.len() > 50 {
+        return Some("no more than 50 items allowed [json-pointer:/blocks]".into());
+    }
+    blocks.iter().enumerate().find_map(|(i, block)| {
+        let text = block["text"]["text"].as_str()?;
+        (block["type"] == "section" && text.chars().count() > 3000).then(|| {
+            format!("must be less than 3001 characters [json-pointer:/blocks/{i}/text/text]")
+        })
+    })
 }
 
 async fn method(
-    State(calls): State<Arc<Mutex<Vec<SlackCall>>>>,
+    State(inner): State<Arc<Mutex<Inner>>>,
     Path(method): Path<String>,
     headers: HeaderMap,
     Json(body): Json<Value>,
-) -> Json<Value> {
-    let mut calls = calls.lock().unwrap();
-    calls.push(SlackCall {
+) -> Response {
+    let mut inner = inner.lock().unwrap();
+    let scripted = inner
+        .scripted
+        .iter()
+        .position(|(m, _)| *m == method)
+        .and_then(|i| inner.scripted.remove(i))
+        .map(|(_, answer)| answer);
+    let invalid = if method == "chat.postMessage" || method == "chat.update" {
+        invalid_blocks(&body)
+    } else {
+        None
+    };
+    let refused = match (&scripted, &invalid) {
+        (Some(Scripted::Refuse(error)), _) => Some(error.clone()),
+        (Some(Scripted::RateLimit { .. }), _) => Some("ratelimited".to_string()),
+        (None, Some(_)) => Some("invalid_blocks".to_string()),
+        (None, None) => None,
+    };
+    inner.calls.push(SlackCall {
         method: method.clone(),
         body: body.clone(),
         authorization: headers
@@ -77,15 +160,33 @@ async fn method(
             .and_then(|v| v.to_str().ok())
             .unwrap_or_default()
             .to_string(),
+        at: Instant::now(),
+        refused: refused.clone(),
     });
+    if let Some(Scripted::RateLimit { retry_after_secs }) = scripted {
+        let headers = [("retry-after", retry_after_secs.to_string())];
+        let body = Json(json!({"ok": false, "error": "ratelimited"}));
+        return (StatusCode::TOO_MANY_REQUESTS, headers, body).into_response();
+    }
+    if let Some(error) = refused {
+        // Slack's shape for a refusal: HTTP 200, `ok: false`, and for block errors the
+        // schema's complaints.
+        let complaint = invalid.unwrap_or_else(|| "failed to match all allowed schemas".into());
+        return Json(json!({
+            "ok": false, "error": error, "errors": [complaint],
+            "response_metadata": {"messages": [format!("[ERROR] {complaint}")]},
+        }))
+        .into_response();
+    }
     match method.as_str() {
         "chat.postMessage" => {
-            let ts = format!("1700000000.{:06}", calls.len());
+            let ts = format!("1700000000.{:06}", inner.calls.len());
             Json(
                 json!({"ok": true, "channel": CHANNEL_ID, "ts": ts, "message": {"text": body["text"]}}),
             )
+            .into_response()
         }
-        _ => Json(json!({"ok": true})),
+        _ => Json(json!({"ok": true})).into_response(),
     }
 }
 

@@ -1,10 +1,12 @@
 //! Slack: a request is posted with its summary, reason, the agent's words, the evidence and
 //! buttons; signed clicks and modal submissions decide; every decision, from any channel,
-//! updates the message; forged, stale or unmapped clicks change nothing.
+//! updates the message; forged, stale or unmapped clicks change nothing. What the model and
+//! its tools wrote is never markup, every message fits Slack's limits, and a message Slack
+//! refuses anyway is posted in short.
 
 use approval_gateway::slack::signature;
 use countersign_tests::app::{PATIENCE, TestApp};
-use countersign_tests::fake_model::refund_brain;
+use countersign_tests::fake_model::{anthropic_text, anthropic_tool_use, refund_brain, turn};
 use countersign_tests::fake_slack::{
     BOT_TOKEN, CHANNEL_ID, FakeSlack, SIGNING_SECRET, SlackCall, click, form_body, submit,
 };
@@ -15,16 +17,25 @@ use serde_json::{Value, json};
 const POLICY: &str = "approvers = [\"role:finance\"]\nchannels = [\"slack:#refunds\"]\n";
 
 async fn app_with_slack() -> (TestApp, FakeSlack) {
-    let slack = FakeSlack::start().await;
+    app_with(FakeSlack::start().await, POLICY, |_| {}, refund_brain).await
+}
+
+async fn app_with(
+    slack: FakeSlack,
+    policy: &str,
+    configure: impl FnOnce(&mut approval_gateway::config::Config),
+    brain: impl Fn(&Value) -> Value + Send + Sync + 'static,
+) -> (TestApp, FakeSlack) {
     let slack_config = slack.config();
     let app = TestApp::spawn_configured(
         "anthropic",
         1,
-        POLICY,
+        policy,
         move |config| {
             config.slack = Some(slack_config);
+            configure(config);
         },
-        refund_brain,
+        brain,
     )
     .await;
     (app, slack)
@@ -359,4 +370,309 @@ async fn slack_and_the_api_racing_on_one_call_record_exactly_one_decision_and_sl
         );
     }
     assert_eq!(posted.body["channel"], "#refunds");
+}
+
+/// Slack markup an agent, or whoever wrote what its tools read, might slip in.
+const MARKUP: &str = "<!channel> <@U123> <https://evil.example|x> ```";
+
+/// Every string in `value` that Slack would parse as markup, with where it is: everything but
+/// the `text` of rich text `text` elements, which Slack shows as it is.
+fn parsed_strings(value: &Value, at: &str, out: &mut Vec<(String, String)>) {
+    match value {
+        Value::String(s) => out.push((at.to_string(), s.clone())),
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                parsed_strings(item, &format!("{at}/{i}"), out);
+            }
+        }
+        Value::Object(fields) => {
+            let literal = fields.get("type").and_then(Value::as_str) == Some("text");
+            for (key, field) in fields {
+                if !(literal && key == "text") {
+                    parsed_strings(field, &format!("{at}/{key}"), out);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The `text` of every section, context element and rich text element of a message.
+fn block_texts(message: &Value) -> Vec<String> {
+    let mut texts = Vec::new();
+    fn walk(value: &Value, texts: &mut Vec<String>) {
+        match value {
+            Value::Array(items) => items.iter().for_each(|i| walk(i, texts)),
+            Value::Object(fields) => {
+                if let Some(Value::String(text)) = fields.get("text") {
+                    texts.push(text.clone());
+                }
+                fields.values().for_each(|v| walk(v, texts));
+            }
+            _ => {}
+        }
+    }
+    walk(&message["blocks"], &mut texts);
+    texts
+}
+
+#[tokio::test]
+async fn markup_in_tool_results_and_the_agents_words_is_posted_inert() {
+    let brain = |request: &Value| match turn(request) {
+        0 => anthropic_tool_use(
+            &format!("The order arrived broken {MARKUP}; I will refund it."),
+            &[
+                ("toolu_1", "get_order", json!({"order_id": MARKUP})),
+                (
+                    "toolu_2",
+                    "issue_refund",
+                    json!({"order_id": format!("A-1001 {MARKUP}"), "amount": 129, "reason": "broken"}),
+                ),
+            ],
+        ),
+        _ => anthropic_text("All done."),
+    };
+    let (app, slack) = app_with(FakeSlack::start().await, POLICY, |_| {}, brain).await;
+    let run_id = app.start_run("Refund A-1001.").await;
+    app.wait_status(&run_id, "awaiting_approval").await;
+    let posted = wait_for("the Slack message", PATIENCE, || async {
+        slack.accepted("chat.postMessage").pop()
+    })
+    .await;
+
+    let mut parsed = Vec::new();
+    parsed_strings(&posted.body, "", &mut parsed);
+    for (at, text) in &parsed {
+        for raw in ["<!channel>", "<@U123>", "<https://evil.example"] {
+            assert!(!text.contains(raw), "{raw} is markup at {at}: {text}");
+        }
+    }
+    let summary = posted.body["blocks"][0]["text"]["text"].as_str().unwrap();
+    assert!(
+        summary.contains("A-1001 &lt;!channel&gt; &lt;@U123&gt; &lt;https://evil.example|x&gt;"),
+        "the summary, escaped: {summary}"
+    );
+    let words = posted.body["blocks"][2]["text"]["text"].as_str().unwrap();
+    assert!(words.contains("broken &lt;!channel&gt;"), "{words}");
+    assert!(
+        posted.body["text"]
+            .as_str()
+            .unwrap()
+            .contains("&lt;!channel&gt;"),
+        "the notification text, escaped: {}",
+        posted.body["text"]
+    );
+    // The lookup failed and its answer quotes the id: shown whole, fence and all, as
+    // preformatted rich text, which Slack does not parse.
+    let evidence = posted.body["blocks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["type"] == "rich_text")
+        .expect("the evidence, as rich text");
+    let result = &evidence["elements"][1];
+    assert_eq!(result["type"], "rich_text_preformatted");
+    let content = result["elements"][0]["text"].as_str().unwrap();
+    assert!(content.contains(MARKUP), "{content}");
+    assert_eq!(result["elements"][0]["type"], "text");
+}
+
+#[tokio::test]
+async fn sixty_tool_results_and_a_ten_thousand_character_argument_fit_in_one_message() {
+    let long_id = format!("A-{}", "9".repeat(10_000));
+    let refund_id = long_id.clone();
+    let brain = move |request: &Value| match turn(request) {
+        0 => {
+            let mut calls: Vec<(String, &str, Value)> = (0..60)
+                .map(|i| {
+                    (
+                        format!("toolu_g{i}"),
+                        "get_order",
+                        json!({"order_id": "A-1001"}),
+                    )
+                })
+                .collect();
+            calls.push((
+                "toolu_2".into(),
+                "issue_refund",
+                json!({"order_id": refund_id, "amount": 129, "reason": "arrived broken"}),
+            ));
+            let calls: Vec<(&str, &str, Value)> = calls
+                .iter()
+                .map(|(id, name, input)| (id.as_str(), *name, input.clone()))
+                .collect();
+            anthropic_tool_use("Checking it many times.", &calls)
+        }
+        _ => anthropic_text("All done."),
+    };
+    let (app, slack) = app_with(FakeSlack::start().await, POLICY, |_| {}, brain).await;
+    let run_id = app.start_run("Refund A-1001.").await;
+    app.wait_status(&run_id, "awaiting_approval").await;
+    let posted = wait_for("the Slack message", PATIENCE, || async {
+        slack.accepted("chat.postMessage").pop()
+    })
+    .await;
+    assert!(
+        slack.calls("chat.postMessage").len() == 1,
+        "posted at the first try, nothing refused"
+    );
+
+    let blocks = posted.body["blocks"].as_array().unwrap();
+    assert!(blocks.len() <= 50, "{} blocks", blocks.len());
+    for block in blocks.iter().filter(|b| b["type"] == "section") {
+        let text = block["text"]["text"].as_str().unwrap();
+        assert!(text.chars().count() <= 3000, "{}", text.chars().count());
+    }
+    let total: usize = block_texts(&posted.body)
+        .iter()
+        .map(|t| t.chars().count())
+        .sum();
+    assert!(
+        total < 12_000,
+        "{total} characters of block text, over what Slack takes in one message"
+    );
+    let summary = blocks[0]["text"]["text"].as_str().unwrap();
+    assert!(
+        summary.contains("A-9999") && summary.ends_with('…'),
+        "{summary}"
+    );
+    let shown = blocks.iter().filter(|b| b["type"] == "rich_text").count();
+    assert!((1..60).contains(&shown), "{shown} results shown");
+    let all = all_text(&posted.body);
+    assert!(
+        all.contains(&format!("and {} more: see the run `{run_id}`", 60 - shown)),
+        "{all}"
+    );
+    assert!(posted.body["text"].as_str().unwrap().chars().count() <= 4000);
+
+    // The arguments are longer than a Slack text field holds: the edit modal says to use the
+    // API instead of offering a field that would cut them.
+    let edit = button(&posted.body, "edit");
+    let (status, _) = interact(&app, &click("U_ALICE", "edit", &edit)).await;
+    assert_eq!(status, 200);
+    let opened = slack.calls("views.open").pop().expect("a modal");
+    let view = &opened.body["view"];
+    assert_eq!(view["callback_id"], "edit_by_api");
+    assert!(view.get("submit").is_none(), "nothing to submit: {view}");
+    let text = view.to_string();
+    assert!(!text.contains("plain_text_input"), "{text}");
+    assert!(
+        text.contains(&format!("/v1/runs/{run_id}/decisions")) && text.contains("toolu_2"),
+        "{text}"
+    );
+    let title = view["title"]["text"].as_str().unwrap();
+    assert!(title.chars().count() <= 24, "Slack's limit for a title");
+}
+
+#[tokio::test]
+async fn a_request_slack_refuses_is_posted_in_short_with_buttons_that_still_decide() {
+    let slack = FakeSlack::start().await;
+    slack.refuse_next("chat.postMessage", "invalid_blocks");
+    let (app, slack) = app_with(slack, POLICY, |_| {}, refund_brain).await;
+    let run_id = app.start_run("Refund A-1001.").await;
+    app.wait_status(&run_id, "awaiting_approval").await;
+    let posted = wait_for("the short Slack message", PATIENCE, || async {
+        slack.accepted("chat.postMessage").pop()
+    })
+    .await;
+    let attempts = slack.calls("chat.postMessage");
+    assert_eq!(attempts.len(), 2, "the full message, then the short one");
+    assert_eq!(attempts[0].refused.as_deref(), Some("invalid_blocks"));
+    assert!(all_text(&attempts[0].body).contains("Evidence"));
+
+    let text = all_text(&posted.body);
+    assert!(text.contains("Refund $129 for order A-1001"), "{text}");
+    assert!(text.contains(&run_id), "{text}");
+    assert!(!text.contains("Evidence"), "in short: {text}");
+    let approve = button(&posted.body, "approve");
+    let (status, _) = interact(&app, &click("U_ALICE", "approve", &approve)).await;
+    assert_eq!(status, 200);
+    app.wait_status(&run_id, "completed").await;
+    assert_eq!(app.tools.refunds().len(), 1);
+    let update = wait_update(&slack).await;
+    assert_eq!(update.body["ts"], posted_ts(&slack));
+    assert!(all_text(&update.body).contains("Approved by alice"));
+}
+
+/// The `ts` Slack gave the message it took.
+fn posted_ts(slack: &FakeSlack) -> String {
+    let calls = slack.calls("chat.postMessage");
+    let index = calls.iter().position(|c| c.refused.is_none()).unwrap();
+    format!("1700000000.{:06}", index + 1)
+}
+
+#[tokio::test]
+async fn the_context_line_gives_the_deadline_for_each_reader_to_see_in_their_own_time_zone() {
+    let (app, slack) = app_with_slack().await;
+    let (run_id, posted, _) = posted_run(&app, &slack).await;
+    let (_, run) = app.get(&format!("/v1/runs/{run_id}")).await;
+    let deadline = run["pending"][0]["deadline"].as_i64().expect("a deadline");
+    let context = posted.body["blocks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["type"] == "context")
+        .unwrap()["elements"][0]["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let token = format!(
+        "<!date^{}^{{date_short_pretty}} at {{time}}|",
+        deadline / 1000
+    );
+    assert!(context.contains(&token), "{context}");
+    assert!(context.contains("decide by"), "{context}");
+    assert!(!context.contains("no deadline"), "{context}");
+}
+
+#[tokio::test]
+async fn a_rate_limited_request_is_posted_after_the_wait_slack_asks_for() {
+    let slack = FakeSlack::start().await;
+    slack.rate_limit_next("chat.postMessage", 2);
+    // The queue's own backoff would take ten minutes: only Retry-After can explain a post
+    // within the test's patience.
+    let slow_backoff = |config: &mut approval_gateway::config::Config| {
+        config.delivery_retry_base_ms = 600_000;
+    };
+    let (app, slack) = app_with(slack, POLICY, slow_backoff, refund_brain).await;
+    let run_id = app.start_run("Refund A-1001.").await;
+    app.wait_status(&run_id, "awaiting_approval").await;
+    let posted = wait_for("the Slack message", PATIENCE, || async {
+        slack.accepted("chat.postMessage").pop()
+    })
+    .await;
+    let attempts = slack.calls("chat.postMessage");
+    assert_eq!(attempts.len(), 2);
+    assert_eq!(attempts[0].refused.as_deref(), Some("ratelimited"));
+    let waited = posted.at - attempts[0].at;
+    assert!(
+        waited >= std::time::Duration::from_secs(2),
+        "waited {waited:?}"
+    );
+}
+
+#[tokio::test]
+async fn an_escalated_call_that_expires_says_so_in_its_message() {
+    let policy = "approvers = [\"alice\"]\ntimeout = \"1s\"\non_expiry = \"escalate\"\nescalate_to = [\"bob\"]\nchannels = [\"slack:#refunds\"]\n";
+    let (app, slack) = app_with(FakeSlack::start().await, policy, |_| {}, refund_brain).await;
+    let run_id = app.start_run("Refund A-1001.").await;
+    app.wait_status(&run_id, "completed").await;
+    let update = wait_update(&slack).await;
+    let text = all_text(&update.body);
+    assert!(
+        text.contains("Expired: nobody decided by <!date^"),
+        "{text}"
+    );
+    assert!(text.contains("escalated"), "{text}");
+    assert!(!text.contains("\"actions\""), "no buttons: {text}");
+    let reply = slack
+        .accepted("chat.postMessage")
+        .into_iter()
+        .find(|c| c.body.get("thread_ts").is_some())
+        .expect("the escalation, in the thread");
+    let reply = reply.body["text"].as_str().unwrap();
+    assert!(
+        reply.contains("<@U_BOB>") && reply.contains("<!date^"),
+        "{reply}"
+    );
 }

@@ -100,6 +100,7 @@ async fn block_action(
                 .find(|p| p.call_id == target.call_id)
                 .map(|p| p.input.clone())
                 .unwrap_or(Value::Null);
+            // Arguments too long for a text field get a modal that points to the API.
             let view = blocks::edit_modal(trigger, &target, &input);
             api::call(&state.http, slack, "views.open", &view)
                 .await
@@ -188,7 +189,8 @@ fn proposal(
     }
 }
 
-/// Tells only the clicking user something, in the channel of the message.
+/// Tells only the clicking user something, in the channel of the message. The text may quote
+/// what others wrote (a call id, say), so none of it is markup.
 async fn ephemeral(state: &AppState, payload: &Value, text: &str) {
     let Some(slack) = &state.config.slack else {
         return;
@@ -197,6 +199,7 @@ async fn ephemeral(state: &AppState, payload: &Value, text: &str) {
         .as_str()
         .or_else(|| payload["channel"]["id"].as_str())
         .unwrap_or_default();
+    let text = blocks::escaped(text, blocks::MAX_SECTION_TEXT);
     let body = json!({"channel": channel, "user": payload["user"]["id"], "text": text});
     if let Err(e) = api::call(&state.http, slack, "chat.postEphemeral", &body).await {
         tracing::warn!(error = %e, "could not answer a Slack user");

@@ -1,6 +1,20 @@
-//! Slack Block Kit for approval requests: the message with its buttons, the message once
-//! decided (buttons gone), and the reject and edit modals. Buttons and modals carry the run,
-//! call and digest the reviewer was shown, so the decision is bound to exactly that.
+//! Slack Block Kit for approval requests: the message with its buttons, the short message
+//! posted when Slack refuses the full one, the message once decided (buttons gone), and the
+//! reject and edit modals. Buttons and modals carry the run, call and digest the reviewer was
+//! shown, so the decision is bound to exactly that.
+//!
+//! Nothing the model, a tool or a requester wrote is markup. In `mrkdwn` text it is escaped
+//! (`&`, `<` and `>` are Slack's control characters), so `<!channel>`, `<@U…>` or
+//! `<https://…|label>` show as typed and ping or link nothing; tool output and arguments go in
+//! `rich_text` blocks, whose `text` elements Slack does not parse at all, so no fence can be
+//! closed from inside. Only what we write ourselves (labels, date tokens, mentions of the
+//! configured approvers) is markup.
+//!
+//! Every message stays within Slack's limits: at most 50 blocks (the evidence shown is capped,
+//! the rest summed up in one line), every text under its own limit (a section's is 3,000
+//! characters) and all of them together well under the ~12,000 characters of block text Slack
+//! accepts in one message. Texts are clipped by characters, never inside one, and clipped as
+//! they are escaped, so an escape is never cut in half.
 
 use countersign_shared::events::Evidence;
 use countersign_shared::run::PendingCall;
@@ -18,19 +32,121 @@ pub struct Target {
     pub digest: String,
 }
 
-/// Slack's limit for a section's text.
-const MAX_TEXT: usize = 2900;
+/// Slack's limit for a section's (and a context element's) text.
+pub const MAX_SECTION_TEXT: usize = 3000;
+/// Slack's limit for the blocks of one message.
+pub const MAX_BLOCKS: usize = 50;
+/// Slack's limit for what a `plain_text_input` holds (`max_length` at most 3,000).
+pub const MAX_INPUT: usize = 3000;
+/// Tool results shown in a request; the others are counted in one line.
+pub const MAX_EVIDENCE_SHOWN: usize = 8;
 
-fn clip(text: &str) -> String {
-    if text.chars().count() <= MAX_TEXT {
-        text.to_string()
-    } else {
-        text.chars().take(MAX_TEXT).collect::<String>() + "…"
+// What each part of a request may take, in characters once escaped. Together (with the
+// labels, the context line and the buttons) they stay under ~9,000 characters of block text.
+const SUMMARY_CHARS: usize = 1000;
+const REASON_CHARS: usize = 1000;
+const WORDS_CHARS: usize = 1500;
+/// A name: an agent's, a person's, a tool's.
+pub const NAME_CHARS: usize = 100;
+const APPROVERS_CHARS: usize = 300;
+/// One tool result, and all of them together.
+const EVIDENCE_CHARS: usize = 1200;
+const EVIDENCE_BUDGET: usize = 4500;
+/// A tool result is shown only with at least this much of it.
+const EVIDENCE_MIN: usize = 200;
+const ARGUMENTS_CHARS: usize = 200;
+/// The message's `text`: the notification and the fallback where blocks cannot show. Slack
+/// truncates `text` past 40,000 characters and asks for far less; a notification needs little.
+const FALLBACK_CHARS: usize = 300;
+/// The ellipsis that ends a clipped text.
+const CUT: char = '…';
+
+/// Escapes Slack's control characters, so the text shows as typed.
+pub fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        push_escaped(&mut out, c);
+    }
+    out
+}
+
+fn push_escaped(out: &mut String, c: char) {
+    match c {
+        '&' => out.push_str("&amp;"),
+        '<' => out.push_str("&lt;"),
+        '>' => out.push_str("&gt;"),
+        c => out.push(c),
     }
 }
 
-fn section(text: String) -> Value {
-    json!({"type": "section", "text": {"type": "mrkdwn", "text": clip(&text)}})
+fn escaped_len(c: char) -> usize {
+    match c {
+        '&' => 5,
+        '<' | '>' => 4,
+        _ => 1,
+    }
+}
+
+/// `text` escaped, in at most `max` characters: cut between characters (never inside an
+/// escape) and ended with `…` when it does not fit whole.
+pub fn escaped(text: &str, max: usize) -> String {
+    if text.chars().map(escaped_len).sum::<usize>() <= max {
+        return escape(text);
+    }
+    let mut out = String::new();
+    let mut used = 0;
+    for c in text.chars() {
+        let len = escaped_len(c);
+        if used + len > max.saturating_sub(1) {
+            break;
+        }
+        push_escaped(&mut out, c);
+        used += len;
+    }
+    out.push(CUT);
+    out
+}
+
+/// `text` in at most `max` characters, ended with `…` when cut: for text Slack does not parse.
+pub fn clipped(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_string();
+    }
+    let mut out: String = text.chars().take(max.saturating_sub(1)).collect();
+    out.push(CUT);
+    out
+}
+
+/// A section of our `label` (markup) followed by someone else's words (escaped).
+fn section(label: &str, untrusted: &str, max: usize) -> Value {
+    let room = MAX_SECTION_TEXT - label.chars().count();
+    mrkdwn_section(format!("{label}{}", escaped(untrusted, max.min(room))))
+}
+
+/// A section of text that is markup by construction (ours, or escaped already).
+fn mrkdwn_section(text: String) -> Value {
+    debug_assert!(text.chars().count() <= MAX_SECTION_TEXT);
+    json!({"type": "section", "text": {"type": "mrkdwn", "text": text}})
+}
+
+/// A moment as Slack shows it, in each reader's own time zone, with UTC for clients that
+/// cannot format dates.
+pub fn slack_date(ms: i64) -> String {
+    let fallback = chrono::DateTime::from_timestamp_millis(ms)
+        .unwrap_or_default()
+        .format("%Y-%m-%d %H:%M UTC");
+    format!(
+        "<!date^{}^{{date_short_pretty}} at {{time}}|{fallback}>",
+        ms.div_euclid(1000)
+    )
+}
+
+/// When the call expires, as people read it (markup: a Slack date).
+pub fn deadline(call: &PendingCall) -> String {
+    match call.deadline {
+        Some(ms) => format!("decide by {}", slack_date(ms)),
+        None => "no deadline".into(),
+    }
 }
 
 pub struct Request<'a> {
@@ -43,22 +159,20 @@ pub struct Request<'a> {
     pub target: &'a Target,
 }
 
+/// The message's `text`, which Slack parses like any other.
+fn fallback(summary: &str) -> String {
+    format!("Approval needed: {}", escaped(summary, FALLBACK_CHARS))
+}
+
 pub fn request_message(r: &Request) -> Value {
-    let value = serde_json::to_string(r.target).expect("targets serialize");
     let mut blocks = vec![
-        section(format!("*Approval needed:* {}", r.call.summary)),
-        section(format!("*Why:* {}", r.call.reason)),
+        section("*Approval needed:* ", &r.call.summary, SUMMARY_CHARS),
+        section("*Why:* ", &r.call.reason, REASON_CHARS),
     ];
     if !r.text.is_empty() {
-        blocks.push(section(format!("*The agent said:* {}", r.text)));
+        blocks.push(section("*The agent said:* ", r.text, WORDS_CHARS));
     }
-    for e in r.evidence {
-        let mark = if e.is_error { " (failed)" } else { "" };
-        blocks.push(section(format!(
-            "*Evidence — {}{mark}:* ```{}```",
-            e.tool, e.content
-        )));
-    }
+    blocks.extend(evidence_blocks(r.evidence, &r.target.run_id));
     let approvers = if r.call.reviewers.approvers.is_empty() {
         "any reviewer".to_string()
     } else {
@@ -66,45 +180,99 @@ pub fn request_message(r: &Request) -> Value {
     };
     blocks.push(
         json!({"type": "context", "elements": [{"type": "mrkdwn", "text": format!(
-            "Agent {} · run {} · requested by {} · approvers: {} · no deadline",
-            r.agent, r.target.run_id, r.requested_by.unwrap_or("unknown"), approvers
+            "Agent {} · run {} · requested by {} · approvers: {} · {}",
+            escaped(r.agent, NAME_CHARS),
+            escape(&r.target.run_id),
+            escaped(r.requested_by.unwrap_or("unknown"), NAME_CHARS),
+            escaped(&approvers, APPROVERS_CHARS),
+            deadline(r.call),
         )}]}),
     );
-    blocks.push(
-        json!({"type": "actions", "block_id": "decision", "elements": [
-            {"type": "button", "action_id": "approve", "style": "primary",
-             "text": {"type": "plain_text", "text": "Approve"}, "value": value},
-            {"type": "button", "action_id": "reject", "style": "danger",
-             "text": {"type": "plain_text", "text": "Reject"}, "value": value},
-            {"type": "button", "action_id": "edit",
-             "text": {"type": "plain_text", "text": "Edit"}, "value": value},
-        ]}),
-    );
-    json!({
-        "channel": r.channel,
-        "text": format!("Approval needed: {}", r.call.summary),
-        "blocks": blocks,
-    })
+    blocks.push(buttons(r.target));
+    debug_assert!(blocks.len() <= MAX_BLOCKS);
+    json!({"channel": r.channel, "text": fallback(&r.call.summary), "blocks": blocks})
 }
 
-/// When the call expires, as people read it.
-pub fn deadline(call: &PendingCall) -> String {
-    match call
-        .deadline
-        .and_then(chrono::DateTime::from_timestamp_millis)
-    {
-        Some(at) => format!("decide by {}", at.format("%Y-%m-%d %H:%M:%S UTC")),
-        None => "no deadline".into(),
+/// The tool results of the turn, each a `rich_text` block: a bold heading with the arguments
+/// in code style, then the result preformatted. The first few, as long as the budget lasts;
+/// then one line counting the rest.
+fn evidence_blocks(evidence: &[Evidence], run_id: &str) -> Vec<Value> {
+    let mut blocks = Vec::new();
+    let mut budget = EVIDENCE_BUDGET;
+    for e in evidence {
+        if blocks.len() == MAX_EVIDENCE_SHOWN || budget < EVIDENCE_MIN {
+            break;
+        }
+        let arguments = clipped(&e.input.to_string(), ARGUMENTS_CHARS);
+        let content = if e.content.is_empty() {
+            "(empty)".to_string()
+        } else {
+            clipped(&e.content, EVIDENCE_CHARS.min(budget))
+        };
+        budget = budget.saturating_sub(content.chars().count() + arguments.chars().count());
+        let mut heading = vec![
+            json!({"type": "text", "text": format!("Evidence — {}", clipped(&e.tool, NAME_CHARS)), "style": {"bold": true}}),
+        ];
+        if e.is_error {
+            heading.push(json!({"type": "text", "text": " (failed)"}));
+        }
+        heading.push(json!({"type": "text", "text": " "}));
+        heading.push(json!({"type": "text", "text": arguments, "style": {"code": true}}));
+        blocks.push(json!({"type": "rich_text", "elements": [
+            {"type": "rich_text_section", "elements": heading},
+            {"type": "rich_text_preformatted", "elements": [{"type": "text", "text": content}]},
+        ]}));
     }
+    let more = evidence.len() - blocks.len();
+    if more > 0 {
+        blocks.push(
+            json!({"type": "context", "elements": [{"type": "mrkdwn", "text": format!(
+                "…and {more} more: see the run `{}`", escape(run_id)
+            )}]}),
+        );
+    }
+    blocks
 }
 
-/// The message once decided: what was asked, who decided what, and no buttons.
+fn buttons(target: &Target) -> Value {
+    let value = serde_json::to_string(target).expect("targets serialize");
+    json!({"type": "actions", "block_id": "decision", "elements": [
+        {"type": "button", "action_id": "approve", "style": "primary",
+         "text": {"type": "plain_text", "text": "Approve"}, "value": value},
+        {"type": "button", "action_id": "reject", "style": "danger",
+         "text": {"type": "plain_text", "text": "Reject"}, "value": value},
+        {"type": "button", "action_id": "edit",
+         "text": {"type": "plain_text", "text": "Edit"}, "value": value},
+    ]})
+}
+
+/// What is posted when Slack refuses the full request (`why` is Slack's error): the summary,
+/// a line with the run id, and the same buttons.
+pub fn short_request_message(channel: &str, summary: &str, target: &Target, why: &str) -> Value {
+    let blocks = vec![
+        section("*Approval needed:* ", summary, SUMMARY_CHARS),
+        mrkdwn_section(format!(
+            "Slack would not show the whole request ({}). The run `{}` has everything: the \
+             arguments, the agent's words and the evidence.",
+            escaped(why, NAME_CHARS),
+            escape(&target.run_id),
+        )),
+        buttons(target),
+    ];
+    json!({"channel": channel, "text": fallback(summary), "blocks": blocks})
+}
+
+/// The message once decided or expired: what was asked, the outcome (markup we wrote, with
+/// any names in it escaped), and no buttons.
 pub fn decided_message(channel: &str, ts: &str, summary: &str, outcome: &str) -> Value {
     json!({
         "channel": channel,
         "ts": ts,
-        "text": format!("{summary}: {outcome}"),
-        "blocks": [section(format!("*{summary}*")), section(outcome.to_string())],
+        "text": format!("{}: {outcome}", escaped(summary, FALLBACK_CHARS)),
+        "blocks": [
+            section("*Approval request:* ", summary, SUMMARY_CHARS),
+            mrkdwn_section(outcome.to_string()),
+        ],
     })
 }
 
@@ -116,7 +284,7 @@ pub const INPUT: &str = "input";
 pub const NOTE: &str = "note";
 
 fn input_block(id: &str, label: &str, multiline: bool, initial: Option<String>) -> Value {
-    let mut element = json!({"type": "plain_text_input", "action_id": id, "multiline": multiline});
+    let mut element = json!({"type": "plain_text_input", "action_id": id, "multiline": multiline, "max_length": MAX_INPUT});
     if let Some(initial) = initial {
         element["initial_value"] = initial.into();
     }
@@ -153,10 +321,28 @@ pub fn reject_modal(trigger_id: &str, target: &Target) -> Value {
     )
 }
 
+/// Slack's `max_length` counts what its clients count; UTF-16 units are never fewer than
+/// characters, so counting them errs on the side of refusing.
+fn fits_input(text: &str) -> bool {
+    text.encode_utf16().count() <= MAX_INPUT
+}
+
+/// The edit modal with the arguments as JSON; or, when they are too long for a text field,
+/// a modal that says to edit the call through the API (a field that cannot hold the
+/// arguments would lose some of them).
 pub fn edit_modal(trigger_id: &str, target: &Target, input: &Value) -> Value {
     let pretty = serde_json::to_string_pretty(input).unwrap_or_default();
+    let json = if fits_input(&pretty) {
+        pretty
+    } else {
+        let compact = input.to_string();
+        if !fits_input(&compact) {
+            return edit_by_api_modal(trigger_id, target, compact.chars().count());
+        }
+        compact
+    };
     let blocks = vec![
-        input_block(INPUT, "Arguments (JSON)", true, Some(pretty)),
+        input_block(INPUT, "Arguments (JSON)", true, Some(json)),
         input_block(NOTE, "Note for the agent", true, None),
     ];
     modal(
@@ -167,4 +353,155 @@ pub fn edit_modal(trigger_id: &str, target: &Target, input: &Value) -> Value {
         target,
         blocks,
     )
+}
+
+/// Says where to edit a call whose arguments no Slack text field can hold. Nothing to submit.
+fn edit_by_api_modal(trigger_id: &str, target: &Target, chars: usize) -> Value {
+    let text = format!(
+        "These arguments are {chars} characters long, more than a Slack text field holds \
+         ({MAX_INPUT}), so they cannot be edited here. Edit the call through the API instead: \
+         `POST /v1/runs/{}/decisions` with `call_id` `{}`, `action` `edit` and the new `input`. \
+         Approve and Reject still work from the message.",
+        escape(&target.run_id),
+        escaped(&target.call_id, NAME_CHARS),
+    );
+    json!({"trigger_id": trigger_id, "view": {
+        "type": "modal", "callback_id": "edit_by_api",
+        "title": {"type": "plain_text", "text": "Edit through the API"},
+        "close": {"type": "plain_text", "text": "Close"},
+        "blocks": [mrkdwn_section(text)],
+    }})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_characters_are_escaped_and_nothing_else() {
+        assert_eq!(
+            escape("<!channel> & <@U1|x> *bold*"),
+            "&lt;!channel&gt; &amp; &lt;@U1|x&gt; *bold*"
+        );
+    }
+
+    #[test]
+    fn clipping_never_cuts_an_escape_or_a_character_and_fits() {
+        let text = "é&".repeat(2000);
+        for max in [1, 2, 5, 6, 7, 100, 2999, 3000] {
+            let out = escaped(&text, max);
+            assert!(out.chars().count() <= max, "{max}: {}", out.chars().count());
+            assert!(out.ends_with(CUT));
+            let body = out.trim_end_matches(CUT);
+            assert_eq!(body.matches('&').count(), body.matches("&amp;").count());
+        }
+        assert_eq!(escaped("a<b", 6), "a&lt;b");
+        assert_eq!(escaped("a<b", 5), "a…");
+        assert_eq!(clipped("ééé", 2), "é…");
+        assert_eq!(clipped("ééé", 3), "ééé");
+    }
+
+    /// Every text Slack parses in a message, with `rich_text` text elements left out.
+    fn mrkdwn_texts(value: &Value, out: &mut Vec<String>) {
+        match value {
+            Value::Array(items) => items.iter().for_each(|v| mrkdwn_texts(v, out)),
+            Value::Object(fields) if fields.get("type") == Some(&json!("text")) => {}
+            Value::Object(fields) => {
+                if let Some(Value::String(text)) = fields.get("text") {
+                    out.push(text.clone());
+                }
+                fields.values().for_each(|v| mrkdwn_texts(v, out));
+            }
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn a_request_of_anything_fits_slacks_limits_and_pings_nobody() {
+        // `&` grows fivefold when escaped: the worst case for clipping.
+        let huge = "&<!channel>".repeat(2000);
+        let call: PendingCall = serde_json::from_value(json!({
+            "call_id": "toolu_2", "tool": "issue_refund", "input": {"order_id": huge},
+            "digest": "d", "summary": huge, "reason": huge, "approvers": [huge],
+            "deadline": 1_700_000_000_000i64,
+        }))
+        .unwrap();
+        let evidence: Vec<Evidence> = (0..100)
+            .map(|i| Evidence {
+                call_id: format!("toolu_{i}"),
+                tool: huge.clone(),
+                input: json!({"order_id": huge}),
+                content: huge.clone(),
+                is_error: i % 2 == 0,
+            })
+            .collect();
+        let target = Target {
+            run_id: "run_1".into(),
+            call_id: "toolu_2".into(),
+            digest: "d".into(),
+        };
+        let message = request_message(&Request {
+            channel: "#refunds",
+            agent: &huge,
+            requested_by: Some(&huge),
+            text: &huge,
+            call: &call,
+            evidence: &evidence,
+            target: &target,
+        });
+        let blocks = message["blocks"].as_array().unwrap();
+        assert!(blocks.len() <= MAX_BLOCKS);
+        let mut texts = Vec::new();
+        mrkdwn_texts(&message, &mut texts);
+        for text in &texts {
+            assert!(text.chars().count() <= MAX_SECTION_TEXT);
+            assert!(!text.contains("<!channel>"), "{text}");
+        }
+        // Slack refuses a message whose blocks hold more than about 12,000 characters of text.
+        fn text_chars(value: &Value) -> usize {
+            match value {
+                Value::Array(items) => items.iter().map(text_chars).sum(),
+                Value::Object(fields) => fields
+                    .iter()
+                    .map(|(key, v)| match v {
+                        Value::String(text) if key == "text" => text.chars().count(),
+                        v => text_chars(v),
+                    })
+                    .sum(),
+                _ => 0,
+            }
+        }
+        let all = text_chars(&message["blocks"]);
+        assert!(all < 10_000, "{all} characters of block text");
+        assert!(message["text"].as_str().unwrap().chars().count() <= 4000);
+        let shown = blocks.iter().filter(|b| b["type"] == "rich_text").count();
+        assert!(shown >= 1);
+        let more = format!("…and {} more: see the run `run_1`", 100 - shown);
+        assert!(message.to_string().contains(&more), "{more}");
+    }
+
+    #[test]
+    fn arguments_too_long_for_a_text_field_open_a_modal_that_points_to_the_api() {
+        let target = Target {
+            run_id: "run_1".into(),
+            call_id: "<!channel>".into(),
+            digest: "d".into(),
+        };
+        let fits = edit_modal("t", &target, &json!({"a": "x".repeat(2900)}));
+        assert_eq!(fits["view"]["callback_id"], EDIT);
+        let too_long = edit_modal("t", &target, &json!({"a": "x".repeat(3000)}));
+        assert_eq!(too_long["view"]["callback_id"], "edit_by_api");
+        let text = too_long["view"]["blocks"][0]["text"]["text"]
+            .as_str()
+            .unwrap();
+        assert!(text.contains("/v1/runs/run_1/decisions") && text.contains("&lt;!channel&gt;"));
+    }
+
+    #[test]
+    fn dates_are_slack_dates_with_a_utc_fallback() {
+        assert_eq!(
+            slack_date(1_700_000_000_123),
+            "<!date^1700000000^{date_short_pretty} at {time}|2023-11-14 22:13 UTC>"
+        );
+    }
 }

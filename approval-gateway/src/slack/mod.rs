@@ -1,6 +1,12 @@
 //! Slack: approval requests are posted to channels (`slack:#channel`) with Approve, Reject
 //! and Edit buttons; clicks and modal submissions come back to `POST /slack/interactions`
 //! (see `routes::slack`), and every decision, from any channel, updates the message.
+//!
+//! What is posted is built in `blocks`, where nothing others wrote becomes markup and every
+//! text fits Slack's limits. Should Slack still refuse a request's blocks, a short message
+//! (summary, run id, buttons) is posted instead, so the call can be decided from Slack all
+//! the same. A rate limit (HTTP 429) is waited out as Slack asks when that is short, and
+//! otherwise handed back to the delivery queue's backoff.
 
 pub mod api;
 pub mod blocks;
@@ -13,11 +19,13 @@ use blocks::{Request, Target};
 use countersign_shared::events::Event;
 use countersign_shared::run::Action;
 use serde_json::json;
+use tracing::warn;
 
 impl From<SlackError> for DeliveryError {
     fn from(e: SlackError) -> Self {
         match e {
             SlackError::Unavailable(why) => DeliveryError::Retry(why),
+            SlackError::RateLimited { .. } => DeliveryError::Retry(e.to_string()),
             SlackError::Refused { .. } => DeliveryError::GiveUp(e.to_string()),
         }
     }
@@ -33,13 +41,18 @@ async fn show_outcome(
 ) -> Result<(), DeliveryError> {
     let slack = state.config.slack.as_ref().expect("checked by deliver");
     let reference = posted(state, run_id, call_id, channel).await?;
+    let outcome = if reference["escalated"] == true {
+        format!("{outcome} It had been escalated.")
+    } else {
+        outcome.to_string()
+    };
     let message = blocks::decided_message(
         reference["channel"].as_str().unwrap_or_default(),
         reference["ts"].as_str().unwrap_or_default(),
         reference["summary"].as_str().unwrap_or_default(),
-        outcome,
+        &outcome,
     );
-    api::call(&state.http, slack, "chat.update", &message).await?;
+    api::call_patiently(&state.http, slack, "chat.update", &message).await?;
     Ok(())
 }
 
@@ -93,7 +106,24 @@ pub async fn deliver(
                 evidence,
                 target: &target,
             });
-            let answer = api::call(&state.http, slack, "chat.postMessage", &message).await?;
+            let post =
+                |message| api::call_patiently(&state.http, slack, "chat.postMessage", message);
+            let answer = match post(&message).await {
+                Ok(answer) => answer,
+                Err(e) => {
+                    let Some(why) = e.refused_content() else {
+                        return Err(e.into());
+                    };
+                    warn!(%run_id, call_id, error = %e, "Slack refused the request; posting it in short");
+                    post(&blocks::short_request_message(
+                        name,
+                        &call.summary,
+                        &target,
+                        why,
+                    ))
+                    .await?
+                }
+            };
             let reference = json!({
                 "channel": answer["channel"], "ts": answer["ts"], "summary": call.summary,
             });
@@ -116,8 +146,11 @@ pub async fn deliver(
                 Action::Edit => "Approved with edits",
                 Action::Reject => "Rejected",
             };
-            let when = chrono::Utc::now().format("%Y-%m-%d %H:%M UTC");
-            let outcome = format!("{verb} by {decided_by} at {when}.");
+            let when = blocks::slack_date(chrono::Utc::now().timestamp_millis());
+            let outcome = format!(
+                "{verb} by {} at {when}.",
+                blocks::escaped(decided_by, blocks::NAME_CHARS)
+            );
             show_outcome(state, run_id, call_id, &delivery.channel, &outcome).await
         }
         Event::ApprovalExpired {
@@ -126,9 +159,7 @@ pub async fn deliver(
             deadline,
             ..
         } => {
-            let when = chrono::DateTime::from_timestamp_millis(*deadline)
-                .unwrap_or_default()
-                .format("%Y-%m-%d %H:%M UTC");
+            let when = blocks::slack_date(*deadline);
             let outcome = format!("Expired: nobody decided by {when}, so it did not run.");
             show_outcome(state, run_id, call_id, &delivery.channel, &outcome).await
         }
@@ -159,8 +190,9 @@ pub async fn deliver(
                             .person(who)
                             .and_then(|p| p.slack_user.as_deref())
                         {
+                            // Configured Slack users: the one mention meant to ping.
                             Some(user) => format!("<@{user}>"),
-                            None => who.clone(),
+                            None => blocks::escaped(who, blocks::NAME_CHARS),
                         }
                     })
                     .collect();
@@ -171,6 +203,10 @@ pub async fn deliver(
             } else {
                 format!("Reminder: this still waits for a decision; {deadline}.")
             };
+            // Marked first: marking again is harmless, replying twice is not.
+            if *escalated {
+                mark_escalated(state, run_id, &call.call_id, &delivery.channel).await?;
+            }
             reply_in_thread(state, run_id, &call.call_id, &delivery.channel, &text).await
         }
         _ => Ok(()),
@@ -189,8 +225,24 @@ async fn reply_in_thread(
     let reference = posted(state, run_id, call_id, channel).await?;
     let message =
         json!({"channel": reference["channel"], "thread_ts": reference["ts"], "text": text});
-    api::call(&state.http, slack, "chat.postMessage", &message).await?;
+    api::call_patiently(&state.http, slack, "chat.postMessage", &message).await?;
     Ok(())
+}
+
+/// Notes on the call's message reference that it was escalated, for its final update.
+async fn mark_escalated(
+    state: &AppState,
+    run_id: &countersign_shared::run::RunId,
+    call_id: &str,
+    channel: &str,
+) -> Result<(), DeliveryError> {
+    let mut reference = posted(state, run_id, call_id, channel).await?;
+    reference["escalated"] = true.into();
+    state
+        .store
+        .set_channel_ref(run_id, call_id, channel, &reference.to_string())
+        .await
+        .map_err(|e| DeliveryError::Retry(e.to_string()))
 }
 
 /// Where the call's message was posted; a retry until it has been.
