@@ -169,7 +169,10 @@ pub async fn deliver(
             cancelled_by,
             ..
         } => {
-            let outcome = format!("Cancelled: {cancelled_by} stopped the run, so it did not run.");
+            let outcome = format!(
+                "Cancelled: {} stopped the run, so it did not run.",
+                blocks::escaped(cancelled_by, blocks::NAME_CHARS)
+            );
             show_outcome(state, run_id, call_id, &delivery.channel, &outcome).await
         }
         Event::ApprovalReminder {
