@@ -96,7 +96,7 @@ pub enum ApprovalMode {
 #[serde(untagged)]
 pub enum ApprovalDef {
     Mode(ApprovalMode),
-    Rule(ApprovalRule),
+    Rule(Box<ApprovalRule>),
 }
 
 impl Default for ApprovalDef {
@@ -133,7 +133,7 @@ pub struct ApprovalRule {
     /// How long a person has to decide (`90s`, `30m`, `24h`, `7d`); then the call expires
     /// and does not run. Default: the worker's `default_approval_timeout_secs`.
     #[serde(default)]
-    pub timeout: Option<String>,
+    pub timeout: Option<Span>,
     /// What the deadline does: `reject` (default; the call expires) or `escalate` (the
     /// `escalate_to` approvers are asked too and the deadline is extended once; then reject).
     #[serde(default)]
@@ -143,7 +143,31 @@ pub struct ApprovalRule {
     pub escalate_to: Vec<String>,
     /// How long before the deadline to remind the approvers (`10m`, `1h`); default none.
     #[serde(default)]
-    pub remind_before: Option<String>,
+    pub remind_before: Option<Span>,
+}
+
+/// A span of time written `90s`, `30m`, `24h` or `7d`, parsed once, when the agent is loaded
+/// (a bad one refuses the file); it is written back as it was given.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Span {
+    text: String,
+    pub duration: std::time::Duration,
+}
+
+impl Serialize for Span {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.text)
+    }
+}
+
+impl<'de> Deserialize<'de> for Span {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        let duration = parse_duration(&text).ok_or_else(|| {
+            serde::de::Error::custom(format!("{text:?} is not like 90s, 30m, 24h or 7d"))
+        })?;
+        Ok(Self { text, duration })
+    }
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -155,7 +179,7 @@ pub enum OnExpiry {
 }
 
 /// Parses `90s`, `30m`, `24h` or `7d`.
-pub fn parse_duration(text: &str) -> Option<std::time::Duration> {
+fn parse_duration(text: &str) -> Option<std::time::Duration> {
     let text = text.trim();
     let split = text.find(|c: char| !c.is_ascii_digit())?;
     let (number, unit) = text.split_at(split);
@@ -216,7 +240,7 @@ impl ToolDef {
     /// The tool's own approval timeout, if its policy sets one.
     pub fn approval_timeout(&self) -> Option<std::time::Duration> {
         match &self.approval {
-            ApprovalDef::Rule(rule) => rule.timeout.as_deref().and_then(parse_duration),
+            ApprovalDef::Rule(rule) => rule.timeout.as_ref().map(|t| t.duration),
             ApprovalDef::Mode(_) => None,
         }
     }
@@ -238,30 +262,17 @@ impl ToolDef {
     /// How long before its deadline a held call's approvers are reminded, if at all.
     pub fn remind_before(&self) -> Option<std::time::Duration> {
         match &self.approval {
-            ApprovalDef::Rule(rule) => rule.remind_before.as_deref().and_then(parse_duration),
+            ApprovalDef::Rule(rule) => rule.remind_before.as_ref().map(|r| r.duration),
             ApprovalDef::Mode(_) => None,
         }
     }
 
     fn check_reviewers(&self) -> Result<(), String> {
-        if let ApprovalDef::Rule(ApprovalRule {
-            timeout: Some(t), ..
-        }) = &self.approval
-            && parse_duration(t).is_none()
+        if let ApprovalDef::Rule(rule) = &self.approval
+            && rule.on_expiry == OnExpiry::Escalate
+            && rule.escalate_to.is_empty()
         {
-            return Err(format!("timeout {t:?} is not like 90s, 30m, 24h or 7d"));
-        }
-        if let ApprovalDef::Rule(rule) = &self.approval {
-            if let Some(r) = &rule.remind_before
-                && parse_duration(r).is_none()
-            {
-                return Err(format!(
-                    "remind_before {r:?} is not like 90s, 30m, 24h or 7d"
-                ));
-            }
-            if rule.on_expiry == OnExpiry::Escalate && rule.escalate_to.is_empty() {
-                return Err("on_expiry = \"escalate\" needs escalate_to".into());
-            }
+            return Err("on_expiry = \"escalate\" needs escalate_to".into());
         }
         let r = self.reviewers();
         if r.quorum == 0 {

@@ -238,6 +238,48 @@ impl Names {
     }
 }
 
+/// The `Nats-Msg-Id` of each fact: the same fact always gets the same id, so JetStream stores a
+/// repeated publish of it once. (An audit element's id, `audit:{run}:{hash}`, is made by the
+/// scripts' prelude, which computes the hash.)
+pub mod msg_id {
+    use crate::run::RunId;
+
+    pub fn start(run: &RunId) -> String {
+        format!("start:{run}")
+    }
+    /// The job that brings a worker to finish a cancelled run.
+    pub fn cancel(run: &RunId) -> String {
+        format!("cancel:{run}")
+    }
+    pub fn requested(run: &RunId, turn: u32) -> String {
+        format!("requested:{run}:{turn}")
+    }
+    pub fn decided(run: &RunId, call: &str) -> String {
+        format!("decided:{run}:{call}")
+    }
+    pub fn expired(run: &RunId, call: &str) -> String {
+        format!("expired:{run}:{call}")
+    }
+    pub fn reminder(run: &RunId, call: &str, escalated: bool) -> String {
+        let kind = if escalated { "escalated" } else { "reminder" };
+        format!("{kind}:{run}:{call}")
+    }
+    pub fn cancelled(run: &RunId, call: &str) -> String {
+        format!("cancelled:{run}:{call}")
+    }
+    /// A call's outcome lost in a crash, or (no call) a run whose state cannot be read.
+    pub fn attention(run: &RunId, call: Option<&str>) -> String {
+        match call {
+            Some(call) => format!("attention:{run}:{call}"),
+            None => format!("attention:{run}"),
+        }
+    }
+    /// A run's end: completed, failed or cancelled (one of them, once).
+    pub fn end(run: &RunId) -> String {
+        format!("end:{run}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

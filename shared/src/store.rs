@@ -25,16 +25,22 @@
 //! outside the scripts and readers re-check each run's status.
 
 mod decide;
+mod exec;
+mod inbox;
+mod keys;
 mod outbox;
+mod timers;
 
 pub use decide::{
     CallDecided, DecideRequest, DecidedStatus, Outcome, Proposal, Refusal, RefusalCode,
 };
+pub use exec::ExecBegin;
+pub use inbox::Awaiting;
+pub use timers::{DueTimer, Timer};
 
 use crate::audit::{AuditEntry, prepare};
 use crate::names::Names;
-use crate::now_ms;
-use crate::run::{CallResult, Decision, HeldCall, Run, RunId, RunStatus};
+use crate::run::{Decision, HeldCall, Run, RunId, RunStatus};
 use redis::aio::ConnectionManager;
 use redis::{Script, ScriptInvocation};
 use std::collections::HashMap;
@@ -56,8 +62,6 @@ static AUDIT_APPEND: LazyLock<Script> =
 static ESCALATE: LazyLock<Script> = LazyLock::new(|| script(include_str!("lua/escalate.lua")));
 static REMIND: LazyLock<Script> = LazyLock::new(|| script(include_str!("lua/remind.lua")));
 static CANCEL: LazyLock<Script> = LazyLock::new(|| script(include_str!("lua/cancel.lua")));
-static EXEC_BEGIN: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lua/exec_begin.lua")));
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -126,33 +130,6 @@ pub enum Claim {
     /// Completed, failed or cancelled.
     Finished(RunStatus),
     Missing,
-}
-
-/// What the execution record says about an approved call about to run.
-#[derive(Debug, PartialEq)]
-pub enum ExecBegin {
-    /// First attempt: marked started, run it now.
-    Run,
-    /// An earlier attempt started and never recorded a result.
-    InterruptedBefore,
-    /// An earlier attempt finished with this result.
-    Done(CallResult),
-}
-
-/// The timers kept per held call.
-#[derive(Clone, Copy, Debug)]
-pub enum Timer {
-    Deadline,
-    Reminder,
-}
-
-/// A timer that is due.
-#[derive(Debug, Clone)]
-pub struct DueTimer {
-    pub member: String,
-    pub run_id: RunId,
-    pub call_id: String,
-    pub digest: String,
 }
 
 /// How a saved run goes on; the kind decides the status written.
@@ -437,66 +414,6 @@ impl Store {
         Ok(queued)
     }
 
-    /// Remembers where a channel's message about a call is.
-    pub async fn set_channel_ref(
-        &self,
-        id: &RunId,
-        call_id: &str,
-        channel: &str,
-        reference: &str,
-    ) -> Result<(), StoreError> {
-        let _: i64 = redis::cmd("HSET")
-            .arg(self.names.refs_key(id))
-            .arg(format!("{call_id}|{channel}"))
-            .arg(reference)
-            .query_async(&mut self.conn.clone())
-            .await?;
-        Ok(())
-    }
-
-    pub async fn channel_ref(
-        &self,
-        id: &RunId,
-        call_id: &str,
-        channel: &str,
-    ) -> Result<Option<String>, StoreError> {
-        Ok(redis::cmd("HGET")
-            .arg(self.names.refs_key(id))
-            .arg(format!("{call_id}|{channel}"))
-            .query_async(&mut self.conn.clone())
-            .await?)
-    }
-
-    /// Stores what a single-use link token may do, under the token's hash, for `ttl`.
-    pub async fn put_link_token(
-        &self,
-        run: &RunId,
-        token_hash: &str,
-        grant: &str,
-        ttl: Duration,
-    ) -> Result<(), StoreError> {
-        let _: () = redis::cmd("SET")
-            .arg(self.names.link_token_key(run, token_hash))
-            .arg(grant)
-            .arg("PX")
-            .arg(ttl.as_millis().max(1) as u64)
-            .query_async(&mut self.conn.clone())
-            .await?;
-        Ok(())
-    }
-
-    /// What a link token may do, without using it up (the decision script spends it).
-    pub async fn peek_link_token(
-        &self,
-        run: &RunId,
-        token_hash: &str,
-    ) -> Result<Option<String>, StoreError> {
-        Ok(redis::cmd("GET")
-            .arg(self.names.link_token_key(run, token_hash))
-            .query_async(&mut self.conn.clone())
-            .await?)
-    }
-
     /// The latest refused decisions on a run, newest first.
     pub async fn refusals(&self, id: &RunId) -> Result<Vec<serde_json::Value>, StoreError> {
         let raw: Vec<String> = redis::cmd("LRANGE")
@@ -517,168 +434,6 @@ impl Store {
             .query_async(&mut self.conn.clone())
             .await?;
         raw.iter().map(|r| from_json(r)).collect()
-    }
-
-    /// Marks an approved call as started, or says what an earlier attempt left.
-    pub async fn exec_begin(&self, id: &RunId, call_id: &str) -> Result<ExecBegin, StoreError> {
-        let reply: Vec<String> = EXEC_BEGIN
-            .key(self.names.exec_key(id))
-            .arg(call_id)
-            .invoke_async(&mut self.conn.clone())
-            .await?;
-        Ok(match reply[0].as_str() {
-            "run" => ExecBegin::Run,
-            "started" => ExecBegin::InterruptedBefore,
-            _ => ExecBegin::Done(from_json(&reply[1])?),
-        })
-    }
-
-    /// Records the result of a call marked started.
-    pub async fn exec_finish(
-        &self,
-        id: &RunId,
-        call_id: &str,
-        result: &CallResult,
-    ) -> Result<(), StoreError> {
-        let _: i64 = redis::cmd("HSET")
-            .arg(self.names.exec_key(id))
-            .arg(call_id)
-            .arg(to_json(result)?)
-            .query_async(&mut self.conn.clone())
-            .await?;
-        Ok(())
-    }
-
-    /// Binds an idempotency key to a run id unless it is bound already; returns the run it
-    /// was bound to before, if any.
-    pub async fn bind_idempotency_key(
-        &self,
-        key_digest: &str,
-        run: &RunId,
-        ttl: Duration,
-    ) -> Result<Option<RunId>, StoreError> {
-        let previous: Option<String> = redis::cmd("SET")
-            .arg(self.names.idempotency_key(key_digest))
-            .arg(run.as_str())
-            .arg("NX")
-            .arg("GET")
-            .arg("EX")
-            .arg(ttl.as_secs().max(1))
-            .query_async(&mut self.conn.clone())
-            .await?;
-        previous
-            .map(|p| RunId::parse(&p).ok_or_else(|| StoreError::Corrupt(format!("run id {p:?}"))))
-            .transpose()
-    }
-
-    /// Remembers a signed request's `webhook-id` (per sender) with the hash of its body, for
-    /// `ttl`; returns the body hash it was first seen with, if it was seen before.
-    pub async fn remember_webhook_id(
-        &self,
-        sender: &str,
-        webhook_id: &str,
-        body_hash: &str,
-        ttl: Duration,
-    ) -> Result<Option<String>, StoreError> {
-        Ok(redis::cmd("SET")
-            .arg(self.names.webhook_id_key(sender, webhook_id))
-            .arg(body_hash)
-            .arg("NX")
-            .arg("GET")
-            .arg("EX")
-            .arg(ttl.as_secs().max(1))
-            .query_async(&mut self.conn.clone())
-            .await?)
-    }
-
-    /// Adds or removes a run in the index of paused runs.
-    pub async fn index_awaiting(&self, id: &RunId, awaiting: bool) -> Result<(), StoreError> {
-        let mut cmd = if awaiting {
-            let mut c = redis::cmd("ZADD");
-            c.arg(self.names.awaiting_key()).arg(now_ms());
-            c
-        } else {
-            let mut c = redis::cmd("ZREM");
-            c.arg(self.names.awaiting_key());
-            c
-        };
-        let _: i64 = cmd
-            .arg(id.as_str())
-            .query_async(&mut self.conn.clone())
-            .await?;
-        Ok(())
-    }
-
-    /// Puts held calls' timers where the sweepers look. Idempotent: a member already there
-    /// gets the new time.
-    pub async fn schedule(
-        &self,
-        timer: Timer,
-        id: &RunId,
-        calls: &[(&str, &str, i64)],
-    ) -> Result<(), StoreError> {
-        if calls.is_empty() {
-            return Ok(());
-        }
-        let mut cmd = redis::cmd("ZADD");
-        cmd.arg(self.timer_key(timer));
-        for (call_id, digest, at) in calls {
-            cmd.arg(*at).arg(format!("{id}|{call_id}|{digest}"));
-        }
-        let _: i64 = cmd.query_async(&mut self.conn.clone()).await?;
-        Ok(())
-    }
-
-    /// Timers that are due, oldest first, at most `limit`. Only the due front of the set is
-    /// read, however many calls wait.
-    pub async fn due(
-        &self,
-        timer: Timer,
-        now_ms: i64,
-        limit: usize,
-    ) -> Result<Vec<DueTimer>, StoreError> {
-        let members: Vec<String> = redis::cmd("ZRANGE")
-            .arg(self.timer_key(timer))
-            .arg("-inf")
-            .arg(now_ms)
-            .arg("BYSCORE")
-            .arg("LIMIT")
-            .arg(0)
-            .arg(limit)
-            .query_async(&mut self.conn.clone())
-            .await?;
-        Ok(members
-            .into_iter()
-            .filter_map(|member| {
-                let mut parts = member.splitn(3, '|');
-                let run_id = RunId::parse(parts.next()?)?;
-                let call_id = parts.next()?.to_string();
-                let digest = parts.next()?.to_string();
-                Some(DueTimer {
-                    member,
-                    run_id,
-                    call_id,
-                    digest,
-                })
-            })
-            .collect())
-    }
-
-    /// Removes a handled timer; true for the one caller that removed it.
-    pub async fn drop_timer(&self, timer: Timer, member: &str) -> Result<bool, StoreError> {
-        let removed: i64 = redis::cmd("ZREM")
-            .arg(self.timer_key(timer))
-            .arg(member)
-            .query_async(&mut self.conn.clone())
-            .await?;
-        Ok(removed == 1)
-    }
-
-    fn timer_key(&self, timer: Timer) -> String {
-        match timer {
-            Timer::Deadline => self.names.deadlines_key(),
-            Timer::Reminder => self.names.reminders_key(),
-        }
     }
 
     /// The run with the version it was read at, for [`Store::escalate`]. The status and the
@@ -752,66 +507,6 @@ impl Store {
             .await?;
         Ok(queued)
     }
-
-    /// At most `limit` runs of the paused index strictly after `after` (from the start when
-    /// `None`), oldest first, runs that paused in the same millisecond in order of id, as
-    /// Redis keeps them. Only that slice is read, however many runs wait. Some may have moved
-    /// on since: re-check them.
-    pub async fn awaiting(
-        &self,
-        after: Option<&Awaiting>,
-        limit: usize,
-    ) -> Result<Vec<Awaiting>, StoreError> {
-        let key = self.names.awaiting_key();
-        let mut page = Vec::new();
-        let mut min = "-inf".to_string();
-        if let Some(after) = after {
-            // Runs that paused in the cursor's millisecond: the few after it by id come first.
-            let tied: Vec<String> = redis::cmd("ZRANGE")
-                .arg(&key)
-                .arg(after.since_ms)
-                .arg(after.since_ms)
-                .arg("BYSCORE")
-                .query_async(&mut self.conn.clone())
-                .await?;
-            page.extend(
-                tied.iter()
-                    .filter(|id| id.as_str() > after.run_id.as_str())
-                    .filter_map(|id| RunId::parse(id))
-                    .take(limit)
-                    .map(|run_id| Awaiting {
-                        run_id,
-                        since_ms: after.since_ms,
-                    }),
-            );
-            min = format!("({}", after.since_ms);
-        }
-        if page.len() < limit {
-            let rest: Vec<String> = redis::cmd("ZRANGE")
-                .arg(&key)
-                .arg(min)
-                .arg("+inf")
-                .arg("BYSCORE")
-                .arg("LIMIT")
-                .arg(0)
-                .arg(limit - page.len())
-                .arg("WITHSCORES")
-                .query_async(&mut self.conn.clone())
-                .await?;
-            for pair in rest.chunks_exact(2) {
-                let since_ms = pair[1]
-                    .parse::<f64>()
-                    .map_err(|_| StoreError::Corrupt(format!("awaiting score {:?}", pair[1])))?;
-                if let Some(run_id) = RunId::parse(&pair[0]) {
-                    page.push(Awaiting {
-                        run_id,
-                        since_ms: since_ms as i64,
-                    });
-                }
-            }
-        }
-        Ok(page)
-    }
 }
 
 /// Audit entries as the prelude's `append_audits` reads them.
@@ -829,14 +524,6 @@ fn announce_args(script: &mut ScriptInvocation<'_>, announce: &[Announcement]) {
     for a in announce {
         script.arg(&a.msg_id).arg(&a.subject).arg(&a.payload);
     }
-}
-
-/// A run's place in the index of paused runs.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Awaiting {
-    pub run_id: RunId,
-    /// When it paused (ms since the epoch): its score in the index.
-    pub since_ms: i64,
 }
 
 fn to_json<T: serde::Serialize>(value: &T) -> Result<String, StoreError> {

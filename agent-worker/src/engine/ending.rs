@@ -4,6 +4,7 @@
 use super::{Engine, StepError};
 use countersign_shared::audit::{AuditEntry, AuditKind};
 use countersign_shared::events::{Event, Evidence};
+use countersign_shared::names::msg_id;
 use countersign_shared::run::{Run, RunId, RunStatus};
 use countersign_shared::store::{Announcement, Save, StoreError};
 use tracing::{info, warn};
@@ -83,7 +84,7 @@ impl Engine {
                     cancelled_by: cancel.by.clone(),
                     channels: p.reviewers.channels.clone(),
                 };
-                let msg_id = format!("cancelled:{id}:{}", p.call_id);
+                let msg_id = msg_id::cancelled(id, &p.call_id);
                 Announcement::new(msg_id, names.approval_cancelled(id), event)
             })
             .collect();
@@ -138,7 +139,7 @@ impl Engine {
             requested_by: run.requested_by.clone(),
         };
         Announcement::new(
-            format!("requested:{}:{}", run.run_id, run.turns),
+            msg_id::requested(&run.run_id, run.turns),
             names.approval_requested(&run.run_id),
             event,
         )
@@ -174,6 +175,6 @@ impl Engine {
                 },
             ),
         };
-        Announcement::new(format!("end:{id}"), subject, event)
+        Announcement::new(msg_id::end(&id), subject, event)
     }
 }

@@ -6,6 +6,7 @@ use super::Engine;
 use crate::tools;
 use countersign_shared::agent::ToolDef;
 use countersign_shared::events::Event;
+use countersign_shared::names::msg_id;
 use countersign_shared::run::{CallResult, Outcome, RunId};
 use countersign_shared::store::{ExecBegin, StoreError};
 use serde_json::Value;
@@ -36,7 +37,7 @@ impl Engine {
                     input: input.clone(),
                     reason: reason.clone(),
                 };
-                let msg_id = format!("attention:{run}:{call_id}");
+                let msg_id = msg_id::attention(run, Some(call_id));
                 if let Err(e) = self
                     .bus
                     .publish(self.bus.names.run_attention(run), &msg_id, attention)

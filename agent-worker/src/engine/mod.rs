@@ -23,6 +23,7 @@ use crate::model::{ModelError, ModelRequest};
 use countersign_shared::audit::{AuditEntry, AuditKind};
 use countersign_shared::bus::{Bus, BusError};
 use countersign_shared::events::Event;
+use countersign_shared::names::msg_id;
 use countersign_shared::now_ms;
 use countersign_shared::outbox::Outbox;
 use countersign_shared::people::Directory;
@@ -136,7 +137,7 @@ impl Engine {
             .bus
             .publish(
                 self.bus.names.run_attention(id),
-                &format!("attention:{id}"),
+                &msg_id::attention(id, None),
                 attention,
             )
             .await;

@@ -11,6 +11,7 @@ use super::{Engine, StepError};
 use countersign_shared::agent::{OnExpiry, ToolDef};
 use countersign_shared::audit::{AuditEntry, AuditKind};
 use countersign_shared::events::Event;
+use countersign_shared::names::msg_id;
 use countersign_shared::run::{Action, Decision, PendingCall, Run};
 use countersign_shared::store::{
     Announcement, DecideRequest, DueTimer, Outcome, Proposal, StoreError, Timer,
@@ -236,8 +237,7 @@ impl Engine {
     }
 
     fn reminder(&self, run: &Run, call: PendingCall, escalated: bool) -> Announcement {
-        let kind = if escalated { "escalated" } else { "reminder" };
-        let msg_id = format!("{kind}:{}:{}", run.run_id, call.call_id);
+        let msg_id = msg_id::reminder(&run.run_id, &call.call_id, escalated);
         let event = Event::ApprovalReminder {
             run_id: run.run_id.clone(),
             agent: run.agent.clone(),

@@ -13,6 +13,7 @@ use axum::{Json, Router};
 use countersign_shared::audit::{AuditEntry, AuditKind};
 use countersign_shared::digest::sha256_hex;
 use countersign_shared::events::Event;
+use countersign_shared::names::msg_id;
 use countersign_shared::run::{Cancellation, Run, RunId, RunStatus};
 use countersign_shared::store::{Announcement, CancelOutcome};
 use serde::Deserialize;
@@ -112,7 +113,7 @@ async fn start_run(
         let names = &state.bus.names;
         state
             .bus
-            .publish(names.runs_start(), &format!("start:{run_id}"), event)
+            .publish(names.runs_start(), &msg_id::start(&run_id), event)
             .await?;
     }
     Ok((
@@ -189,7 +190,7 @@ async fn cancel_run(
     let names = &state.bus.names;
     // The job that brings a worker to the run, which finishes it as cancelled.
     let nudge = Announcement::new(
-        format!("cancel:{}", run.run_id),
+        msg_id::cancel(&run.run_id),
         names.runs_start(),
         Event::RunStart {
             run_id: run.run_id.clone(),

@@ -7,7 +7,8 @@
 -- ARGV (after the common three): 4 principal, 5 channel, 6 expiry ('1': the deadline decides),
 -- 7 approval.decided subject, 8 approval.expired subject, 9 the email link's grant (with KEYS[10]
 -- the link, spent with the decision), 10 n, then per decision: call_id, digest, action,
--- decision JSON, fingerprint, the digest its edit was checked against (or ''), audit entry, sha.
+-- decision JSON, fingerprint, the digest its edit was checked against (or ''), audit entry, sha,
+-- and the message ids of its approval.decided and approval.expired.
 -- Replies {'ok', results JSON, outbox...}, {'refused', refusal JSON}, or {'missing', ''}.
 local principal, channel, expiry = ARGV[4], ARGV[5], ARGV[6] == '1'
 local status = redis.call('HGET', KEYS[1], 'status')
@@ -31,10 +32,10 @@ end
 local decisions = {}
 local n = tonumber(ARGV[10])
 for i = 1, n do
-  local p = 11 + 8 * (i - 1)
+  local p = 11 + 10 * (i - 1)
   decisions[i] = {call_id = ARGV[p], digest = ARGV[p + 1], action = ARGV[p + 2],
     json = ARGV[p + 3], fingerprint = ARGV[p + 4], checked = ARGV[p + 5],
-    entry = ARGV[p + 6], sha = ARGV[p + 7]}
+    entry = ARGV[p + 6], sha = ARGV[p + 7], decided_id = ARGV[p + 8], expired_id = ARGV[p + 9]}
 end
 
 -- First every decision is checked.
@@ -137,14 +138,13 @@ for _, d in ipairs(decisions) do
       if held.channels and #held.channels > 0 then
         channels = ',"channels":' .. cjson.encode(held.channels)
       end
-      local id = ARGV[1] .. ':' .. d.call_id
       if expiry then
-        outbox('expired:' .. id, ARGV[8], '{"version":1,"type":"approval.expired","run_id":'
+        outbox(d.expired_id, ARGV[8], '{"version":1,"type":"approval.expired","run_id":'
           .. cjson.encode(ARGV[1]) .. ',"call_id":' .. cjson.encode(d.call_id)
           .. ',"deadline":' .. string.format('%d', held.deadline) .. channels .. '}')
         channels = '' -- the channels show the expiry, not a rejection
       end
-      outbox('decided:' .. id, ARGV[7], '{"version":1,"type":"approval.decided","run_id":'
+      outbox(d.decided_id, ARGV[7], '{"version":1,"type":"approval.decided","run_id":'
         .. cjson.encode(ARGV[1]) .. ',"call_id":' .. cjson.encode(d.call_id)
         .. ',"action":' .. cjson.encode(d.action)
         .. ',"decided_by":' .. cjson.encode(cjson.decode(decision).decided_by)

@@ -2,6 +2,7 @@
 
 use super::{Announcement, Store, StoreError, from_json, to_json};
 use crate::audit::AuditEntry;
+use crate::names::msg_id;
 use crate::run::{Decision, RunId};
 use serde::{Deserialize, Serialize};
 use std::sync::LazyLock;
@@ -146,7 +147,9 @@ impl Store {
                         .arg(&d.fingerprint)
                         .arg(p.checked_digest.as_deref().unwrap_or_default())
                         .arg(entry)
-                        .arg(sha);
+                        .arg(sha)
+                        .arg(msg_id::decided(id, &d.call_id))
+                        .arg(msg_id::expired(id, &d.call_id));
                 }
                 Ok(())
             })

@@ -1,0 +1,93 @@
+//! The index of paused runs (`awaiting`, scored by when they paused), which the inbox pages
+//! through; it lives outside the runs' slots, so readers re-check each run's status.
+
+use super::{Store, StoreError};
+use crate::now_ms;
+use crate::run::RunId;
+
+/// A run's place in the index of paused runs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Awaiting {
+    pub run_id: RunId,
+    /// When it paused (ms since the epoch): its score in the index.
+    pub since_ms: i64,
+}
+
+impl Store {
+    /// Adds or removes a run in the index of paused runs.
+    pub async fn index_awaiting(&self, id: &RunId, awaiting: bool) -> Result<(), StoreError> {
+        let mut cmd = if awaiting {
+            let mut c = redis::cmd("ZADD");
+            c.arg(self.names.awaiting_key()).arg(now_ms());
+            c
+        } else {
+            let mut c = redis::cmd("ZREM");
+            c.arg(self.names.awaiting_key());
+            c
+        };
+        let _: i64 = cmd
+            .arg(id.as_str())
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(())
+    }
+    /// At most `limit` runs of the paused index strictly after `after` (from the start when
+    /// `None`), oldest first, runs that paused in the same millisecond in order of id, as
+    /// Redis keeps them. Only that slice is read, however many runs wait. Some may have moved
+    /// on since: re-check them.
+    pub async fn awaiting(
+        &self,
+        after: Option<&Awaiting>,
+        limit: usize,
+    ) -> Result<Vec<Awaiting>, StoreError> {
+        let key = self.names.awaiting_key();
+        let mut page = Vec::new();
+        let mut min = "-inf".to_string();
+        if let Some(after) = after {
+            // Runs that paused in the cursor's millisecond: the few after it by id come first.
+            let tied: Vec<String> = redis::cmd("ZRANGE")
+                .arg(&key)
+                .arg(after.since_ms)
+                .arg(after.since_ms)
+                .arg("BYSCORE")
+                .query_async(&mut self.conn.clone())
+                .await?;
+            page.extend(
+                tied.iter()
+                    .filter(|id| id.as_str() > after.run_id.as_str())
+                    .filter_map(|id| RunId::parse(id))
+                    .take(limit)
+                    .map(|run_id| Awaiting {
+                        run_id,
+                        since_ms: after.since_ms,
+                    }),
+            );
+            min = format!("({}", after.since_ms);
+        }
+        if page.len() < limit {
+            let rest: Vec<String> = redis::cmd("ZRANGE")
+                .arg(&key)
+                .arg(min)
+                .arg("+inf")
+                .arg("BYSCORE")
+                .arg("LIMIT")
+                .arg(0)
+                .arg(limit - page.len())
+                .arg("WITHSCORES")
+                .query_async(&mut self.conn.clone())
+                .await?;
+            for pair in rest.chunks_exact(2) {
+                let since_ms = pair[1]
+                    .parse::<f64>()
+                    .map_err(|_| StoreError::Corrupt(format!("awaiting score {:?}", pair[1])))?;
+                if let Some(run_id) = RunId::parse(&pair[0]) {
+                    page.push(Awaiting {
+                        run_id,
+                        since_ms: since_ms as i64,
+                    });
+                }
+            }
+        }
+        Ok(page)
+    }
+}

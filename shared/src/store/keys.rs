@@ -1,0 +1,106 @@
+//! Records of one key each, kept outside the run scripts: where a channel's message about a
+//! call is, email link tokens (in the run's slot: the decision script spends them),
+//! idempotency keys of started runs, and the `webhook-id`s of signed requests.
+
+use super::{Store, StoreError};
+use crate::run::RunId;
+use std::time::Duration;
+
+impl Store {
+    /// Remembers where a channel's message about a call is.
+    pub async fn set_channel_ref(
+        &self,
+        id: &RunId,
+        call_id: &str,
+        channel: &str,
+        reference: &str,
+    ) -> Result<(), StoreError> {
+        let _: i64 = redis::cmd("HSET")
+            .arg(self.names.refs_key(id))
+            .arg(format!("{call_id}|{channel}"))
+            .arg(reference)
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(())
+    }
+    pub async fn channel_ref(
+        &self,
+        id: &RunId,
+        call_id: &str,
+        channel: &str,
+    ) -> Result<Option<String>, StoreError> {
+        Ok(redis::cmd("HGET")
+            .arg(self.names.refs_key(id))
+            .arg(format!("{call_id}|{channel}"))
+            .query_async(&mut self.conn.clone())
+            .await?)
+    }
+    /// Stores what a single-use link token may do, under the token's hash, for `ttl`.
+    pub async fn put_link_token(
+        &self,
+        run: &RunId,
+        token_hash: &str,
+        grant: &str,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        let _: () = redis::cmd("SET")
+            .arg(self.names.link_token_key(run, token_hash))
+            .arg(grant)
+            .arg("PX")
+            .arg(ttl.as_millis().max(1) as u64)
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(())
+    }
+    /// What a link token may do, without using it up (the decision script spends it).
+    pub async fn peek_link_token(
+        &self,
+        run: &RunId,
+        token_hash: &str,
+    ) -> Result<Option<String>, StoreError> {
+        Ok(redis::cmd("GET")
+            .arg(self.names.link_token_key(run, token_hash))
+            .query_async(&mut self.conn.clone())
+            .await?)
+    }
+    /// Binds an idempotency key to a run id unless it is bound already; returns the run it
+    /// was bound to before, if any.
+    pub async fn bind_idempotency_key(
+        &self,
+        key_digest: &str,
+        run: &RunId,
+        ttl: Duration,
+    ) -> Result<Option<RunId>, StoreError> {
+        let previous: Option<String> = redis::cmd("SET")
+            .arg(self.names.idempotency_key(key_digest))
+            .arg(run.as_str())
+            .arg("NX")
+            .arg("GET")
+            .arg("EX")
+            .arg(ttl.as_secs().max(1))
+            .query_async(&mut self.conn.clone())
+            .await?;
+        previous
+            .map(|p| RunId::parse(&p).ok_or_else(|| StoreError::Corrupt(format!("run id {p:?}"))))
+            .transpose()
+    }
+    /// Remembers a signed request's `webhook-id` (per sender) with the hash of its body, for
+    /// `ttl`; returns the body hash it was first seen with, if it was seen before.
+    pub async fn remember_webhook_id(
+        &self,
+        sender: &str,
+        webhook_id: &str,
+        body_hash: &str,
+        ttl: Duration,
+    ) -> Result<Option<String>, StoreError> {
+        Ok(redis::cmd("SET")
+            .arg(self.names.webhook_id_key(sender, webhook_id))
+            .arg(body_hash)
+            .arg("NX")
+            .arg("GET")
+            .arg("EX")
+            .arg(ttl.as_secs().max(1))
+            .query_async(&mut self.conn.clone())
+            .await?)
+    }
+}
