@@ -101,32 +101,37 @@ pub async fn run(
     };
     // Small batches so a busy worker does not sit on messages an idle one could take.
     let batch = config.concurrency.min(16);
-    let pull = |stream: String, durable: String, subject: String| {
-        let (bus, settings) = (&bus, &settings);
+    // Both shared consumers as one stream of messages.
+    let pull = || {
+        let (bus, settings, names) = (&bus, &settings, &names);
         async move {
-            let consumer = bus
-                .shared_consumer(&stream, &durable, subject, settings)
-                .await?;
-            let messages = consumer
-                .stream()
-                .max_messages_per_batch(batch)
-                .messages()
-                .await?;
-            anyhow::Ok(messages)
+            let pull = |stream: String, durable: String, subject: String| async move {
+                let consumer = bus
+                    .shared_consumer(&stream, &durable, subject, settings)
+                    .await?;
+                let messages = consumer
+                    .stream()
+                    .max_messages_per_batch(batch)
+                    .messages()
+                    .await?;
+                anyhow::Ok(messages)
+            };
+            let starts = pull(
+                names.runs_stream(),
+                names.start_consumer(),
+                names.runs_start(),
+            )
+            .await?;
+            let decided = pull(
+                names.approvals_stream(),
+                names.decided_consumer(),
+                names.approval_decided_all(),
+            )
+            .await?;
+            anyhow::Ok(futures::stream::select(starts, decided))
         }
     };
-    let starts = pull(
-        names.runs_stream(),
-        names.start_consumer(),
-        names.runs_start(),
-    )
-    .await?;
-    let decided = pull(
-        names.approvals_stream(),
-        names.decided_consumer(),
-        names.approval_decided_all(),
-    )
-    .await?;
+    let mut incoming = pull().await?;
     let engine = Arc::new(Engine::new(
         store.clone(),
         bus.clone(),
@@ -149,7 +154,6 @@ pub async fn run(
         Duration::from_millis(config.sweep_interval_ms),
         shutdown.clone(),
     ));
-    let mut incoming = futures::stream::select(starts, decided);
     let permits = Arc::new(Semaphore::new(config.concurrency));
     let mut tasks = JoinSet::new();
     loop {
@@ -162,7 +166,24 @@ pub async fn run(
             msg = incoming.next() => msg,
         };
         match msg {
-            None => break,
+            // The consumers ended (NATS went away for longer than the client waits): pull
+            // again once it is back, rather than stopping the worker.
+            None => {
+                warn!("message streams ended; pulling again once NATS answers");
+                let again = async {
+                    loop {
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        match pull().await {
+                            Ok(streams) => return streams,
+                            Err(e) => warn!(error = %e, "cannot pull yet"),
+                        }
+                    }
+                };
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    streams = again => incoming = streams,
+                }
+            }
             Some(Err(e)) => warn!(error = %e, "error pulling messages"),
             Some(Ok(msg)) => {
                 let engine = engine.clone();

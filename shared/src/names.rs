@@ -102,12 +102,13 @@ impl Names {
     }
 
     /// Every stream of the deployment.
-    pub fn streams(&self) -> [String; 4] {
+    pub fn streams(&self) -> [String; 5] {
         [
             self.runs_stream(),
             self.approvals_stream(),
             self.deliveries_stream(),
             self.run_events_stream(),
+            self.audit_stream(),
         ]
     }
 

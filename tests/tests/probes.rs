@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(3);
 
 async fn app_on_restartable_servers() -> TestApp {
-    TestApp::spawn_on(
+    let app = TestApp::spawn_on(
         Infra::start_restartable().await,
         "anthropic",
         1,
@@ -22,7 +22,15 @@ async fn app_on_restartable_servers() -> TestApp {
         |_| {},
         refund_brain,
     )
-    .await
+    .await;
+    // The worker has started (connected and pulling) before a test takes a server away.
+    let worker = app.worker_probes_url(0).to_string();
+    wait_for("the worker to be ready", PATIENCE, || async {
+        let r = client().get(format!("{worker}/readyz")).send().await.ok()?;
+        r.status().is_success().then_some(())
+    })
+    .await;
+    app
 }
 
 fn client() -> reqwest::Client {
@@ -43,7 +51,7 @@ async fn probe(url: &str, key: Option<&str>) -> (StatusCode, Value, Duration) {
     let response = request
         .send()
         .await
-        .unwrap_or_else(|e| panic!("{url} did not answer within {CLIENT_TIMEOUT:?}: {e}"));
+        .unwrap_or_else(|e| panic!("{url} did not answer within {CLIENT_TIMEOUT:?}: {e:?}"));
     let status = response.status();
     let body = response.json().await.unwrap_or(Value::Null);
     (status, body, started.elapsed())
@@ -67,9 +75,9 @@ async fn with_redis_stopped_requests_answer_503_at_once_and_all_recovers_when_it
     for url in [&gateway, &worker] {
         let (status, body, _) = probe(&format!("{url}/readyz"), None).await;
         assert_eq!(status, StatusCode::OK, "{url}: {body}");
-        // Redis, NATS and the four streams.
+        // Redis, NATS and the five streams.
         let checks = body["checks"].as_object().unwrap();
-        assert_eq!(checks.len(), 6, "{body}");
+        assert_eq!(checks.len(), 7, "{body}");
         assert!(checks.values().all(|c| c == "ok"), "{body}");
     }
 
