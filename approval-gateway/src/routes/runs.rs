@@ -1,9 +1,11 @@
 //! Starting runs and reading them.
 
 use super::view::RunView;
+use crate::auth::error::AuthError;
+use crate::auth::{Caller, JsonBody, Permission};
 use crate::config::Role;
+use crate::decide;
 use crate::error::ApiError;
-use crate::extract::{Caller, JsonBody, Permission};
 use crate::state::AppState;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -19,7 +21,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use std::time::Duration;
 
-pub fn router() -> Router<AppState> {
+pub(super) fn router() -> Router<AppState> {
     Router::new()
         .route("/v1/runs", post(start_run))
         .route("/v1/runs/{run_id}", get(get_run))
@@ -146,37 +148,30 @@ async fn cancel_run(
         let JsonBody(CancelRun { reason }) = JsonBody::parse(&body)?;
         reason
     };
-    if reason
-        .as_ref()
-        .is_some_and(|r| r.len() > crate::decide::MAX_TEXT)
-    {
+    if reason.as_ref().is_some_and(|r| r.len() > decide::MAX_TEXT) {
         return Err(ApiError::bad_request(format!(
             "the reason is longer than {} bytes",
-            crate::decide::MAX_TEXT
+            decide::MAX_TEXT
         )));
     }
     let run = load_run(&state, &run_id).await?;
-    let by = match (caller.role, run.requested_by.as_deref()) {
-        (Role::Admin, _) => caller.principal.clone(),
-        (_, Some(requester)) => caller.speaking_as(Some(requester), "cancel runs").map_err(
-            |_| {
-                ApiError::new(
-                    StatusCode::FORBIDDEN,
-                    "forbidden",
-                    format!(
+    let by =
+        match (caller.role, run.requested_by.as_deref()) {
+            (Role::Admin, _) => caller.principal.clone(),
+            (_, Some(requester)) => caller.speaking_as(Some(requester), "cancel runs").map_err(
+                |_| {
+                    AuthError::Forbidden(format!(
                         "only {requester}, who asked for run {run_id:?}, or an admin may cancel it"
-                    ),
-                )
-            },
-        )?,
-        (_, None) => {
-            return Err(ApiError::new(
-                StatusCode::FORBIDDEN,
-                "forbidden",
-                format!("run {run_id:?} has no requester: only an admin may cancel it"),
-            ));
-        }
-    };
+                    ))
+                },
+            )?,
+            (_, None) => {
+                return Err(AuthError::Forbidden(format!(
+                    "run {run_id:?} has no requester: only an admin may cancel it"
+                ))
+                .into());
+            }
+        };
     let cancel = Cancellation {
         by: by.clone(),
         reason: reason.clone(),
@@ -236,8 +231,7 @@ async fn get_run(
 }
 
 /// The run named in a path, or a 404 that says so.
-pub async fn load_run(state: &AppState, run_id: &str) -> Result<Run, ApiError> {
-    let missing = || ApiError::not_found(format!("no run {run_id:?}"));
-    let id = RunId::parse(run_id).ok_or_else(missing)?;
-    state.store.load(&id).await?.ok_or_else(missing)
+async fn load_run(state: &AppState, run_id: &str) -> Result<Run, ApiError> {
+    let run = state.run(run_id).await?;
+    run.ok_or_else(|| ApiError::not_found(format!("no run {run_id:?}")))
 }

@@ -5,10 +5,11 @@
 //! changes nothing. No script runs on these pages,
 //! and they are neither cached nor sent as a referrer, since the token is in the URL.
 
+use super::grant::{Grant, parse_token};
 use crate::decide::{self, Decider, Proposed};
-use crate::email::{Grant, parse_token};
 use crate::error::ApiError;
 use crate::state::AppState;
+use crate::time::rfc3339;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -19,7 +20,7 @@ use countersign_shared::run::{Action, Run, RunStatus};
 use serde_json::Value;
 use std::collections::HashMap;
 
-pub fn router() -> Router<AppState> {
+pub(crate) fn router() -> Router<AppState> {
     Router::new().route("/approvals/email/{token}", get(show).post(submit))
 }
 
@@ -73,7 +74,7 @@ async fn superseded(state: &AppState, grant: &Grant) -> Result<Option<String>, A
             "This request was already decided: {} by {} at {}.",
             decide::action_name(d.action),
             d.decided_by,
-            crate::routes::rfc3339(d.decided_at)
+            rfc3339(d.decided_at)
         )));
     }
     let pending = run.pending().find(|p| p.call_id == grant.call_id);
@@ -172,7 +173,7 @@ async fn show(
             &format!("<p>{}</p>", escape(&why)),
         ));
     }
-    let run = crate::routes::load_run(&state, grant.run_id.as_str()).await?;
+    let run = load_run(&state, &grant).await?;
     Ok(page(
         StatusCode::OK,
         title(grant.action),
@@ -217,7 +218,8 @@ async fn submit(
         channel: CHANNEL,
         link: Some((&hash, &raw)),
     };
-    match decide::decide_one(&state, grant.run_id.as_str(), proposed, &by).await {
+    let decided = decide::decide_one(&state, grant.run_id.as_str(), proposed, &by).await;
+    match decided.map_err(ApiError::from) {
         Ok(_) => Ok(page(
             StatusCode::OK,
             "Thank you",
@@ -244,6 +246,16 @@ async fn submit(
     }
 }
 
+/// The run a link decides on.
+async fn load_run(state: &AppState, grant: &Grant) -> Result<Run, ApiError> {
+    let id = &grant.run_id;
+    state
+        .store
+        .load(id)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("no run {:?}", id.as_str())))
+}
+
 /// Shows the form again with what went wrong; the link was not used.
 async fn again(
     state: &AppState,
@@ -251,7 +263,7 @@ async fn again(
     error: &str,
     typed: &HashMap<String, String>,
 ) -> Result<Response, ApiError> {
-    let run = crate::routes::load_run(state, grant.run_id.as_str()).await?;
+    let run = load_run(state, grant).await?;
     Ok(page(
         StatusCode::UNPROCESSABLE_ENTITY,
         title(grant.action),

@@ -3,43 +3,39 @@
 //! its own and, when it fails, handed back to JetStream with a growing delay, so a slow or
 //! failing channel holds up no other and a gateway restart loses no retry. Every gateway
 //! runs both loops; the shared durable consumers split the work between them.
+//!
+//! The event is matched here, once: webhooks get it whole, and Slack and email are told
+//! through the verbs of [`Deliver`]. On shutdown the loops stop pulling and the deliveries
+//! in flight get a few seconds to finish; what is cut off is not acked, so JetStream sends
+//! it again.
 
-mod webhook;
-
+use crate::channels::delivery::{Ask, Deliver, Delivery, DeliveryError, Ending};
+use crate::channels::email::Email;
+use crate::channels::slack::Slack;
+use crate::channels::webhook;
 use crate::state::AppState;
 use async_nats::jetstream::{AckKind, Message};
 use countersign_shared::audit::{AuditEntry, AuditKind};
 use countersign_shared::bus::ConsumerSettings;
 use countersign_shared::events::{Envelope, Event};
 use futures::StreamExt;
-use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
-
-/// One notification for one channel target.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Delivery {
-    /// `webhook:NAME`, `slack:#channel` or `email:ADDRESS`.
-    pub channel: String,
-    /// For channels that show each call on its own (Slack): which call.
-    #[serde(default)]
-    pub call_id: Option<String>,
-    /// The same on every attempt, so the receiver can tell a retry from a new message.
-    pub id: String,
-    /// When the event was fanned out, RFC 3339.
-    pub timestamp: String,
-    pub event: Envelope,
-}
 
 /// Deliveries sent at once by one gateway.
 const CONCURRENT_DELIVERIES: usize = 32;
 
-/// Runs the fan-out and the delivery loops until `shutdown`.
-pub async fn run(state: AppState, shutdown: CancellationToken) -> anyhow::Result<()> {
+/// How long deliveries in flight may take to finish once the gateway stops.
+const DRAIN: Duration = Duration::from_secs(10);
+
+/// Runs the fan-out and the delivery loops until `shutdown`, then lets the deliveries in
+/// flight finish within [`DRAIN`].
+pub(crate) async fn run(state: AppState, shutdown: CancellationToken) -> anyhow::Result<()> {
     let names = state.bus.names.clone();
     let settings = ConsumerSettings {
         ack_wait: Duration::from_secs(30),
@@ -69,6 +65,7 @@ pub async fn run(state: AppState, shutdown: CancellationToken) -> anyhow::Result
         .await?;
     info!("notifier started");
     let permits = Arc::new(Semaphore::new(CONCURRENT_DELIVERIES));
+    let mut in_flight = JoinSet::new();
     let mut incoming =
         futures::stream::select(events.map(|m| (true, m)), deliveries.map(|m| (false, m)));
     loop {
@@ -76,6 +73,8 @@ pub async fn run(state: AppState, shutdown: CancellationToken) -> anyhow::Result
             _ = shutdown.cancelled() => break,
             next = incoming.next() => next,
         };
+        // Finished deliveries are reaped as new ones come, so the set stays small.
+        while in_flight.try_join_next().is_some() {}
         match next {
             None => break,
             Some((_, Err(e))) => warn!(error = %e, "error pulling notifications"),
@@ -83,12 +82,22 @@ pub async fn run(state: AppState, shutdown: CancellationToken) -> anyhow::Result
             Some((false, Ok(msg))) => {
                 let permit = permits.clone().acquire_owned().await?;
                 let state = state.clone();
-                tokio::spawn(async move {
+                in_flight.spawn(async move {
                     deliver(&state, msg).await;
                     drop(permit);
                 });
             }
         }
+    }
+    let left = in_flight.len();
+    if tokio::time::timeout(DRAIN, in_flight.join_all())
+        .await
+        .is_err()
+    {
+        warn!(
+            left,
+            "deliveries still running at shutdown were cut off; they will be sent again"
+        );
     }
     Ok(())
 }
@@ -187,14 +196,6 @@ fn calls_shown_apart(channel: &str, event: &Event) -> Vec<Option<String>> {
     }
 }
 
-/// Why a delivery failed.
-pub enum DeliveryError {
-    /// Worth trying again later.
-    Retry(String),
-    /// Will never work (unknown target, endpoint gone).
-    GiveUp(String),
-}
-
 async fn deliver(state: &AppState, msg: Message) {
     let attempt = msg.info().map(|i| i.delivered as u32).unwrap_or(1);
     let delivery: Delivery = match serde_json::from_slice(&msg.payload) {
@@ -205,15 +206,7 @@ async fn deliver(state: &AppState, msg: Message) {
             return;
         }
     };
-    let result = match delivery.channel.split_once(':') {
-        Some(("webhook", name)) => webhook::send(state, name, &delivery).await,
-        Some(("slack", name)) => crate::slack::deliver(state, name, &delivery).await,
-        Some(("email", address)) => crate::email::deliver(state, address, &delivery).await,
-        _ => Err(DeliveryError::GiveUp(format!(
-            "no such channel kind in {}",
-            delivery.channel
-        ))),
-    };
+    let result = send(state, &delivery).await;
     if result.is_ok() {
         audit_notified(state, &delivery).await;
     }
@@ -231,6 +224,103 @@ async fn deliver(state: &AppState, msg: Message) {
     };
     if let Err(e) = ack {
         warn!(error = %e, "could not ack a delivery; it may be sent again");
+    }
+}
+
+/// Sends one delivery to its channel.
+async fn send(state: &AppState, delivery: &Delivery) -> Result<(), DeliveryError> {
+    let channel = delivery.channel.as_str();
+    match channel.split_once(':') {
+        Some(("webhook", name)) => webhook::forward(state, name, delivery).await,
+        Some(("slack", name)) => tell(&Slack::open(state, name, channel)?, delivery).await,
+        Some(("email", address)) => tell(&Email::open(state, address, channel)?, delivery).await,
+        _ => Err(DeliveryError::GiveUp(format!(
+            "no such channel kind in {channel}"
+        ))),
+    }
+}
+
+/// Tells a channel that shows each call on its own what the event means for the call of
+/// this delivery.
+async fn tell(to: &impl Deliver, delivery: &Delivery) -> Result<(), DeliveryError> {
+    let call_id = delivery.call_id.as_deref().unwrap_or_default();
+    match &delivery.event.event {
+        Event::ApprovalRequested {
+            run_id,
+            agent,
+            text,
+            calls,
+            evidence,
+            requested_by,
+            ..
+        } => {
+            let Some(call) = calls.iter().find(|c| c.call_id == call_id) else {
+                return Err(DeliveryError::GiveUp(format!(
+                    "no call {call_id} in the request"
+                )));
+            };
+            let ask = Ask {
+                run_id,
+                agent,
+                text,
+                call,
+                evidence,
+                requested_by: requested_by.as_deref(),
+            };
+            to.request(&ask).await
+        }
+        Event::ApprovalReminder {
+            run_id,
+            agent,
+            text,
+            call,
+            escalated,
+            requested_by,
+        } => {
+            let ask = Ask {
+                run_id,
+                agent,
+                text,
+                call,
+                evidence: &[],
+                requested_by: requested_by.as_deref(),
+            };
+            to.remind(&ask, *escalated).await
+        }
+        Event::ApprovalDecided {
+            run_id,
+            call_id,
+            action,
+            decided_by,
+            ..
+        } => {
+            let ending = Ending::Decided {
+                action: *action,
+                by: decided_by,
+            };
+            to.ended(run_id, call_id, ending).await
+        }
+        Event::ApprovalExpired {
+            run_id,
+            call_id,
+            deadline,
+            ..
+        } => {
+            let ending = Ending::Expired {
+                deadline: *deadline,
+            };
+            to.ended(run_id, call_id, ending).await
+        }
+        Event::ApprovalCancelled {
+            run_id,
+            call_id,
+            cancelled_by,
+            ..
+        } => {
+            let ending = Ending::Cancelled { by: cancelled_by };
+            to.ended(run_id, call_id, ending).await
+        }
+        _ => Ok(()),
     }
 }
 
