@@ -6,7 +6,7 @@
 //! and they are neither cached nor sent as a referrer, since the token is in the URL.
 
 use super::grant::{Grant, parse_token};
-use crate::decide::{self, Decider, Proposed};
+use crate::decide::{self, DecideError, Decider, Proposed};
 use crate::error::ApiError;
 use crate::state::AppState;
 use crate::time::rfc3339;
@@ -17,6 +17,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use countersign_shared::run::{Action, Run, RunStatus};
+use countersign_shared::store::RefusalCode;
 use serde_json::Value;
 use std::collections::HashMap;
 
@@ -218,8 +219,7 @@ async fn submit(
         channel: CHANNEL,
         link: Some((&hash, &raw)),
     };
-    let decided = decide::decide_one(&state, grant.run_id.as_str(), proposed, &by).await;
-    match decided.map_err(ApiError::from) {
+    match decide::decide_one(&state, grant.run_id.as_str(), proposed, &by).await {
         Ok(_) => Ok(page(
             StatusCode::OK,
             "Thank you",
@@ -228,21 +228,20 @@ async fn submit(
                 decide::action_name(grant.action)
             ),
         )),
-        Err(e) if e.code == "link_used" => Ok(gone()),
+        Err(DecideError::Refused {
+            code: RefusalCode::LinkUsed,
+            ..
+        }) => Ok(gone()),
         // The form was wrong: the link still works and the form comes back with the error.
-        Err(e)
-            if matches!(
-                e.status,
-                StatusCode::BAD_REQUEST | StatusCode::UNPROCESSABLE_ENTITY
-            ) =>
-        {
-            again(&state, &grant, &e.explained(), &typed).await
+        Err(e) if e.is_bad_input() => {
+            let error = ApiError::from(e).explained();
+            again(&state, &grant, &error, &typed).await
         }
-        Err(e) => Ok(page(
-            e.status,
-            "Not recorded",
-            &format!("<p>{}</p>", escape(&e.message)),
-        )),
+        Err(e) => {
+            let e = ApiError::from(e);
+            let text = format!("<p>{}</p>", escape(&e.message));
+            Ok(page(e.status, "Not recorded", &text))
+        }
     }
 }
 
