@@ -15,6 +15,7 @@ use crate::channels::slack::Slack;
 use crate::channels::webhook;
 use crate::state::AppState;
 use async_nats::jetstream::{AckKind, Message};
+use countersign_shared::agent::Channel;
 use countersign_shared::audit::{AuditEntry, AuditKind};
 use countersign_shared::bus::ConsumerSettings;
 use countersign_shared::events::{Envelope, Event};
@@ -103,20 +104,27 @@ pub(crate) async fn run(state: AppState, shutdown: CancellationToken) -> anyhow:
 }
 
 /// The channels an event goes to: those its calls name, and webhooks that take everything.
-fn targets(state: &AppState, event: &Event) -> BTreeSet<String> {
-    let mut channels: BTreeSet<String> = match event {
-        Event::ApprovalRequested { calls, .. } => calls
-            .iter()
-            .flat_map(|c| c.reviewers.channels.iter().cloned())
-            .collect(),
+/// Events carry channels as the policy wrote them; they are read here, where they come in.
+fn targets(state: &AppState, event: &Event) -> BTreeSet<Channel> {
+    let named: Vec<&String> = match event {
+        Event::ApprovalRequested { calls, .. } => {
+            calls.iter().flat_map(|c| &c.reviewers.channels).collect()
+        }
         Event::ApprovalDecided { channels, .. }
         | Event::ApprovalExpired { channels, .. }
-        | Event::ApprovalCancelled { channels, .. } => channels.iter().cloned().collect(),
-        Event::ApprovalReminder { call, .. } => call.reviewers.channels.iter().cloned().collect(),
-        _ => BTreeSet::new(),
+        | Event::ApprovalCancelled { channels, .. } => channels.iter().collect(),
+        Event::ApprovalReminder { call, .. } => call.reviewers.channels.iter().collect(),
+        _ => Vec::new(),
     };
+    let mut channels = BTreeSet::new();
+    for text in named {
+        match text.parse() {
+            Ok(channel) => _ = channels.insert(channel),
+            Err(e) => warn!(error = %e, "an event names no channel; skipped"),
+        }
+    }
     for hook in state.config.webhooks.iter().filter(|h| h.all_events) {
-        channels.insert(format!("webhook:{}", hook.name));
+        channels.insert(Channel::Webhook(hook.name.clone()));
     }
     channels
 }
@@ -154,11 +162,10 @@ async fn fan_out(state: &AppState, msg: Message) {
                 timestamp: timestamp.clone(),
                 event: envelope.clone(),
             };
-            let kind = channel.split_once(':').map_or("", |(kind, _)| kind);
             // Channel names are not subject tokens; their hash is.
             let subject = state.bus.names.deliver(
-                kind,
-                &countersign_shared::digest::sha256_hex(&channel)[..16],
+                channel.kind(),
+                &countersign_shared::digest::sha256_hex(channel.to_string())[..16],
             );
             if let Err(e) = state
                 .bus
@@ -178,14 +185,15 @@ async fn fan_out(state: &AppState, msg: Message) {
 
 /// The deliveries one channel gets for an event: Slack and email show each call on its own
 /// (`Some(call)` each), webhooks get the event whole (`None`).
-fn calls_shown_apart(channel: &str, event: &Event) -> Vec<Option<String>> {
-    if !channel.starts_with("slack:") && !channel.starts_with("email:") {
+fn calls_shown_apart(channel: &Channel, event: &Event) -> Vec<Option<String>> {
+    if !channel.per_call() {
         return vec![None];
     }
+    let named = channel.to_string();
     match event {
         Event::ApprovalRequested { calls, .. } => calls
             .iter()
-            .filter(|c| c.reviewers.channels.iter().any(|ch| ch == channel))
+            .filter(|c| c.reviewers.channels.contains(&named))
             .map(|c| Some(c.call_id.clone()))
             .collect(),
         Event::ApprovalDecided { call_id, .. }
@@ -229,14 +237,11 @@ async fn deliver(state: &AppState, msg: Message) {
 
 /// Sends one delivery to its channel.
 async fn send(state: &AppState, delivery: &Delivery) -> Result<(), DeliveryError> {
-    let channel = delivery.channel.as_str();
-    match channel.split_once(':') {
-        Some(("webhook", name)) => webhook::forward(state, name, delivery).await,
-        Some(("slack", name)) => tell(&Slack::open(state, name, channel)?, delivery).await,
-        Some(("email", address)) => tell(&Email::open(state, address, channel)?, delivery).await,
-        _ => Err(DeliveryError::GiveUp(format!(
-            "no such channel kind in {channel}"
-        ))),
+    let channel = &delivery.channel;
+    match channel {
+        Channel::Webhook(name) => webhook::forward(state, name, delivery).await,
+        Channel::Slack(name) => tell(&Slack::open(state, name, channel)?, delivery).await,
+        Channel::Email(address) => tell(&Email::open(state, address, channel)?, delivery).await,
     }
 }
 
@@ -335,7 +340,7 @@ async fn audit_notified(state: &AppState, delivery: &Delivery) {
     for call in shown {
         let mut entry = AuditEntry::new(run_id, AuditKind::Notified);
         entry.call_id = Some(call.call_id.clone());
-        entry.channel = Some(delivery.channel.clone());
+        entry.channel = Some(delivery.channel.to_string());
         entry.digest = Some(call.digest.clone());
         entry.detail = serde_json::json!({"delivery_id": delivery.id});
         match state.store.audit(&entry).await {

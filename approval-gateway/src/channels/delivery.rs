@@ -2,6 +2,7 @@
 //! DELIVERIES work queue, how a delivery fails, and the verbs a channel that shows each call
 //! on its own (Slack, email) answers. Webhooks have no verbs: they forward the event whole.
 
+use countersign_shared::agent::Channel;
 use countersign_shared::events::{Envelope, Evidence};
 use countersign_shared::run::{Action, PendingCall, RunId};
 use serde::{Deserialize, Serialize};
@@ -9,8 +10,8 @@ use serde::{Deserialize, Serialize};
 /// One notification for one channel target.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) struct Delivery {
-    /// `webhook:NAME`, `slack:#channel` or `email:ADDRESS`.
-    pub(crate) channel: String,
+    /// `webhook:NAME`, `slack:#channel` or `email:ADDRESS` on the wire.
+    pub(crate) channel: Channel,
     /// For channels that show each call on its own (Slack, email): which call.
     #[serde(default)]
     pub(crate) call_id: Option<String>,

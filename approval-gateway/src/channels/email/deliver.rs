@@ -6,6 +6,7 @@ use super::grant::{Grant, new_token};
 use crate::channels::delivery::{Ask, Deliver, DeliveryError, Ending};
 use crate::config::{EmailConfig, Person};
 use crate::state::{AppState, Mailer};
+use countersign_shared::agent::Channel;
 use countersign_shared::digest::sha256_hex;
 use countersign_shared::run::{Action, PendingCall, RunId};
 use lettre::message::header::ContentType;
@@ -19,14 +20,14 @@ pub(crate) struct Email<'a> {
     mailer: &'a Mailer,
     address: &'a str,
     /// The channel as the policy names it, which keys what was sent.
-    channel: &'a str,
+    channel: String,
 }
 
 impl<'a> Email<'a> {
     pub(crate) fn open(
         state: &'a AppState,
         address: &'a str,
-        channel: &'a str,
+        channel: &Channel,
     ) -> Result<Self, DeliveryError> {
         let (Some(config), Some(mailer)) = (&state.config.email, &state.mailer) else {
             return Err(DeliveryError::GiveUp("no [email] is configured".into()));
@@ -36,7 +37,7 @@ impl<'a> Email<'a> {
             config,
             mailer,
             address,
-            channel,
+            channel: channel.to_string(),
         })
     }
 
@@ -160,7 +161,7 @@ impl<'a> Email<'a> {
 
 impl Deliver for Email<'_> {
     async fn request(&self, ask: &Ask<'_>) -> Result<(), DeliveryError> {
-        self.ask(ask, "", self.recipients(ask.call), self.channel)
+        self.ask(ask, "", self.recipients(ask.call), &self.channel)
             .await
     }
 

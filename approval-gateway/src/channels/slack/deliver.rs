@@ -12,6 +12,7 @@ use super::blocks::{self, Request, Target};
 use crate::channels::delivery::{Ask, Deliver, DeliveryError, Ending};
 use crate::config::SlackConfig;
 use crate::state::AppState;
+use countersign_shared::agent::Channel;
 use countersign_shared::run::{Action, PendingCall, RunId};
 use serde_json::{Value, json};
 use tracing::warn;
@@ -33,14 +34,14 @@ pub(crate) struct Slack<'a> {
     /// The Slack channel, `#name` or an id.
     name: &'a str,
     /// The channel as the policy names it, which keys where each call was posted.
-    channel: &'a str,
+    channel: String,
 }
 
 impl<'a> Slack<'a> {
     pub(crate) fn open(
         state: &'a AppState,
         name: &'a str,
-        channel: &'a str,
+        channel: &Channel,
     ) -> Result<Self, DeliveryError> {
         let Some(config) = &state.config.slack else {
             return Err(DeliveryError::GiveUp("no [slack] is configured".into()));
@@ -49,7 +50,7 @@ impl<'a> Slack<'a> {
             state,
             config,
             name,
-            channel,
+            channel: channel.to_string(),
         })
     }
 
@@ -84,7 +85,7 @@ impl<'a> Slack<'a> {
         let reference = self
             .state
             .store
-            .channel_ref(run_id, call_id, self.channel)
+            .channel_ref(run_id, call_id, &self.channel)
             .await?
             .ok_or_else(|| DeliveryError::Retry("the request is not posted yet".into()))?;
         serde_json::from_str(&reference).map_err(|e| DeliveryError::GiveUp(e.to_string()))
@@ -97,7 +98,7 @@ impl<'a> Slack<'a> {
         let reference = reference.to_string();
         let store = &self.state.store;
         Ok(store
-            .set_channel_ref(run_id, call_id, self.channel, &reference)
+            .set_channel_ref(run_id, call_id, &self.channel, &reference)
             .await?)
     }
 
@@ -130,7 +131,7 @@ impl Deliver for Slack<'_> {
         // Posted before, and the ack was lost: post nothing twice.
         let store = &self.state.store;
         if store
-            .channel_ref(run_id, &call.call_id, self.channel)
+            .channel_ref(run_id, &call.call_id, &self.channel)
             .await?
             .is_some()
         {
@@ -155,7 +156,7 @@ impl Deliver for Slack<'_> {
             "channel": answer["channel"], "ts": answer["ts"], "summary": call.summary,
         });
         Ok(store
-            .set_channel_ref(run_id, &call.call_id, self.channel, &reference.to_string())
+            .set_channel_ref(run_id, &call.call_id, &self.channel, &reference.to_string())
             .await?)
     }
 
