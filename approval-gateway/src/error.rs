@@ -7,6 +7,7 @@
 
 use crate::auth::error::AuthError;
 use crate::decide::error::DecideError;
+use crate::runs::RunError;
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -193,6 +194,16 @@ impl From<DecideError> for ApiError {
                     _ => error,
                 }
             }
+        }
+    }
+}
+
+impl From<RunError> for ApiError {
+    fn from(e: RunError) -> Self {
+        match e {
+            RunError::NoRun(m) => Self::not_found(m),
+            RunError::Finished(m) => Self::conflict("finished", m),
+            RunError::Backend(cause) => Self::unavailable(cause),
         }
     }
 }

@@ -6,6 +6,7 @@
 //! - `routes/`: the API's inbound HTTP, thin; `server`: the listener and its limits.
 //! - `auth/`: who is calling (API keys, signed senders) and the extractors that say so.
 //! - `decide/`: a proposed decision, checked and recorded; the only way in for every channel.
+//! - `runs`: a run started (stored, then announced) or cancelled.
 //! - `notify`: approval events, fanned out to deliveries, sent to their channels.
 //! - `channels/`: one module per channel behind the contract in `channels::delivery`; Slack
 //!   and email keep their inbound endpoints with them.
@@ -20,6 +21,7 @@ pub(crate) mod decide;
 pub(crate) mod error;
 pub(crate) mod notify;
 pub(crate) mod routes;
+pub(crate) mod runs;
 pub(crate) mod server;
 pub(crate) mod state;
 pub(crate) mod time;

@@ -40,6 +40,28 @@ impl Caller {
         }
     }
 
+    /// Who cancels run `run_id`, asked for by `requester`: an admin as themselves; anyone
+    /// else only as the requester, whom they must be or speak for.
+    pub(crate) fn cancelling(
+        &self,
+        run_id: &str,
+        requester: Option<&str>,
+    ) -> Result<String, AuthError> {
+        match (self.role, requester) {
+            (Role::Admin, _) => Ok(self.principal.clone()),
+            (_, Some(requester)) => self.speaking_as(Some(requester), "cancel runs").map_err(
+                |_| {
+                    AuthError::Forbidden(format!(
+                        "only {requester}, who asked for run {run_id:?}, or an admin may cancel it"
+                    ))
+                },
+            ),
+            (_, None) => Err(AuthError::Forbidden(format!(
+                "run {run_id:?} has no requester: only an admin may cancel it"
+            ))),
+        }
+    }
+
     pub(crate) fn require(&self, permission: Permission) -> Result<(), AuthError> {
         let allowed = matches!(
             (self.role, permission),
