@@ -1,7 +1,7 @@
 //! Gateway configuration: defaults, then a TOML file (`--config` or `COUNTERSIGN_CONFIG`),
 //! then environment variables, then `validate()`.
 
-use countersign_shared::agent::Catalog;
+use countersign_shared::agent::{Catalog, Channel};
 use countersign_shared::infra::{InfraConfig, config_path_from_args, load_toml, override_from_env};
 pub use countersign_shared::people::Person;
 use countersign_shared::redact::redacted_url;
@@ -292,11 +292,11 @@ impl Config {
     pub fn check_channels(&self, catalog: &Catalog) -> anyhow::Result<()> {
         for agent in catalog.iter() {
             for tool in &agent.def.tools {
-                for channel in tool.reviewers().channels {
-                    let missing = match channel.split_once(':') {
-                        Some(("slack", _)) if self.slack.is_none() => Some("a [slack] table"),
-                        Some(("email", _)) if self.email.is_none() => Some("an [email] table"),
-                        Some(("email", address))
+                for channel in tool.channels() {
+                    let missing = match channel {
+                        Channel::Slack(_) if self.slack.is_none() => Some("a [slack] table"),
+                        Channel::Email(_) if self.email.is_none() => Some("an [email] table"),
+                        Channel::Email(address)
                             if address != "approvers"
                                 && !self
                                     .people
@@ -305,8 +305,8 @@ impl Config {
                         {
                             Some("a person with that email address")
                         }
-                        Some(("webhook", name))
-                            if !self.webhooks.iter().any(|h| h.name == name) =>
+                        Channel::Webhook(name)
+                            if !self.webhooks.iter().any(|h| h.name == *name) =>
                         {
                             Some("a webhook of that name")
                         }
@@ -314,7 +314,7 @@ impl Config {
                     };
                     if let Some(missing) = missing {
                         anyhow::bail!(
-                            "{}.{} sends to {channel:?}, which needs {missing} in the gateway's configuration",
+                            "{}.{} sends to \"{channel}\", which needs {missing} in the gateway's configuration",
                             agent.def.name,
                             tool.name
                         );

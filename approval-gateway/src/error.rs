@@ -1,21 +1,29 @@
 //! The API's errors: each decides its status code and says what is wrong, as
 //! `{"error": {"code", "message", "details"?}}`. Internal failures never leak their cause.
+//!
+//! This is the one place where a domain's error becomes an HTTP answer: the `From` impls
+//! below are the table of status codes and `code` strings (the domains themselves know
+//! nothing of HTTP).
 
+use crate::auth::error::AuthError;
+use crate::decide::error::DecideError;
+use crate::runs::RunError;
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use countersign_shared::store::RefusalCode;
 use serde_json::{Value, json};
 
 #[derive(Debug)]
-pub struct ApiError {
-    pub status: StatusCode,
-    pub code: &'static str,
-    pub message: String,
-    pub details: Option<Value>,
+pub(crate) struct ApiError {
+    pub(crate) status: StatusCode,
+    pub(crate) code: &'static str,
+    pub(crate) message: String,
+    pub(crate) details: Option<Value>,
 }
 
 impl ApiError {
-    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
         Self {
             status,
             code,
@@ -24,14 +32,14 @@ impl ApiError {
         }
     }
 
-    pub fn with_details(mut self, details: Value) -> Self {
+    fn with_details(mut self, details: Value) -> Self {
         self.details = Some(details);
         self
     }
 
     /// The message with the listed `details.errors` after it, for pages and modals that
     /// show one line to a person.
-    pub fn explained(&self) -> String {
+    pub(crate) fn explained(&self) -> String {
         let listed: Vec<&str> = self
             .details
             .as_ref()
@@ -45,21 +53,55 @@ impl ApiError {
         }
     }
 
-    pub fn bad_request(message: impl Into<String>) -> Self {
+    pub(crate) fn bad_request(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "bad_request", message)
     }
 
-    pub fn not_found(message: impl Into<String>) -> Self {
+    pub(crate) fn not_found(message: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, "not_found", message)
     }
 
-    pub fn conflict(code: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn conflict(code: &'static str, message: impl Into<String>) -> Self {
         Self::new(StatusCode::CONFLICT, code, message)
+    }
+
+    pub(crate) fn invalid_cursor(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "invalid_cursor", message)
+    }
+
+    pub(crate) fn method_not_allowed(message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+            message,
+        )
+    }
+
+    pub(crate) fn body_timeout(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::REQUEST_TIMEOUT, "body_timeout", message)
+    }
+
+    /// An answer of axum's own (a rejection, a fallback) rewritten in the API's format, with
+    /// the code its status stands for.
+    pub(crate) fn for_status(status: StatusCode, message: impl Into<String>) -> Self {
+        let code = match status {
+            StatusCode::BAD_REQUEST => "bad_request",
+            StatusCode::UNAUTHORIZED => "unauthorized",
+            StatusCode::FORBIDDEN => "forbidden",
+            StatusCode::NOT_FOUND => "not_found",
+            StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
+            StatusCode::PAYLOAD_TOO_LARGE => "body_too_large",
+            StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+            StatusCode::UNPROCESSABLE_ENTITY => "unprocessable",
+            s if s.is_server_error() => "internal",
+            _ => "error",
+        };
+        Self::new(status, code, message)
     }
 
     /// Logs the cause and answers 503: Redis or NATS is unreachable or misbehaving, and a
     /// retry later may work.
-    pub fn unavailable(cause: impl std::fmt::Display) -> Self {
+    pub(crate) fn unavailable(cause: impl std::fmt::Display) -> Self {
         tracing::error!(error = %cause, "backend failure");
         Self::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -88,5 +130,80 @@ impl From<countersign_shared::store::StoreError> for ApiError {
 impl From<countersign_shared::bus::BusError> for ApiError {
     fn from(e: countersign_shared::bus::BusError) -> Self {
         Self::unavailable(e)
+    }
+}
+
+impl From<AuthError> for ApiError {
+    fn from(e: AuthError) -> Self {
+        match e {
+            AuthError::Unauthorized(m) => Self::new(StatusCode::UNAUTHORIZED, "unauthorized", m),
+            AuthError::Forbidden(m) => Self::new(StatusCode::FORBIDDEN, "forbidden", m),
+            AuthError::InvalidQuery(m) => Self::new(StatusCode::BAD_REQUEST, "invalid_query", m),
+            AuthError::InvalidJson(m) => Self::new(StatusCode::BAD_REQUEST, "invalid_json", m),
+            AuthError::Body(StatusCode::PAYLOAD_TOO_LARGE, m) => {
+                Self::new(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large", m)
+            }
+            AuthError::Body(status, m) => Self::new(status, "bad_request", m),
+            AuthError::Backend(e) => Self::unavailable(e),
+        }
+    }
+}
+
+impl IntoResponse for AuthError {
+    fn into_response(self) -> Response {
+        ApiError::from(self).into_response()
+    }
+}
+
+impl From<DecideError> for ApiError {
+    fn from(e: DecideError) -> Self {
+        match e {
+            DecideError::BadInput(m) => Self::bad_request(m),
+            DecideError::InvalidEdit { message, errors } => {
+                Self::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_input", message)
+                    .with_details(json!({ "errors": errors }))
+            }
+            DecideError::NoRun(m) => Self::not_found(m),
+            DecideError::Backend(cause) => Self::unavailable(cause),
+            DecideError::Refused {
+                code,
+                message,
+                recorded,
+            } => {
+                let (status, code_str) = match code {
+                    RefusalCode::Decided if recorded.as_ref().is_some_and(|d| d.expired) => {
+                        (StatusCode::GONE, "expired")
+                    }
+                    RefusalCode::Decided => (StatusCode::CONFLICT, "already_decided"),
+                    RefusalCode::NotWaiting => (StatusCode::CONFLICT, "not_awaiting_approval"),
+                    RefusalCode::NoCall => (StatusCode::NOT_FOUND, "not_found"),
+                    RefusalCode::StaleDigest => (StatusCode::CONFLICT, "stale_digest"),
+                    RefusalCode::PastDeadline => (StatusCode::GONE, "expired"),
+                    RefusalCode::NotApprover | RefusalCode::OwnRequest => {
+                        (StatusCode::FORBIDDEN, "not_an_approver")
+                    }
+                    RefusalCode::EditWithQuorum => (StatusCode::BAD_REQUEST, "bad_request"),
+                    RefusalCode::EditUnchecked => (StatusCode::CONFLICT, "not_checked"),
+                    RefusalCode::LinkUsed => (StatusCode::GONE, "link_used"),
+                };
+                let error = Self::new(status, code_str, message);
+                match recorded {
+                    Some(decision) if !decision.expired => {
+                        error.with_details(json!({ "decision": decision }))
+                    }
+                    _ => error,
+                }
+            }
+        }
+    }
+}
+
+impl From<RunError> for ApiError {
+    fn from(e: RunError) -> Self {
+        match e {
+            RunError::NoRun(m) => Self::not_found(m),
+            RunError::Finished(m) => Self::conflict("finished", m),
+            RunError::Backend(cause) => Self::unavailable(cause),
+        }
     }
 }

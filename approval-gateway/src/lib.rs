@@ -1,16 +1,33 @@
 //! approval-gateway: the HTTP face of countersign. Starts runs, shows them, and records
 //! reviewers' decisions atomically before announcing them to the workers.
+//!
+//! Data flows one way, from the edges in:
+//!
+//! - `routes/`: the API's inbound HTTP, thin; `server`: the listener and its limits.
+//! - `auth/`: who is calling (API keys, signed senders) and the extractors that say so.
+//! - `decide/`: a proposed decision, checked and recorded; the only way in for every channel.
+//! - `runs`: a run started (stored, then announced) or cancelled.
+//! - `notify`: approval events, fanned out to deliveries, sent to their channels.
+//! - `channels/`: one module per channel behind the contract in `channels::delivery`; Slack
+//!   and email keep their inbound endpoints with them.
+//! - `state`, `config`, `error`, `time`: what they all share, depending on nothing above.
 
+#![warn(unreachable_pub)]
+
+pub(crate) mod auth;
+pub(crate) mod channels;
 pub mod config;
-pub mod decide;
-pub mod email;
-pub mod error;
-pub mod extract;
-pub mod notify;
-pub mod routes;
-pub mod server;
-pub mod slack;
-pub mod state;
+pub(crate) mod decide;
+pub(crate) mod error;
+pub(crate) mod notify;
+pub(crate) mod routes;
+pub(crate) mod runs;
+pub(crate) mod server;
+pub(crate) mod state;
+pub(crate) mod time;
+
+/// Slack's request signing, for clients and tests that call the interactivity endpoint.
+pub use channels::slack;
 
 use config::Config;
 use countersign_shared::agent::Catalog;
@@ -21,7 +38,8 @@ use state::AppState;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-/// Serves the API on `listener` until `shutdown` is cancelled; in-flight requests finish.
+/// Serves the API on `listener` until `shutdown` is cancelled; in-flight requests finish, the
+/// deliveries in flight get a bounded time to, and the NATS connection is drained.
 pub async fn run(
     config: Config,
     listener: TcpListener,
@@ -41,5 +59,7 @@ pub async fn run(
     shutdown.cancel();
     notifier.await??;
     outbox.await?;
+    state.bus.client.drain().await?;
+    tracing::info!("gateway stopped");
     Ok(())
 }

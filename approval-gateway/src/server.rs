@@ -19,7 +19,7 @@ use crate::config::Config;
 use crate::error::ApiError;
 use axum::Router;
 use axum::body::Body;
-use axum::http::{HeaderValue, Request, StatusCode, header};
+use axum::http::{HeaderValue, Request, header};
 use axum::response::IntoResponse;
 use bytes::Bytes;
 use http_body::Frame;
@@ -41,7 +41,7 @@ use tower::ServiceExt;
 
 /// Serves `app` on `listener` until `shutdown` is cancelled, then lets requests in flight
 /// finish.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     app: Router,
     config: &Config,
@@ -107,14 +107,10 @@ async fn answer(
         return Ok(response);
     }
     // Whatever the route made of a truncated body, the truth is that it came too slowly.
-    let mut response = ApiError::new(
-        StatusCode::REQUEST_TIMEOUT,
-        "body_timeout",
-        format!(
-            "the request body did not arrive within {} ms",
-            body_timeout.as_millis()
-        ),
-    )
+    let mut response = ApiError::body_timeout(format!(
+        "the request body did not arrive within {} ms",
+        body_timeout.as_millis()
+    ))
     .into_response();
     response
         .headers_mut()

@@ -1,46 +1,55 @@
-//! What every handler shares.
+//! What every handler and delivery shares, built once at start-up. It depends only on the
+//! configuration and the shared crate.
 
-use crate::config::{ApiKey, Config};
-use crate::extract::Caller;
+use crate::config::{ApiKey, Config, EmailConfig, SmtpTls};
 use countersign_shared::agent::Catalog;
 use countersign_shared::bus::Bus;
 use countersign_shared::digest::sha256_hex;
 use countersign_shared::outbox::Outbox;
 use countersign_shared::people::Directory;
-use countersign_shared::store::Store;
+use countersign_shared::run::{Run, RunId};
+use countersign_shared::store::{Store, StoreError};
+use lettre::transport::smtp::authentication::Credentials;
+use lettre::{AsyncSmtpTransport, Tokio1Executor};
 use std::collections::HashMap;
 use std::sync::Arc;
 
+/// The SMTP transport (a pool), built once from `[email]`.
+pub(crate) type Mailer = AsyncSmtpTransport<Tokio1Executor>;
+
 #[derive(Clone)]
-pub struct AppState {
-    pub store: Store,
-    pub bus: Bus,
+pub(crate) struct AppState {
+    pub(crate) store: Store,
+    pub(crate) bus: Bus,
     /// Publishes what the scripts queued.
-    pub outbox: Outbox,
-    pub catalog: Catalog,
-    pub config: Arc<Config>,
-    pub people: Arc<Directory>,
+    pub(crate) outbox: Outbox,
+    pub(crate) catalog: Catalog,
+    pub(crate) config: Arc<Config>,
+    pub(crate) people: Arc<Directory>,
     /// The SMTP transport, when email is configured.
-    pub mailer: Option<crate::email::Mailer>,
+    pub(crate) mailer: Option<Mailer>,
     /// For outbound calls (webhooks, Slack); follows no redirects.
-    pub http: reqwest::Client,
+    pub(crate) http: reqwest::Client,
     /// API keys by the SHA-256 of the key, so lookups do not compare secrets byte by byte.
     keys: Arc<HashMap<String, ApiKey>>,
 }
 
 impl AppState {
-    pub fn new(store: Store, bus: Bus, catalog: Catalog, config: Config) -> anyhow::Result<Self> {
-        let keys = config
-            .api_keys
-            .iter()
-            .map(|k| (sha256_hex(k.key.expose()), k.clone()))
-            .collect();
+    pub(crate) fn new(
+        store: Store,
+        bus: Bus,
+        catalog: Catalog,
+        config: Config,
+    ) -> anyhow::Result<Self> {
         Ok(Self {
-            mailer: config
-                .email
-                .as_ref()
-                .map(crate::email::mailer)
-                .transpose()?,
+            mailer: config.email.as_ref().map(smtp).transpose()?,
+            keys: Arc::new(
+                config
+                    .api_keys
+                    .iter()
+                    .map(|k| (sha256_hex(k.key.expose()), k.clone()))
+                    .collect(),
+            ),
             outbox: Outbox::new(store.clone(), bus.clone()),
             store,
             bus,
@@ -51,15 +60,37 @@ impl AppState {
                 .build()
                 .expect("an HTTP client with default TLS"),
             config: Arc::new(config),
-            keys: Arc::new(keys),
         })
     }
 
-    pub fn caller_for(&self, key: &str) -> Option<Caller> {
-        self.keys.get(&sha256_hex(key)).map(|k| Caller {
-            principal: k.principal.clone(),
-            role: k.role,
-            speaks_for: k.speaks_for.clone(),
-        })
+    /// The configured API key `key` is, if it is one.
+    pub(crate) fn api_key(&self, key: &str) -> Option<&ApiKey> {
+        self.keys.get(&sha256_hex(key))
     }
+
+    /// The run a path or a link names; none if the id is malformed or nothing is stored.
+    pub(crate) async fn run(&self, run_id: &str) -> Result<Option<Run>, StoreError> {
+        match RunId::parse(run_id) {
+            Some(id) => self.store.load(&id).await,
+            None => Ok(None),
+        }
+    }
+}
+
+fn smtp(config: &EmailConfig) -> anyhow::Result<Mailer> {
+    let host = config.smtp_host.as_str();
+    let builder = match config.smtp_tls {
+        SmtpTls::None => Mailer::builder_dangerous(host),
+        SmtpTls::Starttls => Mailer::starttls_relay(host)?,
+        SmtpTls::Tls => Mailer::relay(host)?,
+    };
+    let builder = builder.port(config.smtp_port);
+    let builder = match (&config.smtp_username, &config.smtp_password) {
+        (Some(user), Some(password)) => builder.credentials(Credentials::new(
+            user.clone(),
+            password.expose().to_string(),
+        )),
+        _ => builder,
+    };
+    Ok(builder.build())
 }

@@ -126,7 +126,7 @@ pub struct ApprovalRule {
     pub quorum: u32,
     /// Where to ask: `slack:#channel`, `email:address`, `webhook:name`.
     #[serde(default)]
-    pub channels: Vec<String>,
+    pub channels: Vec<Channel>,
     /// Whether the person who requested the run may approve it. Default false.
     #[serde(default)]
     pub allow_self_approval: bool,
@@ -233,8 +233,80 @@ impl Default for Reviewers {
     }
 }
 
-/// The kinds of channel a request can be sent to.
-pub const CHANNEL_KINDS: [&str; 3] = ["slack", "email", "webhook"];
+/// Where a held call is sent, parsed once when the agent file is loaded. On the wire and in
+/// stored data it is the string the policy wrote (`slack:#channel`, `email:address` or
+/// `email:approvers`, `webhook:name`), so events and runs carry it unchanged.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum Channel {
+    /// A Slack channel, `#name` or an id.
+    Slack(String),
+    /// A person's address, or `approvers`: everyone with an address who may decide.
+    Email(String),
+    /// A configured webhook, by name.
+    Webhook(String),
+}
+
+impl Channel {
+    /// `slack`, `email` or `webhook`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Channel::Slack(_) => "slack",
+            Channel::Email(_) => "email",
+            Channel::Webhook(_) => "webhook",
+        }
+    }
+
+    /// What follows the kind: the Slack channel, the address, the webhook's name.
+    pub fn target(&self) -> &str {
+        match self {
+            Channel::Slack(t) | Channel::Email(t) | Channel::Webhook(t) => t,
+        }
+    }
+
+    /// Whether the channel shows each call on its own (Slack, email) rather than getting
+    /// every event whole (webhooks).
+    pub fn per_call(&self) -> bool {
+        !matches!(self, Channel::Webhook(_))
+    }
+}
+
+impl std::str::FromStr for Channel {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        let parsed = match text.split_once(':') {
+            Some((_, "")) | None => None,
+            Some(("slack", t)) => Some(Channel::Slack(t.to_string())),
+            Some(("email", t)) => Some(Channel::Email(t.to_string())),
+            Some(("webhook", t)) => Some(Channel::Webhook(t.to_string())),
+            Some(_) => None,
+        };
+        parsed.ok_or_else(|| {
+            format!("channel {text:?} is not slack:#channel, email:address or webhook:name")
+        })
+    }
+}
+
+impl TryFrom<String> for Channel {
+    type Error = String;
+
+    fn try_from(text: String) -> Result<Self, String> {
+        text.parse()
+    }
+}
+
+impl From<Channel> for String {
+    fn from(channel: Channel) -> String {
+        channel.to_string()
+    }
+}
+
+impl std::fmt::Display for Channel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.kind(), self.target())
+    }
+}
 
 impl ToolDef {
     /// The tool's own approval timeout, if its policy sets one.
@@ -245,13 +317,21 @@ impl ToolDef {
         }
     }
 
+    /// Where the tool's held calls are sent.
+    pub fn channels(&self) -> &[Channel] {
+        match &self.approval {
+            ApprovalDef::Rule(rule) => &rule.channels,
+            ApprovalDef::Mode(_) => &[],
+        }
+    }
+
     pub fn reviewers(&self) -> Reviewers {
         match &self.approval {
             ApprovalDef::Mode(_) => Reviewers::default(),
             ApprovalDef::Rule(rule) => Reviewers {
                 approvers: rule.approvers.clone(),
                 quorum: rule.quorum,
-                channels: rule.channels.clone(),
+                channels: rule.channels.iter().map(Channel::to_string).collect(),
                 allow_self_approval: rule.allow_self_approval,
                 on_expiry: rule.on_expiry,
                 escalate_to: rule.escalate_to.clone(),
@@ -283,16 +363,6 @@ impl ToolDef {
             .any(|a| a.trim().is_empty() || a.trim() == "role:")
         {
             return Err("an approver entry is empty".into());
-        }
-        for channel in &r.channels {
-            let ok = channel
-                .split_once(':')
-                .is_some_and(|(kind, target)| CHANNEL_KINDS.contains(&kind) && !target.is_empty());
-            if !ok {
-                return Err(format!(
-                    "channel {channel:?} is not slack:#channel, email:address or webhook:name"
-                ));
-            }
         }
         Ok(())
     }
@@ -536,6 +606,29 @@ channels = ["slack:#refunds", "webhook:ops"]
         );
         assert_eq!(parse_duration("0s"), None);
         assert_eq!(parse_duration("10 years"), None);
+    }
+
+    #[test]
+    fn a_channel_reads_and_writes_as_the_string_the_policy_wrote() {
+        for text in [
+            "slack:#refunds",
+            "email:approvers",
+            "email:a@b.c",
+            "webhook:ops:1",
+        ] {
+            let channel: Channel = text.parse().unwrap();
+            assert_eq!(channel.to_string(), text);
+            let json = serde_json::to_string(&channel).unwrap();
+            assert_eq!(json, format!("{text:?}"));
+            assert_eq!(serde_json::from_str::<Channel>(&json).unwrap(), channel);
+        }
+        assert_eq!(
+            "slack:#x".parse::<Channel>(),
+            Ok(Channel::Slack("#x".into()))
+        );
+        for bad in ["sms:123", "slack:", "slack", ""] {
+            assert!(bad.parse::<Channel>().is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -5,10 +5,10 @@
 //! page read, and the next page resumes strictly after it; it is `null` once the index is
 //! exhausted. Runs that moved on since they were indexed are skipped.
 
-use super::view::rfc3339;
+use crate::auth::{Caller, Permission, QueryParams};
 use crate::error::ApiError;
-use crate::extract::{Caller, Permission, QueryParams};
 use crate::state::AppState;
+use crate::time::rfc3339;
 use axum::extract::State;
 use axum::routing::get;
 use axum::{Json, Router};
@@ -17,7 +17,7 @@ use countersign_shared::store::Awaiting;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-pub fn router() -> Router<AppState> {
+pub(super) fn router() -> Router<AppState> {
     Router::new().route("/v1/approvals", get(list))
 }
 
@@ -46,11 +46,7 @@ fn decode_cursor(cursor: &str) -> Result<Awaiting, ApiError> {
             })
         })
         .ok_or_else(|| {
-            ApiError::new(
-                axum::http::StatusCode::BAD_REQUEST,
-                "invalid_cursor",
-                "cursor is not one this API gave out; start again without it",
-            )
+            ApiError::invalid_cursor("cursor is not one this API gave out; start again without it")
         })
 }
 

@@ -2,8 +2,8 @@
 //! with the latest refused decisions (kept apart and capped). It is served from the trail
 //! itself, which outlives the run's state.
 
+use crate::auth::{Caller, Permission};
 use crate::error::ApiError;
-use crate::extract::{Caller, Permission};
 use crate::state::AppState;
 use axum::extract::{Path, State};
 use axum::routing::get;
@@ -12,7 +12,7 @@ use countersign_shared::audit::verify;
 use countersign_shared::run::RunId;
 use serde_json::{Value, json};
 
-pub fn router() -> Router<AppState> {
+pub(super) fn router() -> Router<AppState> {
     Router::new().route("/v1/runs/{run_id}/audit", get(audit))
 }
 

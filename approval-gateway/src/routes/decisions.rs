@@ -3,9 +3,9 @@
 //! run it decides, since the signature covers the body and not the path. All decisions of a
 //! request are checked and recorded together, or none is (see [`crate::decide`]).
 
+use crate::auth::{Authenticated, Permission};
 use crate::decide::{self, Decider, Proposed};
 use crate::error::ApiError;
-use crate::extract::{Authenticated, Permission};
 use crate::state::AppState;
 use axum::extract::{Path, State};
 use axum::routing::post;
@@ -14,7 +14,7 @@ use countersign_shared::store::DecidedStatus;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-pub fn router() -> Router<AppState> {
+pub(super) fn router() -> Router<AppState> {
     Router::new().route("/v1/runs/{run_id}/decisions", post(decide))
 }
 

@@ -12,7 +12,7 @@ use axum::routing::get;
 use countersign_shared::health::Readiness;
 use serde_json::{Value, json};
 
-pub fn router() -> Router<AppState> {
+pub(super) fn router() -> Router<AppState> {
     Router::new()
         .route("/livez", get(live))
         .route("/readyz", get(ready))

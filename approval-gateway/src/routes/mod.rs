@@ -1,24 +1,22 @@
-//! The HTTP API, one router per file.
+//! Inbound HTTP, one router per file, merged here with the channels' own endpoints (Slack's
+//! interactivity endpoint and email's link pages live with their channel).
 
 mod approvals;
 mod audit;
 mod decisions;
-mod email;
 mod health;
 mod runs;
-mod slack;
 mod view;
 
+use crate::channels::{email, slack};
 use crate::error::ApiError;
 use crate::state::AppState;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use axum::http::{Method, StatusCode, Uri, header};
+use axum::http::{Method, Uri, header};
 use axum::response::{IntoResponse, Response};
-pub use runs::load_run;
-pub use view::rfc3339;
 
-pub fn router(state: AppState) -> Router {
+pub(crate) fn router(state: AppState) -> Router {
     let limit = state.config.max_body_bytes;
     Router::new()
         .merge(runs::router())
@@ -31,11 +29,7 @@ pub fn router(state: AppState) -> Router {
         .fallback(|| async { ApiError::not_found("no such route") })
         // After the merges: it applies to the routes present when it is called.
         .method_not_allowed_fallback(|method: Method, uri: Uri| async move {
-            ApiError::new(
-                StatusCode::METHOD_NOT_ALLOWED,
-                "method_not_allowed",
-                format!("{method} is not allowed on {}", uri.path()),
-            )
+            ApiError::method_not_allowed(format!("{method} is not allowed on {}", uri.path()))
         })
         .layer(DefaultBodyLimit::max(limit))
         .layer(axum::middleware::map_response(json_errors))
@@ -69,19 +63,7 @@ async fn json_errors(response: Response) -> Response {
     } else {
         text
     };
-    let code = match status {
-        StatusCode::BAD_REQUEST => "bad_request",
-        StatusCode::UNAUTHORIZED => "unauthorized",
-        StatusCode::FORBIDDEN => "forbidden",
-        StatusCode::NOT_FOUND => "not_found",
-        StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
-        StatusCode::PAYLOAD_TOO_LARGE => "body_too_large",
-        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
-        StatusCode::UNPROCESSABLE_ENTITY => "unprocessable",
-        s if s.is_server_error() => "internal",
-        _ => "error",
-    };
-    let json = ApiError::new(status, code, message).into_response();
+    let json = ApiError::for_status(status, message).into_response();
     parts.headers.remove(header::CONTENT_LENGTH);
     for (name, value) in json.headers() {
         parts.headers.insert(name, value.clone());

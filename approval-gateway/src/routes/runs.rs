@@ -1,26 +1,23 @@
-//! Starting runs and reading them.
+//! Starting, cancelling and reading runs: the HTTP side (who may, what the request says);
+//! what is stored and announced is `crate::runs`.
 
 use super::view::RunView;
-use crate::config::Role;
+use crate::auth::{Caller, JsonBody, Permission};
+use crate::decide;
 use crate::error::ApiError;
-use crate::extract::{Caller, JsonBody, Permission};
+use crate::runs::{self, NewRun};
 use crate::state::AppState;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use countersign_shared::audit::{AuditEntry, AuditKind};
 use countersign_shared::digest::sha256_hex;
-use countersign_shared::events::Event;
-use countersign_shared::names::msg_id;
-use countersign_shared::run::{Cancellation, Run, RunId, RunStatus};
-use countersign_shared::store::{Announcement, CancelOutcome};
+use countersign_shared::run::Run;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use std::time::Duration;
 
-pub fn router() -> Router<AppState> {
+pub(super) fn router() -> Router<AppState> {
     Router::new()
         .route("/v1/runs", post(start_run))
         .route("/v1/runs/{run_id}", get(get_run))
@@ -65,57 +62,30 @@ async fn start_run(
             body.agent
         )));
     };
-    let mut run_id = RunId::new();
-    if let Some(key) = headers.get("idempotency-key") {
-        let key = key
-            .to_str()
-            .ok()
-            .filter(|k| !k.is_empty() && k.len() <= MAX_IDEMPOTENCY_KEY)
-            .ok_or_else(|| {
-                ApiError::bad_request("Idempotency-Key must be 1 to 255 visible ASCII characters")
-            })?;
-        // Keys are per caller, so two clients cannot collide on the same key.
-        let digest = sha256_hex(format!("{}\n{key}", caller.principal));
-        let ttl = Duration::from_secs(state.config.idempotency_ttl_secs);
-        if let Some(existing) = state
-            .store
-            .bind_idempotency_key(&digest, &run_id, ttl)
-            .await?
-        {
-            run_id = existing;
-        }
-    }
-    let run = Run::new(
-        run_id.clone(),
-        agent.def.name.clone(),
-        agent.version.clone(),
-        body.input.clone(),
-        Some(requested_by),
-        metadata.clone(),
-    );
-    // A replayed key finds its run already stored; it is announced again only while still
-    // queued, in case the first attempt stopped between storing and publishing.
-    let status = match state.store.load(&run_id).await? {
-        Some(existing) => existing.status,
-        None => {
-            state.store.create(&run).await?;
-            RunStatus::Queued
+    let idempotency = match headers.get("idempotency-key") {
+        None => None,
+        Some(key) => {
+            let key = key
+                .to_str()
+                .ok()
+                .filter(|k| !k.is_empty() && k.len() <= MAX_IDEMPOTENCY_KEY)
+                .ok_or_else(|| {
+                    ApiError::bad_request(
+                        "Idempotency-Key must be 1 to 255 visible ASCII characters",
+                    )
+                })?;
+            // Keys are per caller, so two clients cannot collide on the same key.
+            Some(sha256_hex(format!("{}\n{key}", caller.principal)))
         }
     };
-    if status == RunStatus::Queued {
-        let event = Event::RunStart {
-            run_id: run_id.clone(),
-            agent: run.agent,
-            input: run.input,
-            requested_by: run.requested_by,
-            metadata,
-        };
-        let names = &state.bus.names;
-        state
-            .bus
-            .publish(names.runs_start(), &msg_id::start(&run_id), event)
-            .await?;
-    }
+    let new = NewRun {
+        agent,
+        input: body.input,
+        requested_by,
+        metadata,
+        idempotency,
+    };
+    let (run_id, status) = runs::start(&state, new).await?;
     Ok((
         StatusCode::ACCEPTED,
         Json(json!({"run_id": run_id, "status": status.as_str()})),
@@ -147,82 +117,19 @@ async fn cancel_run(
         let JsonBody(CancelRun { reason }) = JsonBody::parse(&body)?;
         reason
     };
-    if reason
-        .as_ref()
-        .is_some_and(|r| r.len() > crate::decide::MAX_TEXT)
-    {
+    if reason.as_ref().is_some_and(|r| r.len() > decide::MAX_TEXT) {
         return Err(ApiError::bad_request(format!(
             "the reason is longer than {} bytes",
-            crate::decide::MAX_TEXT
+            decide::MAX_TEXT
         )));
     }
     let run = load_run(&state, &run_id).await?;
-    let by = match (caller.role, run.requested_by.as_deref()) {
-        (Role::Admin, _) => caller.principal.clone(),
-        (_, Some(requester)) => caller.speaking_as(Some(requester), "cancel runs").map_err(
-            |_| {
-                ApiError::new(
-                    StatusCode::FORBIDDEN,
-                    "forbidden",
-                    format!(
-                        "only {requester}, who asked for run {run_id:?}, or an admin may cancel it"
-                    ),
-                )
-            },
-        )?,
-        (_, None) => {
-            return Err(ApiError::new(
-                StatusCode::FORBIDDEN,
-                "forbidden",
-                format!("run {run_id:?} has no requester: only an admin may cancel it"),
-            ));
-        }
-    };
-    let cancel = Cancellation {
-        by: by.clone(),
-        reason: reason.clone(),
-        at: countersign_shared::now_ms(),
-    };
-    let mut entry = AuditEntry::new(&run.run_id, AuditKind::CancelRequested);
-    entry.actor = Some(by);
-    entry.channel = Some("api".into());
-    entry.detail = json!({"reason": reason});
-    let names = &state.bus.names;
-    // The job that brings a worker to the run, which finishes it as cancelled.
-    let nudge = Announcement::new(
-        msg_id::cancel(&run.run_id),
-        names.runs_start(),
-        Event::RunStart {
-            run_id: run.run_id.clone(),
-            agent: run.agent.clone(),
-            input: run.input.clone(),
-            requested_by: run.requested_by.clone(),
-            metadata: run.metadata.clone(),
-        },
-    );
-    match state
-        .store
-        .cancel(&run.run_id, &cancel, &entry, &nudge)
-        .await?
-    {
-        CancelOutcome::Requested(_, queued) => {
-            if let Err(e) = state.outbox.publish(&run.run_id, &queued).await {
-                tracing::warn!(error = %e, "cancel recorded; its nudge waits in the outbox");
-            }
-            Ok((
-                StatusCode::ACCEPTED,
-                Json(json!({"run_id": run.run_id, "status": "cancelling"})),
-            ))
-        }
-        CancelOutcome::Finished(status) => Err(ApiError::conflict(
-            "finished",
-            format!(
-                "run {run_id:?} is {} and cannot be cancelled",
-                status.as_str()
-            ),
-        )),
-        CancelOutcome::NoRun => Err(ApiError::not_found(format!("no run {run_id:?}"))),
-    }
+    let by = caller.cancelling(&run_id, run.requested_by.as_deref())?;
+    runs::cancel(&state, &run, by, reason).await?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({"run_id": run.run_id, "status": "cancelling"})),
+    ))
 }
 
 async fn get_run(
@@ -237,8 +144,7 @@ async fn get_run(
 }
 
 /// The run named in a path, or a 404 that says so.
-pub async fn load_run(state: &AppState, run_id: &str) -> Result<Run, ApiError> {
-    let missing = || ApiError::not_found(format!("no run {run_id:?}"));
-    let id = RunId::parse(run_id).ok_or_else(missing)?;
-    state.store.load(&id).await?.ok_or_else(missing)
+async fn load_run(state: &AppState, run_id: &str) -> Result<Run, ApiError> {
+    let run = state.run(run_id).await?;
+    run.ok_or_else(|| ApiError::not_found(format!("no run {run_id:?}")))
 }

@@ -1,47 +1,42 @@
 //! How runs and pending calls look in the API's answers.
 
+use crate::time::rfc3339;
 use countersign_shared::run::{Cancellation, Decision, Message, PendingCall, Run};
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::HashMap;
 
 #[derive(Serialize)]
-pub struct RunView {
-    pub run_id: String,
-    pub agent: String,
-    pub agent_version: String,
-    pub status: &'static str,
-    pub requested_by: Option<String>,
-    pub metadata: Value,
-    pub turns: u32,
+pub(super) struct RunView {
+    pub(super) run_id: String,
+    pub(super) agent: String,
+    pub(super) agent_version: String,
+    pub(super) status: &'static str,
+    pub(super) requested_by: Option<String>,
+    pub(super) metadata: Value,
+    pub(super) turns: u32,
     /// The model's words in the turn the run is paused on.
-    pub text: String,
-    pub pending: Vec<PendingView>,
-    pub answer: Option<String>,
-    pub error: Option<String>,
+    pub(super) text: String,
+    pub(super) pending: Vec<PendingView>,
+    pub(super) answer: Option<String>,
+    pub(super) error: Option<String>,
     /// Who asked to cancel the run, why and when, once someone has.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub cancel: Option<Cancellation>,
-    pub messages: Vec<Message>,
-    pub created_at: String,
-    pub updated_at: String,
+    pub(super) cancel: Option<Cancellation>,
+    pub(super) messages: Vec<Message>,
+    pub(super) created_at: String,
+    pub(super) updated_at: String,
 }
 
 #[derive(Serialize)]
-pub struct PendingView {
+pub(super) struct PendingView {
     #[serde(flatten)]
-    pub call: PendingCall,
-    pub decision: Option<Decision>,
-}
-
-pub fn rfc3339(ms: i64) -> String {
-    chrono::DateTime::from_timestamp_millis(ms)
-        .unwrap_or_default()
-        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+    pub(super) call: PendingCall,
+    pub(super) decision: Option<Decision>,
 }
 
 impl RunView {
-    pub fn new(run: Run, mut decisions: HashMap<String, Decision>) -> Self {
+    pub(super) fn new(run: Run, mut decisions: HashMap<String, Decision>) -> Self {
         let pending = run
             .pending()
             .map(|call| PendingView {

@@ -8,7 +8,7 @@ use serde_json::Value;
 use std::time::Duration;
 
 #[derive(Debug, thiserror::Error)]
-pub enum SlackError {
+pub(crate) enum SlackError {
     /// Worth trying again: transport errors, Slack's own failures.
     #[error("Slack unavailable: {0}")]
     Unavailable(String),
@@ -33,7 +33,7 @@ const CONTENT_ERRORS: [&str; 4] = [
 
 impl SlackError {
     /// Slack's error code when it refused the message's content: a smaller message may pass.
-    pub fn refused_content(&self) -> Option<&str> {
+    pub(crate) fn refused_content(&self) -> Option<&str> {
         match self {
             SlackError::Refused { error, .. } if CONTENT_ERRORS.contains(&error.as_str()) => {
                 Some(error)
@@ -47,7 +47,7 @@ impl SlackError {
 const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// One call, one attempt.
-pub async fn call(
+pub(crate) async fn call(
     http: &reqwest::Client,
     slack: &SlackConfig,
     method: &str,
@@ -99,12 +99,12 @@ pub async fn call(
 
 /// The longest rate limit a delivery waits out itself. Longer ones go back to the delivery
 /// queue, whose messages must be acknowledged within 30 seconds.
-pub const MAX_WAIT: Duration = Duration::from_secs(15);
+pub(crate) const MAX_WAIT: Duration = Duration::from_secs(15);
 
 /// Like `call`, but when Slack rate limits it for at most `MAX_WAIT`, waits as long as Slack
 /// asked and tries once more. For deliveries, not for answers to clicks (those have three
 /// seconds).
-pub async fn call_patiently(
+pub(crate) async fn call_patiently(
     http: &reqwest::Client,
     slack: &SlackConfig,
     method: &str,

@@ -23,23 +23,23 @@ use serde_json::{Value, json};
 
 /// What a button or modal is about.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Target {
+pub(crate) struct Target {
     #[serde(rename = "r")]
-    pub run_id: String,
+    pub(crate) run_id: String,
     #[serde(rename = "c")]
-    pub call_id: String,
+    pub(crate) call_id: String,
     #[serde(rename = "d")]
-    pub digest: String,
+    pub(crate) digest: String,
 }
 
 /// Slack's limit for a section's (and a context element's) text.
-pub const MAX_SECTION_TEXT: usize = 3000;
+pub(crate) const MAX_SECTION_TEXT: usize = 3000;
 /// Slack's limit for the blocks of one message.
-pub const MAX_BLOCKS: usize = 50;
+pub(crate) const MAX_BLOCKS: usize = 50;
 /// Slack's limit for what a `plain_text_input` holds (`max_length` at most 3,000).
-pub const MAX_INPUT: usize = 3000;
+pub(crate) const MAX_INPUT: usize = 3000;
 /// Tool results shown in a request; the others are counted in one line.
-pub const MAX_EVIDENCE_SHOWN: usize = 8;
+pub(crate) const MAX_EVIDENCE_SHOWN: usize = 8;
 
 // What each part of a request may take, in characters once escaped. Together (with the
 // labels, the context line and the buttons) they stay under ~9,000 characters of block text.
@@ -47,7 +47,7 @@ const SUMMARY_CHARS: usize = 1000;
 const REASON_CHARS: usize = 1000;
 const WORDS_CHARS: usize = 1500;
 /// A name: an agent's, a person's, a tool's.
-pub const NAME_CHARS: usize = 100;
+pub(crate) const NAME_CHARS: usize = 100;
 const APPROVERS_CHARS: usize = 300;
 /// One tool result, and all of them together.
 const EVIDENCE_CHARS: usize = 1200;
@@ -62,7 +62,7 @@ const FALLBACK_CHARS: usize = 300;
 const CUT: char = '…';
 
 /// Escapes Slack's control characters, so the text shows as typed.
-pub fn escape(text: &str) -> String {
+pub(crate) fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         push_escaped(&mut out, c);
@@ -89,7 +89,7 @@ fn escaped_len(c: char) -> usize {
 
 /// `text` escaped, in at most `max` characters: cut between characters (never inside an
 /// escape) and ended with `…` when it does not fit whole.
-pub fn escaped(text: &str, max: usize) -> String {
+pub(crate) fn escaped(text: &str, max: usize) -> String {
     if text.chars().map(escaped_len).sum::<usize>() <= max {
         return escape(text);
     }
@@ -108,7 +108,7 @@ pub fn escaped(text: &str, max: usize) -> String {
 }
 
 /// `text` in at most `max` characters, ended with `…` when cut: for text Slack does not parse.
-pub fn clipped(text: &str, max: usize) -> String {
+pub(crate) fn clipped(text: &str, max: usize) -> String {
     if text.chars().count() <= max {
         return text.to_string();
     }
@@ -131,7 +131,7 @@ fn mrkdwn_section(text: String) -> Value {
 
 /// A moment as Slack shows it, in each reader's own time zone, with UTC for clients that
 /// cannot format dates.
-pub fn slack_date(ms: i64) -> String {
+pub(crate) fn slack_date(ms: i64) -> String {
     let fallback = chrono::DateTime::from_timestamp_millis(ms)
         .unwrap_or_default()
         .format("%Y-%m-%d %H:%M UTC");
@@ -142,21 +142,21 @@ pub fn slack_date(ms: i64) -> String {
 }
 
 /// When the call expires, as people read it (markup: a Slack date).
-pub fn deadline(call: &PendingCall) -> String {
+pub(crate) fn deadline(call: &PendingCall) -> String {
     match call.deadline {
         Some(ms) => format!("decide by {}", slack_date(ms)),
         None => "no deadline".into(),
     }
 }
 
-pub struct Request<'a> {
-    pub channel: &'a str,
-    pub agent: &'a str,
-    pub requested_by: Option<&'a str>,
-    pub text: &'a str,
-    pub call: &'a PendingCall,
-    pub evidence: &'a [Evidence],
-    pub target: &'a Target,
+pub(crate) struct Request<'a> {
+    pub(crate) channel: &'a str,
+    pub(crate) agent: &'a str,
+    pub(crate) requested_by: Option<&'a str>,
+    pub(crate) text: &'a str,
+    pub(crate) call: &'a PendingCall,
+    pub(crate) evidence: &'a [Evidence],
+    pub(crate) target: &'a Target,
 }
 
 /// The message's `text`, which Slack parses like any other.
@@ -164,7 +164,7 @@ fn fallback(summary: &str) -> String {
     format!("Approval needed: {}", escaped(summary, FALLBACK_CHARS))
 }
 
-pub fn request_message(r: &Request) -> Value {
+pub(crate) fn request_message(r: &Request) -> Value {
     let mut blocks = vec![
         section("*Approval needed:* ", &r.call.summary, SUMMARY_CHARS),
         section("*Why:* ", &r.call.reason, REASON_CHARS),
@@ -248,7 +248,12 @@ fn buttons(target: &Target) -> Value {
 
 /// What is posted when Slack refuses the full request (`why` is Slack's error): the summary,
 /// a line with the run id, and the same buttons.
-pub fn short_request_message(channel: &str, summary: &str, target: &Target, why: &str) -> Value {
+pub(crate) fn short_request_message(
+    channel: &str,
+    summary: &str,
+    target: &Target,
+    why: &str,
+) -> Value {
     let blocks = vec![
         section("*Approval needed:* ", summary, SUMMARY_CHARS),
         mrkdwn_section(format!(
@@ -264,7 +269,7 @@ pub fn short_request_message(channel: &str, summary: &str, target: &Target, why:
 
 /// The message once decided or expired: what was asked, the outcome (markup we wrote, with
 /// any names in it escaped), and no buttons.
-pub fn decided_message(channel: &str, ts: &str, summary: &str, outcome: &str) -> Value {
+pub(crate) fn decided_message(channel: &str, ts: &str, summary: &str, outcome: &str) -> Value {
     json!({
         "channel": channel,
         "ts": ts,
@@ -276,12 +281,12 @@ pub fn decided_message(channel: &str, ts: &str, summary: &str, outcome: &str) ->
     })
 }
 
-pub const REJECT: &str = "reject";
-pub const EDIT: &str = "edit";
+pub(crate) const REJECT: &str = "reject";
+pub(crate) const EDIT: &str = "edit";
 /// Block and action ids of the modals' inputs.
-pub const REASON: &str = "reason";
-pub const INPUT: &str = "input";
-pub const NOTE: &str = "note";
+pub(crate) const REASON: &str = "reason";
+pub(crate) const INPUT: &str = "input";
+pub(crate) const NOTE: &str = "note";
 
 fn input_block(id: &str, label: &str, multiline: bool, initial: Option<String>) -> Value {
     let mut element = json!({"type": "plain_text_input", "action_id": id, "multiline": multiline, "max_length": MAX_INPUT});
@@ -309,7 +314,7 @@ fn modal(
     }})
 }
 
-pub fn reject_modal(trigger_id: &str, target: &Target) -> Value {
+pub(crate) fn reject_modal(trigger_id: &str, target: &Target) -> Value {
     let reason = input_block(REASON, "Why? The agent is told.", true, None);
     modal(
         trigger_id,
@@ -330,7 +335,7 @@ fn fits_input(text: &str) -> bool {
 /// The edit modal with the arguments as JSON; or, when they are too long for a text field,
 /// a modal that says to edit the call through the API (a field that cannot hold the
 /// arguments would lose some of them).
-pub fn edit_modal(trigger_id: &str, target: &Target, input: &Value) -> Value {
+pub(crate) fn edit_modal(trigger_id: &str, target: &Target, input: &Value) -> Value {
     let pretty = serde_json::to_string_pretty(input).unwrap_or_default();
     let json = if fits_input(&pretty) {
         pretty

@@ -1,7 +1,8 @@
 //! Outbound webhooks: `POST {type, timestamp, data}` signed per Standard Webhooks. Only a
-//! 2xx answer counts; redirects are not followed; 410 means the endpoint is gone.
+//! 2xx answer counts; redirects are not followed; 410 means the endpoint is gone. A webhook
+//! gets every event whole, so it has no verbs: it forwards.
 
-use super::{Delivery, DeliveryError};
+use super::delivery::{Delivery, DeliveryError};
 use crate::state::AppState;
 use countersign_shared::redact::redact_error;
 use serde_json::json;
@@ -9,7 +10,12 @@ use std::time::Duration;
 
 const TIMEOUT: Duration = Duration::from_secs(15);
 
-pub async fn send(state: &AppState, name: &str, delivery: &Delivery) -> Result<(), DeliveryError> {
+/// Posts the delivery's event to the webhook called `name`.
+pub(crate) async fn forward(
+    state: &AppState,
+    name: &str,
+    delivery: &Delivery,
+) -> Result<(), DeliveryError> {
     let Some(hook) = state.config.webhooks.iter().find(|h| h.name == name) else {
         return Err(DeliveryError::GiveUp(format!(
             "no webhook named {name:?} is configured"

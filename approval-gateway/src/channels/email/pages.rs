@@ -5,10 +5,11 @@
 //! changes nothing. No script runs on these pages,
 //! and they are neither cached nor sent as a referrer, since the token is in the URL.
 
-use crate::decide::{self, Decider, Proposed};
-use crate::email::{Grant, parse_token};
+use super::grant::{Grant, parse_token};
+use crate::decide::{self, DecideError, Decider, Proposed};
 use crate::error::ApiError;
 use crate::state::AppState;
+use crate::time::rfc3339;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -16,10 +17,11 @@ use axum::http::{StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use countersign_shared::run::{Action, Run, RunStatus};
+use countersign_shared::store::RefusalCode;
 use serde_json::Value;
 use std::collections::HashMap;
 
-pub fn router() -> Router<AppState> {
+pub(crate) fn router() -> Router<AppState> {
     Router::new().route("/approvals/email/{token}", get(show).post(submit))
 }
 
@@ -73,7 +75,7 @@ async fn superseded(state: &AppState, grant: &Grant) -> Result<Option<String>, A
             "This request was already decided: {} by {} at {}.",
             decide::action_name(d.action),
             d.decided_by,
-            crate::routes::rfc3339(d.decided_at)
+            rfc3339(d.decided_at)
         )));
     }
     let pending = run.pending().find(|p| p.call_id == grant.call_id);
@@ -172,7 +174,7 @@ async fn show(
             &format!("<p>{}</p>", escape(&why)),
         ));
     }
-    let run = crate::routes::load_run(&state, grant.run_id.as_str()).await?;
+    let run = load_run(&state, &grant).await?;
     Ok(page(
         StatusCode::OK,
         title(grant.action),
@@ -226,22 +228,31 @@ async fn submit(
                 decide::action_name(grant.action)
             ),
         )),
-        Err(e) if e.code == "link_used" => Ok(gone()),
+        Err(DecideError::Refused {
+            code: RefusalCode::LinkUsed,
+            ..
+        }) => Ok(gone()),
         // The form was wrong: the link still works and the form comes back with the error.
-        Err(e)
-            if matches!(
-                e.status,
-                StatusCode::BAD_REQUEST | StatusCode::UNPROCESSABLE_ENTITY
-            ) =>
-        {
-            again(&state, &grant, &e.explained(), &typed).await
+        Err(e) if e.is_bad_input() => {
+            let error = ApiError::from(e).explained();
+            again(&state, &grant, &error, &typed).await
         }
-        Err(e) => Ok(page(
-            e.status,
-            "Not recorded",
-            &format!("<p>{}</p>", escape(&e.message)),
-        )),
+        Err(e) => {
+            let e = ApiError::from(e);
+            let text = format!("<p>{}</p>", escape(&e.message));
+            Ok(page(e.status, "Not recorded", &text))
+        }
     }
+}
+
+/// The run a link decides on.
+async fn load_run(state: &AppState, grant: &Grant) -> Result<Run, ApiError> {
+    let id = &grant.run_id;
+    state
+        .store
+        .load(id)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("no run {:?}", id.as_str())))
 }
 
 /// Shows the form again with what went wrong; the link was not used.
@@ -251,7 +262,7 @@ async fn again(
     error: &str,
     typed: &HashMap<String, String>,
 ) -> Result<Response, ApiError> {
-    let run = crate::routes::load_run(state, grant.run_id.as_str()).await?;
+    let run = load_run(state, grant).await?;
     Ok(page(
         StatusCode::UNPROCESSABLE_ENTITY,
         title(grant.action),

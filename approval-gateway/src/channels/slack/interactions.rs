@@ -3,10 +3,11 @@
 //! open a modal (within the trigger's three seconds) whose submission decides, with errors
 //! shown in the modal. A Slack user who is not a configured person is told so, privately.
 
+use super::blocks::{self, Target};
+use super::{api, signature};
+use crate::auth::error::AuthError;
 use crate::decide::{self, Decider, Proposed};
 use crate::error::ApiError;
-use crate::slack::blocks::{self, Target};
-use crate::slack::{api, signature};
 use crate::state::AppState;
 use axum::body::Bytes;
 use axum::extract::State;
@@ -18,7 +19,7 @@ use countersign_shared::run::Action;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 
-pub fn router() -> Router<AppState> {
+pub(crate) fn router() -> Router<AppState> {
     Router::new().route("/slack/interactions", post(interaction))
 }
 
@@ -43,7 +44,7 @@ async fn interaction(
         &body,
         chrono::Utc::now().timestamp(),
     )
-    .map_err(|e| ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", e.to_string()))?;
+    .map_err(|e| AuthError::Unauthorized(e.to_string()))?;
     let form: HashMap<String, String> = serde_urlencoded::from_bytes(&body)
         .map_err(|e| ApiError::bad_request(format!("not a form body: {e}")))?;
     let payload: Value = form
@@ -84,7 +85,7 @@ async fn block_action(
                 link: None,
             };
             if let Err(e) = decide::decide_one(state, &target.run_id, proposed, &by).await {
-                ephemeral(state, payload, &e.message).await;
+                ephemeral(state, payload, &ApiError::from(e).message).await;
             }
         }
         Some("reject") => {
@@ -94,7 +95,9 @@ async fn block_action(
                 .map_err(ApiError::unavailable)?;
         }
         Some("edit") => {
-            let run = crate::routes::load_run(state, &target.run_id).await?;
+            let run_id = &target.run_id;
+            let run = state.run(run_id).await?;
+            let run = run.ok_or_else(|| ApiError::not_found(format!("no run {run_id:?}")))?;
             let input = run
                 .pending()
                 .find(|p| p.call_id == target.call_id)
@@ -168,7 +171,7 @@ async fn view_submission(state: &AppState, payload: &Value, principal: Option<St
     };
     match decide::decide_one(state, &target.run_id, proposed, &by).await {
         Ok(_) => StatusCode::OK.into_response(),
-        Err(e) => errors(first_block, &e.explained()),
+        Err(e) => errors(first_block, &ApiError::from(e).explained()),
     }
 }
 

@@ -1,0 +1,85 @@
+//! Who is calling and what they may do.
+
+use super::error::AuthError;
+use crate::config::Role;
+
+/// Who is calling: the holder of a bearer key, or a signed sender.
+#[derive(Clone, Debug)]
+pub(crate) struct Caller {
+    pub(crate) principal: String,
+    pub(crate) role: Role,
+    /// Principals this caller may decide for besides itself (`*`: anyone).
+    pub(crate) speaks_for: Vec<String>,
+}
+
+/// What a route needs the caller to be allowed.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Permission {
+    Read,
+    Start,
+    Decide,
+}
+
+impl Caller {
+    /// The principal a decision is made by: the caller itself, or one it may speak for.
+    pub(crate) fn deciding_as(&self, named: Option<&str>) -> Result<String, AuthError> {
+        self.speaking_as(named, "decide")
+    }
+
+    /// The caller's own principal, or `named` if the caller may speak for them; `what` says
+    /// what was attempted, for the refusal.
+    pub(crate) fn speaking_as(&self, named: Option<&str>, what: &str) -> Result<String, AuthError> {
+        match named {
+            None => Ok(self.principal.clone()),
+            Some(p) if p == self.principal => Ok(p.to_string()),
+            Some(p) if self.speaks_for.iter().any(|s| s == "*" || s == p) => Ok(p.to_string()),
+            Some(p) => Err(AuthError::Forbidden(format!(
+                "the key of {} may not {what} on behalf of {p}",
+                self.principal
+            ))),
+        }
+    }
+
+    /// Who cancels run `run_id`, asked for by `requester`: an admin as themselves; anyone
+    /// else only as the requester, whom they must be or speak for.
+    pub(crate) fn cancelling(
+        &self,
+        run_id: &str,
+        requester: Option<&str>,
+    ) -> Result<String, AuthError> {
+        match (self.role, requester) {
+            (Role::Admin, _) => Ok(self.principal.clone()),
+            (_, Some(requester)) => self.speaking_as(Some(requester), "cancel runs").map_err(
+                |_| {
+                    AuthError::Forbidden(format!(
+                        "only {requester}, who asked for run {run_id:?}, or an admin may cancel it"
+                    ))
+                },
+            ),
+            (_, None) => Err(AuthError::Forbidden(format!(
+                "run {run_id:?} has no requester: only an admin may cancel it"
+            ))),
+        }
+    }
+
+    pub(crate) fn require(&self, permission: Permission) -> Result<(), AuthError> {
+        let allowed = matches!(
+            (self.role, permission),
+            (Role::Admin, _)
+                | (_, Permission::Read)
+                | (Role::Requester, Permission::Start)
+                | (Role::Reviewer, Permission::Decide)
+        );
+        if allowed {
+            Ok(())
+        } else {
+            Err(AuthError::Forbidden(
+                format!(
+                    "the key of {} ({:?}) may not {permission:?}",
+                    self.principal, self.role
+                )
+                .to_lowercase(),
+            ))
+        }
+    }
+}

@@ -1,0 +1,247 @@
+//! Mailing the people an `email:` channel reaches. A request and each reminder are mailed
+//! once per channel (a mark in the run's slot says so, set after the last mail went); once a
+//! call is decided, expired or cancelled the links' pages say so and nobody is mailed.
+
+use super::grant::{Grant, new_token};
+use crate::channels::delivery::{Ask, Deliver, DeliveryError, Ending};
+use crate::config::{EmailConfig, Person};
+use crate::state::{AppState, Mailer};
+use countersign_shared::agent::Channel;
+use countersign_shared::digest::sha256_hex;
+use countersign_shared::run::{Action, PendingCall, RunId};
+use lettre::message::header::ContentType;
+use lettre::{AsyncTransport, Message};
+use std::time::Duration;
+
+/// An `email:` channel: an address, or `approvers`.
+pub(crate) struct Email<'a> {
+    state: &'a AppState,
+    config: &'a EmailConfig,
+    mailer: &'a Mailer,
+    address: &'a str,
+    /// The channel as the policy names it, which keys what was sent.
+    channel: String,
+}
+
+impl<'a> Email<'a> {
+    pub(crate) fn open(
+        state: &'a AppState,
+        address: &'a str,
+        channel: &Channel,
+    ) -> Result<Self, DeliveryError> {
+        let (Some(config), Some(mailer)) = (&state.config.email, &state.mailer) else {
+            return Err(DeliveryError::GiveUp("no [email] is configured".into()));
+        };
+        Ok(Self {
+            state,
+            config,
+            mailer,
+            address,
+            channel: channel.to_string(),
+        })
+    }
+
+    /// The people the channel reaches for a call: the person with that address, or with
+    /// `email:approvers`, every configured person with an address who may decide it.
+    fn recipients(&self, call: &PendingCall) -> Vec<&'a Person> {
+        self.state
+            .config
+            .people
+            .iter()
+            .filter(|p| p.email.is_some())
+            .filter(|p| match self.address {
+                "approvers" => call.deciders.as_ref().is_none_or(|d| d.contains(&p.id)),
+                address => p.email.as_deref() == Some(address),
+            })
+            .collect()
+    }
+
+    /// Mails `people` once for `sent_key`; `prefix` goes before the subject and first line.
+    async fn ask(
+        &self,
+        ask: &Ask<'_>,
+        prefix: &str,
+        people: Vec<&Person>,
+        sent_key: &str,
+    ) -> Result<(), DeliveryError> {
+        let store = &self.state.store;
+        let call_id = ask.call.call_id.as_str();
+        if store
+            .channel_ref(ask.run_id, call_id, sent_key)
+            .await?
+            .is_some()
+        {
+            return Ok(());
+        }
+        if people.is_empty() {
+            return Err(DeliveryError::GiveUp(format!(
+                "no configured person is reached by email:{}",
+                self.address
+            )));
+        }
+        for person in people {
+            self.send(ask, prefix, person).await?;
+        }
+        Ok(store
+            .set_channel_ref(ask.run_id, call_id, sent_key, "sent")
+            .await?)
+    }
+
+    /// Mails one person fresh links for the call.
+    async fn send(
+        &self,
+        ask: &Ask<'_>,
+        prefix: &str,
+        person: &Person,
+    ) -> Result<(), DeliveryError> {
+        // The requester may turn their own request down; approving it is the policy's to allow.
+        let own =
+            ask.requested_by == Some(person.id.as_str()) && !ask.call.reviewers.allow_self_approval;
+        let actions: &[Action] = if own {
+            &[Action::Reject]
+        } else {
+            &[Action::Approve, Action::Reject, Action::Edit]
+        };
+        let links = self.links(ask, person, actions).await?;
+        let body = body(ask, prefix, &links, own);
+        let to = person.email.as_deref().unwrap_or_default();
+        let message = Message::builder()
+            .from(
+                self.config
+                    .from
+                    .parse()
+                    .map_err(|e| DeliveryError::GiveUp(format!("from: {e}")))?,
+            )
+            .to(to
+                .parse()
+                .map_err(|e| DeliveryError::GiveUp(format!("to {to}: {e}")))?)
+            .subject(format!("{prefix}Approval needed: {}", ask.call.summary))
+            .header(ContentType::TEXT_PLAIN)
+            .body(body)
+            .map_err(|e| DeliveryError::GiveUp(e.to_string()))?;
+        self.mailer
+            .send(message)
+            .await
+            .map_err(|e| DeliveryError::Retry(e.to_string()))?;
+        Ok(())
+    }
+
+    /// One stored single-use link per action, as lines of the mail.
+    async fn links(
+        &self,
+        ask: &Ask<'_>,
+        person: &Person,
+        actions: &[Action],
+    ) -> Result<Vec<String>, DeliveryError> {
+        let ttl = Duration::from_secs(self.config.link_ttl_secs);
+        let mut links = Vec::new();
+        for &action in actions {
+            let token = new_token(ask.run_id);
+            let grant = Grant {
+                run_id: ask.run_id.clone(),
+                call_id: ask.call.call_id.clone(),
+                digest: ask.call.digest.clone(),
+                principal: person.id.clone(),
+                action,
+            };
+            let grant = serde_json::to_string(&grant).expect("grants serialize");
+            self.state
+                .store
+                .put_link_token(ask.run_id, &sha256_hex(&token), &grant, ttl)
+                .await?;
+            let link = format!(
+                "{}/approvals/email/{token}",
+                self.config.public_base_url.trim_end_matches('/')
+            );
+            links.push(format!("{:<9}{link}", format!("{}:", title_case(action))));
+        }
+        Ok(links)
+    }
+}
+
+impl Deliver for Email<'_> {
+    async fn request(&self, ask: &Ask<'_>) -> Result<(), DeliveryError> {
+        self.ask(ask, "", self.recipients(ask.call), &self.channel)
+            .await
+    }
+
+    async fn remind(&self, ask: &Ask<'_>, escalated: bool) -> Result<(), DeliveryError> {
+        let mut people = self.recipients(ask.call);
+        if escalated {
+            // The people escalated to are asked whatever address the channel names.
+            let added = self
+                .state
+                .people
+                .resolve(&ask.call.reviewers.escalate_to)
+                .unwrap_or_default();
+            let config = &self.state.config;
+            for person in config.people.iter().filter(|p| p.email.is_some()) {
+                if added.contains(&person.id) && !people.iter().any(|p| p.id == person.id) {
+                    people.push(person);
+                }
+            }
+        }
+        let prefix = if escalated {
+            "Escalated: "
+        } else {
+            "Reminder: "
+        };
+        let sent_key = format!("{}|{prefix}", self.channel);
+        self.ask(ask, prefix, people, &sent_key).await
+    }
+
+    /// The links' pages say how it ended; no further mail.
+    async fn ended(&self, _: &RunId, _: &str, _: Ending<'_>) -> Result<(), DeliveryError> {
+        Ok(())
+    }
+}
+
+/// The mail's text: what is asked, why, what the agent said and saw, and the links.
+fn body(ask: &Ask<'_>, prefix: &str, links: &[String], own: bool) -> String {
+    let call = ask.call;
+    let mut body = format!(
+        "{prefix}Approval needed: {}\n\nWhy: {}\n",
+        call.summary, call.reason
+    );
+    if !ask.text.is_empty() {
+        body += &format!("The agent said: {}\n", ask.text);
+    }
+    for e in ask.evidence {
+        let content: String = e.content.chars().take(500).collect();
+        body += &format!("Evidence from {}: {content}\n", e.tool);
+    }
+    body += &format!(
+        "\nAgent {}, run {}, requested by {}; {}.\n\n{}\n\n\
+         Opening a link decides nothing: it shows a page where you confirm. The links work once, only for you, until the request is decided.\n",
+        ask.agent,
+        ask.run_id,
+        ask.requested_by.unwrap_or("unknown"),
+        deadline(call),
+        links.join("\n"),
+    );
+    if own {
+        body += "You asked for this run, so you may reject it but not approve it.\n";
+    }
+    body
+}
+
+/// When the call expires, in plain text (a mail is not Slack markup).
+fn deadline(call: &PendingCall) -> String {
+    match call.deadline {
+        Some(ms) => format!(
+            "decide by {}",
+            chrono::DateTime::from_timestamp_millis(ms)
+                .unwrap_or_default()
+                .format("%Y-%m-%d %H:%M UTC")
+        ),
+        None => "no deadline".into(),
+    }
+}
+
+fn title_case(action: Action) -> &'static str {
+    match action {
+        Action::Approve => "Approve",
+        Action::Reject => "Reject",
+        Action::Edit => "Edit",
+    }
+}

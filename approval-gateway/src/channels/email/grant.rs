@@ -1,0 +1,33 @@
+//! Link tokens. A token is the run id, a dot, then 244 random bits (`{run_id}.{random}`), so
+//! its grant is stored in the run's slot; only its SHA-256 is stored, bound to the reviewer,
+//! the run, the call and the digest, and it expires. The decision script spends it in the
+//! same step that records the decision.
+
+use countersign_shared::digest::sha256_hex;
+use countersign_shared::run::{Action, RunId};
+use serde::{Deserialize, Serialize};
+
+/// What one link token lets one person do.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(super) struct Grant {
+    pub(super) run_id: RunId,
+    pub(super) call_id: String,
+    pub(super) digest: String,
+    pub(super) principal: String,
+    pub(super) action: Action,
+}
+
+/// A fresh token for a run's link: the run id, then 244 random bits from two UUIDv4s as hex.
+pub(super) fn new_token(run: &RunId) -> String {
+    format!(
+        "{run}.{}{}",
+        uuid::Uuid::new_v4().simple(),
+        uuid::Uuid::new_v4().simple()
+    )
+}
+
+/// The run a link token belongs to, and the hash its grant is stored under.
+pub(super) fn parse_token(token: &str) -> Option<(RunId, String)> {
+    let (run, _) = token.split_once('.')?;
+    Some((RunId::parse(run)?, sha256_hex(token)))
+}

@@ -1,0 +1,12 @@
+//! Email approvals. Each reviewer of a held call gets an email with one link per action
+//! (approve, reject, edit; the run's requester gets only reject unless the policy lets them
+//! approve their own request). Each link carries its own random single-use token (see
+//! `grant`), and opening it only shows a confirmation page whose form decides (`pages`):
+//! mail scanners open every link.
+
+mod deliver;
+mod grant;
+mod pages;
+
+pub(crate) use deliver::Email;
+pub(crate) use pages::router;

@@ -1,0 +1,127 @@
+//! Why a decision was not recorded, in the words a reviewer reads. Which status each answer
+//! gets is the API's business (`crate::error`).
+
+use crate::time::rfc3339;
+use countersign_shared::run::{Action, Decision};
+use countersign_shared::store::{Refusal, RefusalCode};
+
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum DecideError {
+    /// The decisions are malformed or incomplete; nothing was looked up.
+    #[error("{0}")]
+    BadInput(String),
+    /// An edit's input does not match its tool's schema.
+    #[error("{message}")]
+    InvalidEdit {
+        message: String,
+        errors: Vec<String>,
+    },
+    /// The decision script refused, for `code`; `recorded` is the decision that stands
+    /// when the call was decided already.
+    #[error("{message}")]
+    Refused {
+        code: RefusalCode,
+        message: String,
+        recorded: Option<Box<Decision>>,
+    },
+    #[error("{0}")]
+    NoRun(String),
+    /// Redis or NATS failed, or the script answered what it should not.
+    #[error("{0}")]
+    Backend(String),
+}
+
+impl From<countersign_shared::store::StoreError> for DecideError {
+    fn from(e: countersign_shared::store::StoreError) -> Self {
+        Self::Backend(e.to_string())
+    }
+}
+
+impl DecideError {
+    /// Whether the decision itself was wrong (shape, schema, an edit under a quorum), so the
+    /// same person may correct it and send it again.
+    pub(crate) fn is_bad_input(&self) -> bool {
+        matches!(
+            self,
+            Self::BadInput(_)
+                | Self::InvalidEdit { .. }
+                | Self::Refused {
+                    code: RefusalCode::EditWithQuorum,
+                    ..
+                }
+        )
+    }
+
+    /// A refusal of the decision script, said for `principal` deciding on run `run_id`.
+    pub(super) fn refused(run_id: &str, principal: &str, refusal: Refusal) -> Self {
+        let call = refusal.call_id.as_str();
+        let detail = refusal.detail;
+        let mut recorded = None;
+        let message = match refusal.code {
+            RefusalCode::Decided => match serde_json::from_str::<Decision>(&detail) {
+                Ok(existing) => {
+                    let message = if existing.expired {
+                        format!(
+                            "call {call:?} expired at {}: nobody decided before its deadline, so it did not run",
+                            rfc3339(existing.decided_at)
+                        )
+                    } else {
+                        format!(
+                            "call {call:?} was already decided: {} by {} at {}",
+                            action_name(existing.action),
+                            existing.decided_by,
+                            rfc3339(existing.decided_at)
+                        )
+                    };
+                    recorded = Some(Box::new(existing));
+                    message
+                }
+                Err(_) => format!("call {call:?} was already decided"),
+            },
+            RefusalCode::NotWaiting => {
+                format!("run {run_id:?} is {detail}, not awaiting approval")
+            }
+            RefusalCode::NoCall => {
+                format!("run {run_id:?} has no call {call:?} waiting for a decision")
+            }
+            RefusalCode::StaleDigest => format!(
+                "the digest for call {call:?} does not match what is pending now ({detail}); reload the run"
+            ),
+            RefusalCode::PastDeadline => format!(
+                "the deadline of call {call:?} passed at {}; it can no longer be decided",
+                detail.parse().map(rfc3339).unwrap_or(detail)
+            ),
+            RefusalCode::NotApprover => {
+                let deciders: Vec<String> = serde_json::from_str(&detail).unwrap_or_default();
+                format!(
+                    "{principal} is not among the approvers of call {call:?} ({})",
+                    deciders.join(", ")
+                )
+            }
+            RefusalCode::OwnRequest => {
+                format!("{principal} requested this run and may not approve their own request")
+            }
+            RefusalCode::EditWithQuorum => format!(
+                "call {call:?} needs {detail} approvals, and an edit cannot be approved by several people at once: approve it as it is, or reject it with a reason"
+            ),
+            RefusalCode::EditUnchecked => format!(
+                "call {call:?} was not waiting when the edit was checked against its tool's schema; send it again"
+            ),
+            RefusalCode::LinkUsed => "this link was already used or has expired".to_string(),
+        };
+        Self::Refused {
+            code: refusal.code,
+            message,
+            recorded,
+        }
+    }
+}
+
+/// An action as the API names it.
+pub(crate) fn action_name(action: Action) -> &'static str {
+    match action {
+        Action::Approve => "approve",
+        Action::Edit => "edit",
+        Action::Reject => "reject",
+    }
+}

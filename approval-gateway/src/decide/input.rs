@@ -1,0 +1,76 @@
+//! What a decision comes in as, and the checks that need nothing but the decision itself:
+//! sizes, formats, and what each action needs.
+
+use super::error::DecideError;
+use countersign_shared::run::Action;
+use serde::Deserialize;
+use serde_json::Value;
+
+/// The longest call id a decision may name.
+pub(crate) const MAX_CALL_ID: usize = 128;
+/// The longest note or reason, in bytes.
+pub(crate) const MAX_TEXT: usize = 4096;
+
+/// A decision as a reviewer submits it.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Proposed {
+    pub(crate) call_id: String,
+    pub(crate) digest: Option<String>,
+    pub(crate) action: Action,
+    pub(crate) input: Option<Value>,
+    pub(crate) note: Option<String>,
+    pub(crate) reason: Option<String>,
+}
+
+/// Who decides, through which channel, with which email link if any.
+pub(crate) struct Decider<'a> {
+    pub(crate) principal: &'a str,
+    pub(crate) channel: &'a str,
+    /// (token hash, grant) of the email link used: spent with the decision.
+    pub(crate) link: Option<(&'a str, &'a str)>,
+}
+
+/// Bad input, refused before anything is stored.
+pub(super) fn check_shape(p: &Proposed) -> Result<(), DecideError> {
+    let bad = |message: String| Err(DecideError::BadInput(message));
+    let call = p.call_id.as_str();
+    if call.is_empty() || call.len() > MAX_CALL_ID {
+        return bad(format!("call_id must be 1 to {MAX_CALL_ID} characters"));
+    }
+    let digest = p.digest.as_deref().unwrap_or_default();
+    if digest.is_empty() {
+        return bad(format!(
+            "the decision for call {call:?} has no digest: quote the digest of the call you were shown"
+        ));
+    }
+    let well_formed = digest.strip_prefix("sha256:").is_some_and(|hex| {
+        hex.len() == 64
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    });
+    if !well_formed {
+        return bad(format!(
+            "the digest for call {call:?} must be \"sha256:\" and 64 lowercase hex digits, as shown with the call"
+        ));
+    }
+    for (name, text) in [("note", &p.note), ("reason", &p.reason)] {
+        if text.as_ref().is_some_and(|t| t.len() > MAX_TEXT) {
+            return bad(format!(
+                "the {name} for call {call:?} is longer than {MAX_TEXT} bytes"
+            ));
+        }
+    }
+    let blank = |s: &Option<String>| s.as_deref().is_none_or(|s| s.trim().is_empty());
+    match p.action {
+        Action::Reject if blank(&p.reason) => {
+            bad(format!("rejecting call {call:?} needs a reason"))
+        }
+        Action::Edit if p.input.is_none() => bad(format!("editing call {call:?} needs an input")),
+        Action::Approve | Action::Reject if p.input.is_some() => {
+            bad(format!("only an edit carries an input (call {call:?})"))
+        }
+        _ => Ok(()),
+    }
+}

@@ -1,0 +1,93 @@
+//! Deciding held calls, whatever channel the decisions came through. The gateway checks
+//! only what needs its configuration or is plain bad input: the shape and size of each
+//! decision, and an edit's input against the tool's schema. Everything about the run (is the
+//! call held in its current turn, the digest, who may decide, the requester, the quorum, the
+//! deadline, an email link still unused) is checked by the decision script in the same
+//! atomic step that records the decisions, appends their audit entries and queues their
+//! announcements (`lua/decide.lua`); nothing read here before it runs is trusted. What the
+//! script queued is published at once, and by the outbox sweepers if NATS is away.
+
+pub(crate) mod error;
+mod input;
+mod proposal;
+
+pub(crate) use error::{DecideError, action_name};
+pub(crate) use input::{Decider, MAX_TEXT, Proposed};
+
+use crate::state::AppState;
+use countersign_shared::store::{CallDecided, DecideRequest, Outcome};
+use std::collections::HashSet;
+
+/// Checks and records the decisions of one request on `run_id`: all stand, or none does.
+pub(crate) async fn decide(
+    state: &AppState,
+    run_id: &str,
+    proposed: Vec<Proposed>,
+    by: &Decider<'_>,
+) -> Result<Vec<CallDecided>, DecideError> {
+    if proposed.is_empty() {
+        return Err(DecideError::BadInput(
+            "decisions must hold at least one decision".into(),
+        ));
+    }
+    let mut seen = HashSet::new();
+    for p in &proposed {
+        input::check_shape(p)?;
+        if !seen.insert(p.call_id.as_str()) {
+            return Err(DecideError::BadInput(format!(
+                "call {:?} is decided twice",
+                p.call_id
+            )));
+        }
+    }
+    let run = state
+        .run(run_id)
+        .await?
+        .ok_or_else(|| DecideError::NoRun(format!("no run {run_id:?}")))?;
+    let proposals = proposed
+        .into_iter()
+        .map(|p| proposal::proposal(&state.catalog, &run, p, by))
+        .collect::<Result<Vec<_>, _>>()?;
+    let request = DecideRequest {
+        principal: by.principal,
+        channel: by.channel,
+        expiry: false,
+        link: by.link,
+        proposals,
+    };
+    match state.store.decide(&run.run_id, &request).await? {
+        Outcome::Decided { calls, queued } => {
+            // The decision stands once Redis holds it: the reviewer is answered now, whatever
+            // NATS is doing, and what is not published here the outbox sweepers publish.
+            let (outbox, run_id) = (state.outbox.clone(), run.run_id.clone());
+            tokio::spawn(async move {
+                if let Err(e) = outbox.publish(&run_id, &queued).await {
+                    tracing::warn!(%run_id, error = %e, "decision recorded; its announcement waits in the outbox");
+                }
+            });
+            Ok(calls)
+        }
+        Outcome::Refused(refusal) => Err(DecideError::refused(
+            run.run_id.as_str(),
+            by.principal,
+            refusal,
+        )),
+        Outcome::NoRun => Err(DecideError::NoRun(format!("no run {run_id:?}"))),
+        Outcome::Settled(_) | Outcome::NotDue => Err(DecideError::Backend(
+            "the decision script answered as for an expiry".into(),
+        )),
+    }
+}
+
+/// Checks and records one decision, as the channels other than the API make them.
+pub(crate) async fn decide_one(
+    state: &AppState,
+    run_id: &str,
+    proposed: Proposed,
+    by: &Decider<'_>,
+) -> Result<CallDecided, DecideError> {
+    let mut calls = decide(state, run_id, vec![proposed], by).await?;
+    calls
+        .pop()
+        .ok_or_else(|| DecideError::Backend("the decision script answered nothing".into()))
+}

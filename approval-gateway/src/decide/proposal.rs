@@ -1,0 +1,67 @@
+//! A checked decision turned into what the decision script records: the decision and its
+//! audit entry. An edit is checked against the schema of the tool of the call as this copy
+//! of the run holds it, and the script makes sure that is the call it decides.
+
+use super::error::DecideError;
+use super::input::{Decider, Proposed};
+use countersign_shared::agent::Catalog;
+use countersign_shared::audit::{AuditEntry, AuditKind};
+use countersign_shared::run::{Action, Decision, Run};
+use countersign_shared::store::Proposal;
+use serde_json::json;
+
+pub(super) fn proposal(
+    catalog: &Catalog,
+    run: &Run,
+    p: Proposed,
+    by: &Decider<'_>,
+) -> Result<Proposal, DecideError> {
+    let pending = run.pending().find(|c| c.call_id == p.call_id);
+    let mut checked_digest = None;
+    if let (Action::Edit, Some(input), Some(pending)) = (p.action, &p.input, pending) {
+        if let Some(agent) = catalog.get(&run.agent)
+            && let Err(errors) = agent.validate_input(&pending.tool, input)
+        {
+            return Err(DecideError::InvalidEdit {
+                message: format!(
+                    "the edited input for call {:?} does not match the schema of {}",
+                    pending.call_id, pending.tool
+                ),
+                errors,
+            });
+        }
+        checked_digest = Some(pending.digest.clone());
+    }
+    let digest = p.digest.unwrap_or_default();
+    let mut entry = AuditEntry::new(&run.run_id, AuditKind::Decided);
+    entry.call_id = Some(p.call_id.clone());
+    entry.actor = Some(by.principal.to_string());
+    entry.channel = Some(by.channel.to_string());
+    entry.digest = Some(digest.clone());
+    entry.detail = json!({
+        "action": p.action, "input": p.input, "note": p.note, "reason": p.reason,
+    });
+    let fingerprint = Decision::fingerprint_of(
+        p.action,
+        p.input.as_ref(),
+        p.note.as_deref(),
+        p.reason.as_deref(),
+    );
+    Ok(Proposal {
+        decision: Decision {
+            call_id: p.call_id,
+            digest,
+            action: p.action,
+            input: p.input,
+            note: p.note,
+            reason: p.reason,
+            decided_by: by.principal.to_string(),
+            channel: by.channel.to_string(),
+            decided_at: entry.at,
+            fingerprint,
+            expired: false,
+        },
+        checked_digest,
+        entry,
+    })
+}

@@ -1,0 +1,149 @@
+//! Starting and cancelling runs: what is stored, audited and announced. A run is stored
+//! queued before `runs.start` is published, so a worker never takes a job for a run it
+//! cannot find; a replayed start finds its run stored and announces it again only while it
+//! is still queued. A cancel is recorded, audited and its nudge queued in one script; a
+//! worker then finishes the run as `cancelled` at its next step.
+
+use crate::state::AppState;
+use countersign_shared::agent::Agent;
+use countersign_shared::audit::{AuditEntry, AuditKind};
+use countersign_shared::events::Event;
+use countersign_shared::names::msg_id;
+use countersign_shared::run::{Cancellation, Run, RunId, RunStatus};
+use countersign_shared::store::{Announcement, CancelOutcome};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum RunError {
+    #[error("{0}")]
+    NoRun(String),
+    /// The run finished before it could be cancelled.
+    #[error("{0}")]
+    Finished(String),
+    /// Redis or NATS failed.
+    #[error("{0}")]
+    Backend(String),
+}
+
+impl From<countersign_shared::store::StoreError> for RunError {
+    fn from(e: countersign_shared::store::StoreError) -> Self {
+        Self::Backend(e.to_string())
+    }
+}
+
+impl From<countersign_shared::bus::BusError> for RunError {
+    fn from(e: countersign_shared::bus::BusError) -> Self {
+        Self::Backend(e.to_string())
+    }
+}
+
+/// A run to start, checked already.
+pub(crate) struct NewRun<'a> {
+    pub(crate) agent: &'a Agent,
+    /// The user's request, the first message of the conversation.
+    pub(crate) input: String,
+    pub(crate) requested_by: String,
+    pub(crate) metadata: Value,
+    /// The caller's idempotency key, scoped to the caller: a retry gets the same run.
+    pub(crate) idempotency: Option<String>,
+}
+
+/// Stores the run and announces it; the run's id and its status now.
+pub(crate) async fn start(
+    state: &AppState,
+    new: NewRun<'_>,
+) -> Result<(RunId, RunStatus), RunError> {
+    let mut run_id = RunId::new();
+    if let Some(digest) = &new.idempotency {
+        let ttl = Duration::from_secs(state.config.idempotency_ttl_secs);
+        if let Some(existing) = state
+            .store
+            .bind_idempotency_key(digest, &run_id, ttl)
+            .await?
+        {
+            run_id = existing;
+        }
+    }
+    let run = Run::new(
+        run_id.clone(),
+        new.agent.def.name.clone(),
+        new.agent.version.clone(),
+        new.input,
+        Some(new.requested_by),
+        new.metadata.clone(),
+    );
+    // A replayed key finds its run already stored; it is announced again only while still
+    // queued, in case the first attempt stopped between storing and publishing.
+    let status = match state.store.load(&run_id).await? {
+        Some(existing) => existing.status,
+        None => {
+            state.store.create(&run).await?;
+            RunStatus::Queued
+        }
+    };
+    if status == RunStatus::Queued {
+        let event = Event::RunStart {
+            run_id: run_id.clone(),
+            agent: run.agent,
+            input: run.input,
+            requested_by: run.requested_by,
+            metadata: new.metadata,
+        };
+        let names = &state.bus.names;
+        state
+            .bus
+            .publish(names.runs_start(), &msg_id::start(&run_id), event)
+            .await?;
+    }
+    Ok((run_id, status))
+}
+
+/// Asks `run` to stop, as `by` asked through the API with `reason`.
+pub(crate) async fn cancel(
+    state: &AppState,
+    run: &Run,
+    by: String,
+    reason: Option<String>,
+) -> Result<(), RunError> {
+    let cancel = Cancellation {
+        by: by.clone(),
+        reason: reason.clone(),
+        at: countersign_shared::now_ms(),
+    };
+    let mut entry = AuditEntry::new(&run.run_id, AuditKind::CancelRequested);
+    entry.actor = Some(by);
+    entry.channel = Some("api".into());
+    entry.detail = json!({"reason": reason});
+    let names = &state.bus.names;
+    // The job that brings a worker to the run, which finishes it as cancelled.
+    let nudge = Announcement::new(
+        msg_id::cancel(&run.run_id),
+        names.runs_start(),
+        Event::RunStart {
+            run_id: run.run_id.clone(),
+            agent: run.agent.clone(),
+            input: run.input.clone(),
+            requested_by: run.requested_by.clone(),
+            metadata: run.metadata.clone(),
+        },
+    );
+    let run_id = run.run_id.as_str();
+    match state
+        .store
+        .cancel(&run.run_id, &cancel, &entry, &nudge)
+        .await?
+    {
+        CancelOutcome::Requested(_, queued) => {
+            if let Err(e) = state.outbox.publish(&run.run_id, &queued).await {
+                tracing::warn!(error = %e, "cancel recorded; its nudge waits in the outbox");
+            }
+            Ok(())
+        }
+        CancelOutcome::Finished(status) => Err(RunError::Finished(format!(
+            "run {run_id:?} is {} and cannot be cancelled",
+            status.as_str()
+        ))),
+        CancelOutcome::NoRun => Err(RunError::NoRun(format!("no run {run_id:?}"))),
+    }
+}
