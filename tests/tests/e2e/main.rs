@@ -1,0 +1,23 @@
+//! Every end-to-end test, in one binary (one link instead of one per file): each module is
+//! one area, and every test starts its own servers and namespace.
+
+mod bad_input;
+mod cancel;
+mod chaos;
+mod decision_authority;
+mod email;
+mod error_shape;
+mod escalation;
+mod expiry;
+mod inbox_paging;
+mod listener;
+mod many_workers;
+mod outbox;
+mod pause_and_resume;
+mod probes;
+mod providers_and_tools;
+mod restarts;
+mod reviewers;
+mod slack;
+mod unknown_outcome;
+mod webhooks;
