@@ -71,7 +71,7 @@ impl Config {
     pub fn load() -> anyhow::Result<Self> {
         let (mut config, infra): (Config, _) = load_toml(config_path_from_args().as_deref())?;
         config.infra = infra;
-        config.infra.apply_env();
+        config.infra.apply_env()?;
         if let Ok(dir) = std::env::var("COUNTERSIGN_AGENTS_DIR") {
             config.agents_dir = dir.into();
         }

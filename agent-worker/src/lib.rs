@@ -87,7 +87,7 @@ pub async fn run(
     let people = Directory::new(&config.people);
     check_roles(&catalog, &people)?;
     let store = Store::connect(&config.infra.redis_url, names.clone()).await?;
-    let bus = Bus::connect(&config.infra.nats_url, names.clone()).await?;
+    let bus = Bus::connect(&config.infra, names.clone()).await?;
     let probes = tokio::spawn(health::serve(
         health,
         store.clone(),

@@ -26,7 +26,7 @@ async fn main() -> anyhow::Result<()> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let state = root.join(STATE_DIR);
     let mut infra = InfraConfig::default();
-    infra.apply_env();
+    infra.apply_env()?;
     let mut children = Vec::new();
     if std::env::var("NATS_URL").is_err() {
         let dir = state.join("nats");

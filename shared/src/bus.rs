@@ -9,6 +9,7 @@
 //! for operators to read or export. All are file-backed, so a NATS restart loses nothing acked.
 
 use crate::events::{Envelope, Event};
+use crate::infra::InfraConfig;
 use crate::names::Names;
 use async_nats::jetstream::{self, consumer::PullConsumer, message::PublishMessage, stream};
 use std::time::Duration;
@@ -28,6 +29,102 @@ pub enum BusError {
     Connect(String),
     #[error("JetStream: {0}")]
     JetStream(String),
+}
+
+/// The servers of a comma-separated list; an entry that is not a NATS URL is named.
+fn servers(list: &str) -> Result<Vec<async_nats::ServerAddr>, BusError> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|url| !url.is_empty())
+        .map(|url| {
+            url.parse()
+                .map_err(|e| BusError::Connect(format!("{url:?} is not a NATS URL: {e}")))
+        })
+        .collect()
+}
+
+/// The client's options: its name, credentials and TLS.
+async fn options(infra: &InfraConfig) -> Result<async_nats::ConnectOptions, BusError> {
+    let mut options = async_nats::ConnectOptions::new()
+        .name("countersign")
+        .connection_timeout(Duration::from_secs(2));
+    if let Some(path) = &infra.nats_creds_file {
+        options = options.credentials_file(path).await.map_err(|e| {
+            BusError::Connect(format!(
+                "cannot read the NATS credentials {}: {e}",
+                path.display()
+            ))
+        })?;
+    }
+    if let (Some(user), Some(password)) = (&infra.nats_user, &infra.nats_password) {
+        options = options.user_and_password(user.clone(), password.expose().to_string());
+    }
+    if let Some(token) = &infra.nats_token {
+        options = options.token(token.expose().to_string());
+    }
+    if let Some(seed) = &infra.nats_nkey {
+        options = options.nkey(seed.expose().to_string());
+    }
+    if let Some(ca) = &infra.nats_tls_ca {
+        options = options.add_root_certificates(ca.clone()).require_tls(true);
+    }
+    if let (Some(cert), Some(key)) = (&infra.nats_tls_cert, &infra.nats_tls_key) {
+        options = options
+            .add_client_certificate(cert.clone(), key.clone())
+            .require_tls(true);
+    }
+    Ok(options)
+}
+
+/// JetStream reports "no limit" as -1 where a new config says 0.
+fn unlimited_if_none(bytes: i64) -> String {
+    if bytes <= 0 {
+        "unlimited".into()
+    } else {
+        bytes.to_string()
+    }
+}
+
+/// What differs between a stream's configuration and the wanted one, among what is set here.
+fn changes(have: &stream::Config, want: &stream::Config) -> Vec<String> {
+    let mut changed = Vec::new();
+    let mut differ = |what: &str, have: String, want: String| {
+        if have != want {
+            changed.push(format!("{what} {have} -> {want}"));
+        }
+    };
+    differ(
+        "replicas",
+        have.num_replicas.to_string(),
+        want.num_replicas.to_string(),
+    );
+    differ(
+        "max_age",
+        format!("{:?}", have.max_age),
+        format!("{:?}", want.max_age),
+    );
+    differ(
+        "max_bytes",
+        unlimited_if_none(have.max_bytes),
+        unlimited_if_none(want.max_bytes),
+    );
+    differ("subjects", have.subjects.join(" "), want.subjects.join(" "));
+    differ(
+        "retention",
+        format!("{:?}", have.retention),
+        format!("{:?}", want.retention),
+    );
+    differ(
+        "storage",
+        format!("{:?}", have.storage),
+        format!("{:?}", want.storage),
+    );
+    differ(
+        "duplicate_window",
+        format!("{:?}", have.duplicate_window),
+        format!("{:?}", want.duplicate_window),
+    );
+    changed
 }
 
 fn js_err(e: impl std::fmt::Display) -> BusError {
@@ -50,20 +147,38 @@ pub struct ConsumerSettings {
 }
 
 impl Bus {
-    pub async fn connect(url: &str, names: Names) -> Result<Self, BusError> {
-        let client = async_nats::ConnectOptions::new()
-            .name("countersign")
-            .connect(url)
-            .await
-            .map_err(|e| BusError::Connect(e.to_string()))?;
+    /// Connects to the servers `infra` names and makes sure the streams are as configured.
+    /// While no server answers, it keeps trying (saying so every time), so a service may
+    /// start before NATS; a bad setting or a stream change JetStream refuses is an error.
+    pub async fn connect(infra: &InfraConfig, names: Names) -> Result<Self, BusError> {
+        let servers = servers(&infra.nats_url)?;
+        let mut delay = Duration::from_millis(250);
+        let client = loop {
+            match options(infra).await?.connect(servers.clone()).await {
+                Ok(client) => break client,
+                Err(e) => {
+                    tracing::warn!(servers = %infra.nats_url, error = %e, ?delay, "NATS does not answer yet; trying again");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(5));
+                }
+            }
+        };
         let js = jetstream::new(client.clone());
         let bus = Self { client, js, names };
-        bus.ensure_streams().await?;
+        bus.ensure_streams(infra.stream_replicas).await?;
         Ok(bus)
     }
 
-    /// Creates the streams if they do not exist (every service does this at start).
-    pub async fn ensure_streams(&self) -> Result<(), BusError> {
+    /// Creates the streams that do not exist and brings those that do to their configuration
+    /// (replicas, limits), saying what changed; a change JetStream cannot make (retention,
+    /// storage) is an error naming the stream.
+    pub async fn ensure_streams(&self, replicas: usize) -> Result<(), BusError> {
+        // A standalone server would take a replica count it cannot hold and keep one copy.
+        if replicas > 1 && self.client.server_info().cluster.is_none() {
+            return Err(BusError::JetStream(format!(
+                "stream_replicas is {replicas} but the NATS server is not part of a cluster, so every stream would keep one copy: run a NATS cluster of at least {replicas} servers, or set stream_replicas = 1"
+            )));
+        }
         let n = &self.names;
         let configs = [
             stream::Config {
@@ -100,12 +215,34 @@ impl Bus {
             },
         ];
         for config in configs {
-            let config = stream::Config {
+            let wanted = stream::Config {
                 storage: stream::StorageType::File,
                 duplicate_window: DUPLICATE_WINDOW,
+                num_replicas: replicas,
                 ..config
             };
-            self.js.get_or_create_stream(config).await.map_err(js_err)?;
+            let mut stream = match self.js.get_stream(&wanted.name).await {
+                Ok(stream) => stream,
+                Err(_) => {
+                    self.js.create_stream(wanted).await.map_err(js_err)?;
+                    continue;
+                }
+            };
+            let have = stream.info().await.map_err(js_err)?.config.clone();
+            let changed = changes(&have, &wanted);
+            if changed.is_empty() {
+                continue;
+            }
+            if have.retention != wanted.retention || have.storage != wanted.storage {
+                return Err(BusError::JetStream(format!(
+                    "stream {} has retention {:?} and storage {:?}, which JetStream cannot change to {:?} and {:?}: move its messages to a new stream or delete it",
+                    wanted.name, have.retention, have.storage, wanted.retention, wanted.storage
+                )));
+            }
+            tracing::warn!(stream = %wanted.name, changed = %changed.join(", "), "updating the stream to its configuration");
+            self.js.update_stream(wanted.clone()).await.map_err(|e| {
+                BusError::JetStream(format!("updating stream {}: {e}", wanted.name))
+            })?;
         }
         Ok(())
     }
@@ -174,5 +311,20 @@ impl Bus {
             )
             .await
             .map_err(js_err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_list_of_servers_parses_and_a_bad_entry_is_named() {
+        let list = servers("nats://a:4222, nats://b:4222,tls://c:4443").unwrap();
+        assert_eq!(list.len(), 3);
+        let err = servers("nats://a:4222,nats://b:port")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("nats://b:port"), "{err}");
     }
 }

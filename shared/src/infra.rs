@@ -1,15 +1,35 @@
 //! Where NATS and Redis are, and the config-file plumbing both services share.
 
+use crate::secret::Secret;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Connection settings every service needs.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(default)]
 pub struct InfraConfig {
-    /// NATS server URL. Env: `NATS_URL`. Default `nats://127.0.0.1:4222`.
+    /// NATS server URLs, comma-separated (the seeds of a cluster; the client learns the rest).
+    /// Env: `NATS_URL`. Default `nats://127.0.0.1:4222`.
     pub nats_url: String,
+    /// NATS user and password. Env: `NATS_USER`, `NATS_PASSWORD`. Default none.
+    pub nats_user: Option<String>,
+    pub nats_password: Option<Secret>,
+    /// NATS token. Env: `NATS_TOKEN`. Default none.
+    pub nats_token: Option<Secret>,
+    /// An NKey seed (`SU…`). Env: `NATS_NKEY`. Default none.
+    pub nats_nkey: Option<Secret>,
+    /// A `.creds` file (JWT and NKey seed). Env: `NATS_CREDS`. Default none.
+    pub nats_creds_file: Option<PathBuf>,
+    /// TLS to NATS: a CA file to trust, and a client certificate and key. Setting any of
+    /// them requires TLS. Default none.
+    pub nats_tls_ca: Option<PathBuf>,
+    pub nats_tls_cert: Option<PathBuf>,
+    pub nats_tls_key: Option<PathBuf>,
+    /// Replicas of every stream (1, or up to the cluster's size, usually 3); applied when a
+    /// stream is created and reconciled at start when an existing one differs.
+    /// Env: `STREAM_REPLICAS`. Default 1.
+    pub stream_replicas: usize,
     /// Redis URL. Env: `REDIS_URL`. Default `redis://127.0.0.1:6379`.
     pub redis_url: String,
     /// Prefix for subjects, streams and keys, so deployments can share servers.
@@ -21,6 +41,15 @@ impl Default for InfraConfig {
     fn default() -> Self {
         Self {
             nats_url: "nats://127.0.0.1:4222".into(),
+            nats_user: None,
+            nats_password: None,
+            nats_token: None,
+            nats_nkey: None,
+            nats_creds_file: None,
+            nats_tls_ca: None,
+            nats_tls_cert: None,
+            nats_tls_key: None,
+            stream_replicas: 1,
             redis_url: "redis://127.0.0.1:6379".into(),
             namespace: String::new(),
         }
@@ -29,13 +58,52 @@ impl Default for InfraConfig {
 
 impl InfraConfig {
     /// Its keys, which a service's config file has at the top level.
-    pub const KEYS: [&str; 3] = ["nats_url", "redis_url", "namespace"];
+    pub const KEYS: [&str; 12] = [
+        "nats_url",
+        "nats_user",
+        "nats_password",
+        "nats_token",
+        "nats_nkey",
+        "nats_creds_file",
+        "nats_tls_ca",
+        "nats_tls_cert",
+        "nats_tls_key",
+        "stream_replicas",
+        "redis_url",
+        "namespace",
+    ];
 
-    /// Applies `NATS_URL`, `REDIS_URL` and `COUNTERSIGN_NAMESPACE` over the file's values.
-    pub fn apply_env(&mut self) {
+    /// Applies the environment variables named above over the file's values.
+    pub fn apply_env(&mut self) -> anyhow::Result<()> {
         override_from_env(&mut self.nats_url, "NATS_URL");
         override_from_env(&mut self.redis_url, "REDIS_URL");
         override_from_env(&mut self.namespace, "COUNTERSIGN_NAMESPACE");
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        if let Some(v) = var("NATS_USER") {
+            self.nats_user = Some(v);
+        }
+        for (field, name) in [
+            (&mut self.nats_password, "NATS_PASSWORD"),
+            (&mut self.nats_token, "NATS_TOKEN"),
+            (&mut self.nats_nkey, "NATS_NKEY"),
+        ] {
+            if let Some(v) = var(name) {
+                *field = Some(v.into());
+            }
+        }
+        if let Some(v) = var("NATS_CREDS") {
+            self.nats_creds_file = Some(v.into());
+        }
+        if let Some(v) = var("STREAM_REPLICAS") {
+            self.stream_replicas = v
+                .parse()
+                .map_err(|_| anyhow::anyhow!("STREAM_REPLICAS {v:?} is not a number"))?;
+        }
+        anyhow::ensure!(
+            (1..=5).contains(&self.stream_replicas),
+            "stream_replicas must be 1 to 5"
+        );
+        Ok(())
     }
 }
 

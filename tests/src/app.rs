@@ -278,6 +278,16 @@ impl TestApp {
         countersign_shared::digest::call_digest(run_id, &tool.name, input, &tool.policy_version())
     }
 
+    /// The connection settings the services of this app use.
+    pub fn infra_config(&self) -> countersign_shared::infra::InfraConfig {
+        countersign_shared::infra::InfraConfig {
+            nats_url: self.infra.nats_url.clone(),
+            redis_url: self.infra.redis_url.clone(),
+            namespace: self.namespace.clone(),
+            ..Default::default()
+        }
+    }
+
     /// Every message stored on `subject` in one of this app's streams (`APPROVALS`, …).
     pub async fn stream_messages(&self, stream: &str, subject: &str) -> Vec<Value> {
         use async_nats::jetstream::consumer::pull;
