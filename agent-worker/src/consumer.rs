@@ -8,11 +8,74 @@
 //! worker's lease lapses.
 
 use crate::engine::{Engine, Next};
+use async_nats::jetstream::consumer::pull;
 use async_nats::jetstream::{AckKind, Message};
+use countersign_shared::bus::{Bus, ConsumerSettings};
 use countersign_shared::events::{Envelope, Event};
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::warn;
+
+/// The messages of both shared consumers, as they come.
+pub type Messages = futures::stream::Select<pull::Stream, pull::Stream>;
+
+/// How this worker pulls from the two shared consumers.
+pub struct Pulling {
+    pub bus: Bus,
+    pub settings: ConsumerSettings,
+    /// Messages asked for at once per consumer.
+    pub batch: usize,
+}
+
+impl Pulling {
+    /// Both shared consumers (`runs.start`, `approval.decided.*`) as one stream.
+    pub async fn pull(&self) -> anyhow::Result<Messages> {
+        let names = &self.bus.names;
+        let starts = self
+            .one(
+                names.runs_stream(),
+                names.start_consumer(),
+                names.runs_start(),
+            )
+            .await?;
+        let decided = self
+            .one(
+                names.approvals_stream(),
+                names.decided_consumer(),
+                names.approval_decided_all(),
+            )
+            .await?;
+        Ok(futures::stream::select(starts, decided))
+    }
+
+    /// Pulls again, every second until NATS answers (after the streams ended in an outage).
+    pub async fn pull_again(&self) -> Messages {
+        loop {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            match self.pull().await {
+                Ok(streams) => return streams,
+                Err(e) => warn!(error = %e, "cannot pull yet"),
+            }
+        }
+    }
+
+    async fn one(
+        &self,
+        stream: String,
+        durable: String,
+        subject: String,
+    ) -> anyhow::Result<pull::Stream> {
+        let consumer = self
+            .bus
+            .shared_consumer(&stream, &durable, subject, &self.settings)
+            .await?;
+        Ok(consumer
+            .stream()
+            .max_messages_per_batch(self.batch)
+            .messages()
+            .await?)
+    }
+}
 
 pub async fn handle(engine: Arc<Engine>, msg: Message, ack_wait: Duration) {
     let attempt = msg.info().map(|i| i.delivered as u64).unwrap_or(1);

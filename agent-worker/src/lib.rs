@@ -73,6 +73,65 @@ fn check_roles(catalog: &Catalog, people: &Directory) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Takes messages, at most `concurrency` runs at once, until `shutdown`; returns the work
+/// still in flight.
+async fn take_work(
+    engine: &Arc<Engine>,
+    pulling: &consumer::Pulling,
+    mut incoming: consumer::Messages,
+    concurrency: usize,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<JoinSet<()>> {
+    let permits = Arc::new(Semaphore::new(concurrency));
+    let mut tasks = JoinSet::new();
+    loop {
+        let permit = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            permit = permits.clone().acquire_owned() => permit?,
+        };
+        let msg = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            msg = incoming.next() => msg,
+        };
+        match msg {
+            // The consumers ended (NATS went away for longer than the client waits): pull
+            // again once it is back, rather than stopping the worker.
+            None => {
+                warn!("message streams ended; pulling again once NATS answers");
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    streams = pulling.pull_again() => incoming = streams,
+                }
+            }
+            Some(Err(e)) => warn!(error = %e, "error pulling messages"),
+            Some(Ok(msg)) => {
+                let engine = engine.clone();
+                let ack_wait = pulling.settings.ack_wait;
+                tasks.spawn(async move {
+                    consumer::handle(engine, msg, ack_wait).await;
+                    drop(permit);
+                });
+            }
+        }
+        while tasks.try_join_next().is_some() {}
+    }
+    Ok(tasks)
+}
+
+/// Lets in-flight runs reach a stored point within `grace`, then hands the rest back (their
+/// messages are redelivered and their leases lapse).
+async fn drain(mut tasks: JoinSet<()>, grace: Duration) {
+    info!(in_flight = tasks.len(), "stopping: no new work taken");
+    let drained = tokio::time::timeout(grace, async { while tasks.join_next().await.is_some() {} });
+    if drained.await.is_err() {
+        warn!(
+            left = tasks.len(),
+            "grace period over; handing the rest back"
+        );
+        tasks.abort_all();
+    }
+}
+
 /// Runs a worker until `shutdown` is cancelled, then stops pulling, gives in-flight runs
 /// `shutdown_grace_secs` to reach a durable point, and hands back the rest (their messages
 /// are redelivered and their leases lapse). `/livez` and `/readyz` are served on `health`.
@@ -95,43 +154,16 @@ pub async fn run(
         shutdown.clone(),
     ));
     let ack_wait = Duration::from_secs(config.ack_wait_secs);
-    let settings = ConsumerSettings {
-        ack_wait,
-        max_ack_pending: 10_000,
+    let pulling = consumer::Pulling {
+        bus: bus.clone(),
+        settings: ConsumerSettings {
+            ack_wait,
+            max_ack_pending: 10_000,
+        },
+        // Small batches so a busy worker does not sit on messages an idle one could take.
+        batch: config.concurrency.min(16),
     };
-    // Small batches so a busy worker does not sit on messages an idle one could take.
-    let batch = config.concurrency.min(16);
-    // Both shared consumers as one stream of messages.
-    let pull = || {
-        let (bus, settings, names) = (&bus, &settings, &names);
-        async move {
-            let pull = |stream: String, durable: String, subject: String| async move {
-                let consumer = bus
-                    .shared_consumer(&stream, &durable, subject, settings)
-                    .await?;
-                let messages = consumer
-                    .stream()
-                    .max_messages_per_batch(batch)
-                    .messages()
-                    .await?;
-                anyhow::Ok(messages)
-            };
-            let starts = pull(
-                names.runs_stream(),
-                names.start_consumer(),
-                names.runs_start(),
-            )
-            .await?;
-            let decided = pull(
-                names.approvals_stream(),
-                names.decided_consumer(),
-                names.approval_decided_all(),
-            )
-            .await?;
-            anyhow::Ok(futures::stream::select(starts, decided))
-        }
-    };
-    let mut incoming = pull().await?;
+    let incoming = pulling.pull().await?;
     let engine = Arc::new(Engine::new(
         store.clone(),
         bus.clone(),
@@ -154,58 +186,8 @@ pub async fn run(
         Duration::from_millis(config.sweep_interval_ms),
         shutdown.clone(),
     ));
-    let permits = Arc::new(Semaphore::new(config.concurrency));
-    let mut tasks = JoinSet::new();
-    loop {
-        let permit = tokio::select! {
-            _ = shutdown.cancelled() => break,
-            permit = permits.clone().acquire_owned() => permit?,
-        };
-        let msg = tokio::select! {
-            _ = shutdown.cancelled() => break,
-            msg = incoming.next() => msg,
-        };
-        match msg {
-            // The consumers ended (NATS went away for longer than the client waits): pull
-            // again once it is back, rather than stopping the worker.
-            None => {
-                warn!("message streams ended; pulling again once NATS answers");
-                let again = async {
-                    loop {
-                        tokio::time::sleep(Duration::from_secs(1)).await;
-                        match pull().await {
-                            Ok(streams) => return streams,
-                            Err(e) => warn!(error = %e, "cannot pull yet"),
-                        }
-                    }
-                };
-                tokio::select! {
-                    _ = shutdown.cancelled() => break,
-                    streams = again => incoming = streams,
-                }
-            }
-            Some(Err(e)) => warn!(error = %e, "error pulling messages"),
-            Some(Ok(msg)) => {
-                let engine = engine.clone();
-                tasks.spawn(async move {
-                    consumer::handle(engine, msg, ack_wait).await;
-                    drop(permit);
-                });
-            }
-        }
-        while tasks.try_join_next().is_some() {}
-    }
-    drop(incoming);
-    info!(in_flight = tasks.len(), "stopping: no new work taken");
-    let grace = Duration::from_secs(config.shutdown_grace_secs);
-    let drained = tokio::time::timeout(grace, async { while tasks.join_next().await.is_some() {} });
-    if drained.await.is_err() {
-        warn!(
-            left = tasks.len(),
-            "grace period over; handing the rest back"
-        );
-        tasks.abort_all();
-    }
+    let tasks = take_work(&engine, &pulling, incoming, config.concurrency, &shutdown).await?;
+    drain(tasks, Duration::from_secs(config.shutdown_grace_secs)).await;
     sweeper.await?;
     outbox.await?;
     probes.await??;
