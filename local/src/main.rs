@@ -27,6 +27,41 @@ async fn main() -> anyhow::Result<()> {
     let state = root.join(STATE_DIR);
     let mut infra = InfraConfig::default();
     infra.apply_env()?;
+    let children = start_servers(&state, &mut infra)?;
+    wait_port(&infra.nats_url).await?;
+    wait_port(&infra.redis_url).await?;
+
+    let agents_dir = state.join("agents");
+    let provider = write_agents(&root.join("examples/agents"), &agents_dir)?;
+    DemoTools::serve(
+        tokio::net::TcpListener::bind(TOOLS)
+            .await
+            .context("bind the demo tools on 127.0.0.1:9100")?,
+    )?;
+
+    let (gateway, worker, requester_key, key) = configs(infra, agents_dir)?;
+
+    let shutdown = CancellationToken::new();
+    tokio::spawn(countersign_shared::shutdown::on_signal(shutdown.clone()));
+    let listener = tokio::net::TcpListener::bind(GATEWAY)
+        .await
+        .context("bind the gateway on 127.0.0.1:8080")?;
+    let gateway = tokio::spawn(approval_gateway::run(gateway, listener, shutdown.clone()));
+    let health = tokio::net::TcpListener::bind(&worker.health_listen)
+        .await
+        .with_context(|| format!("bind the worker's probes on {}", worker.health_listen))?;
+    let worker = tokio::spawn(agent_worker::run(worker, health, shutdown.clone()));
+    print_demo(&requester_key, &key, provider);
+    let (g, w) = tokio::join!(gateway, worker);
+    g??;
+    w??;
+    drop(children);
+    Ok(())
+}
+
+/// NATS and Redis as child processes, each unless `NATS_URL` / `REDIS_URL` names a server
+/// already running; `infra` is pointed at them.
+fn start_servers(state: &std::path::Path, infra: &mut InfraConfig) -> anyhow::Result<Vec<Child>> {
     let mut children = Vec::new();
     if std::env::var("NATS_URL").is_err() {
         let dir = state.join("nats");
@@ -58,17 +93,19 @@ async fn main() -> anyhow::Result<()> {
         children.push(spawn_server("redis-server", &args)?);
         infra.redis_url = format!("redis://127.0.0.1:{REDIS_PORT}");
     }
-    wait_port(&infra.nats_url).await?;
-    wait_port(&infra.redis_url).await?;
+    Ok(children)
+}
 
-    let agents_dir = state.join("agents");
-    let provider = write_agents(&root.join("examples/agents"), &agents_dir)?;
-    DemoTools::serve(
-        tokio::net::TcpListener::bind(TOOLS)
-            .await
-            .context("bind the demo tools on 127.0.0.1:9100")?,
-    )?;
-
+/// The gateway's and the worker's configuration, and the requester's and your keys.
+fn configs(
+    infra: InfraConfig,
+    agents_dir: PathBuf,
+) -> anyhow::Result<(
+    approval_gateway::config::Config,
+    agent_worker::config::Config,
+    String,
+    String,
+)> {
     // Two people: the support desk asks for refunds and you approve them (nobody approves
     // their own request).
     let requester_key = "local-requester-key-0000".to_string();
@@ -101,22 +138,7 @@ async fn main() -> anyhow::Result<()> {
     };
     worker.validate()?;
 
-    let shutdown = CancellationToken::new();
-    tokio::spawn(countersign_shared::shutdown::on_signal(shutdown.clone()));
-    let listener = tokio::net::TcpListener::bind(GATEWAY)
-        .await
-        .context("bind the gateway on 127.0.0.1:8080")?;
-    let gateway = tokio::spawn(approval_gateway::run(gateway, listener, shutdown.clone()));
-    let health = tokio::net::TcpListener::bind(&worker.health_listen)
-        .await
-        .with_context(|| format!("bind the worker's probes on {}", worker.health_listen))?;
-    let worker = tokio::spawn(agent_worker::run(worker, health, shutdown.clone()));
-    print_demo(&requester_key, &key, provider);
-    let (g, w) = tokio::join!(gateway, worker);
-    g??;
-    w??;
-    drop(children);
-    Ok(())
+    Ok((gateway, worker, requester_key, key))
 }
 
 /// Starts a server binary, installing it with apt-get first when it is missing and we are root.
