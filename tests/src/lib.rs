@@ -30,3 +30,13 @@ where
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
 }
+
+/// The kinds of an audit trail's entries (`GET /v1/runs/{id}/audit`), in order.
+pub fn audit_kinds(trail: &serde_json::Value) -> Vec<String> {
+    trail["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["entry"]["kind"].as_str().unwrap().to_string())
+        .collect()
+}

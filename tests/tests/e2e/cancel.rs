@@ -4,6 +4,7 @@
 
 use approval_gateway::config::{ApiKey, Role};
 use countersign_tests::app::{ADMIN_KEY, PATIENCE, REQUESTER_KEY, REVIEWER_KEY, TestApp};
+use countersign_tests::audit_kinds as kinds;
 use countersign_tests::fake_model::refund_brain;
 use countersign_tests::fake_slack::FakeSlack;
 use countersign_tests::wait_for;
@@ -25,15 +26,6 @@ async fn cancel(
         body,
     )
     .await
-}
-
-fn kinds(trail: &Value) -> Vec<String> {
-    trail["entries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["entry"]["kind"].as_str().unwrap().to_string())
-        .collect()
 }
 
 #[tokio::test]

@@ -68,12 +68,7 @@ async fn fire_while_it_pauses(app: &TestApp, person: &str, run_id: &str) -> Vec<
 async fn chain_kinds(app: &TestApp, run_id: &str) -> Vec<String> {
     let (_, trail) = app.get(&format!("/v1/runs/{run_id}/audit")).await;
     assert_eq!(trail["verified"], true, "{trail}");
-    trail["entries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["entry"]["kind"].as_str().unwrap().to_string())
-        .collect()
+    countersign_tests::audit_kinds(&trail)
 }
 
 /// The decision and the execution come in that order, each once.

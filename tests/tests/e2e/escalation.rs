@@ -57,12 +57,7 @@ async fn thread_reply(slack: &FakeSlack, containing: &str) -> Value {
 
 async fn kinds(app: &TestApp, run_id: &str) -> Vec<String> {
     let (_, trail) = app.get(&format!("/v1/runs/{run_id}/audit")).await;
-    trail["entries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["entry"]["kind"].as_str().unwrap().to_string())
-        .collect()
+    countersign_tests::audit_kinds(&trail)
 }
 
 #[tokio::test]

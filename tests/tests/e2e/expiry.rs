@@ -5,6 +5,7 @@
 use approval_gateway::config::WebhookEndpoint;
 use countersign_shared::signing::WebhookSecret;
 use countersign_tests::app::{INTEGRATION_KEY, PATIENCE, TestApp};
+use countersign_tests::audit_kinds as kinds;
 use countersign_tests::fake_model::{last_results, refund_brain};
 use countersign_tests::fake_slack::FakeSlack;
 use countersign_tests::wait_for;
@@ -12,15 +13,6 @@ use countersign_tests::webhook_receiver::WebhookReceiver;
 use futures::future::join_all;
 use reqwest::Method;
 use serde_json::{Value, json};
-
-fn kinds(trail: &Value) -> Vec<String> {
-    trail["entries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["entry"]["kind"].as_str().unwrap().to_string())
-        .collect()
-}
 
 async fn deadlines_left(app: &TestApp) -> usize {
     let client = redis::Client::open(app.infra.redis_url.as_str()).unwrap();

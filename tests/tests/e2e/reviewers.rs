@@ -3,6 +3,7 @@
 //! audit trail that detects tampering.
 
 use countersign_tests::app::{INTEGRATION_KEY, REQUESTER_KEY, REVIEWER_KEY, TestApp};
+use countersign_tests::audit_kinds as kinds;
 use countersign_tests::fake_model::refund_brain;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
@@ -49,15 +50,6 @@ async fn audit(app: &TestApp, run_id: &str) -> Value {
     let (status, body) = app.get(&format!("/v1/runs/{run_id}/audit")).await;
     assert_eq!(status, 200, "{body}");
     body
-}
-
-fn kinds(audit: &Value) -> Vec<String> {
-    audit["entries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["entry"]["kind"].as_str().unwrap().to_string())
-        .collect()
 }
 
 #[tokio::test]
