@@ -22,7 +22,9 @@ impl Engine {
         input: &Value,
         outcome: Outcome,
     ) -> Result<CallResult, StoreError> {
-        match self.store.exec_begin(run, call_id).await? {
+        // This attempt's own mark, so a lost reply is not taken for an interrupted call.
+        let token = uuid::Uuid::new_v4().simple().to_string();
+        match self.store.exec_begin(run, call_id, &token).await? {
             ExecBegin::Done(result) => return Ok(result),
             ExecBegin::InterruptedBefore if !tool.idempotent => {
                 warn!(call_id, tool = %tool.name, "call outcome unknown after a crash");
