@@ -135,3 +135,30 @@ async fn a_run_whose_stored_state_cannot_be_read_asks_for_attention_instead_of_r
     .await;
     assert!(app.tools.refunds().is_empty());
 }
+
+#[tokio::test]
+async fn an_attempt_that_lost_the_reply_to_its_own_mark_may_still_make_its_call() {
+    use countersign_shared::run::RunId;
+    use countersign_shared::store::{ExecBegin, Store};
+    let app = TestApp::spawn(refund_brain).await;
+    let names = countersign_shared::names::Names::new(&app.namespace).unwrap();
+    let store = Store::connect(&app.infra.redis_url, names).await.unwrap();
+    let run = RunId::new();
+    // The first ask marks the call; asking again with the same token (its reply was lost)
+    // still lets this attempt call; another attempt finds it interrupted.
+    let first = store
+        .exec_begin(&run, "toolu_2", "attempt-a")
+        .await
+        .unwrap();
+    assert_eq!(first, ExecBegin::Run);
+    let again = store
+        .exec_begin(&run, "toolu_2", "attempt-a")
+        .await
+        .unwrap();
+    assert_eq!(again, ExecBegin::Run);
+    let other = store
+        .exec_begin(&run, "toolu_2", "attempt-b")
+        .await
+        .unwrap();
+    assert_eq!(other, ExecBegin::InterruptedBefore);
+}
