@@ -23,9 +23,12 @@ impl Engine {
             })
             .collect();
         let announce = self.pause_announcement(&run);
+        // Listed in the inbox index first, so a run seen paused is always found there (the
+        // inbox re-checks each run's status, so a listing whose save failed shows nothing).
+        self.store.index_awaiting(&run.run_id, true).await?;
         self.save(&mut run, Save::Pause, &requested, &[announce])
             .await?;
-        self.index_pause(&run).await?;
+        self.schedule_timers(&run).await?;
         info!(
             turn = run.turns,
             pending = requested.len(),
