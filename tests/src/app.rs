@@ -208,7 +208,13 @@ impl TestApp {
             infra,
             namespace,
             gateway_url,
-            http: reqwest::Client::new(),
+            // Like any client of a server that closes idle kept-alive connections (after
+            // header_read_timeout_ms, 5 s), the pool drops them sooner, so no request is sent
+            // on a connection the gateway is closing at that moment.
+            http: reqwest::Client::builder()
+                .pool_idle_timeout(Duration::from_secs(2))
+                .build()
+                .unwrap(),
             tools,
             model,
             agents_dir,
