@@ -43,6 +43,11 @@ impl Readiness {
         Self { checks }
     }
 
+    /// The probe's HTTP status: 200 when ready, else 503.
+    pub fn status(&self) -> u16 {
+        if self.is_ready() { 200 } else { 503 }
+    }
+
     pub fn is_ready(&self) -> bool {
         self.checks.iter().all(|(_, failure)| failure.is_none())
     }

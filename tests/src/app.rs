@@ -435,6 +435,23 @@ impl TestApp {
         .await
     }
 
+    /// `person`'s decision on one call, made through the integration key that speaks for the
+    /// configured people.
+    pub async fn decide_as(
+        &self,
+        person: &str,
+        run_id: &str,
+        decision: Value,
+    ) -> (StatusCode, Value) {
+        self.request(
+            reqwest::Method::POST,
+            &format!("/v1/runs/{run_id}/decisions"),
+            Some(INTEGRATION_KEY),
+            Some(json!({"decided_by": person, "decisions": [decision]})),
+        )
+        .await
+    }
+
     /// Approves one call as the reviewer, quoting the digest it was shown.
     pub async fn approve(
         &self,

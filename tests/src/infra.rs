@@ -62,6 +62,15 @@ impl Infra {
         }
     }
 
+    /// A connection to the test's Redis, to look at or tamper with what the services stored.
+    pub async fn redis(&self) -> redis::aio::MultiplexedConnection {
+        redis::Client::open(self.redis_url.as_str())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap()
+    }
+
     /// Stops Redis as an operator would (SIGTERM, so the append-only file is flushed) and
     /// starts it again; returns once it answers PING.
     pub async fn restart_redis(&self) {

@@ -25,10 +25,6 @@ async fn live() -> Json<Value> {
 
 async fn ready(State(state): State<AppState>) -> (StatusCode, Json<Value>) {
     let readiness = Readiness::check(&state.store, &state.bus).await;
-    let status = if readiness.is_ready() {
-        StatusCode::OK
-    } else {
-        StatusCode::SERVICE_UNAVAILABLE
-    };
+    let status = StatusCode::from_u16(readiness.status()).expect("200 or 503");
     (status, Json(readiness.body()))
 }

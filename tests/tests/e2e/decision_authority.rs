@@ -34,18 +34,6 @@ async fn start_for(app: &TestApp, requester: &str, input: String) -> String {
     body["run_id"].as_str().unwrap().to_string()
 }
 
-/// `person`'s decision through the integration key.
-async fn decide_as(app: &TestApp, person: &str, run_id: &str, decision: Value) -> StatusCode {
-    app.request(
-        Method::POST,
-        &format!("/v1/runs/{run_id}/decisions"),
-        Some(INTEGRATION_KEY),
-        Some(json!({"decided_by": person, "decisions": [decision]})),
-    )
-    .await
-    .0
-}
-
 /// Fires `person`'s approval of the run's refund (its digest worked out in advance) from the
 /// moment the run is started until the call is held and refused twice; returns the answers.
 async fn fire_while_it_pauses(app: &TestApp, person: &str, run_id: &str) -> Vec<StatusCode> {
@@ -58,7 +46,7 @@ async fn fire_while_it_pauses(app: &TestApp, person: &str, run_id: &str) -> Vec<
         .count()
         < 2
     {
-        answers.push(decide_as(app, person, run_id, approve.clone()).await);
+        answers.push(app.decide_as(person, run_id, approve.clone()).await.0);
         assert!(answers.len() < 10_000, "the call never paused: {answers:?}");
     }
     answers
@@ -107,7 +95,7 @@ async fn a_requester_racing_their_own_pause_never_approves_it() {
     join_all(runs.iter().map(|id| async {
         let digest = app.refund_digest(id, &refund_input());
         let approve = json!({"call_id": "toolu_2", "digest": digest, "action": "approve"});
-        assert_eq!(decide_as(&app, "alice", id, approve).await, StatusCode::OK);
+        assert_eq!(app.decide_as("alice", id, approve).await.0, StatusCode::OK);
         app.wait_status(id, "completed").await;
     }))
     .await;
@@ -141,12 +129,12 @@ async fn a_non_approver_racing_a_quorum_pause_never_counts() {
     let approve = json!({"call_id": "toolu_2", "action": "approve",
                          "digest": app.refund_digest(run, &refund_input())});
     assert_eq!(
-        decide_as(&app, "alice", run, approve.clone()).await,
+        app.decide_as("alice", run, approve.clone()).await.0,
         StatusCode::OK
     );
     let (_, view) = app.get(&format!("/v1/runs/{run}")).await;
     assert_eq!(view["status"], "awaiting_approval");
-    assert_eq!(decide_as(&app, "bob", run, approve).await, StatusCode::OK);
+    assert_eq!(app.decide_as("bob", run, approve).await.0, StatusCode::OK);
     app.wait_status(run, "completed").await;
     assert_eq!(app.tools.refunds().len(), 1);
     decided_before_executed(&chain_kinds(&app, run).await);
@@ -254,7 +242,7 @@ async fn a_flood_of_refusals_neither_delays_nor_hides_the_approvers_decision() {
             let approve = json!({"call_id": "toolu_2", "digest": digest, "action": "reject",
                                  "reason": note});
             while !stop.is_cancelled() {
-                let status = decide_as(app, "carol", run, approve.clone()).await;
+                let status = app.decide_as("carol", run, approve.clone()).await.0;
                 assert!(matches!(status.as_u16(), 403 | 409), "{status}");
                 refused.fetch_add(1, Ordering::Relaxed);
             }
@@ -271,7 +259,7 @@ async fn a_flood_of_refusals_neither_delays_nor_hides_the_approvers_decision() {
         let started = Instant::now();
         let approve = json!({"call_id": "toolu_2", "digest": digest, "action": "approve"});
         assert_eq!(
-            decide_as(&app, "alice", &run, approve).await,
+            app.decide_as("alice", &run, approve).await.0,
             StatusCode::OK
         );
         let answered = started.elapsed();
@@ -337,11 +325,11 @@ async fn two_gateways_deciding_one_call_at_once_record_and_announce_it_once() {
     let approve = json!({"call_id": "toolu_2", "action": "approve",
                          "digest": paused["pending"][0]["digest"]});
     assert_eq!(
-        decide_as(&app, "bob", &run, approve.clone()).await,
+        app.decide_as("bob", &run, approve.clone()).await.0,
         StatusCode::CONFLICT
     );
     assert_eq!(
-        decide_as(&app, "alice", &run, approve).await,
+        app.decide_as("alice", &run, approve).await.0,
         StatusCode::OK
     );
     let announced = app

@@ -15,8 +15,7 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 async fn deadlines_left(app: &TestApp) -> usize {
-    let client = redis::Client::open(app.infra.redis_url.as_str()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let mut conn = app.infra.redis().await;
     redis::cmd("ZCARD")
         .arg(format!("cs:{}:deadlines", app.namespace))
         .query_async(&mut conn)

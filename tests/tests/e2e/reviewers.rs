@@ -2,7 +2,7 @@
 //! a quorum needs distinct people; every decision, accepted or refused, is in a hash-chained
 //! audit trail that detects tampering.
 
-use countersign_tests::app::{INTEGRATION_KEY, REQUESTER_KEY, REVIEWER_KEY, TestApp};
+use countersign_tests::app::{REQUESTER_KEY, REVIEWER_KEY, TestApp};
 use countersign_tests::audit_kinds as kinds;
 use countersign_tests::fake_model::refund_brain;
 use reqwest::{Method, StatusCode};
@@ -26,22 +26,6 @@ async fn paused_run_requested_by(app: &TestApp, requester: &str) -> (String, Val
     (run_id, run["pending"][0]["digest"].clone())
 }
 
-/// A decision made by the integration key on behalf of `person`.
-async fn decide_as(
-    app: &TestApp,
-    person: &str,
-    run_id: &str,
-    decision: Value,
-) -> (StatusCode, Value) {
-    app.request(
-        Method::POST,
-        &format!("/v1/runs/{run_id}/decisions"),
-        Some(INTEGRATION_KEY),
-        Some(json!({"decided_by": person, "decisions": [decision]})),
-    )
-    .await
-}
-
 fn approve(digest: &Value) -> Value {
     json!({"call_id": "toolu_2", "digest": digest, "action": "approve"})
 }
@@ -57,7 +41,7 @@ async fn a_requester_may_not_approve_their_own_request_and_the_refusal_is_audite
     let app = TestApp::spawn_with_policy("anthropic", 1, FINANCE, refund_brain).await;
     let (run_id, digest) = paused_run_requested_by(&app, "rick").await;
 
-    let (status, body) = decide_as(&app, "rick", &run_id, approve(&digest)).await;
+    let (status, body) = app.decide_as("rick", &run_id, approve(&digest)).await;
     assert_eq!(status, 403, "{body}");
     assert_eq!(body["error"]["code"], "not_an_approver");
     assert!(
@@ -70,7 +54,7 @@ async fn a_requester_may_not_approve_their_own_request_and_the_refusal_is_audite
     let (_, run) = app.get(&format!("/v1/runs/{run_id}")).await;
     assert!(run["pending"][0]["decision"].is_null());
 
-    let (status, body) = decide_as(&app, "alice", &run_id, approve(&digest)).await;
+    let (status, body) = app.decide_as("alice", &run_id, approve(&digest)).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["decided_by"], "alice");
     app.wait_status(&run_id, "completed").await;
@@ -101,7 +85,7 @@ async fn people_outside_the_approvers_and_keys_speaking_for_strangers_are_refuse
     let app = TestApp::spawn_with_policy("anthropic", 1, FINANCE, refund_brain).await;
     let (run_id, digest) = paused_run_requested_by(&app, "rick").await;
 
-    let (status, body) = decide_as(&app, "carol", &run_id, approve(&digest)).await;
+    let (status, body) = app.decide_as("carol", &run_id, approve(&digest)).await;
     assert_eq!(status, 403, "{body}");
     assert!(
         body["error"]["message"]
@@ -112,7 +96,7 @@ async fn people_outside_the_approvers_and_keys_speaking_for_strangers_are_refuse
     // The reviewer key speaks only for itself, and "rita" is not in finance.
     let (status, body) = app.approve(&run_id, "toolu_2", &digest).await;
     assert_eq!(status, 403, "{body}");
-    let (status, body) = decide_as(&app, "mallory", &run_id, approve(&digest)).await;
+    let (status, body) = app.decide_as("mallory", &run_id, approve(&digest)).await;
     assert_eq!(status, 403, "{body}");
     assert!(
         body["error"]["message"]
@@ -149,12 +133,12 @@ async fn a_quorum_of_two_needs_two_different_people() {
     let app = TestApp::spawn_with_policy("anthropic", 1, &policy, refund_brain).await;
     let (run_id, digest) = paused_run_requested_by(&app, "carol").await;
 
-    let (status, body) = decide_as(&app, "alice", &run_id, approve(&digest)).await;
+    let (status, body) = app.decide_as("alice", &run_id, approve(&digest)).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["decisions"][0]["status"], "approval_recorded");
     assert_eq!(body["decisions"][0]["approvals"], 1);
     assert_eq!(body["resumes"], false);
-    let (status, body) = decide_as(&app, "alice", &run_id, approve(&digest)).await;
+    let (status, body) = app.decide_as("alice", &run_id, approve(&digest)).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["decisions"][0]["status"], "already_recorded");
     let (_, run) = app.get(&format!("/v1/runs/{run_id}")).await;
@@ -166,10 +150,10 @@ async fn a_quorum_of_two_needs_two_different_people() {
 
     let edit = json!({"call_id": "toolu_2", "digest": digest, "action": "edit",
                       "input": {"order_id": "A-1001", "amount": 5, "reason": "r"}});
-    let (status, body) = decide_as(&app, "bob", &run_id, edit).await;
+    let (status, body) = app.decide_as("bob", &run_id, edit).await;
     assert_eq!(status, 400, "{body}");
 
-    let (status, body) = decide_as(&app, "bob", &run_id, approve(&digest)).await;
+    let (status, body) = app.decide_as("bob", &run_id, approve(&digest)).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["decisions"][0]["status"], "recorded");
     assert_eq!(body["resumes"], true);
@@ -184,7 +168,7 @@ async fn a_quorum_of_two_needs_two_different_people() {
 async fn the_audit_chain_verifies_and_detects_an_edited_entry() {
     let app = TestApp::spawn_with_policy("anthropic", 1, FINANCE, refund_brain).await;
     let (run_id, digest) = paused_run_requested_by(&app, "carol").await;
-    decide_as(&app, "alice", &run_id, approve(&digest)).await;
+    app.decide_as("alice", &run_id, approve(&digest)).await;
     app.wait_status(&run_id, "completed").await;
     let trail = audit(&app, &run_id).await;
     assert_eq!(trail["verified"], true);
@@ -195,8 +179,7 @@ async fn the_audit_chain_verifies_and_detects_an_edited_entry() {
     let mut element = trail["entries"][1].clone();
     assert_eq!(element["entry"]["actor"], "alice");
     element["entry"]["actor"] = "mallory".into();
-    let client = redis::Client::open(app.infra.redis_url.as_str()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let mut conn = app.infra.redis().await;
     let _: () = redis::cmd("LSET")
         .arg(&key)
         .arg(1)

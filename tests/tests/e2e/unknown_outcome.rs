@@ -8,8 +8,7 @@ use futures::StreamExt;
 /// Leaves what a worker leaves when it dies between marking the refund started and
 /// recording its result.
 async fn mark_refund_started(app: &TestApp, run_id: &str) {
-    let client = redis::Client::open(app.infra.redis_url.as_str()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let mut conn = app.infra.redis().await;
     let _: i64 = redis::cmd("HSET")
         .arg(format!("cs:{}:exec:{{{run_id}}}", app.namespace))
         .arg("toolu_2")
@@ -94,8 +93,7 @@ async fn a_run_whose_stored_state_cannot_be_read_asks_for_attention_instead_of_r
         .await;
     assert_eq!(status, 200);
     // Someone (or a bug) writes a decision no worker can read.
-    let client = redis::Client::open(app.infra.redis_url.as_str()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let mut conn = app.infra.redis().await;
     let _: i64 = redis::cmd("HSET")
         .arg(format!("cs:{}:decisions:{{{run_id}}}", app.namespace))
         .arg("toolu_2")
