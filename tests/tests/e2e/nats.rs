@@ -73,3 +73,45 @@ async fn streams_changed_by_hand_are_brought_back_and_a_change_jetstream_cannot_
     let mut stream = js.get_stream(names.runs_stream()).await.unwrap();
     assert_eq!(stream.info().await.unwrap().config.num_replicas, 1);
 }
+
+#[tokio::test]
+async fn a_nats_server_that_requires_a_user_and_password_is_reached_with_them() {
+    use countersign_tests::images::NATS;
+    use testcontainers::core::{IntoContainerPort, WaitFor};
+    use testcontainers::runners::AsyncRunner;
+    use testcontainers::{GenericImage, ImageExt};
+    NATS.ensure();
+    let nats = GenericImage::new(NATS.name, NATS.tag)
+        .with_exposed_port(4222.tcp())
+        .with_wait_for(WaitFor::message_on_stderr("Server is ready"))
+        .with_cmd([
+            "-js",
+            "-sd",
+            "/data",
+            "--user",
+            "countersign",
+            "--pass",
+            "s3cret",
+        ])
+        .start()
+        .await
+        .unwrap();
+    let url = format!(
+        "nats://127.0.0.1:{}",
+        nats.get_host_port_ipv4(4222).await.unwrap()
+    );
+    assert!(
+        async_nats::connect(&url).await.is_err(),
+        "the server refuses a client without credentials"
+    );
+    let infra = countersign_shared::infra::InfraConfig {
+        nats_url: url,
+        nats_user: Some("countersign".into()),
+        nats_password: Some("s3cret".into()),
+        ..Default::default()
+    };
+    let bus = Bus::connect(&infra, Names::new("auth").unwrap())
+        .await
+        .unwrap();
+    bus.js.get_stream("auth_RUNS").await.unwrap();
+}
