@@ -38,15 +38,18 @@ pub async fn main_from_env() -> anyhow::Result<()> {
     run(config, health, shutdown).await
 }
 
-/// Sweeps for passed deadlines every `interval` until `shutdown`.
+/// Sweeps for passed deadlines every `interval` until `shutdown`. A shard's lease outlasts a
+/// few missed sweeps, so a worker that stops sweeping hands its shards over within a second
+/// or so.
 async fn sweep(engine: Arc<Engine>, interval: Duration, shutdown: CancellationToken) {
+    let lease = (interval * 4).max(Duration::from_secs(1));
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tick.tick() => {
-                if let Err(e) = engine.sweep().await {
+                if let Err(e) = engine.sweep(lease).await {
                     warn!(error = %e, "deadline sweep failed");
                 }
             }
@@ -145,7 +148,7 @@ pub async fn run(
     let agents = Arc::new(Agents::compile(&catalog)?);
     let people = Directory::new(&config.people);
     check_roles(&catalog, &people)?;
-    let store = Store::connect(&config.infra.redis_url, names.clone()).await?;
+    let store = Store::connect(&config.infra, names.clone()).await?;
     let bus = Bus::connect(&config.infra, names.clone()).await?;
     let probes = tokio::spawn(health::serve(
         health,

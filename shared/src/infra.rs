@@ -30,8 +30,26 @@ pub struct InfraConfig {
     /// stream is created and reconciled at start when an existing one differs.
     /// Env: `STREAM_REPLICAS`. Default 1.
     pub stream_replicas: usize,
-    /// Redis URL. Env: `REDIS_URL`. Default `redis://127.0.0.1:6379`.
+    /// How Redis is deployed: `standalone`, `sentinel` or `cluster`. Env: `REDIS_MODE`.
+    /// Default standalone.
+    pub redis_mode: RedisMode,
+    /// Redis URLs, comma-separated (`rediss://` for TLS): the server (standalone), the
+    /// Sentinels (sentinel) or seed nodes (cluster). Env: `REDIS_URL`.
+    /// Default `redis://127.0.0.1:6379`.
     pub redis_url: String,
+    /// The master's name the Sentinels monitor. Env: `REDIS_MASTER_NAME`. Default `mymaster`.
+    pub redis_master_name: String,
+    /// The ACL user and password of the data nodes (a URL's own user and password are
+    /// used when these are unset; in sentinel mode the URLs' are the Sentinels').
+    /// Env: `REDIS_USERNAME`, `REDIS_PASSWORD`. Default none.
+    pub redis_username: Option<String>,
+    pub redis_password: Option<Secret>,
+    /// Replicas that must hold every write before it counts as done (Redis `WAIT`), so a
+    /// failover cannot lose an acknowledged decision or execution mark. Env:
+    /// `REDIS_WAIT_REPLICAS`. Default 0 (a write counts when the master has it).
+    pub redis_wait_replicas: u32,
+    /// How long a write waits for those replicas before it fails. Default 1000.
+    pub redis_wait_timeout_ms: u64,
     /// Prefix for subjects, streams and keys, so deployments can share servers.
     /// Env: `COUNTERSIGN_NAMESPACE`. Default empty (the documented names as they are).
     pub namespace: String,
@@ -50,7 +68,13 @@ impl Default for InfraConfig {
             nats_tls_cert: None,
             nats_tls_key: None,
             stream_replicas: 1,
+            redis_mode: RedisMode::Standalone,
             redis_url: "redis://127.0.0.1:6379".into(),
+            redis_master_name: "mymaster".into(),
+            redis_username: None,
+            redis_password: None,
+            redis_wait_replicas: 0,
+            redis_wait_timeout_ms: 1000,
             namespace: String::new(),
         }
     }
@@ -58,7 +82,7 @@ impl Default for InfraConfig {
 
 impl InfraConfig {
     /// Its keys, which a service's config file has at the top level.
-    pub const KEYS: [&str; 12] = [
+    pub const KEYS: [&str; 18] = [
         "nats_url",
         "nats_user",
         "nats_password",
@@ -69,7 +93,13 @@ impl InfraConfig {
         "nats_tls_cert",
         "nats_tls_key",
         "stream_replicas",
+        "redis_mode",
         "redis_url",
+        "redis_master_name",
+        "redis_username",
+        "redis_password",
+        "redis_wait_replicas",
+        "redis_wait_timeout_ms",
         "namespace",
     ];
 
@@ -77,12 +107,25 @@ impl InfraConfig {
     pub fn apply_env(&mut self) -> anyhow::Result<()> {
         override_from_env(&mut self.nats_url, "NATS_URL");
         override_from_env(&mut self.redis_url, "REDIS_URL");
+        override_from_env(&mut self.redis_master_name, "REDIS_MASTER_NAME");
         override_from_env(&mut self.namespace, "COUNTERSIGN_NAMESPACE");
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
         if let Some(v) = var("NATS_USER") {
             self.nats_user = Some(v);
         }
+        if let Some(v) = var("REDIS_USERNAME") {
+            self.redis_username = Some(v);
+        }
+        if let Some(v) = var("REDIS_MODE") {
+            self.redis_mode = RedisMode::parse(&v)?;
+        }
+        if let Some(v) = var("REDIS_WAIT_REPLICAS") {
+            self.redis_wait_replicas = v
+                .parse()
+                .map_err(|_| anyhow::anyhow!("REDIS_WAIT_REPLICAS {v:?} is not a number"))?;
+        }
         for (field, name) in [
+            (&mut self.redis_password, "REDIS_PASSWORD"),
             (&mut self.nats_password, "NATS_PASSWORD"),
             (&mut self.nats_token, "NATS_TOKEN"),
             (&mut self.nats_nkey, "NATS_NKEY"),
@@ -104,6 +147,30 @@ impl InfraConfig {
             "stream_replicas must be 1 to 5"
         );
         Ok(())
+    }
+}
+
+/// How Redis is deployed.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum RedisMode {
+    /// One server (perhaps with replicas nobody fails over to).
+    #[default]
+    Standalone,
+    /// A master and replicas watched by Sentinels, which name the master after a failover.
+    Sentinel,
+    /// Redis Cluster: keys spread over masters by hash slot.
+    Cluster,
+}
+
+impl RedisMode {
+    fn parse(text: &str) -> anyhow::Result<Self> {
+        match text {
+            "standalone" => Ok(Self::Standalone),
+            "sentinel" => Ok(Self::Sentinel),
+            "cluster" => Ok(Self::Cluster),
+            _ => anyhow::bail!("REDIS_MODE {text:?} is not standalone, sentinel or cluster"),
+        }
     }
 }
 

@@ -187,9 +187,9 @@ impl Names {
         self.key(&format!("refusals:{{{run}}}"))
     }
     /// Sorted set of run ids scored by when a script last wrote (or was about to write) to
-    /// their outbox: where the outbox sweepers look.
-    pub fn outbox_index_key(&self) -> String {
-        self.key("outbox")
+    /// their outbox: where the outbox sweepers look. One per index shard.
+    pub fn outbox_index_key(&self, shard: Shard) -> String {
+        self.shard_key("outbox", shard)
     }
     /// Every key a run's scripts take, in the order the scripts expect (see
     /// `lua/prelude.lua`).
@@ -225,17 +225,27 @@ impl Names {
         self.key(&format!("link:{{{run}}}:{token_hash}"))
     }
     /// Sorted set of `run_id|call_id|digest` scored by deadline (ms): what the sweepers look
-    /// at, only the due front of it each time.
-    pub fn deadlines_key(&self) -> String {
-        self.key("deadlines")
+    /// at, only the due front of it each time. One per index shard.
+    pub fn deadlines_key(&self, shard: Shard) -> String {
+        self.shard_key("deadlines", shard)
     }
-    /// Sorted set of `run_id|call_id|digest` scored by when to remind.
-    pub fn reminders_key(&self) -> String {
-        self.key("reminders")
+    /// Sorted set of `run_id|call_id|digest` scored by when to remind. One per index shard.
+    pub fn reminders_key(&self, shard: Shard) -> String {
+        self.shard_key("reminders", shard)
     }
     /// Sorted set of runs awaiting approval, scored by when they paused: the inbox index.
-    pub fn awaiting_key(&self) -> String {
-        self.key("awaiting")
+    /// One per index shard.
+    pub fn awaiting_key(&self, shard: Shard) -> String {
+        self.shard_key("awaiting", shard)
+    }
+    /// String: the worker that sweeps a shard's timers, for a short lease.
+    pub fn sweep_lease_key(&self, shard: Shard) -> String {
+        self.shard_key("sweeper", shard)
+    }
+    /// A shard's keys share the hash tag `{shard-NN}`, so a script may take several of them
+    /// (the sweep lease and a timer set) under Redis Cluster.
+    fn shard_key(&self, index: &str, shard: Shard) -> String {
+        self.key(&format!("{index}:{{shard-{:02}}}", shard.0))
     }
 }
 
@@ -278,6 +288,29 @@ pub mod msg_id {
     /// A run's end: completed, failed or cancelled (one of them, once).
     pub fn end(run: &RunId) -> String {
         format!("end:{run}")
+    }
+}
+
+/// One of the [`Shard::COUNT`] parts the deployment-wide indexes (deadlines, reminders,
+/// paused runs, outbox marks) are split into, so that no single Redis key (one slot, one
+/// Cluster node) takes a write for every run. A run's shard follows from its id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Shard(u8);
+
+impl Shard {
+    /// Fixed: changing it would leave entries in shards nobody reads.
+    pub const COUNT: u8 = 16;
+
+    pub fn of(run: &RunId) -> Self {
+        // FNV-1a: stable across processes and versions, unlike the std hasher.
+        let hash = run.as_str().bytes().fold(0x811c_9dc5_u32, |h, b| {
+            (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+        });
+        Self((hash % u32::from(Self::COUNT)) as u8)
+    }
+
+    pub fn all() -> impl Iterator<Item = Self> {
+        (0..Self::COUNT).map(Self)
     }
 }
 

@@ -8,6 +8,7 @@
 //! within JetStream's duplicate window (consumers treat any later repeat as a redelivery).
 
 use crate::bus::{Bus, BusError};
+use crate::names::Shard;
 use crate::run::RunId;
 use crate::store::{Announcement, Store, StoreError};
 use futures::future::join_all;
@@ -72,10 +73,10 @@ impl Outbox {
         }
     }
 
-    /// Publishes what waits in the outboxes of runs marked more than [`GRACE`] ago; returns
-    /// how many runs it looked at.
-    pub async fn sweep(&self) -> Result<usize, OutboxError> {
-        let due = self.store.outbox_due(GRACE, SWEEP_BATCH).await?;
+    /// Publishes what waits in the outboxes of the shard's runs marked more than [`GRACE`]
+    /// ago; returns how many runs it looked at.
+    pub async fn sweep(&self, shard: Shard) -> Result<usize, OutboxError> {
+        let due = self.store.outbox_due(shard, GRACE, SWEEP_BATCH).await?;
         for (run, mark) in &due {
             let Some(mark) = self.store.take_outbox(run, *mark).await? else {
                 continue; // another sweeper has it
@@ -107,14 +108,16 @@ impl Outbox {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 _ = tick.tick() => {
-                    // A full batch means more may be due: keep going until one is not full.
-                    loop {
-                        match self.sweep().await {
-                            Ok(n) if n == SWEEP_BATCH && !shutdown.is_cancelled() => {}
-                            Ok(_) => break,
-                            Err(e) => {
-                                warn!(error = %e, "outbox sweep failed");
-                                break;
+                    for shard in Shard::all() {
+                        // A full batch means more may be due: keep going until one is not full.
+                        loop {
+                            match self.sweep(shard).await {
+                                Ok(n) if n == SWEEP_BATCH && !shutdown.is_cancelled() => {}
+                                Ok(_) => break,
+                                Err(e) => {
+                                    warn!(error = %e, "outbox sweep failed");
+                                    break;
+                                }
                             }
                         }
                     }

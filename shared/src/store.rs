@@ -24,6 +24,7 @@
 //! sorted set indexes paused runs for the inbox; it lives in another slot, so it is kept
 //! outside the scripts and readers re-check each run's status.
 
+mod connection;
 mod decide;
 mod exec;
 mod inbox;
@@ -41,7 +42,7 @@ pub use timers::{DueTimer, Timer};
 use crate::audit::{AuditEntry, prepare};
 use crate::names::Names;
 use crate::run::{Decision, HeldCall, Run, RunId, RunStatus};
-use redis::aio::ConnectionManager;
+use connection::Connection;
 use redis::{Script, ScriptInvocation};
 use std::collections::HashMap;
 use std::sync::LazyLock;
@@ -168,26 +169,22 @@ pub enum CancelOutcome {
 
 #[derive(Clone)]
 pub struct Store {
-    conn: ConnectionManager,
+    conn: Connection,
     names: Names,
 }
 
 impl Store {
-    /// Connects, set to fail fast while Redis is away: one quick retry of a lost connection,
-    /// not the default six with growing pauses (about 9 s), so a request gets its 503 within
-    /// about a second; whoever called retries later (a client, or JetStream's redelivery),
-    /// and each command tries to reconnect again.
-    pub async fn connect(url: &str, names: Names) -> Result<Self, StoreError> {
-        let config = redis::aio::ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(Duration::from_millis(500)))
-            .set_response_timeout(Some(Duration::from_secs(1)))
-            .set_number_of_retries(1)
-            .set_min_delay(Duration::from_millis(100))
-            .set_max_delay(Duration::from_millis(100));
-        let conn = redis::Client::open(url)?
-            .get_connection_manager_with_config(config)
-            .await?;
-        Ok(Self { conn, names })
+    /// Connects to Redis as the configuration describes it (see [`connection`]). Commands
+    /// fail fast while Redis is away, so a request gets its 503 within about a second;
+    /// whoever called retries later (a client, or JetStream's redelivery).
+    pub async fn connect(
+        infra: &crate::infra::InfraConfig,
+        names: Names,
+    ) -> Result<Self, StoreError> {
+        Ok(Self {
+            conn: Connection::open(infra).await?,
+            names,
+        })
     }
 
     pub fn names(&self) -> &Names {

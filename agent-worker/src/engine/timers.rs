@@ -11,7 +11,7 @@ use super::{Engine, StepError};
 use countersign_shared::agent::{OnExpiry, ToolDef};
 use countersign_shared::audit::{AuditEntry, AuditKind};
 use countersign_shared::events::Event;
-use countersign_shared::names::msg_id;
+use countersign_shared::names::{Shard, msg_id};
 use countersign_shared::run::{Action, Decision, PendingCall, Run};
 use countersign_shared::store::{
     Announcement, DecideRequest, DueTimer, Outcome, Proposal, StoreError, Timer,
@@ -44,22 +44,37 @@ impl Engine {
             .await
     }
 
-    /// Handles the reminders and deadlines that are due; returns how many.
-    pub async fn sweep(&self) -> Result<usize, StoreError> {
-        let now = self.store.time_ms().await?;
-        let reminders = self.store.due(Timer::Reminder, now, SWEEP_BATCH).await?;
-        for due in &reminders {
-            if let Err(e) = self.remind(due).await {
-                warn!(run_id = %due.run_id, call_id = %due.call_id, error = %e, "could not send a reminder");
+    /// Handles the reminders and deadlines that are due in the shards whose sweep lease this
+    /// worker holds or can take (for `lease`); returns how many.
+    pub async fn sweep(&self, lease: Duration) -> Result<usize, StoreError> {
+        let owner = &self.settings.owner;
+        let mut handled = 0;
+        for shard in Shard::all() {
+            let Some(reminders) = self
+                .store
+                .due(Timer::Reminder, shard, owner, lease, SWEEP_BATCH)
+                .await?
+            else {
+                continue; // another worker sweeps this shard
+            };
+            for due in &reminders {
+                if let Err(e) = self.remind(due).await {
+                    warn!(run_id = %due.run_id, call_id = %due.call_id, error = %e, "could not send a reminder");
+                }
             }
-        }
-        let deadlines = self.store.due(Timer::Deadline, now, SWEEP_BATCH).await?;
-        for due in &deadlines {
-            if let Err(e) = self.deadline_passed(due).await {
-                warn!(run_id = %due.run_id, call_id = %due.call_id, error = %e, "could not expire a call");
+            let deadlines = self
+                .store
+                .due(Timer::Deadline, shard, owner, lease, SWEEP_BATCH)
+                .await?
+                .unwrap_or_default();
+            for due in &deadlines {
+                if let Err(e) = self.deadline_passed(due).await {
+                    warn!(run_id = %due.run_id, call_id = %due.call_id, error = %e, "could not expire a call");
+                }
             }
+            handled += reminders.len() + deadlines.len();
         }
-        Ok(reminders.len() + deadlines.len())
+        Ok(handled)
     }
 
     /// The call if its run still waits on it undecided.
@@ -94,7 +109,7 @@ impl Engine {
                 .await?;
             self.publish(&run.run_id, &queued).await;
         }
-        self.store.drop_timer(Timer::Reminder, &due.member).await?;
+        self.store.drop_timer(Timer::Reminder, due).await?;
         Ok(())
     }
 
@@ -220,7 +235,7 @@ impl Engine {
             // Decided by a person first, or the run moved on: nothing expires.
             Outcome::Settled(_) | Outcome::Refused(_) | Outcome::NoRun => {}
         }
-        self.store.drop_timer(Timer::Deadline, &due.member).await?;
+        self.store.drop_timer(Timer::Deadline, due).await?;
         Ok(())
     }
 

@@ -1,9 +1,12 @@
 //! The index of paused runs (`awaiting`, scored by when they paused), which the inbox pages
-//! through; it lives outside the runs' slots, so readers re-check each run's status.
+//! through; it lives outside the runs' slots, so readers re-check each run's status. It is
+//! split into [`Shard`]s like every deployment-wide index; a page merges theirs.
 
 use super::{Store, StoreError};
+use crate::names::Shard;
 use crate::now_ms;
 use crate::run::RunId;
+use futures::future::try_join_all;
 
 /// A run's place in the index of paused runs.
 #[derive(Clone, Debug, PartialEq)]
@@ -18,11 +21,11 @@ impl Store {
     pub async fn index_awaiting(&self, id: &RunId, awaiting: bool) -> Result<(), StoreError> {
         let mut cmd = if awaiting {
             let mut c = redis::cmd("ZADD");
-            c.arg(self.names.awaiting_key()).arg(now_ms());
+            c.arg(self.names.awaiting_key(Shard::of(id))).arg(now_ms());
             c
         } else {
             let mut c = redis::cmd("ZREM");
-            c.arg(self.names.awaiting_key());
+            c.arg(self.names.awaiting_key(Shard::of(id)));
             c
         };
         let _: i64 = cmd
@@ -40,7 +43,22 @@ impl Store {
         after: Option<&Awaiting>,
         limit: usize,
     ) -> Result<Vec<Awaiting>, StoreError> {
-        let key = self.names.awaiting_key();
+        let pages =
+            try_join_all(Shard::all().map(|shard| self.awaiting_in(shard, after, limit))).await?;
+        let mut page: Vec<Awaiting> = pages.into_iter().flatten().collect();
+        page.sort_by(|a, b| (a.since_ms, a.run_id.as_str()).cmp(&(b.since_ms, b.run_id.as_str())));
+        page.truncate(limit);
+        Ok(page)
+    }
+
+    /// [`Store::awaiting`] in one shard.
+    async fn awaiting_in(
+        &self,
+        shard: Shard,
+        after: Option<&Awaiting>,
+        limit: usize,
+    ) -> Result<Vec<Awaiting>, StoreError> {
+        let key = self.names.awaiting_key(shard);
         let mut page = Vec::new();
         let mut min = "-inf".to_string();
         if let Some(after) = after {

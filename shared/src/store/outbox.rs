@@ -5,6 +5,7 @@
 //! on its way, and may drop the mark if nobody marked the run again since.
 
 use super::{Announcement, Store, StoreError};
+use crate::names::Shard;
 use crate::run::RunId;
 use std::sync::LazyLock;
 
@@ -51,20 +52,21 @@ impl Store {
     /// Marks the run in the outbox index; returns the mark.
     pub(super) async fn mark_outbox(&self, id: &RunId) -> Result<i64, StoreError> {
         Ok(MARK
-            .key(self.names.outbox_index_key())
+            .key(self.names.outbox_index_key(Shard::of(id)))
             .arg(id.as_str())
             .invoke_async(&mut self.conn.clone())
             .await?)
     }
 
-    /// Runs marked more than `grace` ago, with their marks, at most `limit`.
+    /// Runs of the shard marked more than `grace` ago, with their marks, at most `limit`.
     pub async fn outbox_due(
         &self,
+        shard: Shard,
         grace: std::time::Duration,
         limit: usize,
     ) -> Result<Vec<(RunId, i64)>, StoreError> {
         let flat: Vec<String> = DUE
-            .key(self.names.outbox_index_key())
+            .key(self.names.outbox_index_key(shard))
             .arg(grace.as_millis() as i64)
             .arg(limit)
             .invoke_async(&mut self.conn.clone())
@@ -81,7 +83,7 @@ impl Store {
     /// Takes a due run for this sweeper; the new mark, or None if another took it.
     pub async fn take_outbox(&self, id: &RunId, mark: i64) -> Result<Option<i64>, StoreError> {
         Ok(TAKE
-            .key(self.names.outbox_index_key())
+            .key(self.names.outbox_index_key(Shard::of(id)))
             .arg(id.as_str())
             .arg(mark)
             .invoke_async(&mut self.conn.clone())
@@ -91,7 +93,7 @@ impl Store {
     /// Drops the run's mark if it is still `mark`.
     pub async fn drop_outbox_mark(&self, id: &RunId, mark: i64) -> Result<(), StoreError> {
         let _: i64 = DROP
-            .key(self.names.outbox_index_key())
+            .key(self.names.outbox_index_key(Shard::of(id)))
             .arg(id.as_str())
             .arg(mark)
             .invoke_async(&mut self.conn.clone())

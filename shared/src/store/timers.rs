@@ -1,8 +1,26 @@
 //! The timers of held calls: sorted sets of `run_id|call_id|digest` scored by when they are
-//! due (deadlines, reminders), read only at their due front.
+//! due (deadlines, reminders), one per index [`Shard`], each read only at its due front and
+//! only by the sweeper holding the shard's short lease, so a sweep costs what is due, however
+//! many calls wait and however many workers sweep.
 
 use super::{Store, StoreError};
+use crate::names::Shard;
 use crate::run::RunId;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+/// Takes or renews the shard's sweep lease (KEYS[1]) for ARGV[1] for ARGV[2] ms, and if it
+/// holds it, returns the members of the timer set (KEYS[2]) due by Redis's clock, at most
+/// ARGV[3]; false while another sweeper holds the lease.
+static DUE: LazyLock<redis::Script> = LazyLock::new(|| {
+    super::script(
+        "local holder = redis.call('GET', KEYS[1])
+         if holder and holder ~= ARGV[1] then return false end
+         redis.call('SET', KEYS[1], ARGV[1], 'PX', tonumber(ARGV[2]))
+         return redis.call('ZRANGE', KEYS[2], '-inf', now_ms(), 'BYSCORE',
+           'LIMIT', 0, tonumber(ARGV[3]))",
+    )
+});
 
 /// The timers kept per held call.
 #[derive(Clone, Copy, Debug)]
@@ -33,60 +51,66 @@ impl Store {
             return Ok(());
         }
         let mut cmd = redis::cmd("ZADD");
-        cmd.arg(self.timer_key(timer));
+        cmd.arg(self.timer_key(timer, Shard::of(id)));
         for (call_id, digest, at) in calls {
             cmd.arg(*at).arg(format!("{id}|{call_id}|{digest}"));
         }
         let _: i64 = cmd.query_async(&mut self.conn.clone()).await?;
         Ok(())
     }
-    /// Timers that are due, oldest first, at most `limit`. Only the due front of the set is
-    /// read, however many calls wait.
+    /// The shard's timers that are due, oldest first, at most `limit`, if this sweeper
+    /// (`owner`) holds the shard's lease, which this takes or renews for `lease`; `None`
+    /// while another does. Only the due front of the set is read, however many calls wait.
     pub async fn due(
         &self,
         timer: Timer,
-        now_ms: i64,
+        shard: Shard,
+        owner: &str,
+        lease: Duration,
         limit: usize,
-    ) -> Result<Vec<DueTimer>, StoreError> {
-        let members: Vec<String> = redis::cmd("ZRANGE")
-            .arg(self.timer_key(timer))
-            .arg("-inf")
-            .arg(now_ms)
-            .arg("BYSCORE")
-            .arg("LIMIT")
-            .arg(0)
+    ) -> Result<Option<Vec<DueTimer>>, StoreError> {
+        let members: Option<Vec<String>> = DUE
+            .key(self.names.sweep_lease_key(shard))
+            .key(self.timer_key(timer, shard))
+            .arg(owner)
+            .arg(lease.as_millis().max(1) as u64)
             .arg(limit)
-            .query_async(&mut self.conn.clone())
+            .invoke_async(&mut self.conn.clone())
             .await?;
-        Ok(members
-            .into_iter()
-            .filter_map(|member| {
-                let mut parts = member.splitn(3, '|');
-                let run_id = RunId::parse(parts.next()?)?;
-                let call_id = parts.next()?.to_string();
-                let digest = parts.next()?.to_string();
-                Some(DueTimer {
-                    member,
-                    run_id,
-                    call_id,
-                    digest,
+        let Some(members) = members else {
+            return Ok(None);
+        };
+        Ok(Some(
+            members
+                .into_iter()
+                .filter_map(|member| {
+                    let mut parts = member.splitn(3, '|');
+                    let run_id = RunId::parse(parts.next()?)?;
+                    let call_id = parts.next()?.to_string();
+                    let digest = parts.next()?.to_string();
+                    Some(DueTimer {
+                        member,
+                        run_id,
+                        call_id,
+                        digest,
+                    })
                 })
-            })
-            .collect())
+                .collect(),
+        ))
     }
     /// Removes a handled timer; true for the one caller that removed it.
-    pub async fn drop_timer(&self, timer: Timer, member: &str) -> Result<bool, StoreError> {
+    pub async fn drop_timer(&self, timer: Timer, due: &DueTimer) -> Result<bool, StoreError> {
         let removed: i64 = redis::cmd("ZREM")
-            .arg(self.timer_key(timer))
-            .arg(member)
+            .arg(self.timer_key(timer, Shard::of(&due.run_id)))
+            .arg(&due.member)
             .query_async(&mut self.conn.clone())
             .await?;
         Ok(removed == 1)
     }
-    fn timer_key(&self, timer: Timer) -> String {
+    fn timer_key(&self, timer: Timer, shard: Shard) -> String {
         match timer {
-            Timer::Deadline => self.names.deadlines_key(),
-            Timer::Reminder => self.names.reminders_key(),
+            Timer::Deadline => self.names.deadlines_key(shard),
+            Timer::Reminder => self.names.reminders_key(shard),
         }
     }
 }

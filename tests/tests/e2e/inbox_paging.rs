@@ -2,7 +2,8 @@
 //! newer runs, each call appears once however the pages are cut, and runs that moved on
 //! are left out.
 
-use countersign_shared::names::Names;
+use countersign_shared::names::{Names, Shard};
+use countersign_shared::run::RunId;
 use countersign_shared::store::{Awaiting, Store};
 use countersign_tests::app::TestApp;
 use countersign_tests::fake_model::refund_brain;
@@ -43,15 +44,19 @@ async fn the_inbox_pages_through_twelve_hundred_paused_runs_showing_each_call_on
         runs.extend(join_all((0..50).map(|_| app.start_run("Refund A-1001 please."))).await);
     }
     let redis = redis::Client::open(app.infra.redis_url.as_str()).unwrap();
-    let index = Names::new(&app.namespace).unwrap().awaiting_key();
+    let names = Names::new(&app.namespace).unwrap();
     // A run is indexed only once it is stored as awaiting approval.
     wait_for("every run to pause", Duration::from_secs(300), || async {
         let mut conn = redis.get_multiplexed_async_connection().await.ok()?;
-        let paused: usize = redis::cmd("ZCARD")
-            .arg(&index)
-            .query_async(&mut conn)
-            .await
-            .ok()?;
+        let mut paused = 0;
+        for shard in Shard::all() {
+            let in_shard: usize = redis::cmd("ZCARD")
+                .arg(names.awaiting_key(shard))
+                .query_async(&mut conn)
+                .await
+                .ok()?;
+            paused += in_shard;
+        }
         (paused == RUNS).then_some(())
     })
     .await;
@@ -128,7 +133,7 @@ async fn a_bad_cursor_or_limit_is_a_json_error() {
 async fn runs_that_paused_in_the_same_millisecond_are_paged_by_id_without_loss() {
     let app = TestApp::spawn_with("anthropic", 0, refund_brain).await;
     let names = Names::new(&app.namespace).unwrap();
-    let store = Store::connect(&app.infra.redis_url, names.clone())
+    let store = Store::connect(&app.infra_config(), names.clone())
         .await
         .unwrap();
     let redis = redis::Client::open(app.infra.redis_url.as_str()).unwrap();
@@ -139,7 +144,7 @@ async fn runs_that_paused_in_the_same_millisecond_are_paged_by_id_without_loss()
         for i in 0..10 {
             let id = format!("run_{ms}_{i:02}");
             let _: i64 = redis::cmd("ZADD")
-                .arg(names.awaiting_key())
+                .arg(names.awaiting_key(Shard::of(&RunId::parse(&id).unwrap())))
                 .arg(ms)
                 .arg(&id)
                 .query_async(&mut conn)

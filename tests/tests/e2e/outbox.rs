@@ -78,7 +78,7 @@ async fn a_decision_recorded_by_a_gateway_that_died_before_publishing_is_announc
     let app = TestApp::spawn(refund_brain).await;
     let runs = paused_runs(&app, "Crash refund").await;
     // The gateway's own step, stopped right after the script: recorded, never published.
-    let store = Store::connect(&app.infra.redis_url, Names::new(&app.namespace).unwrap())
+    let store = Store::connect(&app.infra_config(), Names::new(&app.namespace).unwrap())
         .await
         .unwrap();
     for (id, digest) in &runs {

@@ -140,7 +140,7 @@ async fn an_attempt_that_lost_the_reply_to_its_own_mark_may_still_make_its_call(
     use countersign_shared::store::{ExecBegin, Store};
     let app = TestApp::spawn(refund_brain).await;
     let names = countersign_shared::names::Names::new(&app.namespace).unwrap();
-    let store = Store::connect(&app.infra.redis_url, names).await.unwrap();
+    let store = Store::connect(&app.infra_config(), names).await.unwrap();
     let run = RunId::new();
     // The first ask marks the call; asking again with the same token (its reply was lost)
     // still lets this attempt call; another attempt finds it interrupted.

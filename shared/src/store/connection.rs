@@ -1,0 +1,291 @@
+//! The connection to Redis in the shape the deployment has, through the redis crate's own
+//! support for each: one server (a `ConnectionManager`, which reconnects), a master found
+//! through Sentinel (asked again whenever the master stops answering or turns out to be a
+//! replica, as after a failover), or a Cluster (which follows `MOVED` and `ASK` and learns
+//! the new slot owners after a failover). Every command the store sends goes through
+//! [`Connection`], which also makes writes wait for replicas when the deployment asks for it.
+
+use crate::infra::{InfraConfig, RedisMode};
+use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
+use redis::cluster::ClusterClientBuilder;
+use redis::cluster_async::ClusterConnection;
+use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
+use redis::{
+    AsyncConnectionConfig, Cmd, ErrorKind, IntoConnectionInfo, Pipeline, RedisConnectionInfo,
+    RedisError, RedisFuture, RedisResult, ServerErrorKind, TlsMode, Value,
+};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+/// How long connecting and each reply may take: short, so that a request meets its 503
+/// within about a second while Redis is away, and whoever called retries later.
+const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Commands that change nothing, so never wait for replicas. Everything else the store
+/// sends (its scripts, `SET`, `HSET`, `ZADD`, ...) writes.
+const READS: [&[u8]; 12] = [
+    b"PING", b"TIME", b"GET", b"HGET", b"HGETALL", b"HMGET", b"HLEN", b"LRANGE", b"ZRANGE",
+    b"ZSCORE", b"SCRIPT", b"WAIT",
+];
+
+#[derive(Clone)]
+pub(crate) struct Connection {
+    route: Route,
+    /// Replicas every write must reach (`WAIT`), and for how long to wait for them.
+    wait: Option<(u32, u64)>,
+}
+
+#[derive(Clone)]
+enum Route {
+    Single(ConnectionManager),
+    Sentinel(Arc<SentinelMaster>),
+    Cluster(ClusterConnection),
+}
+
+impl Connection {
+    pub(crate) async fn open(infra: &InfraConfig) -> RedisResult<Self> {
+        let urls: Vec<&str> = infra
+            .redis_url
+            .split(',')
+            .map(str::trim)
+            .filter(|u| !u.is_empty())
+            .collect();
+        if urls.iter().any(|u| u.starts_with("rediss://")) {
+            // Two crypto providers are compiled in (through other crates), so rustls needs
+            // to be told which to use; a second call finds one installed and changes nothing.
+            let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+        }
+        let credentials = |info: RedisConnectionInfo| {
+            let info = match &infra.redis_username {
+                Some(user) => info.set_username(user),
+                None => info,
+            };
+            match &infra.redis_password {
+                Some(password) => info.set_password(password.expose()),
+                None => info,
+            }
+        };
+        let route = match infra.redis_mode {
+            RedisMode::Standalone => {
+                let [url] = urls.as_slice() else {
+                    return Err(config_error(
+                        "standalone Redis takes one URL; set redis_mode for a cluster or Sentinels",
+                    ));
+                };
+                let info = url.into_connection_info()?;
+                let info = info
+                    .clone()
+                    .set_redis_settings(credentials(info.redis_settings().clone()));
+                let config = redis::aio::ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(CONNECT_TIMEOUT))
+                    .set_response_timeout(Some(RESPONSE_TIMEOUT))
+                    // One quick retry of a lost connection, not the default six with growing
+                    // pauses (about 9 s): each later command tries to reconnect again.
+                    .set_number_of_retries(1)
+                    .set_min_delay(Duration::from_millis(100))
+                    .set_max_delay(Duration::from_millis(100));
+                Route::Single(
+                    redis::Client::open(info)?
+                        .get_connection_manager_with_config(config)
+                        .await?,
+                )
+            }
+            RedisMode::Sentinel => {
+                let tls = urls.iter().any(|u| u.starts_with("rediss://"));
+                let mut node = SentinelNodeConnectionInfo::default()
+                    .set_redis_connection_info(credentials(RedisConnectionInfo::default()));
+                if tls {
+                    node = node.set_tls_mode(TlsMode::Secure);
+                }
+                let client = SentinelClient::build(
+                    urls,
+                    infra.redis_master_name.clone(),
+                    Some(node),
+                    SentinelServerType::Master,
+                )?;
+                Route::Sentinel(Arc::new(SentinelMaster::connect(client).await?))
+            }
+            RedisMode::Cluster => {
+                let mut builder = ClusterClientBuilder::new(urls)
+                    .connection_timeout(CONNECT_TIMEOUT)
+                    .response_timeout(RESPONSE_TIMEOUT)
+                    .retries(2)
+                    .min_retry_wait(50)
+                    .max_retry_wait(200);
+                if let Some(user) = &infra.redis_username {
+                    builder = builder.username(user);
+                }
+                if let Some(password) = &infra.redis_password {
+                    builder = builder.password(password.expose());
+                }
+                Route::Cluster(builder.build()?.get_async_connection().await?)
+            }
+        };
+        let wait = (infra.redis_wait_replicas > 0)
+            .then_some((infra.redis_wait_replicas, infra.redis_wait_timeout_ms));
+        Ok(Self { route, wait })
+    }
+
+    /// After a write, waits until the replicas asked for hold it (and everything this
+    /// connection wrote before it); fewer within the timeout is an error, as the write could
+    /// still be lost in a failover.
+    async fn replicated(&mut self, cmd: &Cmd) -> RedisResult<()> {
+        let Some((replicas, timeout_ms)) = self.wait else {
+            return Ok(());
+        };
+        let name = match cmd.args_iter().next() {
+            Some(redis::Arg::Simple(name)) => name.to_ascii_uppercase(),
+            _ => return Ok(()),
+        };
+        if READS.contains(&name.as_slice()) {
+            return Ok(());
+        }
+        let acked: i64 = redis::cmd("WAIT")
+            .arg(replicas)
+            .arg(timeout_ms)
+            .query_async(&mut self.route)
+            .await?;
+        if acked < i64::from(replicas) {
+            return Err(RedisError::from((
+                ErrorKind::Client,
+                "write not replicated",
+                format!("{acked} of {replicas} replicas acknowledged it within {timeout_ms} ms"),
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl ConnectionLike for Connection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(async move {
+            let value = self.route.req_packed_command(cmd).await?;
+            self.replicated(cmd).await?;
+            Ok(value)
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        // The store's only pipeline drops delivered outbox entries: losing that in a
+        // failover only means publishing them again under the same message ids.
+        self.route.req_packed_commands(pipeline, offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        0
+    }
+}
+
+impl ConnectionLike for Route {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Route::Single(conn) => conn.req_packed_command(cmd),
+            Route::Cluster(conn) => conn.req_packed_command(cmd),
+            Route::Sentinel(master) => Box::pin(async move {
+                let (generation, mut conn) = master.current();
+                let reply = conn.req_packed_command(cmd).await;
+                master.after(generation, reply).await
+            }),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Route::Single(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Route::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Route::Sentinel(master) => Box::pin(async move {
+                let (generation, mut conn) = master.current();
+                let reply = conn.req_packed_commands(pipeline, offset, count).await;
+                master.after(generation, reply).await
+            }),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        0
+    }
+}
+
+/// The master the Sentinels name, and the connection to it. When the master stops answering
+/// or answers as a replica, the next command's failure makes one caller ask the Sentinels
+/// again; that command fails (its caller retries, as after any outage) and later ones go to
+/// the master they name.
+struct SentinelMaster {
+    sentinels: tokio::sync::Mutex<SentinelClient>,
+    /// The connection and its generation, bumped at each reconnection so that a burst of
+    /// failures on one connection reconnects once.
+    current: RwLock<(u64, MultiplexedConnection)>,
+}
+
+impl SentinelMaster {
+    fn config() -> AsyncConnectionConfig {
+        AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(CONNECT_TIMEOUT))
+            .set_response_timeout(Some(RESPONSE_TIMEOUT))
+    }
+
+    async fn connect(mut sentinels: SentinelClient) -> RedisResult<Self> {
+        let conn = sentinels
+            .get_async_connection_with_config(&Self::config())
+            .await?;
+        Ok(Self {
+            sentinels: tokio::sync::Mutex::new(sentinels),
+            current: RwLock::new((0, conn)),
+        })
+    }
+
+    fn current(&self) -> (u64, MultiplexedConnection) {
+        self.current.read().expect("lock poisoned").clone()
+    }
+
+    /// Passes a reply on, first finding the master again if the reply says it is gone.
+    async fn after<T>(&self, generation: u64, reply: RedisResult<T>) -> RedisResult<T> {
+        if let Err(e) = &reply
+            && master_lost(e)
+        {
+            let mut sentinels = self.sentinels.lock().await;
+            if self.current().0 == generation {
+                match sentinels
+                    .get_async_connection_with_config(&Self::config())
+                    .await
+                {
+                    Ok(conn) => {
+                        tracing::warn!(error = %e, "Redis master lost; reconnected to the master the Sentinels name");
+                        *self.current.write().expect("lock poisoned") = (generation + 1, conn);
+                    }
+                    Err(why) => {
+                        tracing::warn!(error = %e, %why, "Redis master lost; no master found yet");
+                    }
+                }
+            }
+        }
+        reply
+    }
+}
+
+/// A failure that means the connection no longer leads to the master.
+fn master_lost(e: &RedisError) -> bool {
+    e.is_io_error()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.is_timeout()
+        || matches!(
+            e.kind(),
+            ErrorKind::Server(ServerErrorKind::ReadOnly | ServerErrorKind::MasterDown)
+        )
+}
+
+fn config_error(why: &'static str) -> RedisError {
+    RedisError::from((ErrorKind::InvalidClientConfig, why))
+}
