@@ -171,9 +171,7 @@ impl TestApp {
         .unwrap();
 
         let mut config = approval_gateway::config::Config::default();
-        config.infra.nats_url = infra.nats_url.clone();
-        config.infra.redis_url = infra.redis_url.clone();
-        config.infra.namespace = namespace.clone();
+        config.infra = infra.config(&namespace);
         config.agents_dir = agents_dir.clone();
         config.api_keys = [
             (ADMIN_KEY, Role::Admin, "admin"),
@@ -286,12 +284,7 @@ impl TestApp {
 
     /// The connection settings the services of this app use.
     pub fn infra_config(&self) -> countersign_shared::infra::InfraConfig {
-        countersign_shared::infra::InfraConfig {
-            nats_url: self.infra.nats_url.clone(),
-            redis_url: self.infra.redis_url.clone(),
-            namespace: self.namespace.clone(),
-            ..Default::default()
-        }
+        self.infra.config(&self.namespace)
     }
 
     /// Every message stored on `subject` in one of this app's streams (`APPROVALS`, …).
@@ -326,15 +319,15 @@ impl TestApp {
     }
 
     pub fn worker_config(&self) -> agent_worker::config::Config {
-        let mut config = agent_worker::config::Config::default();
-        config.infra.nats_url = self.infra.nats_url.clone();
-        config.infra.redis_url = self.infra.redis_url.clone();
-        config.infra.namespace = self.namespace.clone();
-        config.agents_dir = self.agents_dir.clone();
-        config.lease_secs = 3;
-        config.ack_wait_secs = 3;
-        config.shutdown_grace_secs = 5;
-        config.people = people();
+        let mut config = agent_worker::config::Config {
+            infra: self.infra_config(),
+            agents_dir: self.agents_dir.clone(),
+            lease_secs: 3,
+            ack_wait_secs: 3,
+            shutdown_grace_secs: 5,
+            people: people(),
+            ..Default::default()
+        };
         config.validate().unwrap();
         config
     }
@@ -464,6 +457,20 @@ impl TestApp {
             json!([{"call_id": call_id, "digest": digest, "action": "approve"}]),
         )
         .await
+    }
+
+    /// Approves one call, asking again until the gateway answers 200 (it answers 503 while
+    /// a server it needs is away; a repeat of a decision that was recorded is answered 200).
+    pub async fn approve_until_accepted(&self, run_id: &str, call_id: &str, digest: &Value) {
+        wait_for(
+            &format!("the decision on {run_id} to be accepted"),
+            PATIENCE,
+            || async {
+                let (status, _) = self.approve(run_id, call_id, digest).await;
+                (status == StatusCode::OK).then_some(())
+            },
+        )
+        .await;
     }
 
     /// The run's status as the API shows it ("" when it cannot be read).

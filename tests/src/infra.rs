@@ -1,16 +1,27 @@
-//! NATS (with JetStream) and Redis in containers, one pair per test.
+//! NATS (with JetStream) and Redis in containers, one set per test: one Redis server here,
+//! or a Sentinel or Cluster deployment (see `redis_deployments`).
 
 use crate::images::{NATS, REDIS};
+use countersign_shared::infra::{InfraConfig, RedisMode};
 use std::time::Duration;
 use testcontainers::core::{IntoContainerPort, WaitFor};
 use testcontainers::runners::AsyncRunner;
-use testcontainers::{ContainerAsync, GenericImage, ImageExt};
+use testcontainers::{ContainerAsync, ContainerRequest, GenericImage, ImageExt};
 
 pub struct Infra {
     pub nats_url: String,
+    /// What the services are given as `redis_url`: the server, the Sentinels or the seeds.
     pub redis_url: String,
+    pub redis_mode: RedisMode,
+    pub redis_master_name: String,
+    pub redis_wait_replicas: u32,
+    /// The ACL user the services log in as, when the server requires one.
+    pub redis_user: Option<(String, String)>,
     pub nats: ContainerAsync<GenericImage>,
+    /// The one server, or a Sentinel deployment's first master, or a Cluster's first node.
     pub redis: ContainerAsync<GenericImage>,
+    /// The rest of a Sentinel or Cluster deployment.
+    pub redis_others: Vec<ContainerAsync<GenericImage>>,
 }
 
 /// A free port on the loopback, for a container that must keep its address across restarts.
@@ -34,16 +45,8 @@ impl Infra {
     }
 
     async fn start_on(ports: Option<(u16, u16)>) -> Self {
-        NATS.ensure();
-        REDIS.ensure();
-        let nats = GenericImage::new(NATS.name, NATS.tag)
-            .with_exposed_port(4222.tcp())
-            .with_wait_for(WaitFor::message_on_stderr("Server is ready"))
-            .with_cmd(["-js", "-sd", "/data"]);
-        let redis = GenericImage::new(REDIS.name, REDIS.tag)
-            .with_exposed_port(6379.tcp())
-            .with_wait_for(WaitFor::message_on_stdout("Ready to accept connections"))
-            .with_cmd(["--protected-mode", "no", "--appendonly", "yes"]);
+        let nats = nats_image();
+        let redis = redis_image(&[]);
         let (nats, redis) = match ports {
             None => tokio::join!(nats.start(), redis.start()),
             Some((n, r)) => tokio::join!(
@@ -57,8 +60,28 @@ impl Infra {
         Self {
             nats_url: format!("nats://127.0.0.1:{nats_port}"),
             redis_url: format!("redis://127.0.0.1:{redis_port}"),
+            redis_mode: RedisMode::Standalone,
+            redis_master_name: String::new(),
+            redis_wait_replicas: 0,
+            redis_user: None,
             nats,
             redis,
+            redis_others: Vec::new(),
+        }
+    }
+
+    /// The connection settings for services on these servers, in `namespace`.
+    pub fn config(&self, namespace: &str) -> InfraConfig {
+        InfraConfig {
+            nats_url: self.nats_url.clone(),
+            redis_mode: self.redis_mode,
+            redis_url: self.redis_url.clone(),
+            redis_master_name: self.redis_master_name.clone(),
+            redis_wait_replicas: self.redis_wait_replicas,
+            redis_username: self.redis_user.as_ref().map(|(user, _)| user.clone()),
+            redis_password: self.redis_user.as_ref().map(|(_, pw)| pw.as_str().into()),
+            namespace: namespace.to_string(),
+            ..Default::default()
         }
     }
 
@@ -114,4 +137,24 @@ impl Infra {
         self.stop_nats().await;
         self.start_nats().await;
     }
+}
+
+/// NATS with JetStream on file storage.
+pub(crate) fn nats_image() -> ContainerRequest<GenericImage> {
+    NATS.ensure();
+    GenericImage::new(NATS.name, NATS.tag)
+        .with_exposed_port(4222.tcp())
+        .with_wait_for(WaitFor::message_on_stderr("Server is ready"))
+        .with_cmd(["-js", "-sd", "/data"])
+}
+
+/// A Redis server with an append-only file, and `args` added to its command line.
+pub(crate) fn redis_image(args: &[&str]) -> ContainerRequest<GenericImage> {
+    REDIS.ensure();
+    let mut cmd = vec!["--protected-mode", "no", "--appendonly", "yes"];
+    cmd.extend_from_slice(args);
+    GenericImage::new(REDIS.name, REDIS.tag)
+        .with_exposed_port(6379.tcp())
+        .with_wait_for(WaitFor::message_on_stdout("Ready to accept connections"))
+        .with_cmd(cmd)
 }

@@ -18,7 +18,8 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 /// How long connecting and each reply may take: short, so that a request meets its 503
-/// within about a second while Redis is away, and whoever called retries later.
+/// within about a second while Redis is away, and whoever called retries later. A reply to
+/// `WAIT` may take its own timeout longer.
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -56,6 +57,10 @@ impl Connection {
             // to be told which to use; a second call finds one installed and changes nothing.
             let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
         }
+        let wait = (infra.redis_wait_replicas > 0)
+            .then_some((infra.redis_wait_replicas, infra.redis_wait_timeout_ms));
+        let response_timeout =
+            RESPONSE_TIMEOUT + Duration::from_millis(wait.map_or(0, |(_, ms)| ms));
         let credentials = |info: RedisConnectionInfo| {
             let info = match &infra.redis_username {
                 Some(user) => info.set_username(user),
@@ -79,7 +84,7 @@ impl Connection {
                     .set_redis_settings(credentials(info.redis_settings().clone()));
                 let config = redis::aio::ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(CONNECT_TIMEOUT))
-                    .set_response_timeout(Some(RESPONSE_TIMEOUT))
+                    .set_response_timeout(Some(response_timeout))
                     // One quick retry of a lost connection, not the default six with growing
                     // pauses (about 9 s): each later command tries to reconnect again.
                     .set_number_of_retries(1)
@@ -104,12 +109,14 @@ impl Connection {
                     Some(node),
                     SentinelServerType::Master,
                 )?;
-                Route::Sentinel(Arc::new(SentinelMaster::connect(client).await?))
+                Route::Sentinel(Arc::new(
+                    SentinelMaster::connect(client, response_timeout).await?,
+                ))
             }
             RedisMode::Cluster => {
                 let mut builder = ClusterClientBuilder::new(urls)
                     .connection_timeout(CONNECT_TIMEOUT)
-                    .response_timeout(RESPONSE_TIMEOUT)
+                    .response_timeout(response_timeout)
                     .retries(2)
                     .min_retry_wait(50)
                     .max_retry_wait(200);
@@ -122,8 +129,6 @@ impl Connection {
                 Route::Cluster(builder.build()?.get_async_connection().await?)
             }
         };
-        let wait = (infra.redis_wait_replicas > 0)
-            .then_some((infra.redis_wait_replicas, infra.redis_wait_timeout_ms));
         Ok(Self { route, wait })
     }
 
@@ -223,24 +228,24 @@ impl ConnectionLike for Route {
 /// the master they name.
 struct SentinelMaster {
     sentinels: tokio::sync::Mutex<SentinelClient>,
+    config: AsyncConnectionConfig,
     /// The connection and its generation, bumped at each reconnection so that a burst of
     /// failures on one connection reconnects once.
     current: RwLock<(u64, MultiplexedConnection)>,
 }
 
 impl SentinelMaster {
-    fn config() -> AsyncConnectionConfig {
-        AsyncConnectionConfig::new()
+    async fn connect(
+        mut sentinels: SentinelClient,
+        response_timeout: Duration,
+    ) -> RedisResult<Self> {
+        let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(CONNECT_TIMEOUT))
-            .set_response_timeout(Some(RESPONSE_TIMEOUT))
-    }
-
-    async fn connect(mut sentinels: SentinelClient) -> RedisResult<Self> {
-        let conn = sentinels
-            .get_async_connection_with_config(&Self::config())
-            .await?;
+            .set_response_timeout(Some(response_timeout));
+        let conn = sentinels.get_async_connection_with_config(&config).await?;
         Ok(Self {
             sentinels: tokio::sync::Mutex::new(sentinels),
+            config,
             current: RwLock::new((0, conn)),
         })
     }
@@ -257,7 +262,7 @@ impl SentinelMaster {
             let mut sentinels = self.sentinels.lock().await;
             if self.current().0 == generation {
                 match sentinels
-                    .get_async_connection_with_config(&Self::config())
+                    .get_async_connection_with_config(&self.config)
                     .await
                 {
                     Ok(conn) => {

@@ -17,6 +17,7 @@ mod outbox;
 mod pause_and_resume;
 mod probes;
 mod providers_and_tools;
+mod redis_deployments;
 mod restarts;
 mod reviewers;
 mod slack;

@@ -1,28 +1,13 @@
 //! Redis (append-only file on) and NATS (file storage) each restarted in the middle of a
 //! batch of runs: no paused run, decision or job is lost, and no refund runs twice.
 
-use countersign_tests::app::{PATIENCE, TestApp};
+use countersign_tests::app::TestApp;
 use countersign_tests::fake_model::refund_brain;
 use countersign_tests::infra::Infra;
-use countersign_tests::wait_for;
 use futures::future::join_all;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 const RUNS: usize = 30;
-
-/// Decides until the gateway answers something other than 503 (it is reconnecting).
-async fn approve_until_accepted(app: &TestApp, run_id: &str, digest: &Value) {
-    let decision = json!([{"call_id": "toolu_2", "digest": digest, "action": "approve"}]);
-    wait_for(
-        &format!("the decision on {run_id} to be accepted"),
-        PATIENCE,
-        || async {
-            let (status, _) = app.decide(run_id, decision.clone()).await;
-            (status == 200).then_some(())
-        },
-    )
-    .await;
-}
 
 #[tokio::test]
 async fn restarting_redis_and_nats_mid_batch_loses_nothing() {
@@ -42,12 +27,19 @@ async fn restarting_redis_and_nats_mid_batch_loses_nothing() {
     let third = RUNS / 3;
 
     // A third decided, then Redis restarts under everything paused and in flight.
-    join_all((0..third).map(|i| approve_until_accepted(&app, &runs[i], &digests[i]))).await;
+    join_all((0..third).map(|i| app.approve_until_accepted(&runs[i], "toolu_2", &digests[i])))
+        .await;
     app.infra.restart_redis().await;
     // Another third decided, then NATS restarts.
-    join_all((third..2 * third).map(|i| approve_until_accepted(&app, &runs[i], &digests[i]))).await;
+    join_all(
+        (third..2 * third).map(|i| app.approve_until_accepted(&runs[i], "toolu_2", &digests[i])),
+    )
+    .await;
     app.infra.restart_nats().await;
-    join_all((2 * third..RUNS).map(|i| approve_until_accepted(&app, &runs[i], &digests[i]))).await;
+    join_all(
+        (2 * third..RUNS).map(|i| app.approve_until_accepted(&runs[i], "toolu_2", &digests[i])),
+    )
+    .await;
 
     join_all(runs.iter().map(|id| app.wait_status(id, "completed"))).await;
     for id in &runs {

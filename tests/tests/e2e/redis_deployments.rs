@@ -1,0 +1,158 @@
+//! Redis deployed for failure, as the README's Deployment section describes it: behind
+//! Sentinel, or as a Cluster. Runs go through pause, decision and completion on it; then its
+//! master is killed (SIGKILL) with half the runs still waiting, the replica is promoted, and
+//! every run still completes with each refund applied once and its audit chain intact. The
+//! test prints how long decisions were refused and how long the runs took to resume. Writes
+//! can be made to wait for replicas, and the services log in as an ACL user.
+
+use countersign_shared::names::Names;
+use countersign_shared::run::RunId;
+use countersign_shared::store::Store;
+use countersign_tests::app::{PATIENCE, TestApp};
+use countersign_tests::fake_model::refund_brain;
+use countersign_tests::infra::Infra;
+use countersign_tests::redis_deployments::{MASTER_NAME, bridge_ip, kill, query};
+use countersign_tests::wait_for;
+use futures::future::join_all;
+use serde_json::Value;
+use std::time::Instant;
+
+const RUNS: usize = 20;
+
+/// Drives the runs on `app`, killing the master at `killed_ip` once half are done.
+async fn runs_complete_across_a_failover(app: &TestApp, label: &str, killed_ip: &str) {
+    let inputs: Vec<String> = (0..RUNS).map(|i| format!("Failover refund {i}.")).collect();
+    let runs: Vec<String> = join_all(inputs.iter().map(|i| app.start_run(i))).await;
+    let paused = join_all(
+        runs.iter()
+            .map(|id| app.wait_status(id, "awaiting_approval")),
+    )
+    .await;
+    let digests: Vec<Value> = paused
+        .iter()
+        .map(|r| r["pending"][0]["digest"].clone())
+        .collect();
+    let (first, second) = (0..RUNS / 2, RUNS / 2..RUNS);
+    join_all(
+        first
+            .clone()
+            .map(|i| app.approve_until_accepted(&runs[i], "toolu_2", &digests[i])),
+    )
+    .await;
+    join_all(first.map(|i| app.wait_status(&runs[i], "completed"))).await;
+
+    let node = app
+        .infra
+        .redis_nodes()
+        .await
+        .into_iter()
+        .find(|(ip, _)| ip == killed_ip)
+        .expect("the master is one of the deployment's containers")
+        .1;
+    kill(node).await;
+    let killed = Instant::now();
+    join_all(
+        second
+            .clone()
+            .map(|i| app.approve_until_accepted(&runs[i], "toolu_2", &digests[i])),
+    )
+    .await;
+    let accepted = killed.elapsed();
+    join_all(second.map(|i| app.wait_status(&runs[i], "completed"))).await;
+    let resumed = killed.elapsed();
+    println!(
+        "{label}: master killed; decisions accepted again after {:.1} s, all {} runs completed after {:.1} s",
+        accepted.as_secs_f64(),
+        RUNS / 2,
+        resumed.as_secs_f64()
+    );
+
+    for id in &runs {
+        assert_eq!(
+            app.tools.received("/refunds", &format!("{id}:toolu_2")),
+            1,
+            "run {id}"
+        );
+        let (_, audit) = app.get(&format!("/v1/runs/{id}/audit")).await;
+        assert_eq!(audit["verified"], true, "run {id}: {audit}");
+    }
+    assert_eq!(app.tools.refunds().len(), RUNS);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_sentinel_a_killed_master_is_replaced_and_every_run_completes_once() {
+    let infra = Infra::start_sentinel().await;
+    let master_ip = bridge_ip(&infra.redis).await;
+    let sentinel = infra.redis_url.split(',').next().unwrap().to_string();
+    let app = TestApp::spawn_on(infra, "anthropic", 2, "", |_| {}, refund_brain).await;
+    runs_complete_across_a_failover(&app, "sentinel", &master_ip).await;
+
+    // The Sentinels name a former replica as the master now.
+    let (ip, port) = sentinel
+        .trim_start_matches("redis://")
+        .split_once(':')
+        .unwrap();
+    let named: Vec<String> = wait_for("the Sentinels to name a master", PATIENCE, || async {
+        query(
+            ip,
+            port.parse().unwrap(),
+            redis::cmd("SENTINEL")
+                .arg("GET-MASTER-ADDR-BY-NAME")
+                .arg(MASTER_NAME),
+        )
+        .await
+    })
+    .await;
+    assert_ne!(named[0], master_ip);
+
+    // A write that fewer replicas hold than asked for is not taken as done.
+    let mut config = app.infra_config();
+    config.redis_wait_replicas = 3;
+    let store = Store::connect(&config, Names::new(&app.namespace).unwrap())
+        .await
+        .unwrap();
+    let err = store.index_awaiting(&RunId::new(), true).await.unwrap_err();
+    assert!(err.to_string().contains("not replicated"), "{err}");
+}
+
+#[tokio::test]
+async fn services_log_in_as_the_configured_acl_user_and_a_wrong_password_stops_them() {
+    let infra = Infra::start_with_acl_user("countersign", "acl-password-123").await;
+    let mut wrong = infra.config("tacl");
+    wrong.redis_password = Some("not-the-password".into());
+    let err = Store::connect(&wrong, Names::new("tacl").unwrap())
+        .await
+        .err()
+        .expect("a wrong password is refused");
+    assert!(err.to_string().contains("authentication failed"), "{err}");
+
+    let app = TestApp::spawn_on(infra, "anthropic", 1, "", |_| {}, refund_brain).await;
+    let run = app.start_run("Refund A-1001 please.").await;
+    let paused = app.wait_status(&run, "awaiting_approval").await;
+    let (status, _) = app
+        .approve(&run, "toolu_2", &paused["pending"][0]["digest"])
+        .await;
+    assert_eq!(status, 200);
+    app.wait_status(&run, "completed").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_a_killed_master_is_replaced_and_every_run_completes_once() {
+    let infra = Infra::start_cluster().await;
+    let master_ip = bridge_ip(&infra.redis).await;
+    let role: Vec<redis::Value> = query(&master_ip, 6379, &redis::cmd("ROLE")).await.unwrap();
+    assert_eq!(role[0], redis::Value::BulkString(b"master".to_vec()));
+    let app = TestApp::spawn_on(infra, "anthropic", 2, "", |_| {}, refund_brain).await;
+    // The runs' keys, and the shards of the indexes, spread over all three masters.
+    runs_complete_across_a_failover(&app, "cluster", &master_ip).await;
+
+    let survivor = bridge_ip(&app.infra.redis_others[0]).await;
+    let nodes: String = query(&survivor, 6379, redis::cmd("CLUSTER").arg("NODES"))
+        .await
+        .unwrap();
+    let killed = nodes
+        .lines()
+        .find(|l| l.contains(&format!("{master_ip}:6379")))
+        .unwrap();
+    assert!(killed.contains("fail"), "{nodes}");
+}
