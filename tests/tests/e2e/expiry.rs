@@ -3,6 +3,7 @@
 //! a decided call never expires; and fifty conflicting decisions record exactly one.
 
 use approval_gateway::config::WebhookEndpoint;
+use countersign_shared::names::{Names, Shard};
 use countersign_shared::signing::WebhookSecret;
 use countersign_tests::app::{INTEGRATION_KEY, PATIENCE, TestApp};
 use countersign_tests::audit_kinds as kinds;
@@ -14,13 +15,20 @@ use futures::future::join_all;
 use reqwest::Method;
 use serde_json::{Value, json};
 
+/// Deadlines still in the sweepers' sets, over every shard.
 async fn deadlines_left(app: &TestApp) -> usize {
     let mut conn = app.infra.redis().await;
-    redis::cmd("ZCARD")
-        .arg(format!("cs:{}:deadlines", app.namespace))
-        .query_async(&mut conn)
-        .await
-        .unwrap()
+    let names = Names::new(&app.namespace).unwrap();
+    let mut left = 0;
+    for shard in Shard::all() {
+        let n: usize = redis::cmd("ZCARD")
+            .arg(names.deadlines_key(shard))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        left += n;
+    }
+    left
 }
 
 #[tokio::test]
@@ -96,6 +104,49 @@ async fn an_undecided_call_expires_once_across_three_workers_and_everyone_is_tol
         (deadlines_left(&app).await == 0).then_some(())
     })
     .await;
+}
+
+#[tokio::test]
+async fn a_shard_whose_sweeper_vanished_is_swept_by_another_once_its_lease_lapses() {
+    let app = TestApp::spawn_with_policy("anthropic", 1, "timeout = \"1s\"\n", refund_brain).await;
+    // A sweeper that took every shard's lease and died: nobody else may sweep for 3 s.
+    let mut conn = app.infra.redis().await;
+    let names = Names::new(&app.namespace).unwrap();
+    let leased_at = chrono::Utc::now().timestamp_millis();
+    for shard in Shard::all() {
+        let _: () = redis::cmd("SET")
+            .arg(names.sweep_lease_key(shard))
+            .arg("a-worker-that-died")
+            .arg("PX")
+            .arg(3000)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+    let run_id = app.start_run("Refund A-1001.").await;
+    app.wait_status(&run_id, "awaiting_approval").await;
+    // The live worker takes the shards over once the leases lapse, and expires the call.
+    app.wait_status(&run_id, "completed").await;
+    let (_, trail) = app.get(&format!("/v1/runs/{run_id}/audit")).await;
+    let expired = trail["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["entry"]["kind"] == "expired")
+        .unwrap_or_else(|| panic!("no expiry in {trail}"));
+    // Not before: while the lease was held, nobody swept that shard.
+    assert!(
+        expired["entry"]["at"].as_i64().unwrap() >= leased_at + 3000,
+        "{expired}"
+    );
+    let holder: String = redis::cmd("GET")
+        .arg(names.sweep_lease_key(Shard::of(
+            &countersign_shared::run::RunId::parse(&run_id).unwrap(),
+        )))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_ne!(holder, "a-worker-that-died");
 }
 
 #[tokio::test]
