@@ -45,6 +45,7 @@ fn servers(list: &str) -> Result<Vec<async_nats::ServerAddr>, BusError> {
 
 /// The client's options: its name, credentials and TLS.
 async fn options(infra: &InfraConfig) -> Result<async_nats::ConnectOptions, BusError> {
+    crate::tls::install_crypto_provider();
     let mut options = async_nats::ConnectOptions::new()
         .name("countersign")
         .connection_timeout(Duration::from_secs(2));

@@ -18,6 +18,7 @@ pub mod shutdown;
 pub mod signing;
 pub mod store;
 pub mod telemetry;
+pub mod tls;
 
 /// Milliseconds since the Unix epoch, the one clock every stored timestamp uses.
 pub fn now_ms() -> i64 {

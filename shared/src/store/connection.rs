@@ -52,11 +52,7 @@ impl Connection {
             .map(str::trim)
             .filter(|u| !u.is_empty())
             .collect();
-        if urls.iter().any(|u| u.starts_with("rediss://")) {
-            // Two crypto providers are compiled in (through other crates), so rustls needs
-            // to be told which to use; a second call finds one installed and changes nothing.
-            let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-        }
+        crate::tls::install_crypto_provider();
         let wait = (infra.redis_wait_replicas > 0)
             .then_some((infra.redis_wait_replicas, infra.redis_wait_timeout_ms));
         let response_timeout =

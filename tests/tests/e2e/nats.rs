@@ -1,13 +1,20 @@
 //! NATS as operators run it: a list of seed servers (a dead one skipped), services started
-//! before NATS waiting for it, and streams brought back to their configuration at start.
+//! before NATS waiting for it, streams brought back to their configuration at start, and
+//! servers that require a user and password, a token, an NKey, or TLS with a client
+//! certificate.
 
 use countersign_shared::bus::Bus;
+use countersign_shared::infra::InfraConfig;
 use countersign_shared::names::Names;
 use countersign_tests::app::{PATIENCE, TestApp};
 use countersign_tests::fake_model::refund_brain;
+use countersign_tests::images::NATS;
 use countersign_tests::infra::Infra;
 use countersign_tests::wait_for;
 use std::time::Duration;
+use testcontainers::core::{IntoContainerPort, WaitFor};
+use testcontainers::runners::AsyncRunner;
+use testcontainers::{ContainerAsync, GenericImage, ImageExt};
 
 #[tokio::test]
 async fn a_gateway_started_before_nats_waits_for_it_and_skips_a_dead_seed() {
@@ -74,44 +81,233 @@ async fn streams_changed_by_hand_are_brought_back_and_a_change_jetstream_cannot_
     assert_eq!(stream.info().await.unwrap().config.num_replicas, 1);
 }
 
-#[tokio::test]
-async fn a_nats_server_that_requires_a_user_and_password_is_reached_with_them() {
-    use countersign_tests::images::NATS;
-    use testcontainers::core::{IntoContainerPort, WaitFor};
-    use testcontainers::runners::AsyncRunner;
-    use testcontainers::{GenericImage, ImageExt};
+/// A NATS server started with `args`, with `files` copied into `/data` first; its URL.
+async fn nats_requiring(
+    args: &[&str],
+    files: &[(&str, Vec<u8>)],
+) -> (ContainerAsync<GenericImage>, String) {
     NATS.ensure();
-    let nats = GenericImage::new(NATS.name, NATS.tag)
+    let mut cmd = vec!["-js", "-sd", "/data"];
+    cmd.extend_from_slice(args);
+    let mut request = GenericImage::new(NATS.name, NATS.tag)
         .with_exposed_port(4222.tcp())
         .with_wait_for(WaitFor::message_on_stderr("Server is ready"))
-        .with_cmd([
-            "-js",
-            "-sd",
-            "/data",
-            "--user",
-            "countersign",
-            "--pass",
-            "s3cret",
-        ])
-        .start()
-        .await
-        .unwrap();
+        .with_cmd(cmd);
+    for (name, bytes) in files {
+        request = request.with_copy_to(format!("/data/{name}"), bytes.clone());
+    }
+    let nats = request.start().await.unwrap();
     let url = format!(
         "nats://127.0.0.1:{}",
         nats.get_host_port_ipv4(4222).await.unwrap()
     );
+    (nats, url)
+}
+
+/// The services reach a server with `infra`'s credentials, and a client without them is
+/// refused.
+async fn reached_only_with(url: &str, mut infra: InfraConfig) {
     assert!(
-        async_nats::connect(&url).await.is_err(),
+        async_nats::ConnectOptions::new()
+            .connection_timeout(Duration::from_secs(2))
+            .connect(url)
+            .await
+            .is_err(),
         "the server refuses a client without credentials"
     );
-    let infra = countersign_shared::infra::InfraConfig {
-        nats_url: url,
+    infra.nats_url = url.to_string();
+    let namespace = format!("a{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    let bus = Bus::connect(&infra, Names::new(&namespace).unwrap())
+        .await
+        .unwrap();
+    bus.js
+        .get_stream(format!("{namespace}_RUNS"))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_nats_server_that_requires_a_user_and_password_is_reached_with_them() {
+    let (_nats, url) = nats_requiring(&["--user", "countersign", "--pass", "s3cret"], &[]).await;
+    let infra = InfraConfig {
         nats_user: Some("countersign".into()),
         nats_password: Some("s3cret".into()),
         ..Default::default()
     };
-    let bus = Bus::connect(&infra, Names::new("auth").unwrap())
-        .await
-        .unwrap();
-    bus.js.get_stream("auth_RUNS").await.unwrap();
+    reached_only_with(&url, infra).await;
+}
+
+#[tokio::test]
+async fn a_nats_server_that_requires_a_token_is_reached_with_it() {
+    let (_nats, url) = nats_requiring(&["--auth", "a-long-nats-token"], &[]).await;
+    let infra = InfraConfig {
+        nats_token: Some("a-long-nats-token".into()),
+        ..Default::default()
+    };
+    reached_only_with(&url, infra).await;
+}
+
+#[tokio::test]
+async fn a_nats_server_that_knows_the_services_by_nkey_is_reached_with_the_seed() {
+    let user = nkeys::KeyPair::new_user();
+    let config = format!(
+        "authorization {{ users = [ {{ nkey: \"{}\" }} ] }}\n",
+        user.public_key()
+    );
+    let (_nats, url) = nats_requiring(
+        &["-c", "/data/nats.conf"],
+        &[("nats.conf", config.into_bytes())],
+    )
+    .await;
+    let infra = InfraConfig {
+        nats_nkey: Some(user.seed().unwrap().into()),
+        ..Default::default()
+    };
+    reached_only_with(&url, infra).await;
+}
+
+#[tokio::test]
+async fn a_nats_server_that_requires_tls_and_a_client_certificate_is_reached_with_them() {
+    let pki = TestPki::new();
+    let (_nats, url) = nats_requiring(
+        &[
+            "--tls",
+            "--tlscert",
+            "/data/server.pem",
+            "--tlskey",
+            "/data/server.key",
+            "--tlscacert",
+            "/data/ca.pem",
+            "--tlsverify",
+        ],
+        &[
+            ("server.pem", pki.read("server.pem")),
+            ("server.key", pki.read("server.key")),
+            ("ca.pem", pki.read("ca.pem")),
+        ],
+    )
+    .await;
+    // Trusting the server but showing no certificate is not enough.
+    let no_cert = InfraConfig {
+        nats_url: url.clone(),
+        nats_tls_ca: Some(pki.path("ca.pem")),
+        ..Default::default()
+    };
+    let refused = tokio::time::timeout(
+        Duration::from_secs(3),
+        Bus::connect(&no_cert, Names::new("tls").unwrap()),
+    )
+    .await;
+    assert!(
+        !matches!(refused, Ok(Ok(_))),
+        "connected without a client certificate"
+    );
+    let infra = InfraConfig {
+        nats_tls_ca: Some(pki.path("ca.pem")),
+        nats_tls_cert: Some(pki.path("client.pem")),
+        nats_tls_key: Some(pki.path("client.key")),
+        ..Default::default()
+    };
+    reached_only_with(&url, infra).await;
+}
+
+/// A certificate authority, a server certificate for 127.0.0.1 and a client certificate,
+/// made with the `openssl` command as an operator would.
+struct TestPki {
+    dir: std::path::PathBuf,
+}
+
+impl TestPki {
+    fn new() -> Self {
+        let dir = std::env::temp_dir().join(format!("cs-pki-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let pki = Self { dir };
+        std::fs::write(pki.path("server.ext"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+        std::fs::write(pki.path("client.ext"), "extendedKeyUsage=clientAuth\n").unwrap();
+        let ec = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+        ];
+        pki.openssl(
+            &[
+                &["req", "-x509"],
+                &ec[..],
+                &[
+                    "-keyout",
+                    "ca.key",
+                    "-out",
+                    "ca.pem",
+                    "-days",
+                    "1",
+                    "-subj",
+                    "/CN=countersign test CA",
+                ],
+            ]
+            .concat(),
+        );
+        for (name, cn) in [("server", "/CN=nats"), ("client", "/CN=countersign")] {
+            let (key, csr, pem, ext) = (
+                format!("{name}.key"),
+                format!("{name}.csr"),
+                format!("{name}.pem"),
+                format!("{name}.ext"),
+            );
+            pki.openssl(
+                &[
+                    &["req"],
+                    &ec[..],
+                    &["-keyout", &key, "-out", &csr, "-subj", cn],
+                ]
+                .concat(),
+            );
+            pki.openssl(&[
+                "x509",
+                "-req",
+                "-in",
+                &csr,
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                &pem,
+                "-days",
+                "1",
+                "-extfile",
+                &ext,
+            ]);
+        }
+        pki
+    }
+
+    fn openssl(&self, args: &[&str]) {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(&self.dir)
+            .output()
+            .expect("run openssl");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    fn path(&self, name: &str) -> std::path::PathBuf {
+        self.dir.join(name)
+    }
+
+    fn read(&self, name: &str) -> Vec<u8> {
+        std::fs::read(self.path(name)).unwrap()
+    }
+}
+
+impl Drop for TestPki {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
