@@ -44,6 +44,11 @@ pub struct InfraConfig {
     /// Env: `REDIS_USERNAME`, `REDIS_PASSWORD`. Default none.
     pub redis_username: Option<String>,
     pub redis_password: Option<Secret>,
+    /// TLS to Redis (with `rediss://` URLs): a CA file to trust instead of the system's,
+    /// and a client certificate and key. Default none.
+    pub redis_tls_ca: Option<PathBuf>,
+    pub redis_tls_cert: Option<PathBuf>,
+    pub redis_tls_key: Option<PathBuf>,
     /// Replicas that must hold every write before it counts as done (Redis `WAIT`), so a
     /// failover cannot lose an acknowledged decision or execution mark. Env:
     /// `REDIS_WAIT_REPLICAS`. Default 0 (a write counts when the master has it).
@@ -73,6 +78,9 @@ impl Default for InfraConfig {
             redis_master_name: "mymaster".into(),
             redis_username: None,
             redis_password: None,
+            redis_tls_ca: None,
+            redis_tls_cert: None,
+            redis_tls_key: None,
             redis_wait_replicas: 0,
             redis_wait_timeout_ms: 1000,
             namespace: String::new(),
@@ -82,7 +90,7 @@ impl Default for InfraConfig {
 
 impl InfraConfig {
     /// Its keys, which a service's config file has at the top level.
-    pub const KEYS: [&str; 18] = [
+    pub const KEYS: [&str; 21] = [
         "nats_url",
         "nats_user",
         "nats_password",
@@ -98,6 +106,9 @@ impl InfraConfig {
         "redis_master_name",
         "redis_username",
         "redis_password",
+        "redis_tls_ca",
+        "redis_tls_cert",
+        "redis_tls_key",
         "redis_wait_replicas",
         "redis_wait_timeout_ms",
         "namespace",

@@ -17,6 +17,9 @@ pub struct Infra {
     pub redis_wait_replicas: u32,
     /// The ACL user the services log in as, when the server requires one.
     pub redis_user: Option<(String, String)>,
+    /// The certificates of a Redis that requires TLS: its CA and the services' client
+    /// certificate.
+    pub redis_tls: Option<crate::pki::TestPki>,
     pub nats: ContainerAsync<GenericImage>,
     /// The one server, or a Sentinel deployment's first master, or a Cluster's first node.
     pub redis: ContainerAsync<GenericImage>,
@@ -64,6 +67,7 @@ impl Infra {
             redis_master_name: String::new(),
             redis_wait_replicas: 0,
             redis_user: None,
+            redis_tls: None,
             nats,
             redis,
             redis_others: Vec::new(),
@@ -80,6 +84,9 @@ impl Infra {
             redis_wait_replicas: self.redis_wait_replicas,
             redis_username: self.redis_user.as_ref().map(|(user, _)| user.clone()),
             redis_password: self.redis_user.as_ref().map(|(_, pw)| pw.as_str().into()),
+            redis_tls_ca: self.redis_tls.as_ref().map(|pki| pki.path("ca.pem")),
+            redis_tls_cert: self.redis_tls.as_ref().map(|pki| pki.path("client.pem")),
+            redis_tls_key: self.redis_tls.as_ref().map(|pki| pki.path("client.key")),
             namespace: namespace.to_string(),
             ..Default::default()
         }

@@ -154,6 +154,43 @@ impl Infra {
         infra
     }
 
+    /// NATS, and one Redis server that speaks only TLS and requires a client certificate
+    /// signed by its CA.
+    pub async fn start_with_redis_tls() -> Self {
+        let pki = crate::pki::TestPki::generate();
+        let mut redis = redis_image(&[
+            "--port",
+            "0",
+            "--tls-port",
+            "6379",
+            "--tls-cert-file",
+            "/data/server.pem",
+            "--tls-key-file",
+            "/data/server.key",
+            "--tls-ca-cert-file",
+            "/data/ca.pem",
+            "--tls-auth-clients",
+            "yes",
+        ]);
+        for file in ["server.pem", "server.key", "ca.pem"] {
+            redis = redis.with_copy_to(format!("/data/{file}"), pki.read(file));
+        }
+        let (nats, redis) = tokio::join!(nats_image().start(), redis.start());
+        let redis = redis.expect("start redis");
+        let port = redis.get_host_port_ipv4(6379).await.unwrap();
+        let mut infra = Self::on_deployment(
+            nats.expect("start nats"),
+            RedisMode::Standalone,
+            format!("rediss://127.0.0.1:{port}"),
+            0,
+            redis,
+            Vec::new(),
+        )
+        .await;
+        infra.redis_tls = Some(pki);
+        infra
+    }
+
     async fn on_deployment(
         nats: ContainerAsync<GenericImage>,
         mode: RedisMode,
@@ -170,6 +207,7 @@ impl Infra {
             redis_master_name: MASTER_NAME.to_string(),
             redis_wait_replicas: wait_replicas,
             redis_user: None,
+            redis_tls: None,
             nats,
             redis,
             redis_others: others,

@@ -9,10 +9,10 @@ use crate::infra::{InfraConfig, RedisMode};
 use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
-use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
+use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use redis::{
-    AsyncConnectionConfig, Cmd, ErrorKind, IntoConnectionInfo, Pipeline, RedisConnectionInfo,
-    RedisError, RedisFuture, RedisResult, ServerErrorKind, TlsMode, Value,
+    AsyncConnectionConfig, ClientTlsConfig, Cmd, ErrorKind, IntoConnectionInfo, Pipeline,
+    RedisError, RedisFuture, RedisResult, ServerErrorKind, TlsCertificates, TlsMode, Value,
 };
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -57,16 +57,6 @@ impl Connection {
             .then_some((infra.redis_wait_replicas, infra.redis_wait_timeout_ms));
         let response_timeout =
             RESPONSE_TIMEOUT + Duration::from_millis(wait.map_or(0, |(_, ms)| ms));
-        let credentials = |info: RedisConnectionInfo| {
-            let info = match &infra.redis_username {
-                Some(user) => info.set_username(user),
-                None => info,
-            };
-            match &infra.redis_password {
-                Some(password) => info.set_password(password.expose()),
-                None => info,
-            }
-        };
         let route = match infra.redis_mode {
             RedisMode::Standalone => {
                 let [url] = urls.as_slice() else {
@@ -75,9 +65,18 @@ impl Connection {
                     ));
                 };
                 let info = url.into_connection_info()?;
-                let info = info
-                    .clone()
-                    .set_redis_settings(credentials(info.redis_settings().clone()));
+                let mut settings = info.redis_settings().clone();
+                if let Some(user) = &infra.redis_username {
+                    settings = settings.set_username(user);
+                }
+                if let Some(password) = &infra.redis_password {
+                    settings = settings.set_password(password.expose());
+                }
+                let info = info.set_redis_settings(settings);
+                let client = match certificates(infra)? {
+                    Some(certs) => redis::Client::build_with_tls(info, certs)?,
+                    None => redis::Client::open(info)?,
+                };
                 let config = redis::aio::ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(CONNECT_TIMEOUT))
                     .set_response_timeout(Some(response_timeout))
@@ -86,27 +85,44 @@ impl Connection {
                     .set_number_of_retries(1)
                     .set_min_delay(Duration::from_millis(100))
                     .set_max_delay(Duration::from_millis(100));
-                Route::Single(
-                    redis::Client::open(info)?
-                        .get_connection_manager_with_config(config)
-                        .await?,
-                )
+                Route::Single(client.get_connection_manager_with_config(config).await?)
             }
             RedisMode::Sentinel => {
-                let tls = urls.iter().any(|u| u.starts_with("rediss://"));
-                let mut node = SentinelNodeConnectionInfo::default()
-                    .set_redis_connection_info(credentials(RedisConnectionInfo::default()));
-                if tls {
-                    node = node.set_tls_mode(TlsMode::Secure);
-                }
-                let client = SentinelClient::build(
-                    urls,
-                    infra.redis_master_name.clone(),
-                    Some(node),
+                let infos = urls
+                    .iter()
+                    .map(|u| u.into_connection_info())
+                    .collect::<RedisResult<Vec<_>>>()?;
+                let mut builder = SentinelClientBuilder::new(
+                    infos.iter().map(|i| i.addr().clone()),
+                    &infra.redis_master_name,
                     SentinelServerType::Master,
                 )?;
+                // The Sentinels' own user and password are the URLs'.
+                let sentinel_auth = infos[0].redis_settings();
+                if let Some(user) = sentinel_auth.username() {
+                    builder = builder.set_client_to_sentinel_username(user);
+                }
+                if let Some(password) = sentinel_auth.password() {
+                    builder = builder.set_client_to_sentinel_password(password);
+                }
+                if let Some(user) = &infra.redis_username {
+                    builder = builder.set_client_to_redis_username(user);
+                }
+                if let Some(password) = &infra.redis_password {
+                    builder = builder.set_client_to_redis_password(password.expose());
+                }
+                if urls.iter().any(|u| u.starts_with("rediss://")) {
+                    builder = builder
+                        .set_client_to_sentinel_tls_mode(TlsMode::Secure)
+                        .set_client_to_redis_tls_mode(TlsMode::Secure);
+                }
+                if let Some(certs) = certificates(infra)? {
+                    builder = builder
+                        .set_client_to_sentinel_certificates(certs.clone())
+                        .set_client_to_redis_certificates(certs);
+                }
                 Route::Sentinel(Arc::new(
-                    SentinelMaster::connect(client, response_timeout).await?,
+                    SentinelMaster::connect(builder.build()?, response_timeout).await?,
                 ))
             }
             RedisMode::Cluster => {
@@ -121,6 +137,9 @@ impl Connection {
                 }
                 if let Some(password) = &infra.redis_password {
                     builder = builder.password(password.expose());
+                }
+                if let Some(certs) = certificates(infra)? {
+                    builder = builder.certs(certs);
                 }
                 Route::Cluster(builder.build()?.get_async_connection().await?)
             }
@@ -285,6 +304,34 @@ fn master_lost(e: &RedisError) -> bool {
             e.kind(),
             ErrorKind::Server(ServerErrorKind::ReadOnly | ServerErrorKind::MasterDown)
         )
+}
+
+/// The CA and client certificate the configuration names, read from their files.
+fn certificates(infra: &InfraConfig) -> RedisResult<Option<TlsCertificates>> {
+    let read = |path: &std::path::Path| {
+        std::fs::read(path).map_err(|e| {
+            RedisError::from((
+                ErrorKind::InvalidClientConfig,
+                "cannot read a Redis TLS file",
+                format!("{}: {e}", path.display()),
+            ))
+        })
+    };
+    let root_cert = infra.redis_tls_ca.as_deref().map(read).transpose()?;
+    let client_tls = match (&infra.redis_tls_cert, &infra.redis_tls_key) {
+        (Some(cert), Some(key)) => Some(ClientTlsConfig {
+            client_cert: read(cert)?,
+            client_key: read(key)?,
+        }),
+        (None, None) => None,
+        _ => return Err(config_error("redis_tls_cert and redis_tls_key go together")),
+    };
+    Ok(
+        (root_cert.is_some() || client_tls.is_some()).then_some(TlsCertificates {
+            client_tls,
+            root_cert,
+        }),
+    )
 }
 
 fn config_error(why: &'static str) -> RedisError {

@@ -10,6 +10,7 @@ use countersign_tests::app::{PATIENCE, TestApp};
 use countersign_tests::fake_model::refund_brain;
 use countersign_tests::images::NATS;
 use countersign_tests::infra::Infra;
+use countersign_tests::pki::TestPki;
 use countersign_tests::wait_for;
 use std::time::Duration;
 use testcontainers::core::{IntoContainerPort, WaitFor};
@@ -168,7 +169,7 @@ async fn a_nats_server_that_knows_the_services_by_nkey_is_reached_with_the_seed(
 
 #[tokio::test]
 async fn a_nats_server_that_requires_tls_and_a_client_certificate_is_reached_with_them() {
-    let pki = TestPki::new();
+    let pki = TestPki::generate();
     let (_nats, url) = nats_requiring(
         &[
             "--tls",
@@ -209,105 +210,4 @@ async fn a_nats_server_that_requires_tls_and_a_client_certificate_is_reached_wit
         ..Default::default()
     };
     reached_only_with(&url, infra).await;
-}
-
-/// A certificate authority, a server certificate for 127.0.0.1 and a client certificate,
-/// made with the `openssl` command as an operator would.
-struct TestPki {
-    dir: std::path::PathBuf,
-}
-
-impl TestPki {
-    fn new() -> Self {
-        let dir = std::env::temp_dir().join(format!("cs-pki-{}", uuid::Uuid::new_v4().simple()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let pki = Self { dir };
-        std::fs::write(pki.path("server.ext"), "subjectAltName=IP:127.0.0.1\n").unwrap();
-        std::fs::write(pki.path("client.ext"), "extendedKeyUsage=clientAuth\n").unwrap();
-        let ec = [
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-        ];
-        pki.openssl(
-            &[
-                &["req", "-x509"],
-                &ec[..],
-                &[
-                    "-keyout",
-                    "ca.key",
-                    "-out",
-                    "ca.pem",
-                    "-days",
-                    "1",
-                    "-subj",
-                    "/CN=countersign test CA",
-                ],
-            ]
-            .concat(),
-        );
-        for (name, cn) in [("server", "/CN=nats"), ("client", "/CN=countersign")] {
-            let (key, csr, pem, ext) = (
-                format!("{name}.key"),
-                format!("{name}.csr"),
-                format!("{name}.pem"),
-                format!("{name}.ext"),
-            );
-            pki.openssl(
-                &[
-                    &["req"],
-                    &ec[..],
-                    &["-keyout", &key, "-out", &csr, "-subj", cn],
-                ]
-                .concat(),
-            );
-            pki.openssl(&[
-                "x509",
-                "-req",
-                "-in",
-                &csr,
-                "-CA",
-                "ca.pem",
-                "-CAkey",
-                "ca.key",
-                "-CAcreateserial",
-                "-out",
-                &pem,
-                "-days",
-                "1",
-                "-extfile",
-                &ext,
-            ]);
-        }
-        pki
-    }
-
-    fn openssl(&self, args: &[&str]) {
-        let out = std::process::Command::new("openssl")
-            .args(args)
-            .current_dir(&self.dir)
-            .output()
-            .expect("run openssl");
-        assert!(
-            out.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-
-    fn path(&self, name: &str) -> std::path::PathBuf {
-        self.dir.join(name)
-    }
-
-    fn read(&self, name: &str) -> Vec<u8> {
-        std::fs::read(self.path(name)).unwrap()
-    }
-}
-
-impl Drop for TestPki {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
 }

@@ -3,7 +3,8 @@
 //! master is killed (SIGKILL) with half the runs still waiting, the replica is promoted, and
 //! every run still completes with each refund applied once and its audit chain intact. The
 //! test prints how long decisions were refused and how long the runs took to resume. Writes
-//! can be made to wait for replicas, and the services log in as an ACL user.
+//! can be made to wait for replicas, and the services log in as an ACL user and over TLS
+//! with a client certificate.
 
 use countersign_shared::names::Names;
 use countersign_shared::run::RunId;
@@ -155,4 +156,27 @@ async fn on_a_cluster_a_killed_master_is_replaced_and_every_run_completes_once()
         .find(|l| l.contains(&format!("{master_ip}:6379")))
         .unwrap();
     assert!(killed.contains("fail"), "{nodes}");
+}
+
+#[tokio::test]
+async fn services_reach_a_redis_that_requires_tls_and_a_client_certificate() {
+    let infra = Infra::start_with_redis_tls().await;
+    // Without the client certificate the server refuses the connection.
+    let mut no_cert = infra.config("ttls");
+    no_cert.redis_tls_cert = None;
+    no_cert.redis_tls_key = None;
+    assert!(
+        Store::connect(&no_cert, Names::new("ttls").unwrap())
+            .await
+            .is_err()
+    );
+
+    let app = TestApp::spawn_on(infra, "anthropic", 1, "", |_| {}, refund_brain).await;
+    let run = app.start_run("Refund A-1001 please.").await;
+    let paused = app.wait_status(&run, "awaiting_approval").await;
+    let (status, _) = app
+        .approve(&run, "toolu_2", &paused["pending"][0]["digest"])
+        .await;
+    assert_eq!(status, 200);
+    app.wait_status(&run, "completed").await;
 }
