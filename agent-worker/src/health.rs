@@ -1,13 +1,16 @@
 //! The worker's probes on a small HTTP server of their own: `/livez` (the process answers)
-//! and `/readyz` (Redis, NATS and every stream answer, as the gateway checks them).
+//! and `/readyz` (Redis, NATS and every stream answer, as the gateway checks them), and
+//! `/metrics`, the worker's metrics in Prometheus's text format.
 
 use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
+use axum::http::header::CONTENT_TYPE;
 use axum::response::Json;
 use axum::routing::get;
 use countersign_shared::bus::Bus;
 use countersign_shared::health::Readiness;
+use countersign_shared::metrics::Metrics;
 use countersign_shared::store::Store;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
@@ -29,6 +32,7 @@ pub async fn serve(
     let app = Router::new()
         .route("/livez", get(live))
         .route("/readyz", get(ready))
+        .route("/metrics", get(metrics))
         .with_state(Probes { store, bus });
     tracing::info!(addr = %listener.local_addr()?, "health probes listening");
     axum::serve(listener, app)
@@ -44,4 +48,9 @@ async fn ready(State(probes): State<Probes>) -> (StatusCode, Json<Value>) {
     let readiness = Readiness::check(&probes.store, &probes.bus).await;
     let status = StatusCode::from_u16(readiness.status()).expect("200 or 503");
     (status, Json(readiness.body()))
+}
+
+async fn metrics(State(probes): State<Probes>) -> impl axum::response::IntoResponse {
+    let metrics = probes.store.metrics();
+    ([(CONTENT_TYPE, Metrics::CONTENT_TYPE)], metrics.encode())
 }

@@ -241,9 +241,14 @@ async fn deliver(state: &AppState, msg: Message) {
             return;
         }
     };
+    let metrics = state.store.metrics();
+    if attempt > 1 {
+        metrics.redelivered("DELIVERIES");
+    }
     let result = send(state, &delivery).await;
-    if result.is_ok() {
-        audit_notified(state, &delivery).await;
+    match &result {
+        Ok(()) => audit_notified(state, &delivery).await,
+        Err(_) => metrics.delivery_failed(delivery.channel.kind()),
     }
     let ack = match result {
         Ok(()) => msg.ack().await,

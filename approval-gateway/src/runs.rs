@@ -10,7 +10,7 @@ use countersign_shared::audit::{AuditEntry, AuditKind};
 use countersign_shared::events::Event;
 use countersign_shared::names::msg_id;
 use countersign_shared::run::{Cancellation, Run, RunId, RunStatus};
-use countersign_shared::store::{Announcement, CancelOutcome};
+use countersign_shared::store::{Announcement, CancelOutcome, StoreError};
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -75,11 +75,13 @@ pub(crate) async fn start(
     );
     // A replayed key finds its run already stored; it is announced again only while still
     // queued, in case the first attempt stopped between storing and publishing.
-    let status = match state.store.load(&run_id).await? {
-        Some(existing) => existing.status,
-        None => {
-            state.store.create(&run).await?;
-            RunStatus::Queued
+    let status = if state.store.create(&run).await? {
+        state.store.metrics().run("started");
+        RunStatus::Queued
+    } else {
+        match state.store.load(&run_id).await? {
+            Some(existing) => existing.status,
+            None => return Err(StoreError::Corrupt(format!("run {run_id} vanished")).into()),
         }
     };
     if status == RunStatus::Queued {

@@ -35,6 +35,17 @@ pub enum Provider {
     Scripted,
 }
 
+impl Provider {
+    /// Its name in agent files (and metrics).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Provider::Anthropic => "anthropic",
+            Provider::Openai => "openai",
+            Provider::Scripted => "scripted",
+        }
+    }
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelDef {

@@ -8,6 +8,7 @@ pub mod digest;
 pub mod events;
 pub mod health;
 pub mod infra;
+pub mod metrics;
 pub mod names;
 pub mod outbox;
 pub mod people;

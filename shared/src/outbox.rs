@@ -55,9 +55,14 @@ impl Outbox {
     /// Publishes, deletes the acknowledged entries, and returns how many the outbox still
     /// holds; the first publish error if any failed.
     async fn send(&self, run: &RunId, queued: &[Announcement]) -> Result<usize, OutboxError> {
-        let results = join_all(queued.iter().map(|a| {
-            self.bus
+        let results = join_all(queued.iter().map(|a| async {
+            let started = std::time::Instant::now();
+            let published = self
+                .bus
                 .publish_raw(a.subject.clone(), &a.msg_id, a.payload.clone().into_bytes())
+                .await;
+            self.store.metrics().published(started.elapsed());
+            published
         }))
         .await;
         let acked: Vec<&str> = queued

@@ -40,6 +40,7 @@ pub use inbox::Awaiting;
 pub use timers::{DueTimer, Timer};
 
 use crate::audit::{AuditEntry, prepare};
+use crate::metrics::Metrics;
 use crate::names::Names;
 use crate::run::{Decision, HeldCall, Run, RunId, RunStatus};
 use connection::Connection;
@@ -171,6 +172,9 @@ pub enum CancelOutcome {
 pub struct Store {
     conn: Connection,
     names: Names,
+    /// The service's metrics: every part of a service reaches the store, and the store
+    /// times its own round trips.
+    metrics: Metrics,
 }
 
 impl Store {
@@ -181,10 +185,17 @@ impl Store {
         infra: &crate::infra::InfraConfig,
         names: Names,
     ) -> Result<Self, StoreError> {
+        let metrics = Metrics::default();
         Ok(Self {
-            conn: Connection::open(infra).await?,
+            conn: Connection::open(infra, metrics.clone()).await?,
             names,
+            metrics,
         })
+    }
+
+    /// The metrics of the service this store belongs to.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
     }
 
     pub fn names(&self) -> &Names {

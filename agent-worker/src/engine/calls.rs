@@ -98,13 +98,15 @@ impl Engine {
     }
 
     /// Turns each decision of the held turn into a result and appends the turn's results;
-    /// returns the audit entries of the calls it ran or refused.
+    /// returns the audit entries of the calls it ran or refused, and when the last decision
+    /// was made (ms).
     pub(super) async fn resume_turn(
         &self,
         run: &mut Run,
         agent: &RunnableAgent,
-    ) -> Result<Vec<AuditEntry>, StepError> {
+    ) -> Result<(Vec<AuditEntry>, i64), StepError> {
         let decisions = self.store.decisions(&run.run_id).await?;
+        let last_decided = decisions.values().map(|d| d.decided_at).max().unwrap_or(0);
         let mut held = std::mem::take(&mut run.held);
         let mut executed = Vec::new();
         for call in held.iter_mut().filter(|c| c.result.is_none()) {
@@ -178,7 +180,9 @@ impl Engine {
             }
             call.result = Some(result);
         }
+        let resolved = held.iter().filter(|c| c.pending.is_some()).count();
+        self.store.metrics().calls("resolved", resolved);
         run.messages.push(results_message(&held));
-        Ok(executed)
+        Ok((executed, last_decided))
     }
 }

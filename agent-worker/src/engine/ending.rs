@@ -29,6 +29,10 @@ impl Engine {
         self.save(&mut run, Save::Pause, &requested, &[announce])
             .await?;
         self.schedule_timers(&run).await?;
+        let metrics = self.store.metrics();
+        metrics.run("paused");
+        metrics.calls("held", requested.len());
+        metrics.paused_after(run.updated_at - run.created_at);
         info!(
             turn = run.turns,
             pending = requested.len(),
@@ -113,6 +117,7 @@ impl Engine {
             &announce,
         )
         .await?;
+        self.store.metrics().run(status.as_str());
         info!(status = status.as_str(), "run finished");
         Ok(())
     }

@@ -58,7 +58,11 @@ impl Engine {
             }
             ExecBegin::InterruptedBefore | ExecBegin::Run => {}
         }
+        let started = std::time::Instant::now();
         let result = tools::call_http(&self.http, tool, run, call_id, input, outcome).await;
+        self.store
+            .metrics()
+            .tool_call(&tool.name, started.elapsed());
         self.store.exec_finish(run, call_id, &result).await?;
         Ok(result)
     }

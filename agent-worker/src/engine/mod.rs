@@ -106,6 +106,9 @@ impl Engine {
     /// for any message any number of times: what is already done is not done again.
     #[tracing::instrument(skip_all, fields(run_id = %id, attempt))]
     pub async fn process(&self, id: &RunId, start: Option<&Event>, attempt: u64) -> Next {
+        if attempt > 1 {
+            self.store.metrics().redelivered("RUNS");
+        }
         match self.try_process(id, start, attempt).await {
             Ok(next) => next,
             Err(e) if e.worth_retrying() => {
@@ -245,11 +248,15 @@ impl Engine {
             let error = format!("agent {:?} is not defined", run.agent);
             return self.finish(run, Err(error)).await;
         };
+        // When the decisions this drive resumes from were made, until the model is called.
+        let mut resumed_from = None;
         if !run.held.is_empty() {
             self.store.index_awaiting(id, false).await?;
             info!(turn = run.turns, "resuming");
-            let executed = self.resume_turn(&mut run, agent).await?;
+            let (executed, last_decided) = self.resume_turn(&mut run, agent).await?;
             self.save(&mut run, Save::Progress, &executed, &[]).await?;
+            self.store.metrics().run("resumed");
+            resumed_from = Some(last_decided);
         }
         loop {
             let max_turns = agent.agent.def.max_turns;
@@ -265,7 +272,15 @@ impl Engine {
                 messages: &run.messages,
                 tools: &def.tools,
             };
-            let blocks = match agent.model.complete(&self.http, &request).await {
+            if let Some(decided) = resumed_from.take() {
+                self.store.metrics().resumed_after(now_ms() - decided);
+            }
+            let started = std::time::Instant::now();
+            let completion = agent.model.complete(&self.http, &request).await;
+            self.store
+                .metrics()
+                .model_call(def.model.provider.as_str(), started.elapsed());
+            let blocks = match completion {
                 Ok(blocks) => blocks,
                 Err(e @ ModelError::Retryable(_)) if attempt < self.settings.max_attempts => {
                     return Err(StepError::Model(e));

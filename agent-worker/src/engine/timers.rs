@@ -178,6 +178,7 @@ impl Engine {
         else {
             return Ok(()); // decided or changed meanwhile: the next sweep looks again
         };
+        self.store.metrics().calls("escalated", 1);
         self.publish(&run.run_id, &queued).await;
         self.store
             .schedule(
@@ -228,6 +229,7 @@ impl Engine {
         match self.store.decide(&due.run_id, &request).await? {
             Outcome::Decided { queued, .. } => {
                 info!(run_id = %due.run_id, call_id = %due.call_id, "call expired");
+                self.store.metrics().calls("expired", 1);
                 self.publish(&due.run_id, &queued).await;
             }
             // The deadline moved (an escalation) after this sweep read it: keep the timer.

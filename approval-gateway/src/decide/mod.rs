@@ -15,6 +15,7 @@ pub(crate) use error::{DecideError, action_name};
 pub(crate) use input::{Decider, MAX_TEXT, Proposed};
 
 use crate::state::AppState;
+use countersign_shared::now_ms;
 use countersign_shared::store::{CallDecided, DecideRequest, Outcome};
 use std::collections::HashSet;
 
@@ -57,6 +58,11 @@ pub(crate) async fn decide(
     };
     match state.store.decide(&run.run_id, &request).await? {
         Outcome::Decided { calls, queued } => {
+            let metrics = state.store.metrics();
+            for _ in &calls {
+                metrics.decision(by.channel, "recorded");
+                metrics.decided_after(now_ms() - run.updated_at);
+            }
             // The decision stands once Redis holds it: the reviewer is answered now, whatever
             // NATS is doing, and what is not published here the outbox sweepers publish.
             let (outbox, run_id) = (state.outbox.clone(), run.run_id.clone());
@@ -67,11 +73,16 @@ pub(crate) async fn decide(
             });
             Ok(calls)
         }
-        Outcome::Refused(refusal) => Err(DecideError::refused(
-            run.run_id.as_str(),
-            by.principal,
-            refusal,
-        )),
+        Outcome::Refused(refusal) => {
+            let code = serde_json::to_value(refusal.code).unwrap_or_default();
+            let code = code.as_str().unwrap_or("refused");
+            state.store.metrics().decision(by.channel, code);
+            Err(DecideError::refused(
+                run.run_id.as_str(),
+                by.principal,
+                refusal,
+            ))
+        }
         Outcome::NoRun => Err(DecideError::NoRun(format!("no run {run_id:?}"))),
         Outcome::Settled(_) | Outcome::NotDue => Err(DecideError::Backend(
             "the decision script answered as for an expiry".into(),

@@ -6,6 +6,7 @@
 //! [`Connection`], which also makes writes wait for replicas when the deployment asks for it.
 
 use crate::infra::{InfraConfig, RedisMode};
+use crate::metrics::Metrics;
 use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
@@ -15,7 +16,7 @@ use redis::{
     RedisError, RedisFuture, RedisResult, ServerErrorKind, TlsCertificates, TlsMode, Value,
 };
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How long connecting and each reply may take: short, so that a request meets its 503
 /// within about a second while Redis is away, and whoever called retries later. A reply to
@@ -33,6 +34,7 @@ const READS: [&[u8]; 12] = [
 #[derive(Clone)]
 pub(crate) struct Connection {
     route: Route,
+    metrics: Metrics,
     /// Replicas every write must reach (`WAIT`), and for how long to wait for them.
     wait: Option<(u32, u64)>,
 }
@@ -45,7 +47,7 @@ enum Route {
 }
 
 impl Connection {
-    pub(crate) async fn open(infra: &InfraConfig) -> RedisResult<Self> {
+    pub(crate) async fn open(infra: &InfraConfig, metrics: Metrics) -> RedisResult<Self> {
         let urls: Vec<&str> = infra
             .redis_url
             .split(',')
@@ -144,7 +146,11 @@ impl Connection {
                 Route::Cluster(builder.build()?.get_async_connection().await?)
             }
         };
-        Ok(Self { route, wait })
+        Ok(Self {
+            route,
+            metrics,
+            wait,
+        })
     }
 
     /// After a write, waits until the replicas asked for hold it (and everything this
@@ -180,7 +186,13 @@ impl Connection {
 impl ConnectionLike for Connection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         Box::pin(async move {
-            let value = self.route.req_packed_command(cmd).await?;
+            let started = Instant::now();
+            let value = self.route.req_packed_command(cmd).await;
+            if let Some(redis::Arg::Simple(name)) = cmd.args_iter().next() {
+                self.metrics
+                    .redis_command(&String::from_utf8_lossy(name), started.elapsed());
+            }
+            let value = value?;
             self.replicated(cmd).await?;
             Ok(value)
         })

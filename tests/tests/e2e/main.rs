@@ -12,6 +12,7 @@ mod expiry;
 mod inbox_paging;
 mod listener;
 mod many_workers;
+mod metrics;
 mod nats;
 mod outbox;
 mod pause_and_resume;

@@ -1,0 +1,258 @@
+//! What a service counts and times, served as Prometheus text at `GET /metrics` (the
+//! gateway's listener, a worker's health port). Each service has its own registry, reached
+//! through its [`crate::store::Store`], so the figures are that process's; Prometheus sums
+//! them over the deployment.
+//!
+//! - `countersign_runs_total{event}`: `started` (gateway), `paused`, `resumed`, `completed`,
+//!   `failed`, `cancelled` (worker).
+//! - `countersign_calls_total{event}`: `held` for a person, `expired`, `escalated`, and
+//!   `resolved` once a held turn goes back to the model; held − resolved is what is pending.
+//! - `countersign_decisions_total{channel, outcome}`: `recorded`, or the refusal's code.
+//! - `countersign_pause_seconds` (run created → paused), `countersign_decision_seconds` (held
+//!   → decided), `countersign_resume_seconds` (last decision → the model called again).
+//! - `countersign_model_call_seconds{provider}`, `countersign_tool_call_seconds{tool}`,
+//!   `countersign_redis_command_seconds{command}`, `countersign_jetstream_publish_seconds`.
+//! - `countersign_jetstream_redeliveries_total{stream}` and
+//!   `countersign_delivery_failures_total{channel}`.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Event {
+    event: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DecisionLabels {
+    channel: String,
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Provider {
+    provider: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Tool {
+    tool: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Command {
+    command: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Stream {
+    stream: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Channel {
+    channel: String,
+}
+
+type Timings<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// From 100 µs to about 2 minutes: Redis commands at the short end, people at the long.
+fn buckets() -> Histogram {
+    Histogram::new(exponential_buckets(0.0001, 2.5, 16))
+}
+
+/// Decisions wait on people: from a second to about a week.
+fn human_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(1.0, 3.0, 14))
+}
+
+#[derive(Clone)]
+pub struct Metrics(Arc<Inner>);
+
+struct Inner {
+    registry: Registry,
+    runs: Family<Event, Counter>,
+    calls: Family<Event, Counter>,
+    decisions: Family<DecisionLabels, Counter>,
+    pause: Histogram,
+    decision: Histogram,
+    resume: Histogram,
+    model: Timings<Provider>,
+    tool: Timings<Tool>,
+    redis: Timings<Command>,
+    publish: Histogram,
+    redeliveries: Family<Stream, Counter>,
+    delivery_failures: Family<Channel, Counter>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut inner = Inner {
+            registry: Registry::with_prefix("countersign"),
+            runs: Family::default(),
+            calls: Family::default(),
+            decisions: Family::default(),
+            pause: buckets(),
+            decision: human_buckets(),
+            resume: buckets(),
+            model: Family::new_with_constructor(buckets),
+            tool: Family::new_with_constructor(buckets),
+            redis: Family::new_with_constructor(buckets),
+            publish: buckets(),
+            redeliveries: Family::default(),
+            delivery_failures: Family::default(),
+        };
+        let r = &mut inner.registry;
+        r.register("runs", "Runs by what happened to them", inner.runs.clone());
+        r.register(
+            "calls",
+            "Calls held for a person, and how they ended",
+            inner.calls.clone(),
+        );
+        r.register(
+            "decisions",
+            "Decisions by channel and outcome",
+            inner.decisions.clone(),
+        );
+        r.register(
+            "pause_seconds",
+            "From a run's creation to its pause",
+            inner.pause.clone(),
+        );
+        r.register(
+            "decision_seconds",
+            "From a call held to its decision",
+            inner.decision.clone(),
+        );
+        r.register(
+            "resume_seconds",
+            "From a turn's last decision to the next model call",
+            inner.resume.clone(),
+        );
+        r.register("model_call_seconds", "Model API calls", inner.model.clone());
+        r.register("tool_call_seconds", "Tool calls", inner.tool.clone());
+        r.register(
+            "redis_command_seconds",
+            "Redis round trips by command",
+            inner.redis.clone(),
+        );
+        r.register(
+            "jetstream_publish_seconds",
+            "JetStream publishes until acknowledged",
+            inner.publish.clone(),
+        );
+        r.register(
+            "jetstream_redeliveries",
+            "Messages JetStream delivered again",
+            inner.redeliveries.clone(),
+        );
+        r.register(
+            "delivery_failures",
+            "Channel deliveries that failed",
+            inner.delivery_failures.clone(),
+        );
+        Self(Arc::new(inner))
+    }
+}
+
+impl Metrics {
+    /// The content type of [`Metrics::encode`]'s text.
+    pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+    /// Everything, in Prometheus's text exposition format.
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.0.registry)
+            .expect("writing to a string does not fail");
+        text
+    }
+
+    pub fn run(&self, event: &'static str) {
+        self.0.runs.get_or_create(&Event { event }).inc();
+    }
+
+    pub fn calls(&self, event: &'static str, n: usize) {
+        self.0
+            .calls
+            .get_or_create(&Event { event })
+            .inc_by(n as u64);
+    }
+
+    pub fn decision(&self, channel: &str, outcome: &str) {
+        let labels = DecisionLabels {
+            channel: channel.to_string(),
+            outcome: outcome.to_string(),
+        };
+        self.0.decisions.get_or_create(&labels).inc();
+    }
+
+    pub fn paused_after(&self, ms: i64) {
+        self.0.pause.observe(seconds(ms));
+    }
+
+    pub fn decided_after(&self, ms: i64) {
+        self.0.decision.observe(seconds(ms));
+    }
+
+    pub fn resumed_after(&self, ms: i64) {
+        self.0.resume.observe(seconds(ms));
+    }
+
+    pub fn model_call(&self, provider: &str, took: Duration) {
+        let labels = Provider {
+            provider: provider.to_string(),
+        };
+        self.0
+            .model
+            .get_or_create(&labels)
+            .observe(took.as_secs_f64());
+    }
+
+    pub fn tool_call(&self, tool: &str, took: Duration) {
+        let labels = Tool {
+            tool: tool.to_string(),
+        };
+        self.0
+            .tool
+            .get_or_create(&labels)
+            .observe(took.as_secs_f64());
+    }
+
+    pub fn redis_command(&self, command: &str, took: Duration) {
+        let labels = Command {
+            command: command.to_string(),
+        };
+        self.0
+            .redis
+            .get_or_create(&labels)
+            .observe(took.as_secs_f64());
+    }
+
+    pub fn published(&self, took: Duration) {
+        self.0.publish.observe(took.as_secs_f64());
+    }
+
+    pub fn redelivered(&self, stream: &str) {
+        let labels = Stream {
+            stream: stream.to_string(),
+        };
+        self.0.redeliveries.get_or_create(&labels).inc();
+    }
+
+    pub fn delivery_failed(&self, channel: &str) {
+        let labels = Channel {
+            channel: channel.to_string(),
+        };
+        self.0.delivery_failures.get_or_create(&labels).inc();
+    }
+}
+
+/// Milliseconds between two clocks' readings as seconds; never negative (clocks differ).
+fn seconds(ms: i64) -> f64 {
+    ms.max(0) as f64 / 1000.0
+}

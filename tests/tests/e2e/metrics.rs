@@ -1,0 +1,120 @@
+//! `/metrics` on the gateway and on a worker's health port: after one refund cycle and one
+//! refused decision, each shows what it did (and only that: each service counts its own).
+
+use countersign_tests::app::{PATIENCE, TestApp};
+use countersign_tests::fake_model::refund_brain;
+use countersign_tests::wait_for;
+use serde_json::json;
+
+/// The value of one series (`name{labels}` exactly as exposed), if it is there.
+fn value(text: &str, series: &str) -> Option<f64> {
+    text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
+        let (name, value) = l.rsplit_once(' ')?;
+        (name == series).then(|| value.parse().ok())?
+    })
+}
+
+async fn scrape(app: &TestApp, url: &str) -> String {
+    let response = app.http.get(url).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let content_type = response.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        content_type.starts_with("text/plain; version=0.0.4"),
+        "{content_type}"
+    );
+    response.text().await.unwrap()
+}
+
+#[tokio::test]
+async fn the_gateway_and_a_worker_count_and_time_what_they_did() {
+    let app = TestApp::spawn(refund_brain).await;
+    let run = app.start_run("Refund A-1001 please.").await;
+    let paused = app.wait_status(&run, "awaiting_approval").await;
+    let stale = json!([{"call_id": "toolu_2", "digest": format!("sha256:{}", "0".repeat(64)), "action": "approve"}]);
+    let (status, _) = app.decide(&run, stale).await;
+    assert_eq!(status, 409);
+    let (status, _) = app
+        .approve(&run, "toolu_2", &paused["pending"][0]["digest"])
+        .await;
+    assert_eq!(status, 200);
+    app.wait_status(&run, "completed").await;
+
+    let gateway = scrape(&app, &format!("{}/metrics", app.gateway_url)).await;
+    for (series, expected) in [
+        (r#"countersign_runs_total{event="started"}"#, 1.0),
+        (
+            r#"countersign_decisions_total{channel="api",outcome="recorded"}"#,
+            1.0,
+        ),
+        (
+            r#"countersign_decisions_total{channel="api",outcome="stale_digest"}"#,
+            1.0,
+        ),
+        ("countersign_decision_seconds_count", 1.0),
+    ] {
+        assert_eq!(
+            value(&gateway, series),
+            Some(expected),
+            "{series} in\n{gateway}"
+        );
+    }
+    assert!(
+        value(
+            &gateway,
+            r#"countersign_redis_command_seconds_count{command="EVALSHA"}"#
+        ) > Some(0.0),
+        "{gateway}"
+    );
+    assert_eq!(
+        value(&gateway, r#"countersign_runs_total{event="paused"}"#),
+        None,
+        "a worker's count"
+    );
+
+    // The worker sees the completion a moment after the API shows it: its save comes first.
+    let url = format!("{}/metrics", app.worker_probes_url(0));
+    let worker = wait_for("the worker to count the completion", PATIENCE, || async {
+        let text = scrape(&app, &url).await;
+        value(&text, r#"countersign_runs_total{event="completed"}"#).map(|_| text)
+    })
+    .await;
+    for (series, expected) in [
+        (r#"countersign_runs_total{event="paused"}"#, 1.0),
+        (r#"countersign_runs_total{event="resumed"}"#, 1.0),
+        (r#"countersign_runs_total{event="completed"}"#, 1.0),
+        (r#"countersign_calls_total{event="held"}"#, 1.0),
+        (r#"countersign_calls_total{event="resolved"}"#, 1.0),
+        ("countersign_pause_seconds_count", 1.0),
+        ("countersign_resume_seconds_count", 1.0),
+        (
+            r#"countersign_model_call_seconds_count{provider="anthropic"}"#,
+            2.0,
+        ),
+        (
+            r#"countersign_tool_call_seconds_count{tool="get_order"}"#,
+            1.0,
+        ),
+        (
+            r#"countersign_tool_call_seconds_count{tool="issue_refund"}"#,
+            1.0,
+        ),
+    ] {
+        assert_eq!(
+            value(&worker, series),
+            Some(expected),
+            "{series} in\n{worker}"
+        );
+    }
+    assert!(
+        value(&worker, "countersign_jetstream_publish_seconds_count") > Some(0.0),
+        "{worker}"
+    );
+    assert_eq!(
+        value(&worker, r#"countersign_runs_total{event="started"}"#),
+        None,
+        "the gateway's count"
+    );
+}
