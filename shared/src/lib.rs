@@ -11,6 +11,7 @@ pub mod infra;
 pub mod names;
 pub mod outbox;
 pub mod people;
+pub mod probe;
 pub mod redact;
 pub mod run;
 pub mod secret;
