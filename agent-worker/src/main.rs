@@ -1,4 +1,9 @@
+fn main() -> anyhow::Result<()> {
+    countersign_shared::probe::exit_if_asked();
+    serve()
+}
+
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn serve() -> anyhow::Result<()> {
     agent_worker::main_from_env().await
 }

@@ -2,8 +2,13 @@ use approval_gateway::config::Config;
 use countersign_shared::telemetry;
 use tokio_util::sync::CancellationToken;
 
+fn main() -> anyhow::Result<()> {
+    countersign_shared::probe::exit_if_asked();
+    serve()
+}
+
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn serve() -> anyhow::Result<()> {
     telemetry::init();
     let config = Config::load()?;
     let listener = tokio::net::TcpListener::bind(&config.listen).await?;

@@ -12,6 +12,7 @@ pub mod metrics;
 pub mod names;
 pub mod outbox;
 pub mod people;
+pub mod probe;
 pub mod redact;
 pub mod run;
 pub mod secret;
