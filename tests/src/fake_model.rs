@@ -22,6 +22,15 @@ type ModelState = (Arc<Mutex<Vec<Value>>>, Brain, Arc<AtomicU64>);
 
 impl FakeModel {
     pub async fn start(brain: impl Fn(&Value) -> Value + Send + Sync + 'static) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Self::start_on(listener, brain)
+    }
+
+    /// Serves on `listener` (for callers on other hosts: a listener on their network).
+    pub fn start_on(
+        listener: tokio::net::TcpListener,
+        brain: impl Fn(&Value) -> Value + Send + Sync + 'static,
+    ) -> Self {
         let requests = Arc::new(Mutex::new(Vec::new()));
         let latency_ms = Arc::new(AtomicU64::new(0));
         let state: ModelState = (
@@ -33,7 +42,6 @@ impl FakeModel {
             .route("/v1/messages", post(answer))
             .route("/chat/completions", post(answer))
             .with_state(state);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base_url = format!("http://{}", listener.local_addr().unwrap());
         tokio::spawn(async move { axum::serve(listener, app).await });
         Self {
