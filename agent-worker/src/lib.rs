@@ -148,7 +148,7 @@ pub async fn run(
     let agents = Arc::new(Agents::compile(&catalog)?);
     let people = Directory::new(&config.people);
     check_roles(&catalog, &people)?;
-    let store = Store::connect(&config.infra, names.clone()).await?;
+    let store = Store::connect_waiting(&config.infra, names.clone()).await?;
     let bus = Bus::connect(&config.infra, names.clone()).await?;
     let probes = tokio::spawn(health::serve(
         health,

@@ -48,7 +48,7 @@ pub async fn run(
     let names = Names::new(&config.infra.namespace)?;
     let catalog = Catalog::load_dir(&config.agents_dir)?;
     config.check_channels(&catalog)?;
-    let store = Store::connect(&config.infra, names.clone()).await?;
+    let store = Store::connect_waiting(&config.infra, names.clone()).await?;
     let bus = Bus::connect(&config.infra, names).await?;
     let state = AppState::new(store, bus, catalog, config)?;
     let notifier = tokio::spawn(notify::run(state.clone(), shutdown.clone()));

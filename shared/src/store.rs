@@ -193,6 +193,28 @@ impl Store {
         })
     }
 
+    /// Like [`Store::connect`], but while Redis does not answer (refused, unreachable, timed
+    /// out) waits and tries again, saying so, so a service may start before Redis. Any other
+    /// failure (a wrong password, a bad URL) is returned at once.
+    pub async fn connect_waiting(
+        infra: &crate::infra::InfraConfig,
+        names: Names,
+    ) -> Result<Self, StoreError> {
+        let mut delay = Duration::from_millis(250);
+        loop {
+            match Self::connect(infra, names.clone()).await {
+                Err(StoreError::Redis(e))
+                    if e.is_io_error() || e.is_connection_refusal() || e.is_timeout() =>
+                {
+                    tracing::warn!(redis = %infra.redis_url, error = %e, ?delay, "Redis does not answer yet; trying again");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(5));
+                }
+                other => return other,
+            }
+        }
+    }
+
     /// The metrics of the service this store belongs to.
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
