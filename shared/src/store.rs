@@ -123,8 +123,8 @@ impl Announcement {
 /// What a claim attempt found.
 #[derive(Debug, PartialEq)]
 pub enum Claim {
-    /// The caller now drives the run, in this status.
-    Claimed(RunStatus),
+    /// The caller now drives the run, as it is now.
+    Claimed(Box<Claimed>),
     /// Another worker holds a lease for this long yet.
     Busy(Duration),
     /// Paused with calls still undecided.
@@ -132,6 +132,15 @@ pub enum Claim {
     /// Completed, failed or cancelled.
     Finished(RunStatus),
     Missing,
+}
+
+/// A run just claimed, with what driving it reads first.
+#[derive(Debug, PartialEq)]
+pub struct Claimed {
+    /// Its status is the one the claim moved it to (`running` or `resuming`).
+    pub run: Run,
+    /// The recorded decisions, when it resumes after a pause; else empty.
+    pub decisions: HashMap<String, Decision>,
 }
 
 /// How a saved run goes on; the kind decides the status written.
@@ -274,6 +283,7 @@ impl Store {
     ) -> Result<Claim, StoreError> {
         let reply: Vec<String> = CLAIM
             .key(self.names.run_key(id))
+            .key(self.names.decisions_key(id))
             .arg(owner)
             .arg(lease.as_millis() as i64)
             .invoke_async(&mut self.conn.clone())
@@ -283,7 +293,20 @@ impl Store {
                 .ok_or_else(|| StoreError::Corrupt(format!("unknown status {:?}", reply[1])))
         };
         Ok(match reply[0].as_str() {
-            "claimed" => Claim::Claimed(status()?),
+            "claimed" => {
+                let [_, status, _, doc, cancel, decisions @ ..] = reply.as_slice() else {
+                    return Err(StoreError::Corrupt(format!("claim replied {reply:?}")));
+                };
+                let run = read_run(status, doc, (!cancel.is_empty()).then_some(cancel))?;
+                let decisions = decisions
+                    .chunks(2)
+                    .map(|pair| match pair {
+                        [call, decision] => Ok((call.clone(), from_json(decision)?)),
+                        _ => Err(StoreError::Corrupt("odd decisions reply".into())),
+                    })
+                    .collect::<Result<_, StoreError>>()?;
+                Claim::Claimed(Box::new(Claimed { run, decisions }))
+            }
             "busy" => Claim::Busy(Duration::from_millis(reply[2].parse().unwrap_or(0))),
             "waiting" => Claim::Waiting,
             "finished" => Claim::Finished(status()?),
@@ -486,11 +509,7 @@ impl Store {
         let (Some(status), Some(doc), Some(version)) = (status, doc, version) else {
             return Ok(None);
         };
-        let mut run: Run = from_json(&doc)?;
-        run.status = RunStatus::parse(&status)
-            .ok_or_else(|| StoreError::Corrupt(format!("unknown status {status:?}")))?;
-        run.cancel = cancel.map(|c| from_json(&c)).transpose()?;
-        Ok(Some((run, version)))
+        Ok(Some((read_run(&status, &doc, cancel.as_deref())?, version)))
     }
 
     /// Escalates a held call of a paused run unchanged since `version` and still undecided:
@@ -554,6 +573,16 @@ fn announce_args(script: &mut ScriptInvocation<'_>, announce: &[Announcement]) {
     for a in announce {
         script.arg(&a.msg_id).arg(&a.subject).arg(&a.payload);
     }
+}
+
+/// The run from its stored document, with the status and cancellation the hash holds (the
+/// scripts keep those, not the document).
+fn read_run(status: &str, doc: &str, cancel: Option<&str>) -> Result<Run, StoreError> {
+    let mut run: Run = from_json(doc)?;
+    run.status = RunStatus::parse(status)
+        .ok_or_else(|| StoreError::Corrupt(format!("unknown status {status:?}")))?;
+    run.cancel = cancel.map(from_json).transpose()?;
+    Ok(run)
 }
 
 fn to_json<T: serde::Serialize>(value: &T) -> Result<String, StoreError> {

@@ -7,9 +7,10 @@ use crate::agents::RunnableAgent;
 use crate::policy::Gate;
 use countersign_shared::audit::{AuditEntry, AuditKind};
 use countersign_shared::digest::call_digest;
-use countersign_shared::run::{Action, CallResult, Outcome, PendingCall, Run, TurnCall};
+use countersign_shared::run::{Action, CallResult, Decision, Outcome, PendingCall, Run, TurnCall};
 use countersign_shared::store::StoreError;
 use serde_json::Value;
+use std::collections::HashMap;
 
 impl Engine {
     /// Sorts one turn's calls: refused outright (unknown tool, bad input), held for a
@@ -104,8 +105,8 @@ impl Engine {
         &self,
         run: &mut Run,
         agent: &RunnableAgent,
+        decisions: &HashMap<String, Decision>,
     ) -> Result<(Vec<AuditEntry>, i64), StepError> {
-        let decisions = self.store.decisions(&run.run_id).await?;
         let last_decided = decisions.values().map(|d| d.decided_at).max().unwrap_or(0);
         let mut held = std::mem::take(&mut run.held);
         let mut executed = Vec::new();

@@ -10,7 +10,12 @@ use countersign_shared::store::{Announcement, Save, StoreError};
 use tracing::{info, warn};
 
 impl Engine {
-    pub(super) async fn pause(&self, mut run: Run) -> Result<(), StepError> {
+    /// Pauses the run; `earlier` are audit entries of this drive not saved yet.
+    pub(super) async fn pause(
+        &self,
+        mut run: Run,
+        earlier: Vec<AuditEntry>,
+    ) -> Result<(), StepError> {
         let requested: Vec<AuditEntry> = run
             .pending()
             .map(|p| {
@@ -26,7 +31,11 @@ impl Engine {
         // Listed in the inbox index first, so a run seen paused is always found there (the
         // inbox re-checks each run's status, so a listing whose save failed shows nothing).
         self.store.index_awaiting(&run.run_id, true).await?;
-        self.save(&mut run, Save::Pause, &requested, &[announce])
+        let audits: Vec<AuditEntry> = earlier
+            .into_iter()
+            .chain(requested.iter().cloned())
+            .collect();
+        self.save(&mut run, Save::Pause, &audits, &[announce])
             .await?;
         self.schedule_timers(&run).await?;
         let metrics = self.store.metrics();
@@ -47,10 +56,13 @@ impl Engine {
         self.schedule_timers(run).await
     }
 
+    /// Finishes the run with its answer or error; `earlier` are audit entries of this drive
+    /// not saved yet.
     pub(super) async fn finish(
         &self,
         mut run: Run,
         result: Result<String, String>,
+        earlier: Vec<AuditEntry>,
     ) -> Result<(), StepError> {
         let (status, kind, detail) = match result {
             Ok(answer) => {
@@ -65,9 +77,10 @@ impl Engine {
                 (RunStatus::Failed, AuditKind::Failed, detail)
             }
         };
-        let entry = self.entry(&run, kind, None, detail);
+        let mut audits = earlier;
+        audits.push(self.entry(&run, kind, None, detail));
         let announce = self.end_announcement(&run, status);
-        self.end(run, status, entry, vec![announce]).await
+        self.end(run, status, audits, vec![announce]).await
     }
 
     /// Finishes a run someone cancelled, from its last stored state: its undecided held calls
@@ -99,21 +112,22 @@ impl Engine {
         let detail = serde_json::json!({"by": cancel.by, "reason": cancel.reason});
         let entry = self.entry(&run, AuditKind::Cancelled, None, detail);
         self.store.index_awaiting(id, false).await?;
-        self.end(run, RunStatus::Cancelled, entry, announce).await
+        self.end(run, RunStatus::Cancelled, vec![entry], announce)
+            .await
     }
 
     pub(super) async fn end(
         &self,
         mut run: Run,
         status: RunStatus,
-        entry: AuditEntry,
+        audits: Vec<AuditEntry>,
         announce: Vec<Announcement>,
     ) -> Result<(), StepError> {
         let retention = self.settings.retention;
         self.save(
             &mut run,
             Save::Finish { status, retention },
-            &[entry],
+            &audits,
             &announce,
         )
         .await?;

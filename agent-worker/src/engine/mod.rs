@@ -30,7 +30,7 @@ use countersign_shared::people::Directory;
 use countersign_shared::run::{
     Block, CallResult, Message, Outcome, PendingCall, Role, Run, RunId, TurnCall,
 };
-use countersign_shared::store::{Announcement, Claim, Save, Store, StoreError};
+use countersign_shared::store::{Announcement, Claim, Claimed, Save, Store, StoreError};
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
@@ -157,7 +157,7 @@ impl Engine {
     ) -> Result<Next, StepError> {
         let owner = &self.settings.owner;
         let mut claim = self.store.claim(id, owner, self.settings.lease).await?;
-        if claim == Claim::Missing
+        if matches!(claim, Claim::Missing)
             && let Some(run) = self.new_run(start)
         {
             self.store.create(&run).await?;
@@ -178,7 +178,7 @@ impl Engine {
                 Ok(Next::Ack)
             }
             Claim::Finished(_) => Ok(Next::Ack),
-            Claim::Claimed(_) => match self.drive_with_lease(id, attempt).await {
+            Claim::Claimed(claimed) => match self.drive_with_lease(*claimed, attempt).await {
                 Ok(()) | Err(StepError::Store(StoreError::LostLease(_))) => Ok(Next::Ack),
                 Err(StepError::Store(StoreError::Cancelled)) => {
                     self.cancel(id).await?;
@@ -220,8 +220,10 @@ impl Engine {
     }
 
     /// Drives the run while renewing the lease every third of its length.
-    async fn drive_with_lease(&self, id: &RunId, attempt: u64) -> Result<(), StepError> {
-        let drive = self.drive(id, attempt);
+    async fn drive_with_lease(&self, claimed: Claimed, attempt: u64) -> Result<(), StepError> {
+        let id = claimed.run.run_id.clone();
+        let id = &id;
+        let drive = self.drive(claimed, attempt);
         tokio::pin!(drive);
         let mut renew = tokio::time::interval(self.settings.lease / 3);
         renew.tick().await;
@@ -237,24 +239,27 @@ impl Engine {
         }
     }
 
-    async fn drive(&self, id: &RunId, attempt: u64) -> Result<(), StepError> {
-        let Some(mut run) = self.store.load(id).await? else {
-            return Err(StoreError::LostLease("missing".into()).into());
-        };
+    async fn drive(&self, claimed: Claimed, attempt: u64) -> Result<(), StepError> {
+        let Claimed { mut run, decisions } = claimed;
+        let id = &run.run_id.clone();
         if run.cancel.is_some() {
             return Err(StoreError::Cancelled.into());
         }
         let Some(agent) = self.agents.get(&run.agent) else {
             let error = format!("agent {:?} is not defined", run.agent);
-            return self.finish(run, Err(error)).await;
+            return self.finish(run, Err(error), Vec::new()).await;
         };
         // When the decisions this drive resumes from were made, until the model is called.
         let mut resumed_from = None;
+        // Audit entries of calls run on resuming, written with the drive's next save: the
+        // execution records hold the results meanwhile, so a drive that stops before it
+        // resumes the turn again from them and finds the same entries, and a save is saved.
+        let mut executed = Vec::new();
         if !run.held.is_empty() {
             self.store.index_awaiting(id, false).await?;
             info!(turn = run.turns, "resuming");
-            let (executed, last_decided) = self.resume_turn(&mut run, agent).await?;
-            self.save(&mut run, Save::Progress, &executed, &[]).await?;
+            let (ran, last_decided) = self.resume_turn(&mut run, agent, &decisions).await?;
+            executed = ran;
             self.store.metrics().run("resumed");
             resumed_from = Some(last_decided);
         }
@@ -262,7 +267,7 @@ impl Engine {
             let max_turns = agent.agent.def.max_turns;
             if run.turns >= max_turns {
                 let error = format!("the agent used all {max_turns} turns without a final answer");
-                return self.finish(run, Err(error)).await;
+                return self.finish(run, Err(error), executed).await;
             }
             let def = &agent.agent.def;
             let request = ModelRequest {
@@ -285,7 +290,7 @@ impl Engine {
                 Err(e @ ModelError::Retryable(_)) if attempt < self.settings.max_attempts => {
                     return Err(StepError::Model(e));
                 }
-                Err(e) => return self.finish(run, Err(e.to_string())).await,
+                Err(e) => return self.finish(run, Err(e.to_string()), executed).await,
             };
             run.turns += 1;
             let calls: Vec<(String, String, Value)> = blocks
@@ -304,16 +309,17 @@ impl Engine {
             if calls.is_empty() {
                 let answer = reply.text();
                 run.messages.push(reply);
-                return self.finish(run, Ok(answer)).await;
+                return self.finish(run, Ok(answer), executed).await;
             }
             run.messages.push(reply);
             let held = self.gate_and_run(&run, agent, calls).await?;
             if held.iter().any(|c| c.pending.is_some()) {
                 run.held = held;
-                return self.pause(run).await;
+                return self.pause(run, executed).await;
             }
             run.messages.push(results_message(&held));
-            self.save(&mut run, Save::Progress, &[], &[]).await?;
+            let executed = std::mem::take(&mut executed);
+            self.save(&mut run, Save::Progress, &executed, &[]).await?;
         }
     }
 
