@@ -46,7 +46,7 @@ use crate::run::{Decision, HeldCall, Run, RunId, RunStatus};
 use connection::Connection;
 use redis::{Script, ScriptInvocation};
 use std::collections::HashMap;
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 /// Every script starts with the prelude: the run keys' layout, SHA-256, Redis's clock, the
@@ -184,6 +184,7 @@ pub struct Store {
     /// The service's metrics: every part of a service reaches the store, and the store
     /// times its own round trips.
     metrics: Metrics,
+    heads: Heads,
 }
 
 impl Store {
@@ -199,6 +200,7 @@ impl Store {
             conn: Connection::open(infra, metrics.clone()).await?,
             names,
             metrics,
+            heads: Heads::default(),
         })
     }
 
@@ -294,9 +296,10 @@ impl Store {
         };
         Ok(match reply[0].as_str() {
             "claimed" => {
-                let [_, status, _, doc, cancel, decisions @ ..] = reply.as_slice() else {
+                let [_, status, _, doc, cancel, head, decisions @ ..] = reply.as_slice() else {
                     return Err(StoreError::Corrupt(format!("claim replied {reply:?}")));
                 };
+                self.heads.saw(id, head);
                 let run = read_run(status, doc, (!cancel.is_empty()).then_some(cancel))?;
                 let decisions = decisions
                     .chunks(2)
@@ -340,13 +343,14 @@ impl Store {
     }
 
     /// A script on one run: all its keys and the common arguments, after marking the run in
-    /// the outbox index (marked again if the script found the mark too old). Replies with
-    /// the script's status and detail, and the announcements it queued.
+    /// the outbox index (marked again if the script found the mark too old); `args` adds its
+    /// own, with its audit entries linked through the [`Chain`]. Replies with the script's
+    /// status and detail, and the announcements it queued.
     async fn on_run(
         &self,
         script: &Script,
         id: &RunId,
-        args: impl Fn(&mut ScriptInvocation<'_>) -> Result<(), StoreError>,
+        args: impl Fn(&mut ScriptInvocation<'_>, &mut Chain) -> Result<(), StoreError>,
     ) -> Result<(String, String, Vec<Announcement>), StoreError> {
         let mut attempt = 0;
         loop {
@@ -359,7 +363,10 @@ impl Store {
                 .arg(id.as_str())
                 .arg(self.names.audit_subject(id))
                 .arg(mark);
-            args(&mut invocation)?;
+            let mut chain = Chain {
+                prev: self.heads.guess(id),
+            };
+            args(&mut invocation, &mut chain)?;
             let reply: Vec<String> = match invocation.invoke_async(&mut self.conn.clone()).await {
                 Err(e) if attempt < 3 && e.to_string().contains("STALE_MARK") => {
                     attempt += 1;
@@ -367,8 +374,15 @@ impl Store {
                 }
                 reply => reply?,
             };
-            let [status, detail, queued @ ..] = reply.as_slice() else {
+            let [status, detail, rest @ ..] = reply.as_slice() else {
                 return Err(StoreError::Corrupt(format!("script replied {reply:?}")));
+            };
+            let queued = match rest {
+                [head, queued @ ..] => {
+                    self.heads.saw(id, head);
+                    queued
+                }
+                [] => &[],
             };
             return Ok((
                 status.clone(),
@@ -402,7 +416,7 @@ impl Store {
         };
         let doc = to_json(run)?;
         let (status, detail, queued) = self
-            .on_run(&SAVE, &run.run_id, |script| {
+            .on_run(&SAVE, &run.run_id, |script, chain| {
                 script
                     .arg(owner)
                     .arg(lease.as_millis() as i64)
@@ -414,7 +428,7 @@ impl Store {
                 for (call_id, held) in &held {
                     script.arg(*call_id).arg(to_json(held)?);
                 }
-                audit_args(script, audits);
+                chain.args(script, audits);
                 announce_args(script, announce);
                 Ok(())
             })
@@ -437,9 +451,9 @@ impl Store {
     ) -> Result<CancelOutcome, StoreError> {
         let cancel = to_json(cancel)?;
         let (status, detail, queued) = self
-            .on_run(&CANCEL, id, |script| {
+            .on_run(&CANCEL, id, |script, chain| {
                 script.arg(&cancel);
-                audit_args(script, std::slice::from_ref(audit));
+                chain.args(script, std::slice::from_ref(audit));
                 announce_args(script, std::slice::from_ref(nudge));
                 Ok(())
             })
@@ -459,8 +473,8 @@ impl Store {
     /// nothing if the run is gone.
     pub async fn audit(&self, entry: &AuditEntry) -> Result<Vec<Announcement>, StoreError> {
         let (_, _, queued) = self
-            .on_run(&AUDIT_APPEND, &entry.run_id, |script| {
-                audit_args(script, std::slice::from_ref(entry));
+            .on_run(&AUDIT_APPEND, &entry.run_id, |script, chain| {
+                chain.args(script, std::slice::from_ref(entry));
                 Ok(())
             })
             .await?;
@@ -497,18 +511,21 @@ impl Store {
             Option<String>,
             Option<String>,
             Option<String>,
+            Option<String>,
         );
-        let (status, doc, version, cancel): Fields = redis::cmd("HMGET")
+        let (status, doc, version, cancel, head): Fields = redis::cmd("HMGET")
             .arg(self.names.run_key(id))
             .arg("status")
             .arg("doc")
             .arg("version")
             .arg("cancel")
+            .arg("audit_head")
             .query_async(&mut self.conn.clone())
             .await?;
         let (Some(status), Some(doc), Some(version)) = (status, doc, version) else {
             return Ok(None);
         };
+        self.heads.saw(id, head.as_deref().unwrap_or_default());
         Ok(Some((read_run(&status, &doc, cancel.as_deref())?, version)))
     }
 
@@ -527,9 +544,9 @@ impl Store {
         let doc = to_json(run)?;
         let held = to_json(held)?;
         let (status, _, queued) = self
-            .on_run(&ESCALATE, &run.run_id, |script| {
+            .on_run(&ESCALATE, &run.run_id, |script, chain| {
                 script.arg(version).arg(call_id).arg(&doc).arg(&held);
-                audit_args(script, std::slice::from_ref(audit));
+                chain.args(script, std::slice::from_ref(audit));
                 announce_args(script, std::slice::from_ref(announce));
                 Ok(())
             })
@@ -547,9 +564,9 @@ impl Store {
         announce: &Announcement,
     ) -> Result<Vec<Announcement>, StoreError> {
         let (_, _, queued) = self
-            .on_run(&REMIND, id, |script| {
+            .on_run(&REMIND, id, |script, chain| {
                 script.arg(call_id);
-                audit_args(script, std::slice::from_ref(audit));
+                chain.args(script, std::slice::from_ref(audit));
                 announce_args(script, std::slice::from_ref(announce));
                 Ok(())
             })
@@ -558,12 +575,52 @@ impl Store {
     }
 }
 
-/// Audit entries as the prelude's `append_audits` reads them.
-fn audit_args(script: &mut ScriptInvocation<'_>, entries: &[AuditEntry]) {
-    script.arg(entries.len());
-    for entry in entries {
+/// The links of a script's new audit entries, computed here from the head this process
+/// last saw (see `append_audit` in `lua/prelude.lua`, which computes them itself only when
+/// that guess is wrong).
+pub(crate) struct Chain {
+    prev: String,
+}
+
+impl Chain {
+    /// One entry as `append_audit` reads it: canonical JSON, its SHA-256, the head the link
+    /// was computed from, and the link.
+    pub(crate) fn push(&mut self, script: &mut ScriptInvocation<'_>, entry: &AuditEntry) {
         let (text, sha) = prepare(entry);
-        script.arg(text).arg(sha);
+        let link = crate::audit::link(&self.prev, &sha);
+        script.arg(text).arg(sha).arg(&self.prev).arg(&link);
+        self.prev = link;
+    }
+
+    /// Entries as the prelude's `append_audits` reads them.
+    fn args(&mut self, script: &mut ScriptInvocation<'_>, entries: &[AuditEntry]) {
+        script.arg(entries.len());
+        for entry in entries {
+            self.push(script, entry);
+        }
+    }
+}
+
+/// The last audit head this process saw per run, from its reads and its scripts' replies:
+/// the start of the next links it computes. Bounded: past a size it starts again empty,
+/// which costs only slower appends (Redis computes the links) until heads are seen again.
+#[derive(Clone, Default)]
+struct Heads(Arc<Mutex<HashMap<RunId, String>>>);
+
+impl Heads {
+    const MAX: usize = 100_000;
+
+    fn guess(&self, id: &RunId) -> String {
+        let heads = self.0.lock().expect("lock poisoned");
+        heads.get(id).cloned().unwrap_or_default()
+    }
+
+    fn saw(&self, id: &RunId, head: &str) {
+        let mut heads = self.0.lock().expect("lock poisoned");
+        if heads.len() >= Self::MAX {
+            heads.clear();
+        }
+        heads.insert(id.clone(), head.to_string());
     }
 }
 

@@ -1,8 +1,9 @@
 -- Claims a run for one worker, with a lease. KEYS: run, decisions. ARGV: owner, lease_ms.
 -- queued -> running; awaiting_approval with every call decided (or the run cancelled) ->
 -- resuming; running/resuming whose lease has lapsed -> taken over. Anything else is refused.
--- A claim that succeeds answers with what the worker reads next: the run's document and
--- cancellation, and, when it resumes, the decisions, so driving it starts without a read.
+-- A claim that succeeds answers with what the worker reads next: the run's document,
+-- cancellation and audit head, and, when it resumes, the decisions, so driving it starts
+-- without a read.
 local h = redis.call('HMGET', KEYS[1], 'status', 'lease_until', 'pending_count', 'decided_count',
   'cancel')
 local st = h[1]
@@ -24,8 +25,8 @@ end
 redis.call('HSET', KEYS[1], 'status', nextst, 'lease_owner', ARGV[1],
   'lease_until', now + tonumber(ARGV[2]))
 local v = redis.call('HINCRBY', KEYS[1], 'version', 1)
-local reply = {'claimed', nextst, tostring(v), redis.call('HGET', KEYS[1], 'doc') or '',
-  h[5] or ''}
+local run = redis.call('HMGET', KEYS[1], 'doc', 'audit_head')
+local reply = {'claimed', nextst, tostring(v), run[1] or '', h[5] or '', run[2] or ''}
 if nextst == 'resuming' then
   for _, field in ipairs(redis.call('HGETALL', KEYS[2])) do table.insert(reply, field) end
 end

@@ -8,7 +8,8 @@
 -- 7 approval.decided subject, 8 approval.expired subject, 9 the email link's grant (with KEYS[10]
 -- the link, spent with the decision), 10 n, then per decision: call_id, digest, action,
 -- decision JSON, fingerprint, the digest its edit was checked against (or ''), audit entry, sha,
--- and the message ids of its approval.decided and approval.expired.
+-- the head its link was computed from and that link (see `append_audit`), and the message
+-- ids of its approval.decided and approval.expired.
 -- Replies {'ok', results JSON, outbox...}, {'refused', refusal JSON}, or {'missing', ''}.
 local principal, channel, expiry = ARGV[4], ARGV[5], ARGV[6] == '1'
 local status = redis.call('HGET', KEYS[1], 'status')
@@ -32,10 +33,11 @@ end
 local decisions = {}
 local n = tonumber(ARGV[10])
 for i = 1, n do
-  local p = 11 + 10 * (i - 1)
+  local p = 11 + 12 * (i - 1)
   decisions[i] = {call_id = ARGV[p], digest = ARGV[p + 1], action = ARGV[p + 2],
     json = ARGV[p + 3], fingerprint = ARGV[p + 4], checked = ARGV[p + 5],
-    entry = ARGV[p + 6], sha = ARGV[p + 7], decided_id = ARGV[p + 8], expired_id = ARGV[p + 9]}
+    entry = ARGV[p + 6], sha = ARGV[p + 7], prev_guess = ARGV[p + 8], link = ARGV[p + 9],
+    decided_id = ARGV[p + 10], expired_id = ARGV[p + 11]}
 end
 
 -- First every decision is checked.
@@ -101,7 +103,7 @@ for _, d in ipairs(decisions) do
   if not d.result then
     local held = d.held
     local decision = d.json
-    append_audit(d.entry, d.sha)
+    append_audit(d.entry, d.sha, d.prev_guess, d.link)
     redis.call('HINCRBY', KEYS[1], 'version', 1)
     local final = true
     if held.quorum > 1 and d.action == 'approve' then

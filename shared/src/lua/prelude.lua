@@ -88,9 +88,10 @@ local function outbox(msg_id, subject, payload)
   table.insert(written, value)
 end
 
--- The script's answer: a status, a detail, then the outbox entries it wrote.
+-- The script's answer: a status, a detail, the run's audit head (so the caller's next links
+-- start from it), then the outbox entries it wrote.
 local function reply(status, detail)
-  local out = {status, detail or ''}
+  local out = {status, detail or '', redis.call('HGET', KEYS[1], 'audit_head') or ''}
   for i = 1, #written do out[#out + 1] = written[i] end
   return out
 end
@@ -101,11 +102,15 @@ end
 
 -- Appends one entry to the run's hash chain: `entry` is its canonical JSON and `entry_sha`
 -- the SHA-256 of that, computed by the caller; the link is the SHA-256 of the previous
--- link's 32 bytes followed by the entry's 32 (one block to hash here). The element also goes
--- to the global audit log, through the outbox.
-local function append_audit(entry, entry_sha)
+-- link's 32 bytes followed by the entry's 32. The caller also sends the link it computed from
+-- the head it believed (`prev_guess`): when that is the head, its link is taken, and only
+-- otherwise (another process appended meanwhile) is the link computed here, in Lua, which
+-- costs far more than the rest of a script. The element also goes to the global audit log,
+-- through the outbox. Returns the new head.
+local function append_audit(entry, entry_sha, prev_guess, link)
   local prev = redis.call('HGET', KEYS[1], 'audit_head') or ''
-  local hash = sha256(unhex(prev) .. unhex(entry_sha))
+  local hash = link
+  if prev ~= prev_guess then hash = sha256(unhex(prev) .. unhex(entry_sha)) end
   local element = '{"prev":"' .. prev .. '","hash":"' .. hash .. '","entry":' .. entry .. '}'
   redis.call('RPUSH', KEYS[7], element)
   redis.call('HSET', KEYS[1], 'audit_head', hash)
@@ -113,12 +118,15 @@ local function append_audit(entry, entry_sha)
   return hash
 end
 
--- Appends the audit entries given as ARGV[from] = count, then count (entry, sha) pairs;
--- returns the index after them.
+-- Appends the audit entries given as ARGV[from] = count, then count (entry, sha, prev_guess,
+-- link); returns the index after them.
 local function append_audits(from)
   local n = tonumber(ARGV[from])
-  for i = 1, n do append_audit(ARGV[from + 2 * i - 1], ARGV[from + 2 * i]) end
-  return from + 2 * n + 1
+  for i = 1, n do
+    local p = from + 4 * (i - 1)
+    append_audit(ARGV[p + 1], ARGV[p + 2], ARGV[p + 3], ARGV[p + 4])
+  end
+  return from + 4 * n + 1
 end
 
 -- Queues the messages given as ARGV[from] = count, then count (msg_id, subject, payload);

@@ -122,7 +122,7 @@ impl Store {
             .link
             .map(|(hash, _)| self.names.link_token_key(id, hash));
         let (status, detail, queued) = self
-            .on_run(&DECIDE, id, |script| {
+            .on_run(&DECIDE, id, |script, chain| {
                 if let Some(key) = &link_key {
                     script.key(key);
                 }
@@ -138,16 +138,15 @@ impl Store {
                     let d = &p.decision;
                     let action = serde_json::to_value(d.action)
                         .map_err(|e| StoreError::Corrupt(e.to_string()))?;
-                    let (entry, sha) = crate::audit::prepare(&p.entry);
                     script
                         .arg(&d.call_id)
                         .arg(&d.digest)
                         .arg(action.as_str().unwrap_or_default())
                         .arg(to_json(d)?)
                         .arg(&d.fingerprint)
-                        .arg(p.checked_digest.as_deref().unwrap_or_default())
-                        .arg(entry)
-                        .arg(sha)
+                        .arg(p.checked_digest.as_deref().unwrap_or_default());
+                    chain.push(script, &p.entry);
+                    script
                         .arg(msg_id::decided(id, &d.call_id))
                         .arg(msg_id::expired(id, &d.call_id));
                 }

@@ -192,3 +192,41 @@ async fn the_audit_chain_verifies_and_detects_an_edited_entry() {
     assert_eq!(trail["verified"], false);
     assert_eq!(trail["broken_at"], 1);
 }
+
+#[tokio::test]
+async fn entries_appended_by_processes_with_a_stale_view_of_the_chain_still_link() {
+    use countersign_shared::audit::{AuditEntry, AuditKind};
+    use countersign_shared::names::Names;
+    use countersign_shared::run::RunId;
+    use countersign_shared::store::Store;
+    let app = TestApp::spawn_with_policy("anthropic", 1, FINANCE, refund_brain).await;
+    let (run_id, digest) = paused_run_requested_by(&app, "carol").await;
+    app.decide_as("alice", &run_id, approve(&digest)).await;
+    app.wait_status(&run_id, "completed").await;
+
+    // Two more processes that never read this run: each links its first entry from a head it
+    // does not know, and then from one the other has moved on since.
+    let names = Names::new(&app.namespace).unwrap();
+    let a = Store::connect(&app.infra_config(), names.clone())
+        .await
+        .unwrap();
+    let b = Store::connect(&app.infra_config(), names).await.unwrap();
+    let id = RunId::parse(&run_id).unwrap();
+    for (store, actor) in [(&a, "a1"), (&b, "b1"), (&a, "a2"), (&a, "a3"), (&b, "b2")] {
+        let mut entry = AuditEntry::new(&id, AuditKind::Notified);
+        entry.actor = Some(actor.to_string());
+        store.audit(&entry).await.unwrap();
+    }
+    let trail = audit(&app, &run_id).await;
+    assert_eq!(trail["verified"], true, "{trail}");
+    let actors: Vec<&str> = trail["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["entry"]["actor"].as_str())
+        .collect();
+    assert!(
+        actors.ends_with(&["a1", "b1", "a2", "a3", "b2"]),
+        "{actors:?}"
+    );
+}
