@@ -352,9 +352,24 @@ impl Store {
         id: &RunId,
         args: impl Fn(&mut ScriptInvocation<'_>, &mut Chain) -> Result<(), StoreError>,
     ) -> Result<(String, String, Vec<Announcement>), StoreError> {
+        self.on_run_marked(script, id, false, args).await
+    }
+
+    /// [`Store::on_run`]; with `pausing`, the mark also lists the run in the paused-runs index.
+    async fn on_run_marked(
+        &self,
+        script: &Script,
+        id: &RunId,
+        pausing: bool,
+        args: impl Fn(&mut ScriptInvocation<'_>, &mut Chain) -> Result<(), StoreError>,
+    ) -> Result<(String, String, Vec<Announcement>), StoreError> {
         let mut attempt = 0;
         loop {
-            let mark = self.mark_outbox(id).await?;
+            let mark = if pausing {
+                self.mark_paused(id).await?
+            } else {
+                self.mark_outbox(id).await?
+            };
             let mut invocation = script.prepare_invoke();
             for key in self.names.run_keys(id) {
                 invocation.key(key);
@@ -393,7 +408,10 @@ impl Store {
     }
 
     /// Writes the run as the lease holder, with the audit entries of what changed and the
-    /// announcements others must hear of, in one step. The run's `status` must match `how`.
+    /// announcements others must hear of, in one step. A pause is listed in the paused-runs
+    /// index just before, in the step that marks its outbox, so a run seen paused is always
+    /// found in the inbox (which re-checks each run's status, so a listing whose save failed
+    /// shows nothing).
     pub async fn save(
         &self,
         run: &Run,
@@ -416,22 +434,27 @@ impl Store {
         };
         let doc = to_json(run)?;
         let (status, detail, queued) = self
-            .on_run(&SAVE, &run.run_id, |script, chain| {
-                script
-                    .arg(owner)
-                    .arg(lease.as_millis() as i64)
-                    .arg(how.status().as_str())
-                    .arg(&doc)
-                    .arg(ttl)
-                    .arg(run.turns)
-                    .arg(held.len());
-                for (call_id, held) in &held {
-                    script.arg(*call_id).arg(to_json(held)?);
-                }
-                chain.args(script, audits);
-                announce_args(script, announce);
-                Ok(())
-            })
+            .on_run_marked(
+                &SAVE,
+                &run.run_id,
+                matches!(how, Save::Pause),
+                |script, chain| {
+                    script
+                        .arg(owner)
+                        .arg(lease.as_millis() as i64)
+                        .arg(how.status().as_str())
+                        .arg(&doc)
+                        .arg(ttl)
+                        .arg(run.turns)
+                        .arg(held.len());
+                    for (call_id, held) in &held {
+                        script.arg(*call_id).arg(to_json(held)?);
+                    }
+                    chain.args(script, audits);
+                    announce_args(script, announce);
+                    Ok(())
+                },
+            )
             .await?;
         match status.as_str() {
             "ok" => Ok(queued),

@@ -28,9 +28,7 @@ impl Engine {
             })
             .collect();
         let announce = self.pause_announcement(&run);
-        // Listed in the inbox index first, so a run seen paused is always found there (the
-        // inbox re-checks each run's status, so a listing whose save failed shows nothing).
-        self.store.index_awaiting(&run.run_id, true).await?;
+        // The save lists the run in the inbox index first (see `Store::save`).
         let audits: Vec<AuditEntry> = earlier
             .into_iter()
             .chain(requested.iter().cloned())

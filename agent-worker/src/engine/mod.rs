@@ -256,7 +256,11 @@ impl Engine {
         // resumes the turn again from them and finds the same entries, and a save is saved.
         let mut executed = Vec::new();
         if !run.held.is_empty() {
-            self.store.index_awaiting(id, false).await?;
+            let held: Vec<(&str, &str)> = run
+                .pending()
+                .map(|p| (p.call_id.as_str(), p.digest.as_str()))
+                .collect();
+            self.store.resumed(id, &held).await?;
             info!(turn = run.turns, "resuming");
             let (ran, last_decided) = self.resume_turn(&mut run, agent, &decisions).await?;
             executed = ran;

@@ -7,6 +7,7 @@ use crate::names::Shard;
 use crate::now_ms;
 use crate::run::RunId;
 use futures::future::try_join_all;
+use std::sync::LazyLock;
 
 /// A run's place in the index of paused runs.
 #[derive(Clone, Debug, PartialEq)]
@@ -16,7 +17,39 @@ pub struct Awaiting {
     pub since_ms: i64,
 }
 
+/// Takes a resumed run (ARGV[1]) out of the paused-runs index (KEYS[1]) and its decided calls'
+/// timers (ARGV[2..]) out of the deadlines and reminders (KEYS[2], KEYS[3]), all one shard.
+static RESUMED: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(
+        "redis.call('ZREM', KEYS[1], ARGV[1])
+         if #ARGV > 1 then
+           local members = {unpack(ARGV, 2)}
+           redis.call('ZREM', KEYS[2], unpack(members))
+           redis.call('ZREM', KEYS[3], unpack(members))
+         end
+         return 1",
+    )
+});
+
 impl Store {
+    /// A run resumes: out of the paused-runs index, and the timers of its held calls (given
+    /// as `(call_id, digest)`) gone, so decided calls do not wait in the sweepers' sets until
+    /// their deadline.
+    pub async fn resumed(&self, id: &RunId, calls: &[(&str, &str)]) -> Result<(), StoreError> {
+        let shard = Shard::of(id);
+        let mut script = RESUMED.prepare_invoke();
+        script
+            .key(self.names.awaiting_key(shard))
+            .key(self.names.deadlines_key(shard))
+            .key(self.names.reminders_key(shard))
+            .arg(id.as_str());
+        for (call_id, digest) in calls {
+            script.arg(super::timers::member(id, call_id, digest));
+        }
+        let _: i64 = script.invoke_async(&mut self.conn.clone()).await?;
+        Ok(())
+    }
+
     /// Adds or removes a run in the index of paused runs.
     pub async fn index_awaiting(&self, id: &RunId, awaiting: bool) -> Result<(), StoreError> {
         let mut cmd = if awaiting {

@@ -20,6 +20,19 @@ static MARK: LazyLock<redis::Script> = LazyLock::new(|| {
     )
 });
 
+/// Marks the run (ARGV[1]) like [`MARK`] and lists it in the paused-runs index (KEYS[2], the
+/// same shard) at that time: a pause's one step before its save.
+static MARK_PAUSED: LazyLock<redis::Script> = LazyLock::new(|| {
+    super::script(
+        "local now = now_ms()
+         local old = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1]))
+         if old and old >= now then now = old + 1 end
+         redis.call('ZADD', KEYS[1], now, ARGV[1])
+         redis.call('ZADD', KEYS[2], now, ARGV[1])
+         return now",
+    )
+});
+
 /// Marks older than ARGV[1] ms, at most ARGV[2], as a flat run, score list.
 static DUE: LazyLock<redis::Script> = LazyLock::new(|| {
     super::script(
@@ -53,6 +66,19 @@ impl Store {
     pub(super) async fn mark_outbox(&self, id: &RunId) -> Result<i64, StoreError> {
         Ok(MARK
             .key(self.names.outbox_index_key(Shard::of(id)))
+            .arg(id.as_str())
+            .invoke_async(&mut self.conn.clone())
+            .await?)
+    }
+
+    /// Marks the run in the outbox index and lists it as paused in the inbox index, in one
+    /// step (both are in the run's shard); returns the mark. Listed before the pause is saved,
+    /// so a run seen paused is always found in the inbox (which re-checks each run's status).
+    pub(super) async fn mark_paused(&self, id: &RunId) -> Result<i64, StoreError> {
+        let shard = Shard::of(id);
+        Ok(MARK_PAUSED
+            .key(self.names.outbox_index_key(shard))
+            .key(self.names.awaiting_key(shard))
             .arg(id.as_str())
             .invoke_async(&mut self.conn.clone())
             .await?)

@@ -22,6 +22,11 @@ static DUE: LazyLock<redis::Script> = LazyLock::new(|| {
     )
 });
 
+/// A held call's entry in the timer sets.
+pub(super) fn member(id: &RunId, call_id: &str, digest: &str) -> String {
+    format!("{id}|{call_id}|{digest}")
+}
+
 /// The timers kept per held call.
 #[derive(Clone, Copy, Debug)]
 pub enum Timer {
@@ -53,7 +58,7 @@ impl Store {
         let mut cmd = redis::cmd("ZADD");
         cmd.arg(self.timer_key(timer, Shard::of(id)));
         for (call_id, digest, at) in calls {
-            cmd.arg(*at).arg(format!("{id}|{call_id}|{digest}"));
+            cmd.arg(*at).arg(member(id, call_id, digest));
         }
         let _: i64 = cmd.query_async(&mut self.conn.clone()).await?;
         Ok(())

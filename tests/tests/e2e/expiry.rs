@@ -17,12 +17,17 @@ use serde_json::{Value, json};
 
 /// Deadlines still in the sweepers' sets, over every shard.
 async fn deadlines_left(app: &TestApp) -> usize {
+    timers_left(app, Names::deadlines_key).await
+}
+
+/// Entries in one kind of timer set (`key` names a shard's), over every shard.
+async fn timers_left(app: &TestApp, key: fn(&Names, Shard) -> String) -> usize {
     let mut conn = app.infra.redis().await;
     let names = Names::new(&app.namespace).unwrap();
     let mut left = 0;
     for shard in Shard::all() {
         let n: usize = redis::cmd("ZCARD")
-            .arg(names.deadlines_key(shard))
+            .arg(key(&names, shard))
             .query_async(&mut conn)
             .await
             .unwrap();
@@ -147,6 +152,34 @@ async fn a_shard_whose_sweeper_vanished_is_swept_by_another_once_its_lease_lapse
         .await
         .unwrap();
     assert_ne!(holder, "a-worker-that-died");
+}
+
+#[tokio::test]
+async fn a_decided_call_leaves_the_sweepers_sets_when_its_run_resumes() {
+    let app = TestApp::spawn_with_policy(
+        "anthropic",
+        1,
+        "timeout = \"1h\"\nremind_before = \"30m\"\n",
+        refund_brain,
+    )
+    .await;
+    let run_id = app.start_run("Refund A-1001.").await;
+    let paused = app.wait_status(&run_id, "awaiting_approval").await;
+    // The timers are set just after the pause is saved.
+    wait_for("the call's timers to be set", PATIENCE, || async {
+        let set = (
+            deadlines_left(&app).await,
+            timers_left(&app, Names::reminders_key).await,
+        );
+        (set == (1, 1)).then_some(())
+    })
+    .await;
+    app.approve(&run_id, "toolu_2", &paused["pending"][0]["digest"])
+        .await;
+    app.wait_status(&run_id, "completed").await;
+    // Not left for the sweepers to find in an hour: gone as the run resumed.
+    assert_eq!(deadlines_left(&app).await, 0);
+    assert_eq!(timers_left(&app, Names::reminders_key).await, 0);
 }
 
 #[tokio::test]
