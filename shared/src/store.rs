@@ -37,7 +37,7 @@ pub use decide::{
 };
 pub use exec::ExecBegin;
 pub use inbox::Awaiting;
-pub use timers::{DueTimer, Timer};
+pub use timers::{Due, DueTimer, Timer};
 
 use crate::audit::{AuditEntry, prepare};
 use crate::metrics::Metrics;

@@ -50,29 +50,20 @@ impl Engine {
         let owner = &self.settings.owner;
         let mut handled = 0;
         for shard in Shard::all() {
-            let Some(reminders) = self
-                .store
-                .due(Timer::Reminder, shard, owner, lease, SWEEP_BATCH)
-                .await?
-            else {
+            let Some(due) = self.store.due(shard, owner, lease, SWEEP_BATCH).await? else {
                 continue; // another worker sweeps this shard
             };
-            for due in &reminders {
-                if let Err(e) = self.remind(due).await {
-                    warn!(run_id = %due.run_id, call_id = %due.call_id, error = %e, "could not send a reminder");
+            for timer in &due.reminders {
+                if let Err(e) = self.remind(timer).await {
+                    warn!(run_id = %timer.run_id, call_id = %timer.call_id, error = %e, "could not send a reminder");
                 }
             }
-            let deadlines = self
-                .store
-                .due(Timer::Deadline, shard, owner, lease, SWEEP_BATCH)
-                .await?
-                .unwrap_or_default();
-            for due in &deadlines {
-                if let Err(e) = self.deadline_passed(due).await {
-                    warn!(run_id = %due.run_id, call_id = %due.call_id, error = %e, "could not expire a call");
+            for timer in &due.deadlines {
+                if let Err(e) = self.deadline_passed(timer).await {
+                    warn!(run_id = %timer.run_id, call_id = %timer.call_id, error = %e, "could not expire a call");
                 }
             }
-            handled += reminders.len() + deadlines.len();
+            handled += due.reminders.len() + due.deadlines.len();
         }
         Ok(handled)
     }

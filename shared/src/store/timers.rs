@@ -10,17 +10,29 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 /// Takes or renews the shard's sweep lease (KEYS[1]) for ARGV[1] for ARGV[2] ms, and if it
-/// holds it, returns the members of the timer set (KEYS[2]) due by Redis's clock, at most
-/// ARGV[3]; false while another sweeper holds the lease.
+/// holds it, returns the members of the reminders (KEYS[2]) and of the deadlines (KEYS[3])
+/// due by Redis's clock, at most ARGV[3] of each; false while another sweeper holds the
+/// lease. Without the prelude: every worker runs it for every shard several times a second.
 static DUE: LazyLock<redis::Script> = LazyLock::new(|| {
-    super::script(
+    redis::Script::new(
         "local holder = redis.call('GET', KEYS[1])
          if holder and holder ~= ARGV[1] then return false end
          redis.call('SET', KEYS[1], ARGV[1], 'PX', tonumber(ARGV[2]))
-         return redis.call('ZRANGE', KEYS[2], '-inf', now_ms(), 'BYSCORE',
-           'LIMIT', 0, tonumber(ARGV[3]))",
+         local t = redis.call('TIME')
+         local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+         local function due(key)
+           return redis.call('ZRANGE', key, '-inf', now, 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[3]))
+         end
+         return {due(KEYS[2]), due(KEYS[3])}",
     )
 });
+
+/// What is due in a shard.
+#[derive(Debug, Default)]
+pub struct Due {
+    pub reminders: Vec<DueTimer>,
+    pub deadlines: Vec<DueTimer>,
+}
 
 /// A held call's entry in the timer sets.
 pub(super) fn member(id: &RunId, call_id: &str, digest: &str) -> String {
@@ -63,46 +75,32 @@ impl Store {
         let _: i64 = cmd.query_async(&mut self.conn.clone()).await?;
         Ok(())
     }
-    /// The shard's timers that are due, oldest first, at most `limit`, if this sweeper
-    /// (`owner`) holds the shard's lease, which this takes or renews for `lease`; `None`
-    /// while another does. Only the due front of the set is read, however many calls wait.
+    /// The shard's reminders and deadlines that are due, oldest first, at most `limit` of
+    /// each, if this sweeper (`owner`) holds the shard's lease, which this takes or renews
+    /// for `lease`; `None` while another does. Only the due front of each set is read,
+    /// however many calls wait.
     pub async fn due(
         &self,
-        timer: Timer,
         shard: Shard,
         owner: &str,
         lease: Duration,
         limit: usize,
-    ) -> Result<Option<Vec<DueTimer>>, StoreError> {
-        let members: Option<Vec<String>> = DUE
+    ) -> Result<Option<Due>, StoreError> {
+        let due: Option<(Vec<String>, Vec<String>)> = DUE
             .key(self.names.sweep_lease_key(shard))
-            .key(self.timer_key(timer, shard))
+            .key(self.names.reminders_key(shard))
+            .key(self.names.deadlines_key(shard))
             .arg(owner)
             .arg(lease.as_millis().max(1) as u64)
             .arg(limit)
             .invoke_async(&mut self.conn.clone())
             .await?;
-        let Some(members) = members else {
-            return Ok(None);
-        };
-        Ok(Some(
-            members
-                .into_iter()
-                .filter_map(|member| {
-                    let mut parts = member.splitn(3, '|');
-                    let run_id = RunId::parse(parts.next()?)?;
-                    let call_id = parts.next()?.to_string();
-                    let digest = parts.next()?.to_string();
-                    Some(DueTimer {
-                        member,
-                        run_id,
-                        call_id,
-                        digest,
-                    })
-                })
-                .collect(),
-        ))
+        Ok(due.map(|(reminders, deadlines)| Due {
+            reminders: parse_members(reminders),
+            deadlines: parse_members(deadlines),
+        }))
     }
+
     /// Removes a handled timer; true for the one caller that removed it.
     pub async fn drop_timer(&self, timer: Timer, due: &DueTimer) -> Result<bool, StoreError> {
         let removed: i64 = redis::cmd("ZREM")
@@ -118,4 +116,23 @@ impl Store {
             Timer::Reminder => self.names.reminders_key(shard),
         }
     }
+}
+
+/// Due timers from their members; a member that does not parse is skipped.
+fn parse_members(members: Vec<String>) -> Vec<DueTimer> {
+    members
+        .into_iter()
+        .filter_map(|member| {
+            let mut parts = member.splitn(3, '|');
+            let run_id = RunId::parse(parts.next()?)?;
+            let call_id = parts.next()?.to_string();
+            let digest = parts.next()?.to_string();
+            Some(DueTimer {
+                member,
+                run_id,
+                call_id,
+                digest,
+            })
+        })
+        .collect()
 }
