@@ -19,6 +19,9 @@ use tracing::warn;
 /// The messages of both shared consumers, as they come.
 pub type Messages = futures::stream::Select<pull::Stream, pull::Stream>;
 
+/// How long a pull request waits on the server for messages.
+const PULL_EXPIRES: Duration = Duration::from_secs(5);
+
 /// How this worker pulls from the two shared consumers.
 pub struct Pulling {
     pub bus: Bus,
@@ -69,9 +72,14 @@ impl Pulling {
             .bus
             .shared_consumer(&stream, &durable, subject, &self.settings)
             .await?;
+        // Pull requests expire after 5 s (not async-nats's 30): the server keeps handing
+        // messages to a pending request of a worker it cannot tell is cut off, redelivering
+        // them there after each ack wait, until that request expires.
         Ok(consumer
             .stream()
             .max_messages_per_batch(self.batch)
+            .expires(PULL_EXPIRES)
+            .heartbeat(PULL_EXPIRES / 2)
             .messages()
             .await?)
     }

@@ -15,7 +15,6 @@
 //! - `countersign_jetstream_redeliveries_total{stream}` and
 //!   `countersign_delivery_failures_total{channel}`.
 
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
@@ -23,43 +22,10 @@ use prometheus_client::registry::Registry;
 use std::sync::Arc;
 use std::time::Duration;
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct Event {
-    event: &'static str,
-}
+/// One label and its value (`event="paused"`, `tool="issue_refund"`, …); a decision has two.
+type Labels = Vec<(&'static str, String)>;
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct DecisionLabels {
-    channel: String,
-    outcome: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct Provider {
-    provider: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct Tool {
-    tool: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct Command {
-    command: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct Stream {
-    stream: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct Channel {
-    channel: String,
-}
-
-type Timings<L> = Family<L, Histogram, fn() -> Histogram>;
+type Timings = Family<Labels, Histogram, fn() -> Histogram>;
 
 /// From 100 µs to about 2 minutes: Redis commands at the short end, people at the long.
 fn buckets() -> Histogram {
@@ -76,18 +42,18 @@ pub struct Metrics(Arc<Inner>);
 
 struct Inner {
     registry: Registry,
-    runs: Family<Event, Counter>,
-    calls: Family<Event, Counter>,
-    decisions: Family<DecisionLabels, Counter>,
+    runs: Family<Labels, Counter>,
+    calls: Family<Labels, Counter>,
+    decisions: Family<Labels, Counter>,
     pause: Histogram,
     decision: Histogram,
     resume: Histogram,
-    model: Timings<Provider>,
-    tool: Timings<Tool>,
-    redis: Timings<Command>,
+    model: Timings,
+    tool: Timings,
+    redis: Timings,
     publish: Histogram,
-    redeliveries: Family<Stream, Counter>,
-    delivery_failures: Family<Channel, Counter>,
+    redeliveries: Family<Labels, Counter>,
+    delivery_failures: Family<Labels, Counter>,
 }
 
 impl Default for Metrics {
@@ -173,21 +139,21 @@ impl Metrics {
     }
 
     pub fn run(&self, event: &'static str) {
-        self.0.runs.get_or_create(&Event { event }).inc();
+        self.0.runs.get_or_create(&label("event", event)).inc();
     }
 
     pub fn calls(&self, event: &'static str, n: usize) {
         self.0
             .calls
-            .get_or_create(&Event { event })
+            .get_or_create(&label("event", event))
             .inc_by(n as u64);
     }
 
     pub fn decision(&self, channel: &str, outcome: &str) {
-        let labels = DecisionLabels {
-            channel: channel.to_string(),
-            outcome: outcome.to_string(),
-        };
+        let labels = vec![
+            ("channel", channel.to_string()),
+            ("outcome", outcome.to_string()),
+        ];
         self.0.decisions.get_or_create(&labels).inc();
     }
 
@@ -204,33 +170,18 @@ impl Metrics {
     }
 
     pub fn model_call(&self, provider: &str, took: Duration) {
-        let labels = Provider {
-            provider: provider.to_string(),
-        };
-        self.0
-            .model
-            .get_or_create(&labels)
-            .observe(took.as_secs_f64());
+        let timing = self.0.model.get_or_create(&label("provider", provider));
+        timing.observe(took.as_secs_f64());
     }
 
     pub fn tool_call(&self, tool: &str, took: Duration) {
-        let labels = Tool {
-            tool: tool.to_string(),
-        };
-        self.0
-            .tool
-            .get_or_create(&labels)
-            .observe(took.as_secs_f64());
+        let timing = self.0.tool.get_or_create(&label("tool", tool));
+        timing.observe(took.as_secs_f64());
     }
 
     pub fn redis_command(&self, command: &str, took: Duration) {
-        let labels = Command {
-            command: command.to_string(),
-        };
-        self.0
-            .redis
-            .get_or_create(&labels)
-            .observe(took.as_secs_f64());
+        let timing = self.0.redis.get_or_create(&label("command", command));
+        timing.observe(took.as_secs_f64());
     }
 
     pub fn published(&self, took: Duration) {
@@ -238,18 +189,23 @@ impl Metrics {
     }
 
     pub fn redelivered(&self, stream: &str) {
-        let labels = Stream {
-            stream: stream.to_string(),
-        };
-        self.0.redeliveries.get_or_create(&labels).inc();
+        self.0
+            .redeliveries
+            .get_or_create(&label("stream", stream))
+            .inc();
     }
 
     pub fn delivery_failed(&self, channel: &str) {
-        let labels = Channel {
-            channel: channel.to_string(),
-        };
-        self.0.delivery_failures.get_or_create(&labels).inc();
+        let failures = self
+            .0
+            .delivery_failures
+            .get_or_create(&label("channel", channel));
+        failures.inc();
     }
+}
+
+fn label(name: &'static str, value: &str) -> Labels {
+    vec![(name, value.to_string())]
 }
 
 /// Milliseconds between two clocks' readings as seconds; never negative (clocks differ).

@@ -459,6 +459,32 @@ impl TestApp {
         .await
     }
 
+    /// Starts a run per input and waits until each has paused; their ids and the digests of
+    /// their held refunds.
+    pub async fn paused_refunds(&self, inputs: &[String]) -> Vec<(String, Value)> {
+        let runs = futures::future::join_all(inputs.iter().map(|i| self.start_run(i))).await;
+        let paused = futures::future::join_all(
+            runs.iter()
+                .map(|id| self.wait_status(id, "awaiting_approval")),
+        )
+        .await;
+        runs.into_iter()
+            .zip(paused.iter().map(|r| r["pending"][0]["digest"].clone()))
+            .collect()
+    }
+
+    /// One refund from start to completion, approved by the reviewer; the run's id.
+    pub async fn refund_cycle(&self) -> String {
+        let run = self.start_run("Refund A-1001 please.").await;
+        let paused = self.wait_status(&run, "awaiting_approval").await;
+        let (status, body) = self
+            .approve(&run, "toolu_2", &paused["pending"][0]["digest"])
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        self.wait_status(&run, "completed").await;
+        run
+    }
+
     /// Approves one call, asking again until the gateway answers 200 (it answers 503 while
     /// a server it needs is away; a repeat of a decision that was recorded is answered 200).
     pub async fn approve_until_accepted(&self, run_id: &str, call_id: &str, digest: &Value) {
@@ -504,4 +530,47 @@ impl Drop for TestApp {
         }
         let _ = std::fs::remove_dir_all(&self.agents_dir);
     }
+}
+
+/// Starts a gateway (no agents) on `infra` while a server it needs is down, then runs
+/// `bring_up` (which starts that server), and waits until the gateway is ready: it must wait
+/// for the server, not give up.
+pub async fn gateway_waits_for(
+    what: &str,
+    infra: countersign_shared::infra::InfraConfig,
+    bring_up: impl std::future::Future<Output = ()>,
+) {
+    let agents = std::env::temp_dir().join(format!("cs-wait-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&agents).unwrap();
+    let config = approval_gateway::config::Config {
+        infra,
+        agents_dir: agents.clone(),
+        ..Default::default()
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/readyz", listener.local_addr().unwrap());
+    let shutdown = CancellationToken::new();
+    let gateway = tokio::spawn(approval_gateway::run(config, listener, shutdown.clone()));
+
+    bring_up.await;
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(3))
+        .build()
+        .unwrap();
+    wait_for(
+        &format!("the gateway to be ready once {what} is"),
+        PATIENCE,
+        || async {
+            assert!(
+                !gateway.is_finished(),
+                "the gateway gave up while {what} was away"
+            );
+            let r = http.get(&url).send().await.ok()?;
+            r.status().is_success().then_some(())
+        },
+    )
+    .await;
+    shutdown.cancel();
+    gateway.await.unwrap().unwrap();
+    std::fs::remove_dir_all(&agents).unwrap();
 }

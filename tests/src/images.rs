@@ -106,10 +106,5 @@ impl LocalImage {
 }
 
 fn run(program: &str, args: &[&str]) {
-    let out = Command::new(program).args(args).output().expect(program);
-    assert!(
-        out.status.success(),
-        "{program} {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    crate::output_of(Command::new(program).args(args));
 }

@@ -42,3 +42,17 @@ pub fn audit_kinds(trail: &serde_json::Value) -> Vec<String> {
         .map(|e| e["entry"]["kind"].as_str().unwrap().to_string())
         .collect()
 }
+
+/// Runs `command` to its end and returns what it printed; panics with its error output if it
+/// failed.
+pub fn output_of(command: &mut std::process::Command) -> String {
+    let out = command
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {command:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{command:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}

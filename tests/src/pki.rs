@@ -74,15 +74,10 @@ impl TestPki {
     }
 
     fn openssl(&self, args: &[&str]) {
-        let out = std::process::Command::new("openssl")
-            .args(args)
-            .current_dir(&self.dir)
-            .output()
-            .expect("run openssl");
-        assert!(
-            out.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
+        crate::output_of(
+            std::process::Command::new("openssl")
+                .args(args)
+                .current_dir(&self.dir),
         );
     }
 

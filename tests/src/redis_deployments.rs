@@ -102,16 +102,11 @@ impl Infra {
         for node in &nodes {
             addresses.push(format!("{}:6379", bridge_ip(node).await));
         }
-        let out = std::process::Command::new("redis-cli")
-            .args(["--cluster", "create"])
-            .args(&addresses)
-            .args(["--cluster-replicas", "1", "--cluster-yes"])
-            .output()
-            .expect("run redis-cli (Debian's redis-tools)");
-        assert!(
-            out.status.success(),
-            "redis-cli --cluster create: {}",
-            String::from_utf8_lossy(&out.stdout)
+        crate::output_of(
+            std::process::Command::new("redis-cli")
+                .args(["--cluster", "create"])
+                .args(&addresses)
+                .args(["--cluster-replicas", "1", "--cluster-yes"]),
         );
         for address in &addresses {
             let (ip, _) = address.split_once(':').unwrap();
@@ -237,31 +232,18 @@ async fn synced(ip: &str) {
 
 /// Kills a container at once (SIGKILL), as a host that dies.
 pub async fn kill(container: &ContainerAsync<GenericImage>) {
-    let out = tokio::process::Command::new("docker")
-        .args(["kill", container.id()])
-        .output()
-        .await
-        .expect("run docker kill");
-    assert!(
-        out.status.success(),
-        "docker kill: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    crate::output_of(std::process::Command::new("docker").args(["kill", container.id()]));
 }
 
 /// The container's address on Docker's network.
 pub async fn bridge_ip(container: &ContainerAsync<GenericImage>) -> String {
-    let out = tokio::process::Command::new("docker")
-        .args([
-            "inspect",
-            "-f",
-            "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
-            container.id(),
-        ])
-        .output()
-        .await
-        .expect("run docker inspect");
-    let ip = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let ip = crate::output_of(std::process::Command::new("docker").args([
+        "inspect",
+        "-f",
+        "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
+        container.id(),
+    ]));
+    let ip = ip.trim().to_string();
     assert!(
         !ip.is_empty(),
         "no address for container {}",

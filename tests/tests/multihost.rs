@@ -15,6 +15,7 @@
 use countersign_local::demo_tools::DemoTools;
 use countersign_tests::app::refunds_agent;
 use countersign_tests::fake_model::{FakeModel, refund_brain};
+use countersign_tests::output_of;
 use futures::future::join_all;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -38,22 +39,20 @@ struct Cluster {
 }
 
 impl Cluster {
+    /// `docker-compose` on the project's files, with its settings.
+    fn command(&self) -> Command {
+        let mut command = Command::new("docker-compose");
+        command
+            .args(["-p", PROJECT, "-f"])
+            .arg(self.repo.join("deploy/compose.yaml"))
+            .arg("-f")
+            .arg(self.dir.join("override.yaml"))
+            .envs(self.env.iter().map(|(k, v)| (*k, v.as_str())));
+        command
+    }
+
     fn compose(&self, args: &[&str]) -> String {
-        let repo = self.repo.to_str().unwrap();
-        let override_file = self.dir.join("override.yaml");
-        let out = Command::new("docker-compose")
-            .args(["-p", PROJECT, "-f", &format!("{repo}/deploy/compose.yaml")])
-            .args(["-f", override_file.to_str().unwrap()])
-            .args(args)
-            .envs(self.env.iter().map(|(k, v)| (*k, v.as_str())))
-            .output()
-            .expect("run docker-compose");
-        assert!(
-            out.status.success(),
-            "docker-compose {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        output_of(self.command().args(args))
     }
 
     fn container(&self, service: &str) -> String {
@@ -114,16 +113,7 @@ impl Drop for Cluster {
 }
 
 fn docker(args: &[&str]) -> String {
-    let out = Command::new("docker")
-        .args(args)
-        .output()
-        .expect("run docker");
-    assert!(
-        out.status.success(),
-        "docker {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    output_of(Command::new("docker").args(args))
 }
 
 /// Where cargo put this test, whose folder also holds the services' binaries.
@@ -330,11 +320,9 @@ async fn three_hundred_runs_survive_killed_leaders_lost_workers_a_network_cut_an
     ]);
     let cluster = Cluster { repo, dir, env };
     // Whatever an earlier, interrupted run left.
-    let _ = Command::new("docker-compose")
-        .args(["-p", PROJECT, "-f"])
-        .arg(cluster.repo.join("deploy/compose.yaml"))
+    let _ = cluster
+        .command()
         .args(["down", "-v", "--timeout", "1"])
-        .envs(cluster.env.iter().map(|(k, v)| (*k, v.as_str())))
         .output();
     let started = Instant::now();
     cluster.compose(&["up", "-d"]);

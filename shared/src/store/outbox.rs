@@ -9,28 +9,23 @@ use crate::names::Shard;
 use crate::run::RunId;
 use std::sync::LazyLock;
 
-/// Scores a run with Redis's time, later than any earlier mark. KEYS: index. ARGV: run id.
-static MARK: LazyLock<redis::Script> = LazyLock::new(|| {
-    super::script(
-        "local now = now_ms()
-         local old = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1]))
-         if old and old >= now then now = old + 1 end
-         redis.call('ZADD', KEYS[1], now, ARGV[1])
-         return now",
-    )
-});
+/// Scores a run (ARGV[1]) in the outbox index (KEYS[1]) with Redis's time, later than any
+/// earlier mark, as `now`.
+const MARK_NOW: &str = "local now = now_ms()
+     local old = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1]))
+     if old and old >= now then now = old + 1 end
+     redis.call('ZADD', KEYS[1], now, ARGV[1])";
 
-/// Marks the run (ARGV[1]) like [`MARK`] and lists it in the paused-runs index (KEYS[2], the
-/// same shard) at that time: a pause's one step before its save.
+/// Marks the run; returns the mark.
+static MARK: LazyLock<redis::Script> =
+    LazyLock::new(|| super::script(&format!("{MARK_NOW}\nreturn now")));
+
+/// Marks the run and lists it in the paused-runs index (KEYS[2], the same shard) at that
+/// time: a pause's one step before its save. Returns the mark.
 static MARK_PAUSED: LazyLock<redis::Script> = LazyLock::new(|| {
-    super::script(
-        "local now = now_ms()
-         local old = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1]))
-         if old and old >= now then now = old + 1 end
-         redis.call('ZADD', KEYS[1], now, ARGV[1])
-         redis.call('ZADD', KEYS[2], now, ARGV[1])
-         return now",
-    )
+    super::script(&format!(
+        "{MARK_NOW}\nredis.call('ZADD', KEYS[2], now, ARGV[1])\nreturn now"
+    ))
 });
 
 /// Marks older than ARGV[1] ms, at most ARGV[2], as a flat run, score list.

@@ -6,12 +6,11 @@
 use countersign_shared::bus::Bus;
 use countersign_shared::infra::InfraConfig;
 use countersign_shared::names::Names;
-use countersign_tests::app::{PATIENCE, TestApp};
+use countersign_tests::app::{TestApp, gateway_waits_for};
 use countersign_tests::fake_model::refund_brain;
 use countersign_tests::images::NATS;
 use countersign_tests::infra::Infra;
 use countersign_tests::pki::TestPki;
-use countersign_tests::wait_for;
 use std::time::Duration;
 use testcontainers::core::{IntoContainerPort, WaitFor};
 use testcontainers::runners::AsyncRunner;
@@ -21,36 +20,13 @@ use testcontainers::{ContainerAsync, GenericImage, ImageExt};
 async fn a_gateway_started_before_nats_waits_for_it_and_skips_a_dead_seed() {
     let infra = Infra::start_restartable().await;
     infra.stop_nats().await;
-    let agents = std::env::temp_dir().join(format!("cs-nats-{}", uuid::Uuid::new_v4().simple()));
-    std::fs::create_dir_all(&agents).unwrap();
-    let mut config = approval_gateway::config::Config::default();
+    let mut config = infra.config(&format!(
+        "t{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..12]
+    ));
     // The first seed never answers; the client goes on to the next.
-    config.infra.nats_url = format!("nats://127.0.0.1:1,{}", infra.nats_url);
-    config.infra.redis_url = infra.redis_url.clone();
-    config.infra.namespace = format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
-    config.agents_dir = agents.clone();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/readyz", listener.local_addr().unwrap());
-    let shutdown = tokio_util::sync::CancellationToken::new();
-    let gateway = tokio::spawn(approval_gateway::run(config, listener, shutdown.clone()));
-
-    infra.start_nats().await;
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(3))
-        .build()
-        .unwrap();
-    wait_for("the gateway to be ready once NATS is", PATIENCE, || async {
-        assert!(
-            !gateway.is_finished(),
-            "the gateway gave up while NATS was away"
-        );
-        let r = http.get(&url).send().await.ok()?;
-        r.status().is_success().then_some(())
-    })
-    .await;
-    shutdown.cancel();
-    gateway.await.unwrap().unwrap();
-    std::fs::remove_dir_all(&agents).unwrap();
+    config.nats_url = format!("nats://127.0.0.1:1,{}", infra.nats_url);
+    gateway_waits_for("NATS", config, infra.start_nats()).await;
 }
 
 #[tokio::test]

@@ -23,16 +23,8 @@ const RUNS: usize = 20;
 /// Drives the runs on `app`, killing the master at `killed_ip` once half are done.
 async fn runs_complete_across_a_failover(app: &TestApp, label: &str, killed_ip: &str) {
     let inputs: Vec<String> = (0..RUNS).map(|i| format!("Failover refund {i}.")).collect();
-    let runs: Vec<String> = join_all(inputs.iter().map(|i| app.start_run(i))).await;
-    let paused = join_all(
-        runs.iter()
-            .map(|id| app.wait_status(id, "awaiting_approval")),
-    )
-    .await;
-    let digests: Vec<Value> = paused
-        .iter()
-        .map(|r| r["pending"][0]["digest"].clone())
-        .collect();
+    let (runs, digests): (Vec<String>, Vec<Value>) =
+        app.paused_refunds(&inputs).await.into_iter().unzip();
     let (first, second) = (0..RUNS / 2, RUNS / 2..RUNS);
     join_all(
         first
@@ -128,13 +120,7 @@ async fn services_log_in_as_the_configured_acl_user_and_a_wrong_password_stops_t
     assert!(err.to_string().contains("authentication failed"), "{err}");
 
     let app = TestApp::spawn_on(infra, "anthropic", 1, "", |_| {}, refund_brain).await;
-    let run = app.start_run("Refund A-1001 please.").await;
-    let paused = app.wait_status(&run, "awaiting_approval").await;
-    let (status, _) = app
-        .approve(&run, "toolu_2", &paused["pending"][0]["digest"])
-        .await;
-    assert_eq!(status, 200);
-    app.wait_status(&run, "completed").await;
+    app.refund_cycle().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -172,11 +158,5 @@ async fn services_reach_a_redis_that_requires_tls_and_a_client_certificate() {
     );
 
     let app = TestApp::spawn_on(infra, "anthropic", 1, "", |_| {}, refund_brain).await;
-    let run = app.start_run("Refund A-1001 please.").await;
-    let paused = app.wait_status(&run, "awaiting_approval").await;
-    let (status, _) = app
-        .approve(&run, "toolu_2", &paused["pending"][0]["digest"])
-        .await;
-    assert_eq!(status, 200);
-    app.wait_status(&run, "completed").await;
+    app.refund_cycle().await;
 }
