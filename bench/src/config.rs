@@ -29,6 +29,10 @@ usage: cargo run --release -p countersign-bench -- [options]
   --work-dir DIR          configs, logs and server data (default: a new folder in the temp dir)
   --keep                  keep the work dir (it is kept anyway when a check fails)
   --log-level FILTER      RUST_LOG of the services (default info, as deployed)
+  --perf DIR              record `perf` samples of the gateway and the first worker during
+                          the measured window of one level (with the first worker count), into
+                          DIR; that level's figures then include perf's own cost
+  --perf-level N          the level (runs in flight) to profile (default 64)
   --timeout-secs N        longest wait for one step of one run before it counts as a
                           violation (default 30)
 ";
@@ -61,6 +65,8 @@ pub struct Options {
     pub work_dir: Option<PathBuf>,
     pub keep: bool,
     pub log_level: String,
+    pub perf: Option<PathBuf>,
+    pub perf_level: usize,
     #[serde(serialize_with = "secs")]
     pub timeout: Duration,
 }
@@ -88,6 +94,8 @@ impl Default for Options {
             work_dir: None,
             keep: false,
             log_level: "info".into(),
+            perf: None,
+            perf_level: 64,
             timeout: Duration::from_secs(30),
         }
     }
@@ -132,6 +140,8 @@ impl Options {
                 "--work-dir" => o.work_dir = Some(value()?.into()),
                 "--keep" => o.keep = true,
                 "--log-level" => o.log_level = value()?,
+                "--perf" => o.perf = Some(value()?.into()),
+                "--perf-level" => o.perf_level = number(&flag, &value()?)?,
                 "--timeout-secs" => {
                     o.timeout = Duration::from_secs(number(&flag, &value()?)? as u64);
                 }

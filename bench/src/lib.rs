@@ -74,9 +74,9 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
     for (i, &workers) in options.workers.iter().enumerate() {
         let dir = work_dir.join(format!("workers-{workers}-{i}"));
         std::fs::create_dir_all(&dir)?;
-        let with_waiting = i == 0 && options.waiting > 0;
         let bench = SystemBench::start(&options, &dir, &fakes, workers, clock).await?;
-        let (system, load) = bench.measure(&options, with_waiting).await?;
+        // The waiting runs and the profile are taken with the first worker count only.
+        let (system, load) = bench.measure(&options, i == 0).await?;
         let (completed, paused) = load.runs_checked();
         report.runs_checked.completed += completed;
         report.runs_checked.paused += paused;
@@ -177,7 +177,7 @@ impl SystemBench {
     async fn measure(
         mut self,
         options: &Options,
-        with_waiting: bool,
+        first: bool,
     ) -> anyhow::Result<(SystemReport, Arc<Load>)> {
         let workers = self.system.workers.len();
         let rss_at_start = self.worker_rss();
@@ -186,8 +186,13 @@ impl SystemBench {
 
         let mut levels = Vec::new();
         for &concurrency in &options.concurrency {
+            let perf = options
+                .perf
+                .as_deref()
+                .filter(|_| first)
+                .filter(|_| concurrency == options.perf_level);
             let level = self
-                .level(concurrency, options.warmup, options.cycles)
+                .level(concurrency, options.warmup, options.cycles, perf)
                 .await?;
             eprintln!(
                 "{workers} worker(s), {concurrency} in flight: {:.0} cycles/s, {:.2} CPU-ms per cycle, cycle p50 {:.2} ms",
@@ -217,7 +222,7 @@ impl SystemBench {
             after_levels: self.worker_rss(),
         };
 
-        let waiting = if with_waiting && self.load.violations().is_empty() {
+        let waiting = if first && options.waiting > 0 && self.load.violations().is_empty() {
             Some(self.waiting(options).await?)
         } else {
             None
@@ -241,18 +246,39 @@ impl SystemBench {
     }
 
     /// A warm-up, then `cycles` measured cycles with `concurrency` in flight.
+    /// With `perf`, the gateway and the first worker are sampled during the measured window
+    /// into that folder.
     async fn level(
         &mut self,
         concurrency: usize,
         warmup: usize,
         cycles: usize,
+        perf: Option<&Path>,
     ) -> anyhow::Result<Level> {
         if warmup > 0 {
             self.load.cycles(concurrency, warmup).await;
         }
+        let mut recorders = Vec::new();
+        if let Some(dir) = perf {
+            std::fs::create_dir_all(dir)?;
+            let targets = std::iter::once(("gateway", self.system.gateway.pid))
+                .chain(self.system.workers.first().map(|w| ("worker-1", w.pid)));
+            for (name, pid) in targets {
+                recorders.push(servers::perf_record(
+                    pid,
+                    &dir.join(format!("{name}-{concurrency}.perf.data")),
+                    &dir.join(format!("{name}-{concurrency}.perf.log")),
+                )?);
+            }
+            // perf needs a moment to attach before the window opens.
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
         let before = self.snapshot()?;
         let times = self.load.cycles(concurrency, cycles).await;
         let after = self.snapshot()?;
+        for mut recorder in recorders {
+            recorder.stop();
+        }
         self.system.check_alive()?;
         self.infra.check_alive()?;
         Ok(level(concurrency, &times, &before, &after, self.clock))
@@ -281,7 +307,12 @@ impl SystemBench {
             "{runs} runs paused in {fill_seconds:.1} s; measuring one run at a time while they wait"
         );
         let probe = self
-            .level(1, options.warmup.min(100), options.waiting_probe.max(1))
+            .level(
+                1,
+                options.warmup.min(100),
+                options.waiting_probe.max(1),
+                None,
+            )
             .await?;
         Ok(Waiting {
             runs,

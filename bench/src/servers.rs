@@ -47,7 +47,8 @@ impl Proc {
         Ok(())
     }
 
-    fn stop(&mut self) {
+    /// Stops the process (SIGTERM, then SIGKILL after 5 s) and waits for it.
+    pub fn stop(&mut self) {
         if matches!(self.child.try_wait(), Ok(Some(_))) {
             return;
         }
@@ -429,4 +430,18 @@ pub fn build_services(bin_dir: &Path) -> anyhow::Result<()> {
         bail!("cargo build of the services failed ({status})");
     }
     Ok(())
+}
+
+/// `perf record` of one process, with call graphs unwound from DWARF (the release binaries
+/// keep no frame pointers), until stopped; perf writes its data on SIGTERM.
+pub fn perf_record(pid: u32, out: &Path, log: &Path) -> anyhow::Result<Proc> {
+    Proc::spawn(
+        "perf",
+        Command::new("perf")
+            .args(["record", "-F", "499", "--call-graph", "dwarf,16384", "-p"])
+            .arg(pid.to_string())
+            .arg("-o")
+            .arg(out),
+        log,
+    )
 }
