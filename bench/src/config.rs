@@ -15,7 +15,8 @@ usage: cargo run --release -p countersign-bench -- [options]
   --cycles N              measured cycles per level (default 3000)
   --warmup N              unmeasured cycles before each level (default 300)
   --waiting N             paused runs left waiting for the memory test, with the first
-                          worker count; 0 skips it (default 20000)
+                          worker count; 0 skips it (default 100000, about two minutes
+                          on two cores)
   --waiting-probe N       cycles one at a time measured while they wait (default 500)
   --worker-concurrency N  the workers' `concurrency` (default: the worker's own, 16)
   --digest-from get|event where the reviewer takes the digest it approves: GET /v1/runs/{id}
@@ -82,7 +83,7 @@ impl Default for Options {
             concurrency: vec![1, 16, 64, 256],
             cycles: 3000,
             warmup: 300,
-            waiting: 20_000,
+            waiting: 100_000,
             waiting_probe: 500,
             worker_concurrency: None,
             digest_from: DigestFrom::Get,

@@ -34,6 +34,8 @@ const FILL_CONCURRENCY: usize = 256;
 const MEMORY_SAMPLE: usize = 50;
 /// How long the system is left alone before memory is read and before the final check.
 const SETTLE: Duration = Duration::from_secs(2);
+/// How long idle CPU is measured before the first level.
+const IDLE_WINDOW: Duration = Duration::from_secs(5);
 
 /// Runs the whole benchmark and returns its figures; `report.violations` lists every check
 /// that failed.
@@ -180,6 +182,7 @@ impl SystemBench {
         first: bool,
     ) -> anyhow::Result<(SystemReport, Arc<Load>)> {
         let workers = self.system.workers.len();
+        let idle = self.idle().await?;
         let rss_at_start = self.worker_rss();
         let used_before = measure::redis_used_memory(&mut self.redis).await?;
         let js_before = self.jetstream_bytes().await;
@@ -236,6 +239,7 @@ impl SystemBench {
         Ok((
             SystemReport {
                 workers,
+                idle_cpu_ms_per_sec: idle,
                 levels,
                 completed,
                 worker_rss_kib,
@@ -284,6 +288,17 @@ impl SystemBench {
         Ok(level(concurrency, &times, &before, &after, self.clock))
     }
 
+    /// CPU time each process spends per second with no run going: the sweeps and
+    /// housekeeping that one cycle at a time pays for alone, and many share.
+    async fn idle(&self) -> anyhow::Result<Cpu> {
+        tokio::time::sleep(SETTLE).await;
+        let before = self.snapshot()?;
+        tokio::time::sleep(IDLE_WINDOW).await;
+        let after = self.snapshot()?;
+        let seconds = after.at.duration_since(before.at).as_secs_f64();
+        Ok(cpu(&before, &after, self.clock, seconds))
+    }
+
     /// Leaves `options.waiting` runs paused, reads what they cost, and measures a new run's
     /// cycle while they wait.
     async fn waiting(&mut self, options: &Options) -> anyhow::Result<Waiting> {
@@ -303,6 +318,7 @@ impl SystemBench {
         let js_after = self.jetstream_bytes().await;
         let (_, paused_sample) = self.load.sample_runs(MEMORY_SAMPLE);
         let memory_usage = self.memory_usage(&paused_sample).await?;
+        let idle = self.idle().await?;
         eprintln!(
             "{runs} runs paused in {fill_seconds:.1} s; measuring one run at a time while they wait"
         );
@@ -328,6 +344,7 @@ impl SystemBench {
             jetstream_bytes_per_paused_run: js_before
                 .zip(js_after)
                 .and_then(|(b, a)| per(a as f64 - b as f64, runs)),
+            idle_cpu_ms_per_sec: idle,
             worker_rss_kib_before: rss_before,
             worker_rss_kib_after: self.worker_rss(),
             probe,
@@ -414,18 +431,15 @@ fn per(amount: f64, count: usize) -> Option<f64> {
     (count > 0).then(|| amount / count as f64)
 }
 
-fn level(
-    concurrency: usize,
-    times: &[Times],
-    before: &Snapshot,
-    after: &Snapshot,
-    clock: u64,
-) -> Level {
-    let cycles = times.len();
-    let seconds = after.at.duration_since(before.at).as_secs_f64();
-    // Ticks over the window, as CPU-ms per cycle.
+/// CPU milliseconds of each process between two snapshots, divided by `per` (cycles, or
+/// seconds).
+fn cpu(before: &Snapshot, after: &Snapshot, clock: u64, per: f64) -> Cpu {
     let ms = |b: u64, a: u64| {
-        per(a.saturating_sub(b) as f64 * 1000.0 / clock as f64, cycles).unwrap_or(0.0)
+        if per > 0.0 {
+            a.saturating_sub(b) as f64 * 1000.0 / clock as f64 / per
+        } else {
+            0.0
+        }
     };
     let workers: Vec<f64> = before
         .workers
@@ -437,7 +451,7 @@ fn level(
     let gateway = ms(before.gateway, after.gateway);
     let nats = before.nats.zip(after.nats).map(|(b, a)| ms(b, a));
     let redis = before.redis.zip(after.redis).map(|(b, a)| ms(b, a));
-    let cpu = Cpu {
+    Cpu {
         gateway,
         total: gateway + workers_total + nats.unwrap_or(0.0) + redis.unwrap_or(0.0),
         workers,
@@ -446,7 +460,19 @@ fn level(
         redis,
         bench_load_generator: ms(before.load_generator, after.load_generator),
         bench_fakes: ms(before.fakes, after.fakes),
-    };
+    }
+}
+
+fn level(
+    concurrency: usize,
+    times: &[Times],
+    before: &Snapshot,
+    after: &Snapshot,
+    clock: u64,
+) -> Level {
+    let cycles = times.len();
+    let seconds = after.at.duration_since(before.at).as_secs_f64();
+    let cpu = cpu(before, after, clock, cycles as f64);
     let pick = |f: fn(&Times) -> u64| Percentiles::of(times.iter().map(f).collect());
     Level {
         concurrency,

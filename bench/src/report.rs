@@ -44,6 +44,8 @@ pub struct Versions {
 #[derive(Debug, Serialize)]
 pub struct SystemReport {
     pub workers: usize,
+    /// CPU-ms per second of each process with no run going (same fields as per cycle).
+    pub idle_cpu_ms_per_sec: Cpu,
     pub levels: Vec<Level>,
     pub completed: CompletedRuns,
     pub worker_rss_kib: WorkerRss,
@@ -126,6 +128,8 @@ pub struct Waiting {
     pub redis_bytes_per_paused_run_used_memory: f64,
     pub redis_bytes_per_paused_run_memory_usage: Option<f64>,
     pub jetstream_bytes_per_paused_run: Option<f64>,
+    /// CPU-ms per second of each process with these runs waiting and nothing else going.
+    pub idle_cpu_ms_per_sec: Cpu,
     pub worker_rss_kib_before: Vec<u64>,
     pub worker_rss_kib_after: Vec<u64>,
     /// One run at a time while they wait.
@@ -204,6 +208,17 @@ pub fn table(report: &Report) -> String {
     }
     let _ = writeln!(out);
     for system in &report.systems {
+        let i = &system.idle_cpu_ms_per_sec;
+        let _ = writeln!(
+            out,
+            "{} worker(s): idle CPU-ms per second: gateway {:.1}, workers {:.1}, nats {}, redis {}, total {:.1}",
+            system.workers,
+            i.gateway,
+            i.workers_total,
+            opt(i.nats, 1),
+            opt(i.redis, 1),
+            i.total,
+        );
         let c = &system.completed;
         let _ = writeln!(
             out,
@@ -231,6 +246,17 @@ pub fn table(report: &Report) -> String {
                 w.worker_rss_kib_before,
                 w.worker_rss_kib_after,
                 w.probe.latency.cycle.p50_ms,
+            );
+            let i = &w.idle_cpu_ms_per_sec;
+            let _ = writeln!(
+                out,
+                "{} worker(s): idle CPU-ms per second while they wait: gateway {:.1}, workers {:.1}, nats {}, redis {}, total {:.1}",
+                system.workers,
+                i.gateway,
+                i.workers_total,
+                opt(i.nats, 1),
+                opt(i.redis, 1),
+                i.total,
             );
         }
     }
