@@ -438,7 +438,7 @@ pub fn perf_record(pid: u32, out: &Path, log: &Path) -> anyhow::Result<Proc> {
     Proc::spawn(
         "perf",
         Command::new("perf")
-            .args(["record", "-F", "499", "--call-graph", "dwarf,16384", "-p"])
+            .args(["record", "-F", "999", "--call-graph", "dwarf,16384", "-p"])
             .arg(pid.to_string())
             .arg("-o")
             .arg(out),
