@@ -24,6 +24,7 @@ use load::{Load, Times};
 use measure::Percentiles;
 use report::{CompletedRuns, Cpu, Latency, Level, Report, SystemReport, Waiting, WorkerRss};
 use servers::{Infra, Shared, System};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -212,13 +213,13 @@ impl SystemBench {
         let used_after = measure::redis_used_memory(&mut self.redis).await?;
         let js_after = self.jetstream_bytes().await;
         let (completed_sample, _) = self.load.sample_runs(MEMORY_SAMPLE);
+        let (jetstream_per_run, jetstream_by_stream) = per_stream(&js_before, &js_after, runs);
         let completed = CompletedRuns {
             runs,
             redis_bytes_per_run_used_memory: per(used_after as f64 - used_before as f64, runs),
             redis_bytes_per_run_memory_usage: self.memory_usage(&completed_sample).await?,
-            jetstream_bytes_per_run: js_before
-                .zip(js_after)
-                .and_then(|(b, a)| per(a as f64 - b as f64, runs)),
+            jetstream_bytes_per_run: jetstream_per_run,
+            jetstream_bytes_per_run_by_stream: jetstream_by_stream,
         };
         let worker_rss_kib = WorkerRss {
             at_start: rss_at_start,
@@ -318,7 +319,6 @@ impl SystemBench {
         let js_after = self.jetstream_bytes().await;
         let (_, paused_sample) = self.load.sample_runs(MEMORY_SAMPLE);
         let memory_usage = self.memory_usage(&paused_sample).await?;
-        let idle = self.idle().await?;
         eprintln!(
             "{runs} runs paused in {fill_seconds:.1} s; measuring one run at a time while they wait"
         );
@@ -330,6 +330,10 @@ impl SystemBench {
                 None,
             )
             .await?;
+        // Well after the fill (the outbox sweeps look at marks older than five seconds), so
+        // this is what waiting runs cost while nothing happens.
+        let idle = self.idle().await?;
+        let (jetstream_per_run, jetstream_by_stream) = per_stream(&js_before, &js_after, runs);
         Ok(Waiting {
             runs,
             fill_seconds,
@@ -341,9 +345,8 @@ impl SystemBench {
             )
             .unwrap_or(0.0),
             redis_bytes_per_paused_run_memory_usage: memory_usage,
-            jetstream_bytes_per_paused_run: js_before
-                .zip(js_after)
-                .and_then(|(b, a)| per(a as f64 - b as f64, runs)),
+            jetstream_bytes_per_paused_run: jetstream_per_run,
+            jetstream_bytes_per_paused_run_by_stream: jetstream_by_stream,
             idle_cpu_ms_per_sec: idle,
             worker_rss_kib_before: rss_before,
             worker_rss_kib_after: self.worker_rss(),
@@ -390,14 +393,15 @@ impl SystemBench {
             .collect()
     }
 
-    /// The bytes of the deployment's streams, if every one answers.
-    async fn jetstream_bytes(&self) -> Option<u64> {
-        let mut total = 0;
+    /// The bytes of each of the deployment's streams, if every one answers.
+    async fn jetstream_bytes(&self) -> Option<BTreeMap<String, u64>> {
+        let mut bytes = BTreeMap::new();
         for name in self.names.streams() {
             let mut stream = self.jetstream.get_stream(&name).await.ok()?;
-            total += stream.info().await.ok()?.state.bytes;
+            let size = stream.info().await.ok()?.state.bytes;
+            bytes.insert(name, size);
         }
-        Some(total)
+        Some(bytes)
     }
 
     /// The mean over `runs` of `MEMORY USAGE` summed over each run's keys.
@@ -425,6 +429,29 @@ struct Snapshot {
     load_generator: u64,
     fakes: u64,
     context_switches: u64,
+}
+
+/// Stream growth per run, in all and per stream.
+fn per_stream(
+    before: &Option<BTreeMap<String, u64>>,
+    after: &Option<BTreeMap<String, u64>>,
+    runs: usize,
+) -> (Option<f64>, BTreeMap<String, f64>) {
+    let (Some(before), Some(after)) = (before, after) else {
+        return (None, BTreeMap::new());
+    };
+    let by_stream: BTreeMap<String, f64> = after
+        .iter()
+        .filter_map(|(name, &a)| {
+            let b = before.get(name).copied().unwrap_or(0);
+            Some((name.clone(), per(a as f64 - b as f64, runs)?))
+        })
+        .collect();
+    let total = per(
+        after.values().sum::<u64>() as f64 - before.values().sum::<u64>() as f64,
+        runs,
+    );
+    (total, by_stream)
 }
 
 fn per(amount: f64, count: usize) -> Option<f64> {

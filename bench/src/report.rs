@@ -3,6 +3,7 @@
 use crate::config::Options;
 use crate::measure::{Machine, Percentiles};
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::fmt::Write;
 
 #[derive(Debug, Serialize)]
@@ -109,6 +110,7 @@ pub struct CompletedRuns {
     pub redis_bytes_per_run_memory_usage: Option<f64>,
     /// Growth of all the deployment's JetStream streams, per run.
     pub jetstream_bytes_per_run: Option<f64>,
+    pub jetstream_bytes_per_run_by_stream: BTreeMap<String, f64>,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -128,6 +130,7 @@ pub struct Waiting {
     pub redis_bytes_per_paused_run_used_memory: f64,
     pub redis_bytes_per_paused_run_memory_usage: Option<f64>,
     pub jetstream_bytes_per_paused_run: Option<f64>,
+    pub jetstream_bytes_per_paused_run_by_stream: BTreeMap<String, f64>,
     /// CPU-ms per second of each process with these runs waiting and nothing else going.
     pub idle_cpu_ms_per_sec: Cpu,
     pub worker_rss_kib_before: Vec<u64>,
