@@ -278,15 +278,27 @@ impl SystemBench {
             // perf needs a moment to attach before the window opens.
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
+        let commands_before = measure::redis_command_calls(&mut self.redis).await?;
         let before = self.snapshot()?;
         let times = self.load.cycles(concurrency, cycles).await;
         let after = self.snapshot()?;
+        let commands_after = measure::redis_command_calls(&mut self.redis).await?;
         for mut recorder in recorders {
             recorder.stop();
         }
         self.system.check_alive()?;
         self.infra.check_alive()?;
-        Ok(level(concurrency, &times, &before, &after, self.clock))
+        let mut level = level(concurrency, &times, &before, &after, self.clock);
+        // Includes the two INFO calls that read it, and whatever the sweeps ran meanwhile.
+        level.redis_commands_per_cycle = commands_after
+            .iter()
+            .filter_map(|(name, &a)| {
+                let b = commands_before.get(name).copied().unwrap_or(0);
+                let per = per(a.saturating_sub(b) as f64, level.cycles)?;
+                (per > 0.0).then(|| (name.clone(), (per * 100.0).round() / 100.0))
+            })
+            .collect();
+        Ok(level)
     }
 
     /// CPU time each process spends per second with no run going: the sweeps and
@@ -523,6 +535,7 @@ fn level(
             cycle: pick(|t| t.cycle),
         },
         load_average_after: measure::load_average(),
+        redis_commands_per_cycle: BTreeMap::new(),
     }
 }
 

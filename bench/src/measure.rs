@@ -2,6 +2,7 @@
 //! from `/proc`, resident memory, Redis `INFO` and `MEMORY USAGE`, and percentiles.
 
 use anyhow::{Context, bail};
+use std::collections::BTreeMap;
 use std::path::Path;
 
 /// CPU time of a process in clock ticks: its threads' user and system time plus that of the
@@ -175,6 +176,32 @@ pub async fn redis_used_memory(
         .context("INFO memory has no used_memory")
 }
 
+/// Calls per command since Redis started (`INFO commandstats`), by command name.
+pub async fn redis_command_calls(
+    redis: &mut redis::aio::MultiplexedConnection,
+) -> anyhow::Result<BTreeMap<String, u64>> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(redis)
+        .await?;
+    Ok(command_calls(&info))
+}
+
+/// `cmdstat_evalsha:calls=16,usec=…` lines as `evalsha -> 16`.
+fn command_calls(info: &str) -> BTreeMap<String, u64> {
+    info.lines()
+        .filter_map(|line| {
+            let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = stats
+                .split(',')
+                .find_map(|kv| kv.strip_prefix("calls="))?
+                .parse()
+                .ok()?;
+            Some((name.to_string(), calls))
+        })
+        .collect()
+}
+
 /// The sum of `MEMORY USAGE` over `keys` (absent keys count nothing). `SAMPLES 0` makes
 /// Redis count every element of a hash or list, not estimate from a sample.
 pub async fn redis_memory_usage(
@@ -260,6 +287,15 @@ mod tests {
         assert_eq!(status_value(status, "voluntary_ctxt_switches"), Some(12));
         assert_eq!(status_value(status, "nonvoluntary_ctxt_switches"), Some(3));
         assert_eq!(status_value(status, "VmHWM"), None);
+    }
+
+    #[test]
+    fn command_stats_are_read_per_command() {
+        let info = "# Commandstats\r\ncmdstat_evalsha:calls=16,usec=900,usec_per_call=56.25,rejected_calls=0,failed_calls=0\r\ncmdstat_hset:calls=3,usec=9\r\n";
+        let calls = command_calls(info);
+        assert_eq!(calls.get("evalsha"), Some(&16));
+        assert_eq!(calls.get("hset"), Some(&3));
+        assert_eq!(calls.len(), 2);
     }
 
     #[test]

@@ -65,6 +65,10 @@ pub struct Level {
     pub context_switches_per_cycle: f64,
     pub latency: Latency,
     pub load_average_after: String,
+    /// Redis commands run per cycle, by name (`INFO commandstats`): `evalsha` counts script
+    /// runs, and the commands a script calls are counted too, so this is work, not round
+    /// trips.
+    pub redis_commands_per_cycle: BTreeMap<String, f64>,
 }
 
 /// CPU milliseconds per cycle, per process; `total` is the system under test (gateway,
@@ -151,7 +155,7 @@ fn level_row(out: &mut String, workers: usize, label: &str, l: &Level) {
     let c = &l.cpu_ms_per_cycle;
     let _ = writeln!(
         out,
-        "{workers:>3} {label:>9} {:>8.0} | {:>5.2} {:>5.2} {:>5} {:>5} {:>6.2} | {:>5.2} {:>5.2} {:>6.1} | {:>11} {:>11} {:>11} {:>11} {:>11}",
+        "{workers:>3} {label:>9} {:>8.0} | {:>5.2} {:>5.2} {:>5} {:>5} {:>6.2} | {:>5.2} {:>5.2} | {:>5.1} {:>5.1} | {:>11} {:>11} {:>11} {:>11} {:>11}",
         l.cycles_per_sec,
         c.gateway,
         c.workers_total,
@@ -161,6 +165,7 @@ fn level_row(out: &mut String, workers: usize, label: &str, l: &Level) {
         c.bench_load_generator,
         c.bench_fakes,
         l.context_switches_per_cycle,
+        l.redis_commands_per_cycle.values().sum::<f64>(),
         ms(&l.latency.pause),
         ms(&l.latency.read),
         ms(&l.latency.decision),
@@ -190,11 +195,11 @@ pub fn table(report: &Report) -> String {
     );
     let _ = writeln!(
         out,
-        "                     |        CPU-ms per cycle           |  bench (not in total) | latency p50/p99 ms"
+        "                       |      CPU-ms per cycle            | bench CPU-ms | per cycle   | latency p50/p99 ms"
     );
     let _ = writeln!(
         out,
-        "wrk in-flight cycles/s | gatew  wrks  nats redis  total | loadg fakes ctxsw  |       pause        read    decision      resume       cycle"
+        "wrk in-flight cycles/s | gatew  wrks  nats redis  total | loadg fakes | ctxsw rcmds |       pause        read    decision      resume       cycle"
     );
     for system in &report.systems {
         for level in &system.levels {
