@@ -59,9 +59,9 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
         machine: measure::Machine::read(),
         load_average_after: String::new(),
         versions: report::Versions {
-            nats_server: measure::version_of("nats-server", &["--version"]),
-            redis_server: measure::version_of("redis-server", &["--version"]),
-            rustc: measure::version_of("rustc", &["--version"]),
+            nats_server: measure::version_of(&servers::program("nats-server"), &["--version"]),
+            redis_server: measure::version_of(&servers::program("redis-server"), &["--version"]),
+            rustc: measure::version_of(Path::new("rustc"), &["--version"]),
         },
         options: options.clone(),
         servers_started_here: options.nats_url.is_none() && options.redis_url.is_none(),

@@ -146,7 +146,7 @@ fn read_trimmed(path: impl AsRef<Path>) -> String {
 }
 
 /// The first line a program prints for `args` (its version), or why it could not run.
-pub fn version_of(program: &str, args: &[&str]) -> String {
+pub fn version_of(program: &Path, args: &[&str]) -> String {
     match std::process::Command::new(program).args(args).output() {
         Ok(out) => {
             let text = if out.stdout.is_empty() {

@@ -74,6 +74,17 @@ impl Drop for Proc {
     }
 }
 
+/// Where a server program is: on the `PATH`, else in `/usr/sbin` (where Debian puts
+/// `nats-server`, outside the `PATH` of users other than root).
+pub fn program(name: &str) -> PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/usr/bin")])
+        .map(|dir| dir.join(name))
+        .find(|candidate| candidate.is_file())
+        .unwrap_or_else(|| PathBuf::from(name))
+}
+
 /// A loopback port nobody listens on now. (Another process could take it before the child
 /// binds it; on a benchmark machine that does not happen in practice.)
 pub fn free_port() -> anyhow::Result<u16> {
@@ -106,7 +117,7 @@ impl Infra {
                 let port = free_port()?;
                 let proc = Proc::spawn(
                     "nats-server",
-                    Command::new("nats-server").args([
+                    Command::new(program("nats-server")).args([
                         "-js",
                         "-a",
                         "127.0.0.1",
@@ -130,7 +141,7 @@ impl Infra {
                 // are off so that no background save forks in the middle of a measurement.
                 let proc = Proc::spawn(
                     "redis-server",
-                    Command::new("redis-server").args([
+                    Command::new(program("redis-server")).args([
                         "--port",
                         &port.to_string(),
                         "--bind",
