@@ -11,6 +11,8 @@
 //!  any of queued, running, awaiting_approval, resuming ──save(finish)──► completed | failed | cancelled
 //! ```
 //!
+//! A resumed run stays `resuming` until its drive's next save, which may be any of progress,
+//! pause or finish (the calls run on resuming are recorded by that save).
 //! A worker holds a lease while a run is `running` or `resuming` and writes only through it;
 //! the kind of save ([`crate::store::Save`]) decides the status written. Cancelling (by the
 //! requester or an admin) marks the run; the next claim or save of a worker sees the mark and
