@@ -306,3 +306,22 @@ async fn the_requester_gets_only_a_reject_link_and_a_failed_decision_leaves_a_li
     let (status, _) = post_form(&app, &links[0], &[]).await;
     assert_eq!(status, 410, "a link works once");
 }
+
+#[tokio::test]
+async fn the_mail_is_text_and_html_with_the_input_and_the_headers_clients_expect() {
+    let (app, sink) = app_with_email("\"email:approvers\"", None).await;
+    app.start_run("Refund A-1001 please.").await;
+    let (mail, _) = mail_for(&app, &sink, "alice@example.com").await;
+    let data = &mail.data;
+    for expected in [
+        "MIME-Version: 1.0",
+        "Message-ID: <",
+        "multipart/alternative",
+        "Content-Type: text/plain",
+        "Content-Type: text/html",
+        "Input: {",
+        "\"order_id\": \"A-1001\"",
+    ] {
+        assert!(data.contains(expected), "{expected:?} missing from\n{data}");
+    }
+}

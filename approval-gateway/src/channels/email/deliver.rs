@@ -3,13 +3,14 @@
 //! call is decided, expired or cancelled the links' pages say so and nobody is mailed.
 
 use super::grant::{Grant, new_token};
+use super::message::Request;
 use crate::channels::delivery::{Ask, Deliver, DeliveryError, Ending};
 use crate::config::{EmailConfig, Person};
 use crate::state::{AppState, Mailer};
 use countersign_shared::agent::Channel;
 use countersign_shared::digest::sha256_hex;
 use countersign_shared::run::{Action, PendingCall, RunId};
-use lettre::message::header::ContentType;
+use lettre::message::MultiPart;
 use lettre::{AsyncTransport, Message};
 use std::time::Duration;
 
@@ -103,7 +104,12 @@ impl<'a> Email<'a> {
             &[Action::Approve, Action::Reject, Action::Edit]
         };
         let links = self.links(ask, person, actions).await?;
-        let body = body(ask, prefix, &links, own);
+        let request = Request {
+            ask,
+            prefix,
+            links: &links,
+            own,
+        };
         let to = person.email.as_deref().unwrap_or_default();
         let message = Message::builder()
             .from(
@@ -115,9 +121,12 @@ impl<'a> Email<'a> {
             .to(to
                 .parse()
                 .map_err(|e| DeliveryError::GiveUp(format!("to {to}: {e}")))?)
-            .subject(format!("{prefix}Approval needed: {}", ask.call.summary))
-            .header(ContentType::TEXT_PLAIN)
-            .body(body)
+            .subject(request.subject())
+            .message_id(None)
+            .multipart(MultiPart::alternative_plain_html(
+                request.text(),
+                request.html(),
+            ))
             .map_err(|e| DeliveryError::GiveUp(e.to_string()))?;
         self.mailer
             .send(message)
@@ -126,13 +135,13 @@ impl<'a> Email<'a> {
         Ok(())
     }
 
-    /// One stored single-use link per action, as lines of the mail.
+    /// One stored single-use link per action.
     async fn links(
         &self,
         ask: &Ask<'_>,
         person: &Person,
         actions: &[Action],
-    ) -> Result<Vec<String>, DeliveryError> {
+    ) -> Result<Vec<(Action, String)>, DeliveryError> {
         let ttl = Duration::from_secs(self.config.link_ttl_secs);
         let mut links = Vec::new();
         for &action in actions {
@@ -153,7 +162,7 @@ impl<'a> Email<'a> {
                 "{}/approvals/email/{token}",
                 self.config.public_base_url.trim_end_matches('/')
             );
-            links.push(format!("{:<9}{link}", format!("{}:", title_case(action))));
+            links.push((action, link));
         }
         Ok(links)
     }
@@ -193,55 +202,5 @@ impl Deliver for Email<'_> {
     /// The links' pages say how it ended; no further mail.
     async fn ended(&self, _: &RunId, _: &str, _: Ending<'_>) -> Result<(), DeliveryError> {
         Ok(())
-    }
-}
-
-/// The mail's text: what is asked, why, what the agent said and saw, and the links.
-fn body(ask: &Ask<'_>, prefix: &str, links: &[String], own: bool) -> String {
-    let call = ask.call;
-    let mut body = format!(
-        "{prefix}Approval needed: {}\n\nWhy: {}\n",
-        call.summary, call.reason
-    );
-    if !ask.text.is_empty() {
-        body += &format!("The agent said: {}\n", ask.text);
-    }
-    for e in ask.evidence {
-        let content: String = e.content.chars().take(500).collect();
-        body += &format!("Evidence from {}: {content}\n", e.tool);
-    }
-    body += &format!(
-        "\nAgent {}, run {}, requested by {}; {}.\n\n{}\n\n\
-         Opening a link decides nothing: it shows a page where you confirm. The links work once, only for you, until the request is decided.\n",
-        ask.agent,
-        ask.run_id,
-        ask.requested_by.unwrap_or("unknown"),
-        deadline(call),
-        links.join("\n"),
-    );
-    if own {
-        body += "You asked for this run, so you may reject it but not approve it.\n";
-    }
-    body
-}
-
-/// When the call expires, in plain text (a mail is not Slack markup).
-fn deadline(call: &PendingCall) -> String {
-    match call.deadline {
-        Some(ms) => format!(
-            "decide by {}",
-            chrono::DateTime::from_timestamp_millis(ms)
-                .unwrap_or_default()
-                .format("%Y-%m-%d %H:%M UTC")
-        ),
-        None => "no deadline".into(),
-    }
-}
-
-fn title_case(action: Action) -> &'static str {
-    match action {
-        Action::Approve => "Approve",
-        Action::Reject => "Reject",
-        Action::Edit => "Edit",
     }
 }

@@ -6,6 +6,7 @@
 
 mod deliver;
 mod grant;
+mod message;
 mod pages;
 
 pub(crate) use deliver::Email;

@@ -1,0 +1,165 @@
+//! What a request mail says, as plain text and as HTML (sent together as
+//! `multipart/alternative`, so every client shows one of them): the action, why the policy
+//! holds it, the exact input, what the agent said and saw, who asked, the deadline, and one
+//! link per action. Everything the agent, a tool or a requester wrote is escaped in the HTML.
+
+use crate::channels::delivery::Ask;
+use countersign_shared::run::{Action, PendingCall};
+
+/// What a mail asks: the prefix of its subject (a reminder's), and whether the reader asked
+/// for the run themselves (then they may only reject).
+pub(super) struct Request<'a, 'b> {
+    pub(super) ask: &'a Ask<'b>,
+    pub(super) prefix: &'a str,
+    pub(super) links: &'a [(Action, String)],
+    pub(super) own: bool,
+}
+
+/// How much of one piece of evidence a mail shows.
+const EVIDENCE_CHARS: usize = 500;
+
+impl Request<'_, '_> {
+    pub(super) fn subject(&self) -> String {
+        format!("{}Approval needed: {}", self.prefix, self.ask.call.summary)
+    }
+
+    pub(super) fn text(&self) -> String {
+        let (ask, call) = (self.ask, self.ask.call);
+        let mut body = format!("{}\n\nWhy: {}\n", self.subject(), call.reason);
+        body += &format!("Input: {}\n", pretty(&call.input));
+        if !ask.text.is_empty() {
+            body += &format!("The agent said: {}\n", ask.text);
+        }
+        for e in ask.evidence {
+            body += &format!("Evidence from {}: {}\n", e.tool, clipped(&e.content));
+        }
+        let links: Vec<String> = self
+            .links
+            .iter()
+            .map(|(action, url)| format!("{:<9}{url}", format!("{}:", title_case(*action))))
+            .collect();
+        body += &format!(
+            "\nAgent {}, run {}, requested by {}; {}.\n\n{}\n\n{}\n",
+            ask.agent,
+            ask.run_id,
+            ask.requested_by.unwrap_or("unknown"),
+            deadline(call),
+            links.join("\n"),
+            ONCE,
+        );
+        if self.own {
+            body += OWN;
+            body += "\n";
+        }
+        body
+    }
+
+    pub(super) fn html(&self) -> String {
+        let (ask, call) = (self.ask, self.ask.call);
+        let mut body = format!(
+            "<!doctype html><html><head><meta charset=\"utf-8\">\
+             <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+             <title>{subject}</title></head>\
+             <body style=\"font-family: sans-serif; max-width: 40em; margin: auto; padding: 1em\">\
+             <h1 style=\"font-size: 1.3em\">{subject}</h1>\
+             <p><strong>Why:</strong> {reason}</p>\
+             <p><strong>Input:</strong></p><pre style=\"white-space: pre-wrap\">{input}</pre>",
+            subject = escape(&self.subject()),
+            reason = escape(&call.reason),
+            input = escape(&pretty(&call.input)),
+        );
+        if !ask.text.is_empty() {
+            body += &format!(
+                "<p><strong>The agent said:</strong> {}</p>",
+                escape(ask.text)
+            );
+        }
+        for e in ask.evidence {
+            body += &format!(
+                "<p><strong>Evidence from {}:</strong></p><pre style=\"white-space: pre-wrap\">{}</pre>",
+                escape(&e.tool),
+                escape(&clipped(&e.content))
+            );
+        }
+        body += &format!(
+            "<p>Agent {}, run {}, requested by {}; {}.</p><p>",
+            escape(ask.agent),
+            escape(ask.run_id.as_str()),
+            escape(ask.requested_by.unwrap_or("unknown")),
+            deadline(call),
+        );
+        for (action, url) in self.links {
+            body += &format!(
+                "<a href=\"{}\" style=\"display: inline-block; margin: 0 1em 1em 0\">{}</a>",
+                escape(url),
+                title_case(*action)
+            );
+        }
+        body += &format!("</p><p>{}</p>", escape(ONCE));
+        if self.own {
+            body += &format!("<p>{}</p>", escape(OWN));
+        }
+        body + "</body></html>"
+    }
+}
+
+const ONCE: &str = "Opening a link decides nothing: it shows a page where you confirm. The links work once, only for you, until the request is decided.";
+const OWN: &str = "You asked for this run, so you may reject it but not approve it.";
+
+fn pretty(input: &serde_json::Value) -> String {
+    serde_json::to_string_pretty(input).unwrap_or_default()
+}
+
+fn clipped(content: &str) -> String {
+    content.chars().take(EVIDENCE_CHARS).collect()
+}
+
+/// Text as HTML text or an attribute value.
+fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// When the call expires, in plain text (a mail is not Slack markup).
+fn deadline(call: &PendingCall) -> String {
+    match call.deadline {
+        Some(ms) => format!(
+            "decide by {}",
+            chrono::DateTime::from_timestamp_millis(ms)
+                .unwrap_or_default()
+                .format("%Y-%m-%d %H:%M UTC")
+        ),
+        None => "no deadline".into(),
+    }
+}
+
+fn title_case(action: Action) -> &'static str {
+    match action {
+        Action::Approve => "Approve",
+        Action::Reject => "Reject",
+        Action::Edit => "Edit",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::escape;
+
+    #[test]
+    fn markup_from_agents_and_tools_is_inert() {
+        assert_eq!(
+            escape("<script>alert('x')</script> & \"more\""),
+            "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; &quot;more&quot;"
+        );
+    }
+}
