@@ -3,6 +3,7 @@
 //! holds it, the exact input, what the agent said and saw, who asked, the deadline, and one
 //! link per action. Everything the agent, a tool or a requester wrote is escaped in the HTML.
 
+use super::html::escape;
 use crate::channels::delivery::Ask;
 use countersign_shared::run::{Action, PendingCall};
 
@@ -114,22 +115,6 @@ fn clipped(content: &str) -> String {
     content.chars().take(EVIDENCE_CHARS).collect()
 }
 
-/// Text as HTML text or an attribute value.
-fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
 /// When the call expires, in plain text (a mail is not Slack markup).
 fn deadline(call: &PendingCall) -> String {
     match call.deadline {
@@ -148,18 +133,5 @@ fn title_case(action: Action) -> &'static str {
         Action::Approve => "Approve",
         Action::Reject => "Reject",
         Action::Edit => "Edit",
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::escape;
-
-    #[test]
-    fn markup_from_agents_and_tools_is_inert() {
-        assert_eq!(
-            escape("<script>alert('x')</script> & \"more\""),
-            "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; &quot;more&quot;"
-        );
     }
 }

@@ -6,6 +6,7 @@
 
 mod deliver;
 mod grant;
+mod html;
 mod message;
 mod pages;
 

@@ -6,6 +6,7 @@
 //! and they are neither cached nor sent as a referrer, since the token is in the URL.
 
 use super::grant::{Grant, parse_token};
+use super::html::escape;
 use crate::decide::{self, DecideError, Decider, Proposed};
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -28,17 +29,11 @@ pub(crate) fn router() -> Router<AppState> {
 /// The channel email decisions are recorded as coming from.
 const CHANNEL: &str = "email";
 
-fn escape(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-        .replace('\'', "&#39;")
-}
-
 fn page(status: StatusCode, title: &str, body: &str) -> Response {
     let html = format!(
-        "<!doctype html><html><head><meta charset=\"utf-8\"><title>{t}</title></head><body><h1>{t}</h1>{body}</body></html>",
+        "<!doctype html><html><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <title>{t}</title></head><body><h1>{t}</h1>{body}</body></html>",
         t = escape(title)
     );
     (
