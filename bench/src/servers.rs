@@ -427,9 +427,9 @@ pub fn build_services(bin_dir: &Path) -> anyhow::Result<()> {
         bin_dir.display()
     );
     let mut command = Command::new("cargo");
-    // `cargo run` gives this process the package's variables (CARGO_PKG_NAME, …). Some build
-    // scripts (ring's) rerun when one of those changes, so a nested build that saw them would
-    // rebuild half the tree, and the next plain build would rebuild it back.
+    // `cargo run` gives this process the package's variables (CARGO_PKG_NAME, …). ring's
+    // build script declares `rerun-if-env-changed` for some of those names, so a nested build
+    // that saw them could rebuild it and all that depends on it.
     for (name, _) in std::env::vars_os() {
         let name = name.to_string_lossy();
         if name.starts_with("CARGO_PKG_")
