@@ -27,8 +27,9 @@ usage: cargo run --release -p countersign-bench -- [options]
                           executable)
   --no-build              do not run `cargo build --release` for the services first
   --json PATH             also write the figures as JSON
-  --work-dir DIR          configs, logs and server data (default: a new folder in the temp dir)
-  --keep                  keep the work dir (it is kept anyway when a check fails)
+  --work-dir DIR          configs, logs and server data, kept afterwards (default: a new
+                          folder in the temp dir, removed unless a check fails)
+  --keep                  keep the default work dir too
   --log-level FILTER      RUST_LOG of the services (default info, as deployed)
   --perf DIR              record `perf` samples of the gateway and the first worker during
                           the measured window of one level (with the first worker count), into
