@@ -21,8 +21,10 @@ usage: cargo run --release -p countersign-bench -- [options]
   --worker-concurrency N  the workers' `concurrency` (default: the worker's own, 16)
   --digest-from get|event where the reviewer takes the digest it approves: GET /v1/runs/{id}
                           (default, as a reviewer's screen would) or the approval.requested event
-  --nats-url URL          use this NATS (JetStream enabled) instead of starting nats-server
-  --redis-url URL         use this Redis instead of starting redis-server
+  --nats-url URL          use this NATS (JetStream enabled, no credentials) instead of
+                          starting nats-server
+  --redis-url URL         use this Redis instead of starting redis-server (the runs left
+                          paused stay there until their deadline, a day later)
   --bin-dir DIR           where approval-gateway and agent-worker are (default: next to this
                           executable)
   --no-build              do not run `cargo build --release` for the services first
