@@ -21,14 +21,17 @@ usage: cargo run --release -p countersign-bench -- [options]
   --worker-concurrency N  the workers' `concurrency` (default: the worker's own, 16)
   --digest-from get|event where the reviewer takes the digest it approves: GET /v1/runs/{id}
                           (default, as a reviewer's screen would) or the approval.requested event
-  --nats-url URL          use this NATS (JetStream enabled) instead of starting nats-server
-  --redis-url URL         use this Redis instead of starting redis-server
+  --nats-url URL          use this NATS (JetStream enabled, no credentials) instead of
+                          starting nats-server
+  --redis-url URL         use this Redis instead of starting redis-server (the runs left
+                          paused stay there until their deadline, a day later)
   --bin-dir DIR           where approval-gateway and agent-worker are (default: next to this
                           executable)
   --no-build              do not run `cargo build --release` for the services first
   --json PATH             also write the figures as JSON
-  --work-dir DIR          configs, logs and server data (default: a new folder in the temp dir)
-  --keep                  keep the work dir (it is kept anyway when a check fails)
+  --work-dir DIR          configs, logs and server data, kept afterwards (default: a new
+                          folder in the temp dir, removed unless a check fails)
+  --keep                  keep the default work dir too
   --log-level FILTER      RUST_LOG of the services (default info, as deployed)
   --perf DIR              record `perf` samples of the gateway and the first worker during
                           the measured window of one level (with the first worker count), into

@@ -93,7 +93,8 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
         }
     }
     report.load_average_after = measure::load_average();
-    if report.violations.is_empty() && !options.keep {
+    // A folder the caller named is theirs to remove.
+    if report.violations.is_empty() && !options.keep && options.work_dir.is_none() {
         let _ = std::fs::remove_dir_all(&work_dir);
     } else {
         eprintln!("kept {} (logs of every process)", work_dir.display());

@@ -33,11 +33,23 @@ fn main() -> ExitCode {
         }
     };
     let json = options.json.clone();
-    let report = match runtime.block_on(countersign_bench::run(options)) {
-        Ok(report) => report,
-        Err(e) => {
+    // On SIGINT or SIGTERM the run is dropped, and with it every child process it started
+    // (each is stopped as it drops): nothing is left running.
+    let finished = runtime.block_on(async {
+        tokio::select! {
+            report = countersign_bench::run(options) => Some(report),
+            () = signalled() => None,
+        }
+    });
+    let report = match finished {
+        Some(Ok(report)) => report,
+        Some(Err(e)) => {
             eprintln!("the benchmark could not run: {e:#}");
             return ExitCode::FAILURE;
+        }
+        None => {
+            eprintln!("stopped by a signal; the processes it started are stopped");
+            return ExitCode::from(130);
         }
     };
     print!("{}", countersign_bench::report::table(&report));
@@ -54,5 +66,20 @@ fn main() -> ExitCode {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
+    }
+}
+
+/// Returns on SIGINT or SIGTERM (never, if they cannot be watched).
+async fn signalled() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut interrupt), Ok(mut terminate)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = interrupt.recv() => {}
+        _ = terminate.recv() => {}
     }
 }

@@ -410,9 +410,12 @@ pub fn bin_dir(given: Option<&Path>) -> anyhow::Result<PathBuf> {
 /// Under `cargo run`, builds the services' release binaries into this executable's target
 /// folder first, so the figures are never those of stale binaries.
 pub fn build_services(bin_dir: &Path) -> anyhow::Result<()> {
-    let Some(cargo) = std::env::var_os("CARGO") else {
+    // Only under cargo. The cargo on the PATH (rustup's, which reads the workspace's
+    // rust-toolchain.toml) is the one the person typed; `CARGO` may name another toolchain's,
+    // whose builds would not reuse this one's.
+    if std::env::var_os("CARGO").is_none() {
         return Ok(());
-    };
+    }
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .context("the bench crate has no workspace")?;
@@ -423,7 +426,25 @@ pub fn build_services(bin_dir: &Path) -> anyhow::Result<()> {
         "building the services' release binaries into {}",
         bin_dir.display()
     );
-    let status = Command::new(cargo)
+    let mut command = Command::new("cargo");
+    // `cargo run` gives this process the package's variables (CARGO_PKG_NAME, …). ring's
+    // build script declares `rerun-if-env-changed` for some of those names, so a nested build
+    // that saw them could rebuild it and all that depends on it.
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        if name.starts_with("CARGO_PKG_")
+            || name.starts_with("CARGO_MANIFEST_")
+            || [
+                "CARGO_CRATE_NAME",
+                "CARGO_BIN_NAME",
+                "CARGO_PRIMARY_PACKAGE",
+            ]
+            .contains(&&*name)
+        {
+            command.env_remove(&*name);
+        }
+    }
+    let status = command
         .current_dir(workspace)
         .args([
             "build",
