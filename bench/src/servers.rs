@@ -206,38 +206,10 @@ async fn wait_for_port(url: &str, infra: &mut Infra) -> anyhow::Result<()> {
 }
 
 /// The agent of the scenario: `get_order` runs at once, `issue_refund` over 20 waits for a
-/// person (the tests' `refunds_agent`, pointed at the fakes).
+/// person (the tests' agent, pointed at the fakes).
 pub fn write_agent(dir: &Path, model_url: &str, tools_url: &str) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir)?;
-    let agent = format!(
-        r#"name = "{AGENT}"
-system = "You are a support agent for an online store. Investigate before acting."
-max_turns = 10
-
-[model]
-provider = "anthropic"
-name = "fake-model"
-max_tokens = 1024
-base_url = "{model_url}"
-
-[[tools]]
-name = "get_order"
-description = "Look up an order by id: status, amount in USD, payments."
-input_schema = {{ type = "object", properties = {{ order_id = {{ type = "string" }} }}, required = ["order_id"] }}
-http = {{ url = "{tools_url}/orders/lookup" }}
-approval = "never"
-
-[[tools]]
-name = "issue_refund"
-description = "Refund an amount in USD for an order."
-input_schema = {{ type = "object", properties = {{ order_id = {{ type = "string" }}, amount = {{ type = "number" }}, reason = {{ type = "string" }} }}, required = ["order_id", "amount", "reason"] }}
-http = {{ url = "{tools_url}/refunds" }}
-[tools.approval]
-when = "input.amount > 20.0"
-reason = "Refund of ${{{{ input.amount }}}} moves money"
-summary = "Refund ${{{{ input.amount }}}} for order {{{{ input.order_id }}}}"
-"#
-    );
+    let agent = countersign_local::demo_agent::refunds_agent("anthropic", model_url, tools_url);
     std::fs::write(dir.join(format!("{AGENT}.toml")), agent)?;
     Ok(())
 }

@@ -67,39 +67,7 @@ pub struct TestApp {
     workers: Vec<Option<Running>>,
 }
 
-/// The refund agent of the README, pointed at the demo tools and the fake model.
-pub fn refunds_agent(provider: &str, model_url: &str, tools_url: &str) -> String {
-    format!(
-        r#"
-name = "refunds"
-system = "You are a support agent for an online store. Investigate before acting."
-max_turns = 10
-
-[model]
-provider = "{provider}"
-name = "fake-model"
-max_tokens = 1024
-base_url = "{model_url}"
-
-[[tools]]
-name = "get_order"
-description = "Look up an order by id: status, amount in USD, payments."
-input_schema = {{ type = "object", properties = {{ order_id = {{ type = "string" }} }}, required = ["order_id"] }}
-http = {{ url = "{tools_url}/orders/lookup" }}
-approval = "never"
-
-[[tools]]
-name = "issue_refund"
-description = "Refund an amount in USD for an order."
-input_schema = {{ type = "object", properties = {{ order_id = {{ type = "string" }}, amount = {{ type = "number" }}, reason = {{ type = "string" }} }}, required = ["order_id", "amount", "reason"] }}
-http = {{ url = "{tools_url}/refunds" }}
-[tools.approval]
-when = "input.amount > 20.0"
-reason = "Refund of ${{{{ input.amount }}}} moves money"
-summary = "Refund ${{{{ input.amount }}}} for order {{{{ input.order_id }}}}"
-"#
-    )
-}
+pub use countersign_local::demo_agent::refunds_agent;
 
 impl TestApp {
     /// An app on the Anthropic wire format with one worker.
