@@ -56,3 +56,11 @@ pub fn output_of(command: &mut std::process::Command) -> String {
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// The value of one series (`name{labels}` exactly as exposed) in Prometheus text, if there.
+pub fn metric_value(text: &str, series: &str) -> Option<f64> {
+    text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
+        let (name, value) = l.rsplit_once(' ')?;
+        (name == series).then(|| value.parse().ok())?
+    })
+}

@@ -3,16 +3,9 @@
 
 use countersign_tests::app::{PATIENCE, TestApp};
 use countersign_tests::fake_model::refund_brain;
+use countersign_tests::metric_value as value;
 use countersign_tests::wait_for;
 use serde_json::json;
-
-/// The value of one series (`name{labels}` exactly as exposed), if it is there.
-fn value(text: &str, series: &str) -> Option<f64> {
-    text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
-        let (name, value) = l.rsplit_once(' ')?;
-        (name == series).then(|| value.parse().ok())?
-    })
-}
 
 async fn scrape(app: &TestApp, url: &str) -> String {
     let response = app.http.get(url).send().await.unwrap();

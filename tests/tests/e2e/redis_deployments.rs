@@ -118,6 +118,20 @@ async fn services_log_in_as_the_configured_acl_user_and_a_wrong_password_stops_t
         .err()
         .expect("a wrong password is refused");
     assert!(err.to_string().contains("authentication failed"), "{err}");
+    // A service so configured stops at start instead of waiting for Redis.
+    let agents = std::env::temp_dir().join(format!("cs-acl-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&agents).unwrap();
+    let gateway = approval_gateway::config::Config {
+        infra: wrong,
+        agents_dir: agents,
+        ..Default::default()
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let run = approval_gateway::run(gateway, listener, Default::default());
+    let stopped = tokio::time::timeout(PATIENCE, run)
+        .await
+        .expect("it stopped");
+    assert!(stopped.is_err());
 
     let app = TestApp::spawn_on(infra, "anthropic", 1, "", |_| {}, refund_brain).await;
     app.refund_cycle().await;
