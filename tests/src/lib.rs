@@ -3,6 +3,7 @@
 //! in-process on port 0 with a namespace of their own.
 
 pub mod app;
+pub mod browser;
 pub mod fake_model;
 pub mod fake_slack;
 pub mod images;

@@ -14,7 +14,10 @@ use serde_json::Value;
 
 const BASE: &str = "http://approvals.test";
 
-async fn app_with_email(channels: &str, slack: Option<&FakeSlack>) -> (TestApp, SmtpSink) {
+pub(crate) async fn app_with_email(
+    channels: &str,
+    slack: Option<&FakeSlack>,
+) -> (TestApp, SmtpSink) {
     app_with_email_on(Infra::start().await, channels, slack).await
 }
 
@@ -53,7 +56,7 @@ async fn app_with_email_on(
 
 /// The mail sent to `address` once the run paused, and its approve, reject and edit links
 /// rewritten to the test gateway.
-async fn mail_for(app: &TestApp, sink: &SmtpSink, address: &str) -> (Mail, Vec<String>) {
+pub(crate) async fn mail_for(app: &TestApp, sink: &SmtpSink, address: &str) -> (Mail, Vec<String>) {
     let (mail, links) = any_mail_for(app, sink, address).await;
     assert_eq!(links.len(), 3, "{}", mail.data);
     (mail, links)

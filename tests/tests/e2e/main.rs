@@ -2,6 +2,7 @@
 //! one area, and every test starts its own servers and namespace.
 
 mod bad_input;
+mod browser;
 mod cancel;
 mod chaos;
 mod decision_authority;
