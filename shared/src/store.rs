@@ -19,6 +19,9 @@
 //! - `refusals:{id}` list: the latest refused decisions, capped;
 //! - `link:{id}:{hash}` strings: email link tokens for the run's calls.
 //!
+//! Outside the runs' slots, the web inbox keeps `session:{hash}`, `sign-in:{hash}` and
+//! `sign-in-mailed:{hash}` strings (see `sessions`).
+//!
 //! Leases and deadlines are compared with Redis's clock (`TIME` in the scripts). Finished runs
 //! get a retention TTL on all keys but the audit trail, which outlives them. The `awaiting`
 //! sorted set indexes paused runs for the inbox; it lives in another slot, so it is kept
@@ -30,6 +33,7 @@ mod exec;
 mod inbox;
 mod keys;
 mod outbox;
+mod sessions;
 mod timers;
 
 pub use decide::{

@@ -14,7 +14,10 @@ use serde_json::Value;
 
 const BASE: &str = "http://approvals.test";
 
-async fn app_with_email(channels: &str, slack: Option<&FakeSlack>) -> (TestApp, SmtpSink) {
+pub(super) async fn app_with_email(
+    channels: &str,
+    slack: Option<&FakeSlack>,
+) -> (TestApp, SmtpSink) {
     app_with_email_on(Infra::start().await, channels, slack).await
 }
 
