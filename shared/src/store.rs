@@ -17,7 +17,8 @@
 //! - `audit:{id}` list: the run's hash-chained audit trail (see [`crate::audit`]);
 //! - `outbox:{id}` hash: announcements not yet acknowledged by JetStream;
 //! - `refusals:{id}` list: the latest refused decisions, capped;
-//! - `link:{id}:{hash}` strings: email link tokens for the run's calls.
+//! - `link:{id}:{hash}` strings: email link tokens for the run's calls (once spent,
+//!   `spent:` and the grant, until they expire).
 //!
 //! Outside the runs' slots, the web inbox keeps `session:{hash}`, `sign-in:{hash}` and
 //! `sign-in-mailed:{hash}` strings (see `sessions`).
