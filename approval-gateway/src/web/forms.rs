@@ -4,7 +4,9 @@
 //! an `enum`, JSON for objects and arrays). Whatever is wrong comes back beside its field in
 //! a reviewer's words, with what they typed kept.
 
-use super::request_view::pretty;
+use super::request_view::{CallView, pretty};
+use crate::decide::Proposed;
+use crate::state::AppState;
 use countersign_shared::agent::InputProblem;
 use countersign_shared::run::Action;
 use maud::{Markup, html};
@@ -220,10 +222,43 @@ fn is_required(schema: Option<&Value>, name: &str) -> bool {
         .is_some_and(|r| r.iter().any(|n| n == name))
 }
 
+/// The decision a form asks for on `view`'s call, shown `digest`, checked as far as a form
+/// can be: an action, a reason to reject, a note and an input that fits the tool's schema to
+/// edit. Every problem is listed by field; nothing is decided here.
+pub(crate) fn proposal(
+    state: &AppState,
+    view: &CallView,
+    typed: &Typed,
+    digest: &str,
+) -> Result<Proposed, FieldErrors> {
+    let schema = view.schema(state);
+    let (action, input) = read(typed, schema, &view.input)?;
+    if let (Some(input), Some(agent)) = (&input, state.catalog.get(&view.agent)) {
+        let problems = agent.input_problems(&view.tool, input);
+        if !problems.is_empty() {
+            return Err(schema_errors(&problems, schema));
+        }
+    }
+    let text = |name: &str| {
+        typed
+            .get(name)
+            .map(|t| t.trim().to_string())
+            .filter(|t| !t.is_empty())
+    };
+    Ok(Proposed {
+        call_id: view.call_id.clone(),
+        digest: Some(digest.to_string()),
+        action,
+        input,
+        note: text("note").filter(|_| action == Action::Edit),
+        reason: text("reason").filter(|_| action == Action::Reject),
+    })
+}
+
 /// What the reviewer asked for: an action, and for an edit the new input, read from the
 /// fields against the tool's schema (properties the schema does not name are kept from the
 /// call's input). Every problem is listed by field; nothing is decided here.
-pub(crate) fn read(
+fn read(
     typed: &Typed,
     schema: Option<&Value>,
     original: &Value,
@@ -345,7 +380,7 @@ fn number(text: &str) -> Option<Value> {
 }
 
 /// Schema problems, each beside the field it is about (the form's top for the rest).
-pub(crate) fn schema_errors(problems: &[InputProblem], schema: Option<&Value>) -> FieldErrors {
+fn schema_errors(problems: &[InputProblem], schema: Option<&Value>) -> FieldErrors {
     let named = properties(schema);
     let mut errors = FieldErrors::new();
     for problem in problems {

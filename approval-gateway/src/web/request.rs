@@ -10,7 +10,7 @@ use super::layout::{Page, PageError};
 use super::request_view::{CallView, refusal_words};
 use super::session::Session;
 use super::{actions_for, form_fields};
-use crate::decide::{self, Decider, Proposed};
+use crate::decide::{self, Decider};
 use crate::error::ApiError;
 use crate::state::AppState;
 use axum::body::Bytes;
@@ -107,10 +107,15 @@ fn render(
     })
 }
 
-fn not_found(run_id: &str, call_id: &str) -> PageError {
-    PageError(ApiError::not_found(format!(
-        "There is no request {call_id} in run {run_id}."
-    )))
+/// The call a page is about; a 404 page if there is no such call.
+async fn view_of(state: &AppState, run_id: &str, call_id: &str) -> Result<CallView, PageError> {
+    CallView::load(state, run_id, call_id)
+        .await?
+        .ok_or_else(|| {
+            PageError(ApiError::not_found(format!(
+                "There is no request {call_id} in run {run_id}."
+            )))
+        })
 }
 
 async fn show(
@@ -118,9 +123,7 @@ async fn show(
     session: Session,
     Path((run_id, call_id)): Path<(String, String)>,
 ) -> Result<Response, PageError> {
-    let view = CallView::load(&state, &run_id, &call_id)
-        .await?
-        .ok_or_else(|| not_found(&run_id, &call_id))?;
+    let view = view_of(&state, &run_id, &call_id).await?;
     Ok(render(
         &state,
         &session,
@@ -141,9 +144,7 @@ async fn submit(
     if let Err(refused) = session.check_csrf(&typed) {
         return Ok(refused.into_response());
     }
-    let view = CallView::load(&state, &run_id, &call_id)
-        .await?
-        .ok_or_else(|| not_found(&run_id, &call_id))?;
+    let view = view_of(&state, &run_id, &call_id).await?;
     let again =
         |status, errors: FieldErrors| render(&state, &session, &view, status, &typed, &errors);
     let one = |message: String| FieldErrors::from([("form".to_string(), vec![message])]);
@@ -151,31 +152,10 @@ async fn submit(
         // Decided meanwhile: the page says how, and nothing is recorded.
         return Ok(again(StatusCode::CONFLICT, FieldErrors::new()));
     }
-    let schema = view.schema(&state);
-    let (action, input) = match forms::read(&typed, schema, &view.input) {
-        Ok(read) => read,
+    let digest = typed.get("digest").cloned().unwrap_or_default();
+    let proposed = match forms::proposal(&state, &view, &typed, &digest) {
+        Ok(proposed) => proposed,
         Err(errors) => return Ok(again(StatusCode::UNPROCESSABLE_ENTITY, errors)),
-    };
-    if let (Some(input), Some(agent)) = (&input, state.catalog.get(&view.agent)) {
-        let problems = agent.input_problems(&view.tool, input);
-        if !problems.is_empty() {
-            let errors = forms::schema_errors(&problems, schema);
-            return Ok(again(StatusCode::UNPROCESSABLE_ENTITY, errors));
-        }
-    }
-    let text = |name: &str| {
-        typed
-            .get(name)
-            .map(|t| t.trim().to_string())
-            .filter(|t| !t.is_empty())
-    };
-    let proposed = Proposed {
-        call_id: call_id.clone(),
-        digest: typed.get("digest").cloned(),
-        action,
-        input,
-        note: text("note").filter(|_| action == Action::Edit),
-        reason: text("reason").filter(|_| action == Action::Reject),
     };
     let by = Decider {
         principal: &session.principal,
@@ -193,9 +173,7 @@ async fn submit(
     let status = status.unwrap_or_else(|| ApiError::from(refused).status);
     // Shown as the call is now: a changed call with its new digest, a decided one with its
     // outcome and no forms.
-    let view = CallView::load(&state, &run_id, &call_id)
-        .await?
-        .ok_or_else(|| not_found(&run_id, &call_id))?;
+    let view = view_of(&state, &run_id, &call_id).await?;
     Ok(render(
         &state,
         &session,

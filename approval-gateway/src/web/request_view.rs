@@ -25,6 +25,7 @@ use std::collections::HashMap;
 /// What a reviewer is shown about one call.
 pub(crate) struct CallView {
     pub(crate) run_id: String,
+    pub(crate) call_id: String,
     pub(crate) agent: String,
     pub(crate) requested_by: Option<String>,
     pub(crate) tool: String,
@@ -64,6 +65,7 @@ impl CallView {
             };
             return Ok(Some(Self {
                 run_id: run.run_id.to_string(),
+                call_id: call_id.to_string(),
                 agent: run.agent.clone(),
                 requested_by: run.requested_by.clone(),
                 tool: call.tool.clone(),
@@ -105,6 +107,7 @@ impl CallView {
         };
         Ok(Some(Self {
             run_id: run.run_id.to_string(),
+            call_id: call_id.to_string(),
             agent: run.agent.clone(),
             requested_by: run.requested_by.clone(),
             tool: text("tool"),

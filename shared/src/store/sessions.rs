@@ -19,10 +19,7 @@ impl Store {
 
     /// The session a cookie's hash names, while it lasts.
     pub async fn session(&self, cookie_hash: &str) -> Result<Option<String>, StoreError> {
-        Ok(redis::cmd("GET")
-            .arg(self.names.session_key(cookie_hash))
-            .query_async(&mut self.conn.clone())
-            .await?)
+        self.get_string(&self.names.session_key(cookie_hash)).await
     }
 
     /// Ends a session (signing out); ending one that is gone is no error.
@@ -47,10 +44,8 @@ impl Store {
 
     /// Whom a sign-in link's token signs in, without using it (the page that shows it).
     pub async fn peek_sign_in_token(&self, token_hash: &str) -> Result<Option<String>, StoreError> {
-        Ok(redis::cmd("GET")
-            .arg(self.names.sign_in_token_key(token_hash))
-            .query_async(&mut self.conn.clone())
-            .await?)
+        self.get_string(&self.names.sign_in_token_key(token_hash))
+            .await
     }
 
     /// Uses a sign-in link's token up: one `GETDEL`, so of two uses at once only one gets
@@ -81,6 +76,13 @@ impl Store {
             .query_async(&mut self.conn.clone())
             .await?;
         Ok(set.is_some())
+    }
+
+    async fn get_string(&self, key: &str) -> Result<Option<String>, StoreError> {
+        Ok(redis::cmd("GET")
+            .arg(key)
+            .query_async(&mut self.conn.clone())
+            .await?)
     }
 
     async fn put_expiring(&self, key: &str, value: &str, ttl: Duration) -> Result<(), StoreError> {

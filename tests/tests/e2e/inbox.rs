@@ -132,6 +132,70 @@ async fn paused_run(app: &TestApp) -> String {
     run_id
 }
 
+/// A paused run, and alice signed in with its request page open.
+struct Opened {
+    app: TestApp,
+    run_id: String,
+    alice: Browser,
+    path: String,
+    page: Page,
+}
+
+async fn alice_opens_a_request() -> Opened {
+    let app = app().await;
+    let run_id = paused_run(&app).await;
+    let alice = Browser::signed_in(&app, ALICE_KEY).await;
+    let path = request_path(&run_id);
+    let page = alice.get(&path).await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.html);
+    Opened {
+        app,
+        run_id,
+        alice,
+        path,
+        page,
+    }
+}
+
+impl Opened {
+    /// Sends a form of the page: `fields`, with the page's CSRF token and digest unless
+    /// `fields` name their own.
+    async fn submit(&self, fields: &[(&str, &str)]) -> Page {
+        let (csrf, digest) = (self.page.input("csrf"), self.page.input("digest"));
+        let mut all = fields.to_vec();
+        for (name, value) in [("csrf", csrf.as_str()), ("digest", digest.as_str())] {
+            if !fields.iter().any(|(n, _)| *n == name) {
+                all.push((name, value));
+            }
+        }
+        self.alice.post(&self.path, &all).await
+    }
+
+    async fn reload(&self) -> Page {
+        self.alice.get(&self.path).await
+    }
+
+    /// Asserts that the refund is still undecided and the run still waits.
+    async fn nothing_recorded(&self) {
+        let (decision, status) = recorded(&self.app, &self.run_id).await;
+        assert_eq!(
+            (decision, status.as_str()),
+            (Value::Null, "awaiting_approval")
+        );
+    }
+}
+
+/// Asserts that the page shows each of `expected`.
+fn assert_shows(page: &Page, expected: &[&str]) {
+    for text in expected {
+        assert!(
+            page.html.contains(text),
+            "{text:?} missing from\n{}",
+            page.html
+        );
+    }
+}
+
 fn request_path(run_id: &str) -> String {
     format!("/inbox/runs/{run_id}/calls/toolu_2")
 }
@@ -288,249 +352,148 @@ async fn the_inbox_lists_a_paused_call_only_for_reviewers_who_may_approve_it() {
 
 #[tokio::test]
 async fn approving_from_the_request_page_completes_the_run_and_the_page_then_says_who_did() {
-    let app = app().await;
-    let run_id = paused_run(&app).await;
-    let alice = Browser::signed_in(&app, ALICE_KEY).await;
-    let path = request_path(&run_id);
-    let page = alice.get(&path).await;
-    assert_eq!(page.status, StatusCode::OK);
-    let digest = page.input("digest");
+    let opened = alice_opens_a_request().await;
+    let (app, run_id, digest) = (&opened.app, &opened.run_id, opened.page.input("digest"));
     assert!(digest.starts_with("sha256:"));
-    for expected in [
-        "Refund $129 for order A-1001",
-        "Refund of $129 moves money",
-        "The order arrived broken; I will check it and refund it.",
-        "get_order",
-        "&quot;amount&quot;: 129",
-        "Asked by",
-        "id=\"approve\" method=",
-        "id=\"edit\" method=",
-        "id=\"reject\" method=",
-        "name=\"input.amount\"",
-        &format!("data-digest=\"{digest}\""),
-        &format!("href=\"/inbox/runs/{run_id}\""),
-    ] {
-        assert!(
-            page.html.contains(expected),
-            "{expected:?} missing from\n{}",
-            page.html
-        );
-    }
+    assert_shows(
+        &opened.page,
+        &[
+            "Refund $129 for order A-1001",
+            "Refund of $129 moves money",
+            "The order arrived broken; I will check it and refund it.",
+            "get_order",
+            "&quot;amount&quot;: 129",
+            "Asked by",
+            "id=\"approve\" method=",
+            "id=\"edit\" method=",
+            "id=\"reject\" method=",
+            "name=\"input.amount\"",
+            &format!("data-digest=\"{digest}\""),
+            &format!("href=\"/inbox/runs/{run_id}\""),
+        ],
+    );
 
-    let done = alice
-        .post(
-            &path,
-            &[
-                ("csrf", &page.input("csrf")),
-                ("digest", &digest),
-                ("action", "approve"),
-            ],
-        )
-        .await;
+    let done = opened.submit(&[("action", "approve")]).await;
     assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.html);
-    assert_eq!(done.location.as_deref(), Some(path.as_str()));
-    app.wait_status(&run_id, "completed").await;
+    assert_eq!(done.location.as_deref(), Some(opened.path.as_str()));
+    app.wait_status(run_id, "completed").await;
     assert_eq!(app.tools.refunds().len(), 1);
-    let decided = decided_entries(&app, &run_id).await;
+    let decided = decided_entries(app, run_id).await;
     assert_eq!(decided.len(), 1);
     assert_eq!(decided[0]["actor"], "alice");
     assert_eq!(decided[0]["channel"], "web");
     assert_eq!(decided[0]["digest"], digest.as_str());
 
-    let after = alice.get(&path).await;
-    assert!(
-        after
-            .html
-            .contains("<p class=\"outcome\">Approved by alice via web at "),
-        "{}",
-        after.html
+    let after = opened.reload().await;
+    assert_shows(
+        &after,
+        &["<p class=\"outcome\">Approved by alice via web at "],
     );
     assert!(!after.html.contains("id=\"approve\" method="));
     assert!(!after.html.contains("id=\"edit\" method="));
-    // A second submission of the same form records nothing more.
-    let again = alice
-        .post(
-            &path,
-            &[
-                ("csrf", &page.input("csrf")),
-                ("digest", &digest),
-                ("action", "reject"),
-                ("reason", "too late"),
-            ],
-        )
+    // The same form sent again records nothing more.
+    let again = opened
+        .submit(&[("action", "reject"), ("reason", "too late")])
         .await;
     assert_eq!(again.status, StatusCode::CONFLICT);
-    assert_eq!(decided_entries(&app, &run_id).await.len(), 1);
+    assert_eq!(decided_entries(app, run_id).await.len(), 1);
 
-    let run_page = alice.get(&format!("/inbox/runs/{run_id}")).await;
+    let run_page = opened.alice.get(&format!("/inbox/runs/{run_id}")).await;
     assert_eq!(run_page.status, StatusCode::OK);
-    for expected in [
-        "completed",
-        "Audit trail",
-        "verifies",
-        "decided",
-        "by alice via web",
-    ] {
-        assert!(
-            run_page.html.contains(expected),
-            "{expected:?} missing from\n{}",
-            run_page.html
-        );
-    }
+    assert_shows(
+        &run_page,
+        &[
+            "completed",
+            "Audit trail",
+            "verifies",
+            "decided",
+            "by alice via web",
+        ],
+    );
 }
 
 #[tokio::test]
 async fn a_form_without_the_sessions_csrf_token_is_refused_and_decides_nothing() {
-    let app = app().await;
-    let run_id = paused_run(&app).await;
-    let alice = Browser::signed_in(&app, ALICE_KEY).await;
-    let bob_like = Browser::signed_in(&app, CAROL_KEY).await;
-    let path = request_path(&run_id);
-    let page = alice.get(&path).await;
-    let digest = page.input("digest");
-    let other_session = bob_like.get("/inbox").await.input("csrf");
-    for csrf in ["", "0123", other_session.as_str()] {
-        let refused = alice
-            .post(
-                &path,
-                &[("csrf", csrf), ("digest", &digest), ("action", "approve")],
-            )
+    let opened = alice_opens_a_request().await;
+    let carol = Browser::signed_in(&opened.app, CAROL_KEY).await;
+    let carols = carol.get("/inbox").await.input("csrf");
+    for csrf in ["", "0123", carols.as_str()] {
+        let refused = opened
+            .submit(&[("csrf", csrf), ("action", "approve")])
             .await;
         assert_eq!(refused.status, StatusCode::FORBIDDEN);
-        assert!(
-            refused.html.contains("Nothing was changed"),
-            "{}",
-            refused.html
-        );
+        assert_shows(&refused, &["Nothing was changed"]);
     }
-    let (decision, status) = recorded(&app, &run_id).await;
-    assert_eq!(
-        (decision, status.as_str()),
-        (Value::Null, "awaiting_approval")
-    );
+    opened.nothing_recorded().await;
 }
 
 #[tokio::test]
 async fn an_edit_outside_the_schema_or_without_a_note_is_shown_beside_its_field_and_records_nothing()
  {
-    let app = app().await;
-    let run_id = paused_run(&app).await;
-    let alice = Browser::signed_in(&app, ALICE_KEY).await;
-    let path = request_path(&run_id);
-    let page = alice.get(&path).await;
-    let (csrf, digest) = (page.input("csrf"), page.input("digest"));
+    let opened = alice_opens_a_request().await;
     let edit = |amount: &'static str, note: &'static str| {
         let fields = [
-            ("csrf", csrf.as_str()),
-            ("digest", digest.as_str()),
             ("action", "edit"),
             ("input.order_id", "A-1001"),
             ("input.amount", amount),
             ("input.reason", "arrived broken"),
             ("note", note),
         ];
-        let (alice, path) = (&alice, &path);
-        async move { alice.post(path, &fields).await }
+        let opened = &opened;
+        async move { opened.submit(&fields).await }
     };
 
     let too_much = edit("900", "Customer asked for more.").await;
     assert_eq!(too_much.status, StatusCode::UNPROCESSABLE_ENTITY);
-    assert!(
-        too_much
-            .html
-            .contains("<p class=\"field-error\">amount: must be at most 500</p>"),
-        "{}",
-        too_much.html
+    assert_shows(
+        &too_much,
+        &[
+            "<p class=\"field-error\">amount: must be at most 500</p>",
+            // What was typed is kept.
+            "value=\"900\"",
+            "Customer asked for more.",
+        ],
     );
-    assert!(
-        too_much.html.contains("value=\"900\""),
-        "what was typed is kept"
-    );
-    assert!(too_much.html.contains("Customer asked for more."));
-
     let not_a_number = edit("12,50", "Half.").await;
     assert_eq!(not_a_number.status, StatusCode::UNPROCESSABLE_ENTITY);
-    assert!(not_a_number.html.contains("amount: must be a number"));
-
+    assert_shows(&not_a_number, &["amount: must be a number"]);
     let no_note = edit("49", " ").await;
     assert_eq!(no_note.status, StatusCode::UNPROCESSABLE_ENTITY);
-    assert!(
-        no_note
-            .html
-            .contains("<p class=\"field-error\">Write a note")
-    );
-
-    let (decision, status) = recorded(&app, &run_id).await;
-    assert_eq!(
-        (decision, status.as_str()),
-        (Value::Null, "awaiting_approval")
-    );
+    assert_shows(&no_note, &["<p class=\"field-error\">Write a note"]);
+    opened.nothing_recorded().await;
 
     let done = edit("49", "Only the lid broke.").await;
     assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.html);
-    app.wait_status(&run_id, "completed").await;
-    assert_eq!(app.tools.refunds()[0]["amount"], 49);
-    let after = alice.get(&path).await;
-    assert!(
-        after
-            .html
-            .contains("Approved with changes by alice via web"),
-        "{}",
-        after.html
+    opened.app.wait_status(&opened.run_id, "completed").await;
+    assert_eq!(opened.app.tools.refunds()[0]["amount"], 49);
+    assert_shows(
+        &opened.reload().await,
+        &["Approved with changes by alice via web"],
     );
 }
 
 #[tokio::test]
 async fn a_reject_without_a_reason_and_a_stale_digest_are_refused_and_record_nothing() {
-    let app = app().await;
-    let run_id = paused_run(&app).await;
-    let alice = Browser::signed_in(&app, ALICE_KEY).await;
-    let path = request_path(&run_id);
-    let page = alice.get(&path).await;
-    let (csrf, digest) = (page.input("csrf"), page.input("digest"));
-
-    let no_reason = alice
-        .post(
-            &path,
-            &[
-                ("csrf", &csrf),
-                ("digest", &digest),
-                ("action", "reject"),
-                ("reason", "  "),
-            ],
-        )
+    let opened = alice_opens_a_request().await;
+    let no_reason = opened
+        .submit(&[("action", "reject"), ("reason", "  ")])
         .await;
     assert_eq!(no_reason.status, StatusCode::UNPROCESSABLE_ENTITY);
-    assert!(
-        no_reason
-            .html
-            .contains("<p class=\"field-error\">Write a reason"),
-        "{}",
-        no_reason.html
-    );
+    assert_shows(&no_reason, &["<p class=\"field-error\">Write a reason"]);
 
     let stale = format!("sha256:{}", "0".repeat(64));
-    let changed = alice
-        .post(
-            &path,
-            &[("csrf", &csrf), ("digest", &stale), ("action", "approve")],
-        )
+    let changed = opened
+        .submit(&[("digest", &stale), ("action", "approve")])
         .await;
     assert_eq!(changed.status, StatusCode::CONFLICT);
-    assert!(
-        changed.html.contains("changed since you opened it"),
-        "{}",
-        changed.html
-    );
+    assert_shows(&changed, &["changed since you opened it"]);
     // The page is shown again from what is held now, with its digest.
-    assert_eq!(changed.input("digest"), digest);
-
-    let (decision, status) = recorded(&app, &run_id).await;
-    assert_eq!(
-        (decision, status.as_str()),
-        (Value::Null, "awaiting_approval")
-    );
-    let (_, audit) = app.get(&format!("/v1/runs/{run_id}/audit")).await;
+    assert_eq!(changed.input("digest"), opened.page.input("digest"));
+    opened.nothing_recorded().await;
+    let (_, audit) = opened
+        .app
+        .get(&format!("/v1/runs/{}/audit", opened.run_id))
+        .await;
     assert!(
         audit["refusals"]
             .as_array()
@@ -539,27 +502,16 @@ async fn a_reject_without_a_reason_and_a_stale_digest_are_refused_and_record_not
             .any(|r| r["code"] == "stale_digest" && r["channel"] == "web")
     );
 
-    let rejected = alice
-        .post(
-            &path,
-            &[
-                ("csrf", &csrf),
-                ("digest", &digest),
-                ("action", "reject"),
-                ("reason", "Too much."),
-            ],
-        )
+    let rejected = opened
+        .submit(&[("action", "reject"), ("reason", "Too much.")])
         .await;
     assert_eq!(rejected.status, StatusCode::SEE_OTHER);
-    app.wait_status(&run_id, "completed").await;
-    assert!(app.tools.refunds().is_empty());
-    let after = alice.get(&path).await;
-    assert!(
-        after.html.contains("Rejected by alice via web"),
-        "{}",
-        after.html
+    opened.app.wait_status(&opened.run_id, "completed").await;
+    assert!(opened.app.tools.refunds().is_empty());
+    assert_shows(
+        &opened.reload().await,
+        &["Rejected by alice via web", "Reason: Too much."],
     );
-    assert!(after.html.contains("Reason: Too much."));
 }
 
 #[tokio::test]

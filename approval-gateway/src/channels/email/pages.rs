@@ -11,7 +11,7 @@
 //! a reader signed in to the inbox.
 
 use super::grant::{Grant, parse_token};
-use crate::decide::{self, DecideError, Decider, Proposed};
+use crate::decide::{self, DecideError, Decider};
 use crate::state::AppState;
 use crate::web::forms::{self, FieldErrors, Forms, Typed};
 use crate::web::layout::{self, Page, PageError};
@@ -126,21 +126,50 @@ async fn form_page(
     })
 }
 
-/// The call a live link decides, while it is held as the link was issued for; else the
-/// page saying it can no longer be decided.
-async fn open_view(
+/// A link that can still decide: its grant, the token's hash, the grant as stored, and the
+/// call as held now.
+struct Open {
+    grant: Grant,
+    hash: String,
+    raw: String,
+    view: CallView,
+}
+
+/// The link's call, if the link still works and the call is held as the link was issued
+/// for; else the page saying why it cannot decide (used, expired, or decided meanwhile).
+async fn open(
     state: &AppState,
     session: Option<&Session>,
-    grant: &Grant,
-) -> Result<Result<CallView, Response>, PageError> {
+    token: &str,
+) -> Result<Result<Open, Response>, PageError> {
+    let (grant, hash, raw) = match link(state, token).await? {
+        Link::Live(grant, hash, raw) => (grant, hash, raw),
+        Link::Spent(grant) => {
+            let heading = "This link was already used";
+            return Ok(Err(closed(
+                state,
+                session,
+                StatusCode::GONE,
+                heading,
+                &grant,
+            )
+            .await?));
+        }
+        Link::Gone => return Ok(Err(gone())),
+    };
     match CallView::load(state, grant.run_id.as_str(), &grant.call_id).await? {
-        Some(view) if view.open.is_some() && view.digest == grant.digest => Ok(Ok(view)),
+        Some(view) if view.open.is_some() && view.digest == grant.digest => Ok(Ok(Open {
+            grant,
+            hash,
+            raw,
+            view,
+        })),
         _ => Ok(Err(closed(
             state,
             session,
             StatusCode::CONFLICT,
             "Already decided",
-            grant,
+            &grant,
         )
         .await?)),
     }
@@ -152,16 +181,8 @@ async fn show(
     Path(token): Path<String>,
 ) -> Result<Response, PageError> {
     let session = session.as_ref();
-    let grant = match link(&state, &token).await? {
-        Link::Live(grant, _, _) => grant,
-        Link::Spent(grant) => {
-            let heading = "This link was already used";
-            return closed(&state, session, StatusCode::GONE, heading, &grant).await;
-        }
-        Link::Gone => return Ok(gone()),
-    };
-    let view = match open_view(&state, session, &grant).await? {
-        Ok(view) => view,
+    let Open { grant, view, .. } = match open(&state, session, &token).await? {
+        Ok(open) => open,
         Err(page) => return Ok(page),
     };
     let (typed, errors) = (Typed::new(), FieldErrors::new());
@@ -184,16 +205,13 @@ async fn submit(
     body: Bytes,
 ) -> Result<Response, PageError> {
     let session = session.as_ref();
-    let (grant, hash, raw) = match link(&state, &token).await? {
-        Link::Live(grant, hash, raw) => (grant, hash, raw),
-        Link::Spent(grant) => {
-            let heading = "This link was already used";
-            return closed(&state, session, StatusCode::GONE, heading, &grant).await;
-        }
-        Link::Gone => return Ok(gone()),
-    };
-    let view = match open_view(&state, session, &grant).await? {
-        Ok(view) => view,
+    let Open {
+        grant,
+        hash,
+        raw,
+        view,
+    } = match open(&state, session, &token).await? {
+        Ok(open) => open,
         Err(page) => return Ok(page),
     };
     let mut typed = crate::web::form_fields(&body);
@@ -202,35 +220,13 @@ async fn submit(
         "action".into(),
         decide::action_name(grant.action).to_string(),
     );
-    let schema = view.schema(&state);
     let again = |status, errors: FieldErrors| {
         let (state, grant, view, typed) = (&state, &grant, &view, &typed);
         async move { form_page(state, session, grant, view, status, typed, &errors).await }
     };
-    let (action, input) = match forms::read(&typed, schema, &view.input) {
-        Ok(read) => read,
+    let proposed = match forms::proposal(&state, &view, &typed, &grant.digest) {
+        Ok(proposed) => proposed,
         Err(errors) => return Ok(again(StatusCode::UNPROCESSABLE_ENTITY, errors).await),
-    };
-    if let (Some(input), Some(agent)) = (&input, state.catalog.get(&view.agent)) {
-        let problems = agent.input_problems(&view.tool, input);
-        if !problems.is_empty() {
-            let errors = forms::schema_errors(&problems, schema);
-            return Ok(again(StatusCode::UNPROCESSABLE_ENTITY, errors).await);
-        }
-    }
-    let text = |name: &str| {
-        typed
-            .get(name)
-            .map(|t| t.trim().to_string())
-            .filter(|t| !t.is_empty())
-    };
-    let proposed = Proposed {
-        call_id: grant.call_id.clone(),
-        digest: Some(grant.digest.clone()),
-        action,
-        input,
-        note: text("note").filter(|_| action == Action::Edit),
-        reason: text("reason").filter(|_| action == Action::Reject),
     };
     let by = Decider {
         principal: &grant.principal,
