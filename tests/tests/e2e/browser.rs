@@ -1,17 +1,138 @@
 //! The reviewer's pages in a real browser (headless Chromium, at desktop and phone widths):
 //! what a person sees and does, down to the browser's own form checks. Elements are picked by
-//! the pages' structure (forms, fields, buttons), not by their wording.
+//! the pages' structure (forms, fields, buttons, the classes of the page contract), not by
+//! their wording.
 
 use crate::email::{app_with_email, mail_for};
+use crate::slack::{app_with, interact, posted_run};
+use countersign_tests::app::{REVIEWER_KEY, TestApp};
 use countersign_tests::browser::{Browser, Screen};
+use countersign_tests::fake_model::refund_brain;
+use countersign_tests::fake_slack::{FakeSlack, click};
+use serde_json::Value;
 
-#[tokio::test]
-async fn an_email_link_on_a_phone_fits_the_screen_and_its_form_approves_the_run() {
+/// Signs in on the inbox's sign-in page with an API key, and waits for the inbox.
+async fn sign_in(browser: &Browser, app: &TestApp, key: &str) {
+    browser
+        .goto(&format!("{}/inbox/sign-in", app.gateway_url))
+        .await;
+    browser.fill("form#sign-in input[name=key]", key).await;
+    browser.click("form#sign-in button[type=submit]").await;
+    browser
+        .wait_until(
+            "the inbox after signing in",
+            "return location.pathname === '/inbox' && document.readyState === 'complete'",
+        )
+        .await;
+}
+
+/// The held call of a run once it has paused: its id and digest.
+async fn held_call(app: &TestApp, run_id: &str) -> (String, String) {
+    let run = app.wait_status(run_id, "awaiting_approval").await;
+    let call = &run["pending"][0];
+    let id = call["call_id"].as_str().unwrap().to_string();
+    (id, call["digest"].as_str().unwrap().to_string())
+}
+
+/// Opens a held call's request page and waits until its forms are there.
+async fn open_request(browser: &Browser, app: &TestApp, run_id: &str, call_id: &str) {
+    let url = format!("{}/inbox/runs/{run_id}/calls/{call_id}", app.gateway_url);
+    browser.goto(&url).await;
+    browser.find("main[data-digest] form#approve").await;
+}
+
+/// A paused refund, its run id, and a reviewer's browser on `screen` signed in with its
+/// request page open.
+async fn a_paused_request_open(name: &str, screen: Screen) -> (TestApp, String, Browser) {
+    let app = TestApp::spawn(refund_brain).await;
+    let run_id = app.start_run("Refund A-1001 please.").await;
+    let (call_id, _) = held_call(&app, &run_id).await;
+    let browser = Browser::start(name, screen).await;
+    sign_in(&browser, &app, REVIEWER_KEY).await;
+    open_request(&browser, &app, &run_id, &call_id).await;
+    (app, run_id, browser)
+}
+
+/// Waits until the page says how the request ended, and asserts that it offers no forms.
+async fn assert_decided_page(browser: &Browser) {
+    browser.find("p.outcome").await;
+    let forms = browser
+        .eval("return document.querySelectorAll('form#approve, form#edit, form#reject').length")
+        .await;
+    assert_eq!(forms, 0, "a decided request offers no forms");
+}
+
+/// Marks the page, so that `assert_not_reloaded` can tell it is still the same one.
+async fn mark(browser: &Browser) {
+    browser
+        .eval("window.countersignMark = true; return true")
+        .await;
+}
+
+async fn assert_not_reloaded(browser: &Browser) {
+    let mark = browser.eval("return window.countersignMark === true").await;
+    assert_eq!(mark, true, "the page was reloaded or left");
+}
+
+/// The `decided` entries of a run's audit trail.
+async fn decisions(app: &TestApp, run_id: &str) -> Vec<Value> {
+    let (_, trail) = app.get(&format!("/v1/runs/{run_id}/audit")).await;
+    let entries = trail["entries"].as_array().unwrap();
+    let decided = entries.iter().filter(|e| e["entry"]["kind"] == "decided");
+    decided.map(|e| e["entry"].clone()).collect()
+}
+
+/// The refund amount's field of the edit form.
+const AMOUNT: &str = "form#edit [name='input.amount']";
+
+/// Edits the refund's amount to `amount`, with a note, and sends the edit form.
+async fn send_edit(browser: &Browser, amount: &str) {
+    browser.fill(AMOUNT, amount).await;
+    browser
+        .fill(
+            "form#edit textarea[name=note]",
+            "The customer asked for more.",
+        )
+        .await;
+    browser.click("form#edit button[type=submit]").await;
+}
+
+/// Waits for the edit form to come back with an error beside the amount's field; asserts
+/// that it names the schema's maximum and that what was typed is kept.
+async fn assert_amount_refused(browser: &Browser, typed: &str) {
+    let script = format!(
+        "const field = document.querySelector({AMOUNT:?}); if (!field) return null; \
+         const beside = [field.previousElementSibling, field.nextElementSibling] \
+           .find(e => e && e.matches('p.field-error')); \
+         return beside ? [beside.innerText, field.value, \
+           document.querySelector('form#edit textarea[name=note]').value] : null;"
+    );
+    let shown = browser
+        .wait_until("an error beside the amount", &script)
+        .await;
+    let error = shown[0].as_str().unwrap();
+    assert!(
+        error.contains("500"),
+        "the schema's maximum is named: {error}"
+    );
+    assert_eq!(shown[1], typed, "what was typed is kept");
+    assert_eq!(shown[2], "The customer asked for more.");
+}
+
+/// A paused run whose request was mailed to alice, its id, the mail's links (approve, reject,
+/// edit) and a phone's browser for test `name`.
+async fn mailed_links_on_a_phone(name: &str) -> (TestApp, String, Vec<String>, Browser) {
     let (app, sink) = app_with_email("\"email:alice@example.com\"", None).await;
     let run_id = app.start_run("Refund A-1001.").await;
     app.wait_status(&run_id, "awaiting_approval").await;
     let (_, links) = mail_for(&app, &sink, "alice@example.com").await;
-    let browser = Browser::start("email_link_phone", Screen::Phone).await;
+    let browser = Browser::start(name, Screen::Phone).await;
+    (app, run_id, links, browser)
+}
+
+#[tokio::test]
+async fn an_email_link_on_a_phone_fits_the_screen_and_its_form_approves_the_run() {
+    let (app, run_id, links, browser) = mailed_links_on_a_phone("email_link_phone").await;
 
     browser.goto(&links[0]).await;
     browser.find("form button[type=submit]").await;
@@ -24,19 +145,170 @@ async fn an_email_link_on_a_phone_fits_the_screen_and_its_form_approves_the_run(
     );
 
     browser.click("form button[type=submit]").await;
-    browser
-        .wait_until(
-            "the page that follows the form",
-            "return document.readyState === 'complete' && !document.querySelector('form')",
-        )
-        .await;
-    let said = browser.text().await.to_lowercase();
+    let outcome = browser.wait_for_text("p.outcome", "alice").await;
     assert!(
-        said.contains("approve"),
-        "the page says what was decided: {said}"
+        outcome.to_lowercase().contains("approve"),
+        "the page says what was decided: {outcome}"
     );
+    assert_decided_page(&browser).await;
     browser.assert_fits_the_screen().await;
     browser.screenshot("recorded-page").await;
     app.wait_status(&run_id, "completed").await;
     assert_eq!(app.tools.refunds().len(), 1);
+}
+
+#[tokio::test]
+async fn an_email_edit_link_on_a_phone_shows_the_schema_error_beside_the_field_and_stays_usable() {
+    let (app, run_id, links, browser) = mailed_links_on_a_phone("email_edit_phone").await;
+
+    browser.goto(&links[2]).await;
+    browser.find(AMOUNT).await;
+    browser.assert_fits_the_screen().await;
+    send_edit(&browser, "5000").await;
+    assert_amount_refused(&browser, "5000").await;
+    browser.assert_fits_the_screen().await;
+    browser.screenshot("edit-error").await;
+    assert_eq!(app.get_run_status(&run_id).await, "awaiting_approval");
+
+    // The link still works: the corrected form decides.
+    send_edit(&browser, "49").await;
+    browser.wait_for_text("p.outcome", "alice").await;
+    app.wait_status(&run_id, "completed").await;
+    assert_eq!(app.tools.refunds()[0]["amount"], 49);
+}
+
+#[tokio::test]
+async fn a_reviewer_signs_in_finds_the_paused_run_in_the_inbox_and_approves_it() {
+    let app = TestApp::spawn(refund_brain).await;
+    let run_id = app.start_run("Refund A-1001 please.").await;
+    let (call_id, digest) = held_call(&app, &run_id).await;
+    let browser = Browser::start("inbox_approve", Screen::Desktop).await;
+    sign_in(&browser, &app, REVIEWER_KEY).await;
+    let item = format!("li.request[data-run='{run_id}'][data-call='{call_id}']");
+    browser.find(&item).await;
+
+    // A run that pauses while the inbox is open joins the list without a reload.
+    mark(&browser).await;
+    let second = app.start_run("Refund A-1001 please.").await;
+    browser
+        .find(&format!("li.request[data-run='{second}']"))
+        .await;
+    assert_not_reloaded(&browser).await;
+    browser.screenshot("inbox").await;
+
+    // The filters keep only what matches.
+    let inbox = format!("{}/inbox", app.gateway_url);
+    browser.goto(&format!("{inbox}?tool=get_order")).await;
+    let listed = browser
+        .wait_until(
+            "the inbox filtered by tool",
+            "return document.readyState === 'complete' && location.search === '?tool=get_order' \
+             && [document.querySelectorAll('li.request').length]",
+        )
+        .await;
+    assert_eq!(listed[0], 0, "no call of get_order waits");
+    browser
+        .goto(&format!("{inbox}?agent=refunds&tool=issue_refund"))
+        .await;
+    browser.find(&item).await;
+
+    browser.click(&format!("{item} a.open")).await;
+    let main = browser.find("main[data-digest]").await;
+    let shown = main.attr("data-digest").await.unwrap();
+    assert_eq!(shown.as_deref(), Some(digest.as_str()), "the page's digest");
+    browser.find("form#approve").await;
+    browser.assert_fits_the_screen().await;
+    browser.screenshot("request").await;
+
+    browser.click("form#approve button[type=submit]").await;
+    assert_decided_page(&browser).await;
+    app.wait_status(&run_id, "completed").await;
+    assert_eq!(app.tools.refunds().len(), 1);
+    let decided = decisions(&app, &run_id).await;
+    assert_eq!(decided.len(), 1, "{decided:?}");
+    assert_eq!(decided[0]["channel"], "web");
+    assert_eq!(decided[0]["actor"], "rita");
+}
+
+#[tokio::test]
+async fn a_reject_without_a_reason_is_stopped_by_the_browser_and_one_with_a_reason_is_recorded() {
+    let (app, run_id, browser) = a_paused_request_open("inbox_reject_phone", Screen::Phone).await;
+    browser.assert_fits_the_screen().await;
+    browser.screenshot("request").await;
+
+    mark(&browser).await;
+    browser.click("form#reject button[type=submit]").await;
+    // The browser does not send the form: it points at the empty reason instead.
+    browser
+        .wait_until(
+            "the browser to point at the missing reason",
+            "const reason = document.querySelector('form#reject textarea[name=reason]'); \
+             return document.activeElement === reason && reason.validity.valueMissing",
+        )
+        .await;
+    assert_not_reloaded(&browser).await;
+    assert_eq!(app.get_run_status(&run_id).await, "awaiting_approval");
+    assert!(decisions(&app, &run_id).await.is_empty());
+
+    browser
+        .fill(
+            "form#reject textarea[name=reason]",
+            "The order was never paid.",
+        )
+        .await;
+    browser.click("form#reject button[type=submit]").await;
+    assert_decided_page(&browser).await;
+    app.wait_status(&run_id, "completed").await;
+    assert!(
+        app.tools.refunds().is_empty(),
+        "a rejected refund is not made"
+    );
+    let decided = decisions(&app, &run_id).await;
+    assert_eq!(decided.len(), 1, "{decided:?}");
+    assert_eq!(decided[0]["detail"]["action"], "reject");
+    assert_eq!(decided[0]["detail"]["reason"], "The order was never paid.");
+}
+
+#[tokio::test]
+async fn an_edit_above_the_schemas_maximum_shows_the_error_beside_the_amount_and_decides_nothing() {
+    let (app, run_id, browser) = a_paused_request_open("inbox_edit_error", Screen::Desktop).await;
+
+    send_edit(&browser, "5000").await;
+    assert_amount_refused(&browser, "5000").await;
+    browser.screenshot("edit-error").await;
+    assert_eq!(app.get_run_status(&run_id).await, "awaiting_approval");
+    assert!(decisions(&app, &run_id).await.is_empty());
+
+    send_edit(&browser, "49").await;
+    assert_decided_page(&browser).await;
+    app.wait_status(&run_id, "completed").await;
+    assert_eq!(app.tools.refunds()[0]["amount"], 49);
+}
+
+#[tokio::test]
+async fn a_request_decided_in_slack_while_its_page_is_open_shows_as_decided_without_a_reload() {
+    let policy = "approvers = [\"role:finance\", \"rita\"]\nchannels = [\"slack:#refunds\"]\n";
+    let (app, slack) = app_with(FakeSlack::start().await, policy, |_| {}, refund_brain).await;
+    let (run_id, _, approve) = posted_run(&app, &slack).await;
+    let (call_id, _) = held_call(&app, &run_id).await;
+    let browser = Browser::start("inbox_decided_in_slack", Screen::Desktop).await;
+    sign_in(&browser, &app, REVIEWER_KEY).await;
+    open_request(&browser, &app, &run_id, &call_id).await;
+    mark(&browser).await;
+
+    let (status, _) = interact(&app, &click("U_ALICE", "approve", &approve)).await;
+    assert_eq!(status, 200);
+    browser.wait_for_text("p.outcome", "alice").await;
+    let usable = browser
+        .eval(
+            "return [...document.querySelectorAll('form#approve button, form#edit button, \
+             form#reject button')].filter(b => !b.disabled).length",
+        )
+        .await;
+    assert_eq!(usable, 0, "no button of the page can decide any more");
+    assert_not_reloaded(&browser).await;
+    browser.screenshot("decided").await;
+    app.wait_status(&run_id, "completed").await;
+    assert_eq!(app.tools.refunds().len(), 1);
+    assert_eq!(decisions(&app, &run_id).await[0]["channel"], "slack");
 }

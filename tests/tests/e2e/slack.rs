@@ -20,7 +20,7 @@ async fn app_with_slack() -> (TestApp, FakeSlack) {
     app_with(FakeSlack::start().await, POLICY, |_| {}, refund_brain).await
 }
 
-async fn app_with(
+pub(super) async fn app_with(
     slack: FakeSlack,
     policy: &str,
     configure: impl FnOnce(&mut approval_gateway::config::Config),
@@ -42,7 +42,7 @@ async fn app_with(
 }
 
 /// Starts a run and waits for its Slack message; returns the run id and the Approve button's value.
-async fn posted_run(app: &TestApp, slack: &FakeSlack) -> (String, SlackCall, String) {
+pub(super) async fn posted_run(app: &TestApp, slack: &FakeSlack) -> (String, SlackCall, String) {
     let run_id = app.start_run("Refund A-1001.").await;
     app.wait_status(&run_id, "awaiting_approval").await;
     let posted = wait_for("the Slack message", PATIENCE, || async {
@@ -89,7 +89,7 @@ async fn post_signed(
     (response.status(), response.text().await.unwrap())
 }
 
-async fn interact(app: &TestApp, payload: &Value) -> (StatusCode, String) {
+pub(super) async fn interact(app: &TestApp, payload: &Value) -> (StatusCode, String) {
     post_signed(app, payload, chrono::Utc::now().timestamp(), SIGNING_SECRET).await
 }
 
