@@ -183,7 +183,7 @@ impl CallView {
                         div.turn {
                             div.who { "Ran in the same turn without approval: " (call.tool) }
                             pre { (pretty(&call.input)) }
-                            pre { (result.content) }
+                            pre { (laid_out(&result.content)) }
                         }
                     }
                 }
@@ -302,6 +302,14 @@ pub(crate) fn pretty(value: &Value) -> String {
     serde_json::to_string_pretty(value).unwrap_or_default()
 }
 
+/// A tool's answer as a person reads it: JSON laid out on lines, anything else as it is.
+fn laid_out(content: &str) -> String {
+    match serde_json::from_str::<Value>(content) {
+        Ok(value @ (Value::Object(_) | Value::Array(_))) => pretty(&value),
+        _ => content.to_string(),
+    }
+}
+
 /// A conversation, message by message: who spoke, what they said, the calls the agent made
 /// and what each tool answered.
 pub(crate) fn conversation(messages: &[Message]) -> Markup {
@@ -336,7 +344,7 @@ pub(crate) fn conversation(messages: &[Message]) -> Markup {
                                 strong { (tools.get(tool_use_id.as_str()).copied().unwrap_or("A tool")) }
                                 @if *is_error { " failed:" } @else { " answered:" }
                             }
-                            pre { (content) }
+                            pre { (laid_out(content)) }
                         }
                     }
                 }

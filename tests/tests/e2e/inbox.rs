@@ -413,6 +413,42 @@ async fn approving_from_the_request_page_completes_the_run_and_the_page_then_say
 }
 
 #[tokio::test]
+async fn an_open_page_learns_that_its_call_was_decided_elsewhere() {
+    let opened = alice_opens_a_request().await;
+    let state_path = format!("{}/state", opened.path);
+    let open = opened.alice.get(&state_path).await;
+    let state: Value = serde_json::from_str(&open.html).unwrap();
+    assert_eq!(state["open"], true);
+    assert_eq!(state["digest"], opened.page.input("digest").as_str());
+
+    // bob approves in another channel while alice's page is open.
+    let digest = Value::String(opened.page.input("digest"));
+    let (status, body) = opened
+        .app
+        .decide_as(
+            "bob",
+            &opened.run_id,
+            serde_json::json!({"call_id": "toolu_2", "digest": digest, "action": "approve"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let state: Value = serde_json::from_str(&opened.alice.get(&state_path).await.html).unwrap();
+    assert_eq!(state["open"], false);
+    let outcome = state["outcome"].as_str().unwrap();
+    assert!(
+        outcome.starts_with("Approved by bob via api at "),
+        "{outcome}"
+    );
+    // What alice then sends is refused, and the page says what happened.
+    let late = opened.submit(&[("action", "approve")]).await;
+    assert_eq!(late.status, StatusCode::CONFLICT);
+    assert_shows(&late, &["Approved by bob via api"]);
+    // Without a session the state is not told.
+    let stranger = Browser::new(&opened.app).get(&state_path).await;
+    assert_eq!(stranger.status, StatusCode::UNAUTHORIZED);
+}
+
+#[tokio::test]
 async fn a_form_without_the_sessions_csrf_token_is_refused_and_decides_nothing() {
     let opened = alice_opens_a_request().await;
     let carol = Browser::signed_in(&opened.app, CAROL_KEY).await;
