@@ -100,14 +100,14 @@ impl Driver {
     async fn start(name: &str) -> Self {
         let artifacts = artifacts_dir();
         std::fs::create_dir_all(&artifacts).unwrap();
-        let profile = std::env::temp_dir().join(format!(
-            "countersign-chromium-{}",
-            uuid::Uuid::new_v4().simple()
-        ));
-        std::fs::create_dir_all(&profile).unwrap();
         // The port is free when asked for; should another process take it before chromedriver
         // binds it, chromedriver exits and is started again on another.
         for _ in 0..3 {
+            let profile = std::env::temp_dir().join(format!(
+                "countersign-chromium-{}",
+                uuid::Uuid::new_v4().simple()
+            ));
+            std::fs::create_dir_all(&profile).unwrap();
             let port = std::net::TcpListener::bind("127.0.0.1:0")
                 .unwrap()
                 .local_addr()
@@ -127,7 +127,7 @@ impl Driver {
             let mut driver = Self {
                 child,
                 url: format!("http://127.0.0.1:{port}"),
-                profile: profile.clone(),
+                profile,
             };
             if driver.ready().await {
                 return driver;
@@ -215,13 +215,16 @@ impl Browser {
     /// returns that. A page still loading counts as not yet.
     pub async fn wait_until(&self, what: &str, script: &str) -> Value {
         let deadline = tokio::time::Instant::now() + BROWSER_PATIENCE;
+        let mut last = Value::Null;
         loop {
             match self.client.execute(script, Vec::new()).await {
-                Ok(Value::Null | Value::Bool(false)) | Err(_) => {}
+                Ok(Value::Null | Value::Bool(false)) => {}
                 Ok(value) => return value,
+                Err(e) => last = Value::String(e.to_string()),
             }
             if tokio::time::Instant::now() >= deadline {
-                self.fail(&format!("timed out waiting for {what}")).await;
+                let why = format!("timed out waiting for {what} (last script error: {last})");
+                self.fail(&why).await;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
