@@ -22,7 +22,7 @@ const TOOLS: &str = "127.0.0.1:9100";
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    countersign_shared::telemetry::init();
+    let _telemetry = countersign_shared::telemetry::init("countersign-local");
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let state = root.join(STATE_DIR);
     let mut infra = InfraConfig::default();

@@ -22,5 +22,6 @@ mod redis_deployments;
 mod restarts;
 mod reviewers;
 mod slack;
+mod traces;
 mod unknown_outcome;
 mod webhooks;
