@@ -35,12 +35,12 @@ impl Config {
                 None => File::default(),
             },
         };
-        let url = global
-            .url
-            .clone()
+        // An empty value, such as `COUNTERSIGN_API_KEY=`, counts as none.
+        let given = |value: &Option<String>| value.clone().filter(|v| !v.is_empty());
+        let url = given(&global.url)
             .or(file.url)
             .unwrap_or_else(|| DEFAULT_URL.to_string());
-        let api_key = global.api_key.clone().or(file.api_key).ok_or_else(|| {
+        let api_key = given(&global.api_key).or(file.api_key).ok_or_else(|| {
             CliError::Usage(
                 "no API key: set COUNTERSIGN_API_KEY, pass --api-key, or put `api_key = \"...\"` \
                  in the config file (~/.config/countersign/config.toml or --config PATH)"

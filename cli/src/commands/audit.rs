@@ -84,18 +84,34 @@ pub fn entry_cells(entry: &AuditEntry) -> Vec<String> {
     ]
 }
 
-/// An entry's detail on one line: `key: value` pairs, texts unquoted.
+/// An entry's detail on one line: `key: value` pairs, texts unquoted, moments as moments,
+/// empty values left out.
 fn detail(value: &Value) -> String {
     let line = match value {
-        Value::Null => String::new(),
         Value::Object(fields) => fields
             .iter()
-            .map(|(key, value)| format!("{key}: {}", text(value)))
+            .filter(|(_, value)| !is_empty(value))
+            .map(|(key, value)| match value.as_i64() {
+                Some(ms) if key == "deadline" || key.ends_with("_at") => {
+                    format!("{key}: {}", moment(ms))
+                }
+                _ => format!("{key}: {}", text(value)),
+            })
             .collect::<Vec<_>>()
             .join(", "),
         other => text(other),
     };
     clip(&line, 80)
+}
+
+fn is_empty(value: &Value) -> bool {
+    match value {
+        Value::Null => true,
+        Value::String(s) => s.is_empty(),
+        Value::Array(items) => items.is_empty(),
+        Value::Object(fields) => fields.is_empty(),
+        _ => false,
+    }
 }
 
 /// A JSON value as text: strings without their quotes, anything else as JSON.

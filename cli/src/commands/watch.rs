@@ -159,6 +159,8 @@ fn print_element(run: &str, element: &Value, json: bool) {
     let (at, rest) = match Trail::entry(element) {
         Some(entry) => {
             let mut cells = entry_cells(&entry);
+            // The kind padded, so that most lines line up.
+            cells[1] = format!("{:9}", cells[1]);
             (cells.remove(0), cells)
         }
         None => (String::new(), vec!["(unreadable entry)".to_string()]),
