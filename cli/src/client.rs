@@ -79,19 +79,22 @@ impl Gateway {
                 ))
             });
         }
+        // Every error the gateway gives is `{"error": {"code", "message", "details"?}}`;
+        // another answer (a proxy's page, another server) is not the gateway's refusal.
         let error = body.as_ref().map(|b| &b["error"]);
-        let message = error.and_then(|e| e["message"].as_str());
+        let (Some(code), Some(message)) = (
+            error.and_then(|e| e["code"].as_str()),
+            error.and_then(|e| e["message"].as_str()),
+        ) else {
+            return Err(CliError::Unreachable(format!(
+                "{} answered {status}, not as a countersign gateway does",
+                self.base
+            )));
+        };
         Err(CliError::Refused(Refusal {
             status: status.as_u16(),
-            code: error
-                .and_then(|e| e["code"].as_str())
-                .unwrap_or("http_error")
-                .to_string(),
-            // An answer that is not the gateway's (a proxy's page) is named by its status.
-            message: message.map_or_else(
-                || format!("{} answered {status}", self.base),
-                str::to_string,
-            ),
+            code: code.to_string(),
+            message: message.to_string(),
             details: error.and_then(|e| e.get("details")).cloned(),
         }))
     }

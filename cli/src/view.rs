@@ -2,7 +2,7 @@
 //! where it has them (`--json` prints the answers whole instead).
 
 use countersign_shared::audit::AuditEntry;
-use countersign_shared::run::{Cancellation, Decision, PendingCall};
+use countersign_shared::run::{Cancellation, Decision, Message, PendingCall, Role};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -21,8 +21,21 @@ pub struct RunView {
     pub answer: Option<String>,
     pub error: Option<String>,
     pub cancel: Option<Cancellation>,
+    #[serde(default)]
+    pub messages: Vec<Message>,
     pub created_at: String,
     pub updated_at: String,
+}
+
+impl RunView {
+    /// What the user asked: the conversation's first message.
+    pub fn request(&self) -> String {
+        self.messages
+            .first()
+            .filter(|m| m.role == Role::User)
+            .map(Message::text)
+            .unwrap_or_default()
+    }
 }
 
 /// A call of the paused turn, and its decision once there is one.

@@ -20,22 +20,22 @@ pub async fn run(gateway: &Gateway, run: &str, check: bool, json: bool) -> Resul
     if !json {
         print_trail(&trail);
     }
-    if !check {
-        return Ok(());
-    }
-    match verify(&trail.entries) {
-        Ok(()) => {
-            if !json {
-                println!("verified here: {} links hold", trail.entries.len());
-            }
-            Ok(())
+    if check {
+        verify(&trail.entries).map_err(|at| {
+            CliError::Failed(format!(
+                "the audit chain of run {run} is broken at element {at} (of {}): it was changed \
+                 after it was written",
+                trail.entries.len()
+            ))
+        })?;
+        if !json {
+            println!("chain: verified here, {} links hold", trail.entries.len());
         }
-        Err(at) => Err(CliError::Failed(format!(
-            "the audit chain of run {run} is broken at element {at} (of {}): it was changed after \
-             it was written",
-            trail.entries.len()
-        ))),
     }
+    if !json {
+        print_refusals(&trail.refusals);
+    }
+    Ok(())
 }
 
 fn print_trail(trail: &Trail) {
@@ -54,10 +54,13 @@ fn print_trail(trail: &Trail) {
         (false, Some(at)) => println!("chain: BROKEN at element {at}, by the gateway's check"),
         (false, None) => println!("chain: BROKEN, by the gateway's check"),
     }
-    if !trail.refusals.is_empty() {
+}
+
+fn print_refusals(refusals: &[Value]) {
+    if !refusals.is_empty() {
         println!("\nRefused decisions, newest first:");
         let mut refused = Table::new(&["AT", "WHO", "CHANNEL", "CALL", "ACTION", "WHY"]);
-        for r in &trail.refusals {
+        for r in refusals {
             refused.row(vec![
                 r["at"].as_i64().map(moment).unwrap_or_default(),
                 text(&r["actor"]),

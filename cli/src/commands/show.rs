@@ -4,7 +4,7 @@
 
 use crate::client::Gateway;
 use crate::error::CliError;
-use crate::render::{fields, moment, print_json, time_left};
+use crate::render::{clip, fields, moment, print_json, time_left};
 use crate::view::{PendingView, RunView, read};
 use countersign_shared::run::{Action, Decision};
 
@@ -28,7 +28,7 @@ pub async fn run(gateway: &Gateway, run: &str, json: bool) -> Result<(), CliErro
 /// The run's status and outcome, for `show` and `runs get`.
 pub fn overview(run: &RunView) -> String {
     let undecided = run.pending.iter().filter(|p| p.decision.is_none()).count();
-    let waiting = if undecided > 0 {
+    let waiting = if run.status == "awaiting_approval" && undecided > 0 {
         format!("{undecided} call(s) waiting for a decision")
     } else {
         String::new()
@@ -46,6 +46,7 @@ pub fn overview(run: &RunView) -> String {
         ("agent", run.agent.clone()),
         ("status", run.status.clone()),
         ("requested by", run.requested_by.clone().unwrap_or_default()),
+        ("asked", clip(&run.request(), 200)),
         ("started", run.created_at.clone()),
         ("updated", run.updated_at.clone()),
         ("waiting", waiting),
@@ -61,10 +62,11 @@ fn call_block(run_id: &str, pending: &PendingView) -> String {
         .deadline
         .map(|d| format!("{} ({})", moment(d), time_left(d)))
         .unwrap_or_default();
-    let approvers = if call.reviewers.approvers.is_empty() {
-        "anyone whose key may decide".to_string()
-    } else {
-        call.reviewers.approvers.join(", ")
+    // The people the policy's approvers were resolved to when the call was held, which is
+    // what a decision is checked against.
+    let approvers = match &call.deciders {
+        Some(people) => people.join(", "),
+        None => "anyone whose key may decide".to_string(),
     };
     let quorum = if call.reviewers.quorum > 1 {
         format!("{} must approve", call.reviewers.quorum)

@@ -283,7 +283,7 @@ async fn audit_verify_passes_on_a_real_run_and_fails_once_the_chain_is_edited_in
         "completed",
         "rita",
         "chain: holds",
-        "verified here",
+        "chain: verified here",
     ] {
         assert!(audit.contains(part), "{part:?} missing from:\n{audit}");
     }
@@ -379,6 +379,16 @@ async fn json_output_is_the_gateways_json() {
     let cancel = format!("runs cancel {other} --json --reason 'Asked twice.'");
     let cancelled = parse(ok(&app, REQUESTER_KEY, &cancel).await);
     assert_eq!(cancelled["status"], "cancelling");
+    app.wait_status(other, "cancelled").await;
+    let got = ok(&app, REQUESTER_KEY, &format!("runs get {other}")).await;
+    assert!(
+        got.contains("asked by rick") && got.contains("Asked twice."),
+        "{got}"
+    );
+    assert!(
+        !got.contains("waiting"),
+        "a cancelled run waits for nobody: {got}"
+    );
 }
 
 #[tokio::test]
@@ -411,6 +421,14 @@ async fn exit_codes_tell_usage_refusal_and_an_unreachable_gateway_apart() {
     countersign(&app, ADMIN_KEY, &format!("pending --url {away}"))
         .await
         .failed(4, &["could not talk to the gateway", "Connection refused"]);
+    // A server that is not a gateway.
+    let tools = &app.tools.base_url;
+    countersign(&app, ADMIN_KEY, &format!("pending --url {tools}"))
+        .await
+        .failed(
+            4,
+            &["answered 404 Not Found, not as a countersign gateway does"],
+        );
 
     // A config file stands in for the environment (an empty key is none), and the
     // environment beats it.
