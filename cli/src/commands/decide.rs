@@ -78,7 +78,11 @@ async fn send(
     }
     let recorded = &answer["decisions"][0];
     let by = answer["decided_by"].as_str().unwrap_or_default();
-    let action = decision["action"].as_str().unwrap_or_default();
+    let done = match decision["action"].as_str() {
+        Some("approve") => "approved",
+        Some("reject") => "rejected",
+        _ => "edited",
+    };
     let what = match recorded["status"].as_str() {
         Some("approval_recorded") => format!(
             "{by}'s approval of call {} is recorded: {} of {} needed",
@@ -86,11 +90,11 @@ async fn send(
         ),
         Some("already_recorded") => {
             format!(
-                "{by} had already made this decision ({action}) on call {}",
+                "{by} had already {done} call {} so: nothing changed",
                 call.call
             )
         }
-        _ => format!("{action} of call {} by {by} is recorded", call.call),
+        _ => format!("{by} {done} call {}: recorded", call.call),
     };
     println!("{what}");
     if answer["resumes"] == true {

@@ -50,7 +50,7 @@ pub async fn run(gateway: &Gateway, args: PendingArgs, json: bool) -> Result<(),
 }
 
 /// Every pending call, following the gateway's cursor to the last page.
-async fn all_pending(gateway: &Gateway) -> Result<Vec<Value>, CliError> {
+pub(super) async fn all_pending(gateway: &Gateway) -> Result<Vec<Value>, CliError> {
     let mut approvals = Vec::new();
     let mut cursor: Option<String> = None;
     loop {

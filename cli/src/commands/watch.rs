@@ -12,6 +12,7 @@
 //! ends with the run.
 
 use super::audit::entry_cells;
+use super::pending::all_pending;
 use crate::args::WatchArgs;
 use crate::client::Gateway;
 use crate::error::CliError;
@@ -106,19 +107,13 @@ async fn poll(
     Ok(())
 }
 
-/// The runs with calls waiting, from the first page of the inbox (the oldest ones).
+/// The runs with calls waiting (every page: the newest come last).
 async fn paused_runs(gateway: &Gateway) -> Result<Vec<String>, CliError> {
-    let mut url = gateway.url(&["v1", "approvals"]);
-    url.query_pairs_mut()
-        .append_pair("status", "pending")
-        .append_pair("limit", "500");
-    let page = gateway.get(url).await?;
-    let runs = page["approvals"].as_array().into_iter().flatten();
-    Ok(runs
-        .filter_map(|a| a["run_id"].as_str().map(str::to_string))
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect())
+    let approvals = all_pending(gateway).await?;
+    let runs = approvals
+        .iter()
+        .filter_map(|a| a["run_id"].as_str().map(str::to_string));
+    Ok(runs.collect::<BTreeSet<_>>().into_iter().collect())
 }
 
 /// The run's trail, or `None` while it has none (a run that has not yet paused).

@@ -158,7 +158,7 @@ async fn a_reviewer_sees_a_paused_run_in_pending_and_show_and_approves_it_with_t
     )
     .await;
     assert!(
-        approved.contains("approve of call toolu_2 by rita is recorded"),
+        approved.contains("rita approved call toolu_2: recorded"),
         "{approved}"
     );
     assert!(
@@ -226,7 +226,7 @@ async fn a_stale_digest_is_refused_and_a_reject_without_a_reason_or_a_decision_w
     )
     .await;
     assert!(
-        rejected.contains("reject of call toolu_2 by rita is recorded"),
+        rejected.contains("rita rejected call toolu_2: recorded"),
         "{rejected}"
     );
     app.wait_status(&run, "completed").await;
