@@ -4,6 +4,7 @@
 mod bad_input;
 mod cancel;
 mod chaos;
+mod cli;
 mod decision_authority;
 mod email;
 mod error_shape;
