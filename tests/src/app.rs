@@ -509,6 +509,27 @@ impl TestApp {
         assert!(matches!(outcome, Outcome::Decided { .. }), "{outcome:?}");
     }
 
+    /// The gateway's `/metrics`.
+    pub async fn gateway_metrics(&self) -> String {
+        self.text_of(&format!("{}/metrics", self.gateway_url)).await
+    }
+
+    /// One series (`name{labels}`) summed over the `/metrics` of the first `workers` workers:
+    /// whichever of them did the work.
+    pub async fn workers_metric(&self, workers: usize, series: &str) -> f64 {
+        let mut sum = 0.0;
+        for worker in 0..workers {
+            let url = format!("{}/metrics", self.worker_probes_url(worker));
+            sum += crate::metric_value(&self.text_of(&url).await, series).unwrap_or(0.0);
+        }
+        sum
+    }
+
+    async fn text_of(&self, url: &str) -> String {
+        let response = self.http.get(url).send().await.unwrap();
+        response.text().await.unwrap()
+    }
+
     /// The run's status as the API shows it ("" when it cannot be read).
     pub async fn get_run_status(&self, run_id: &str) -> String {
         let (_, run) = self.get(&format!("/v1/runs/{run_id}")).await;

@@ -4,7 +4,7 @@
 use countersign_tests::app::{INTEGRATION_KEY, PATIENCE, TestApp};
 use countersign_tests::fake_model::{last_results, refund_brain};
 use countersign_tests::fake_slack::FakeSlack;
-use countersign_tests::{metric_value, wait_for};
+use countersign_tests::wait_for;
 use reqwest::Method;
 use serde_json::{Value, json};
 
@@ -117,21 +117,9 @@ async fn an_escalated_call_can_be_decided_by_the_people_escalated_to() {
         "{kinds:?}"
     );
     // Escalated once, by whichever of the two workers swept the deadline.
-    let series = r#"countersign_calls_total{event="escalated"}"#;
-    let mut escalations = 0.0;
-    for worker in 0..2 {
-        let url = format!("{}/metrics", app.worker_probes_url(worker));
-        let metrics = app
-            .http
-            .get(url)
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        escalations += metric_value(&metrics, series).unwrap_or(0.0);
-    }
+    let escalations = app
+        .workers_metric(2, r#"countersign_calls_total{event="escalated"}"#)
+        .await;
     assert_eq!(escalations, 1.0);
 }
 

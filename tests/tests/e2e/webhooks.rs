@@ -98,15 +98,7 @@ async fn approval_events_are_signed_retried_and_not_held_up_by_a_dead_endpoint()
     app.wait_status(&run_id, "completed").await;
 
     // The failed attempts are in the gateway's figures.
-    let text = app
-        .http
-        .get(format!("{}/metrics", app.gateway_url))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = app.gateway_metrics().await;
     for series in [
         r#"countersign_delivery_failures_total{channel="webhook"}"#,
         r#"countersign_jetstream_redeliveries_total{stream="DELIVERIES"}"#,
