@@ -6,7 +6,8 @@ use crate::client::Gateway;
 use crate::error::CliError;
 use crate::render::{clip, fields, moment, print_json, time_left};
 use crate::view::{PendingView, RunView, read};
-use countersign_shared::run::{Action, Decision};
+use countersign_shared::run::{Action, Block, Decision, Message};
+use std::collections::HashMap;
 
 pub async fn run(gateway: &Gateway, run: &str, json: bool) -> Result<(), CliError> {
     let answer = gateway.get(gateway.url(&["v1", "runs", run])).await?;
@@ -16,6 +17,10 @@ pub async fn run(gateway: &Gateway, run: &str, json: bool) -> Result<(), CliErro
     }
     let view: RunView = read(answer)?;
     print!("{}", overview(&view));
+    let seen = evidence(&view.messages);
+    if !seen.is_empty() {
+        print!("\nThe agent had seen these results:\n{seen}");
+    }
     if !view.text.trim().is_empty() {
         print!("\nThe agent said:\n{}", indent(view.text.trim()));
     }
@@ -126,7 +131,70 @@ fn describe(decision: &Decision) -> String {
     )
 }
 
+/// The evidence: every tool result in the conversation so far, after the call that gave it
+/// (its tool and input), as the agent read it before the turn it is paused on.
+fn evidence(messages: &[Message]) -> String {
+    let mut calls = HashMap::new();
+    let mut out = String::new();
+    for block in messages.iter().flat_map(|m| &m.content) {
+        match block {
+            Block::ToolUse { id, name, input } => {
+                calls.insert(id.as_str(), format!("{name} {input}"));
+            }
+            Block::ToolResult {
+                tool_use_id,
+                content,
+                is_error,
+            } => {
+                let call = calls
+                    .get(tool_use_id.as_str())
+                    .map_or("a call", String::as_str);
+                let failed = if *is_error { " (an error)" } else { "" };
+                out.push_str(&format!("  {}{failed}:\n", clip(call, 120)));
+                out.push_str(&format!("    {}\n", clip(content, 300)));
+            }
+            Block::Text { .. } => {}
+        }
+    }
+    out
+}
+
 /// Every line of `text` two spaces in (and each line ending in a newline).
 fn indent(text: &str) -> String {
     text.lines().map(|line| format!("  {line}\n")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use countersign_shared::run::Role;
+    use serde_json::json;
+
+    #[test]
+    fn evidence_is_each_result_after_the_call_that_gave_it() {
+        let messages = vec![
+            Message::user_text("Refund A-1001."),
+            Message {
+                role: Role::Assistant,
+                content: vec![Block::ToolUse {
+                    id: "c1".into(),
+                    name: "get_order".into(),
+                    input: json!({"order_id": "A-1001"}),
+                }],
+            },
+            Message {
+                role: Role::User,
+                content: vec![Block::ToolResult {
+                    tool_use_id: "c1".into(),
+                    content: "{\"status\": \"delivered\"}".into(),
+                    is_error: false,
+                }],
+            },
+        ];
+        assert_eq!(
+            evidence(&messages),
+            "  get_order {\"order_id\":\"A-1001\"}:\n    {\"status\": \"delivered\"}\n"
+        );
+        assert_eq!(evidence(&messages[..2]), "");
+    }
 }

@@ -7,8 +7,8 @@ use countersign_shared::run::RunId;
 use countersign_tests::app::{
     ADMIN_KEY, INTEGRATION_KEY, PATIENCE, REQUESTER_KEY, REVIEWER_KEY, TestApp,
 };
-use countersign_tests::fake_model::refund_brain;
-use serde_json::Value;
+use countersign_tests::fake_model::{anthropic_text, anthropic_tool_use, refund_brain, turn};
+use serde_json::{Value, json};
 use std::process::Stdio;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
@@ -172,6 +172,46 @@ async fn a_reviewer_sees_a_paused_run_in_pending_and_show_and_approves_it_with_t
     assert!(
         got.contains("completed") && got.contains("All done."),
         "{got}"
+    );
+}
+
+/// A lookup in one turn, the refund in the next, so the refund's reviewer has evidence.
+fn lookup_then_refund(request: &Value) -> Value {
+    match turn(request) {
+        0 => anthropic_tool_use(
+            "Let me look the order up.",
+            &[("toolu_1", "get_order", json!({"order_id": "A-1001"}))],
+        ),
+        1 => anthropic_tool_use(
+            "It was delivered broken; I will refund it.",
+            &[(
+                "toolu_2",
+                "issue_refund",
+                json!({"order_id": "A-1001", "amount": 129, "reason": "arrived broken"}),
+            )],
+        ),
+        _ => anthropic_text("Refunded."),
+    }
+}
+
+#[tokio::test]
+async fn show_lists_the_tool_results_the_agent_had_seen_before_the_call() {
+    let app = TestApp::spawn(lookup_then_refund).await;
+    let run = paused_run(&app).await;
+    let show = ok(&app, REVIEWER_KEY, &format!("show {run}")).await;
+    let seen = show
+        .split_once("The agent had seen these results:\n")
+        .map(|(_, rest)| rest)
+        .expect(&show);
+    let mut lines = seen.lines();
+    assert_eq!(
+        lines.next().unwrap().trim(),
+        "get_order {\"order_id\":\"A-1001\"}:"
+    );
+    assert!(lines.next().unwrap().contains("delivered"), "{show}");
+    assert!(
+        show.contains("It was delivered broken; I will refund it."),
+        "{show}"
     );
 }
 
