@@ -33,6 +33,8 @@ pub struct Config {
     /// Email approvals, for `email:ADDRESS` and `email:approvers` channels. Absent: email
     /// is off.
     pub email: Option<EmailConfig>,
+    /// The reviewers' web inbox: sessions and sign-in links.
+    pub inbox: InboxConfig,
     /// Endpoints approval events are POSTed to, signed per Standard Webhooks.
     pub webhooks: Vec<WebhookEndpoint>,
     /// Systems that may post decisions signed per Standard Webhooks instead of with a key.
@@ -71,6 +73,7 @@ impl Default for Config {
             people: Vec::new(),
             slack: None,
             email: None,
+            inbox: InboxConfig::default(),
             webhooks: Vec::new(),
             signed_senders: Vec::new(),
             delivery_max_attempts: 10,
@@ -158,6 +161,40 @@ fn smtp_port() -> u16 {
 
 fn link_ttl() -> u64 {
     7 * 24 * 3600
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct InboxConfig {
+    /// Where reviewers reach this gateway, e.g. `https://approvals.example.com`: the base of
+    /// emailed sign-in links, and, when `https`, the session cookie is `Secure`. Default: the
+    /// `[email]` table's `public_base_url`, if any.
+    pub public_base_url: Option<String>,
+    /// Seconds a signed-in session lasts. Default 28800 (8 hours).
+    pub session_ttl_secs: u64,
+    /// Seconds an emailed sign-in link works (once). Default 900 (15 minutes).
+    pub sign_in_link_ttl_secs: u64,
+}
+
+impl Default for InboxConfig {
+    fn default() -> Self {
+        Self {
+            public_base_url: None,
+            session_ttl_secs: 8 * 3600,
+            sign_in_link_ttl_secs: 15 * 60,
+        }
+    }
+}
+
+impl Config {
+    /// Where reviewers reach this gateway, if configured (see [`InboxConfig::public_base_url`]).
+    pub fn public_base_url(&self) -> Option<&str> {
+        self.inbox
+            .public_base_url
+            .as_deref()
+            .or(self.email.as_ref().map(|e| e.public_base_url.as_str()))
+            .map(|url| url.trim_end_matches('/'))
+    }
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
@@ -251,6 +288,16 @@ impl Config {
                         .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'),
                 "webhook name {:?} may hold only ASCII letters, digits, '-' and '_'",
                 hook.name
+            );
+        }
+        anyhow::ensure!(
+            self.inbox.session_ttl_secs > 0 && self.inbox.sign_in_link_ttl_secs > 0,
+            "inbox.session_ttl_secs and inbox.sign_in_link_ttl_secs must be above 0"
+        );
+        if let Some(url) = self.public_base_url() {
+            anyhow::ensure!(
+                url.starts_with("https://") || url.starts_with("http://"),
+                "the public base URL {url:?} must start with https:// or http://"
             );
         }
         anyhow::ensure!(

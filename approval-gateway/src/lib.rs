@@ -10,6 +10,8 @@
 //! - `notify`: approval events, fanned out to deliveries, sent to their channels.
 //! - `channels/`: one module per channel behind the contract in `channels::delivery`; Slack
 //!   and email keep their inbound endpoints with them.
+//! - `web/`: the reviewers' inbox pages, and the layout, request view and forms the email
+//!   link pages share with them.
 //! - `state`, `config`, `error`, `time`: what they all share, depending on nothing above.
 
 #![warn(unreachable_pub)]
@@ -25,6 +27,7 @@ pub(crate) mod runs;
 pub(crate) mod server;
 pub(crate) mod state;
 pub(crate) mod time;
+pub(crate) mod web;
 
 /// Slack's request signing, for clients and tests that call the interactivity endpoint.
 pub use channels::slack;

@@ -6,3 +6,39 @@ pub(crate) fn rfc3339(ms: i64) -> String {
         .unwrap_or_default()
         .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
+
+/// Milliseconds since the epoch as a person reads it: `2026-12-01 10:42 UTC`.
+pub(crate) fn readable(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .unwrap_or_default()
+        .format("%Y-%m-%d %H:%M UTC")
+        .to_string()
+}
+
+/// How long until `deadline` (ms since the epoch) from `now`, roughly: `3 h 5 min left`.
+pub(crate) fn time_left(deadline: i64, now: i64) -> String {
+    if deadline <= now {
+        return "past its deadline".to_string();
+    }
+    match (deadline - now) / 60_000 {
+        0 => "less than a minute left".to_string(),
+        m if m < 60 => format!("{m} min left"),
+        m if m < 48 * 60 => format!("{} h {} min left", m / 60, m % 60),
+        m => format!("{} days left", m / (24 * 60)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn time_left_reads_at_a_glance() {
+        let min = 60_000;
+        assert_eq!(time_left(0, 1), "past its deadline");
+        assert_eq!(time_left(30_000, 0), "less than a minute left");
+        assert_eq!(time_left(25 * min, 0), "25 min left");
+        assert_eq!(time_left(125 * min, 0), "2 h 5 min left");
+        assert_eq!(time_left(3 * 24 * 60 * min, 0), "3 days left");
+    }
+}

@@ -224,6 +224,21 @@ impl Names {
     pub fn link_token_key(&self, run: &RunId, token_hash: &str) -> String {
         self.key(&format!("link:{{{run}}}:{token_hash}"))
     }
+    /// String: a reviewer's web session (JSON), by the SHA-256 of its cookie, so the store
+    /// never holds a usable cookie; it expires.
+    pub fn session_key(&self, cookie_hash: &str) -> String {
+        self.key(&format!("session:{cookie_hash}"))
+    }
+    /// String: whom a one-time sign-in link signs in, by the SHA-256 of its token; the first
+    /// use deletes it, and it expires.
+    pub fn sign_in_token_key(&self, token_hash: &str) -> String {
+        self.key(&format!("sign-in:{token_hash}"))
+    }
+    /// String: present while a sign-in link mailed to an address is recent, so the form
+    /// cannot be used to flood a mailbox; by the SHA-256 of the address.
+    pub fn sign_in_throttle_key(&self, address_hash: &str) -> String {
+        self.key(&format!("sign-in-mailed:{address_hash}"))
+    }
     /// Sorted set of `run_id|call_id|digest` scored by deadline (ms): what the sweepers look
     /// at, only the due front of it each time. One per index shard.
     pub fn deadlines_key(&self, shard: Shard) -> String {

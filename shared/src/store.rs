@@ -17,7 +17,11 @@
 //! - `audit:{id}` list: the run's hash-chained audit trail (see [`crate::audit`]);
 //! - `outbox:{id}` hash: announcements not yet acknowledged by JetStream;
 //! - `refusals:{id}` list: the latest refused decisions, capped;
-//! - `link:{id}:{hash}` strings: email link tokens for the run's calls.
+//! - `link:{id}:{hash}` strings: email link tokens for the run's calls (once spent,
+//!   `spent:` and the grant, until they expire).
+//!
+//! Outside the runs' slots, the web inbox keeps `session:{hash}`, `sign-in:{hash}` and
+//! `sign-in-mailed:{hash}` strings (see `sessions`).
 //!
 //! Leases and deadlines are compared with Redis's clock (`TIME` in the scripts). Finished runs
 //! get a retention TTL on all keys but the audit trail, which outlives them. The `awaiting`
@@ -30,6 +34,7 @@ mod exec;
 mod inbox;
 mod keys;
 mod outbox;
+mod sessions;
 mod timers;
 
 pub use decide::{

@@ -38,20 +38,6 @@ impl From<countersign_shared::store::StoreError> for DecideError {
 }
 
 impl DecideError {
-    /// Whether the decision itself was wrong (shape, schema, an edit under a quorum), so the
-    /// same person may correct it and send it again.
-    pub(crate) fn is_bad_input(&self) -> bool {
-        matches!(
-            self,
-            Self::BadInput(_)
-                | Self::InvalidEdit { .. }
-                | Self::Refused {
-                    code: RefusalCode::EditWithQuorum,
-                    ..
-                }
-        )
-    }
-
     /// A refusal of the decision script, said for `principal` deciding on run `run_id`.
     pub(super) fn refused(run_id: &str, principal: &str, refusal: Refusal) -> Self {
         let call = refusal.call_id.as_str();

@@ -1,5 +1,6 @@
 //! Inbound HTTP, one router per file, merged here with the channels' own endpoints (Slack's
-//! interactivity endpoint and email's link pages live with their channel).
+//! interactivity endpoint and email's link pages live with their channel) and the web
+//! inbox's pages (`crate::web`).
 
 mod approvals;
 mod audit;
@@ -26,6 +27,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .merge(health::router())
         .merge(slack::router())
         .merge(email::router())
+        .merge(crate::web::router())
         .fallback(|| async { ApiError::not_found("no such route") })
         // After the merges: it applies to the routes present when it is called.
         .method_not_allowed_fallback(|method: Method, uri: Uri| async move {
@@ -38,7 +40,7 @@ pub(crate) fn router(state: AppState) -> Router {
 
 /// Rewrites an error answer that is neither JSON nor a page into the API's JSON error: axum's
 /// own rejections, such as the 413 of a route that reads its body as raw bytes, are plain
-/// text. The email pages stay HTML.
+/// text. The pages (email links, inbox) stay HTML.
 async fn json_errors(response: Response) -> Response {
     let status = response.status();
     let content_type = response

@@ -96,7 +96,9 @@ end
 
 -- Then all are recorded, audited and announced.
 check_mark(ARGV[3])
-if #KEYS >= 10 then redis.call('DEL', KEYS[10]) end
+-- A spent link keeps its grant, marked, until it expires: its page can still say what it
+-- was for and how that ended, and it decides nothing again.
+if #KEYS >= 10 then redis.call('SET', KEYS[10], 'spent:' .. ARGV[9], 'KEEPTTL') end
 local results = {}
 for _, d in ipairs(decisions) do
   local out = {call_id = d.call_id, status = d.result}

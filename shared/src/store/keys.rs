@@ -52,7 +52,8 @@ impl Store {
             .await?;
         Ok(())
     }
-    /// What a link token may do, without using it up (the decision script spends it).
+    /// What a link token may do, without using it up (the decision script spends it: a
+    /// spent token reads `spent:` and its grant until it expires).
     pub async fn peek_link_token(
         &self,
         run: &RunId,

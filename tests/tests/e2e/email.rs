@@ -14,7 +14,10 @@ use serde_json::Value;
 
 const BASE: &str = "http://approvals.test";
 
-async fn app_with_email(channels: &str, slack: Option<&FakeSlack>) -> (TestApp, SmtpSink) {
+pub(super) async fn app_with_email(
+    channels: &str,
+    slack: Option<&FakeSlack>,
+) -> (TestApp, SmtpSink) {
     app_with_email_on(Infra::start().await, channels, slack).await
 }
 
@@ -111,9 +114,19 @@ async fn an_email_link_opened_decides_nothing_its_form_decides_once() {
             assert_eq!(page.headers()["referrer-policy"], "no-referrer");
             let html = page.text().await.unwrap();
             assert!(
-                html.contains("<form method=\"post\">") && !html.contains("<script"),
+                html.contains("method=\"post\"") && !html.contains("<script"),
                 "{html}"
             );
+            // The same request view as the inbox: who asked, by when, what the agent saw.
+            for expected in [
+                "Asked by",
+                "rick",
+                "Deadline",
+                "get_order",
+                "name=\"viewport\"",
+            ] {
+                assert!(html.contains(expected), "{expected:?} missing from {html}");
+            }
         }
         assert_eq!(app.http.head(link).send().await.unwrap().status(), 200);
     }
@@ -123,11 +136,13 @@ async fn an_email_link_opened_decides_nothing_its_form_decides_once() {
 
     let (status, html) = post_form(&app, &links[0], &[]).await;
     assert_eq!(status, 200, "{html}");
-    assert!(html.contains("recorded"));
+    assert!(html.contains("Approved by alice via email at "), "{html}");
     app.wait_status(&run_id, "completed").await;
     assert_eq!(app.tools.refunds().len(), 1);
     let (status, html) = post_form(&app, &links[0], &[]).await;
     assert_eq!(status, 410, "a used link: {html}");
+    assert!(html.contains("already used"), "{html}");
+    assert!(html.contains("Approved by alice via email at "), "{html}");
     // The other links of the mail now say the request was decided.
     let page = app.http.get(&links[1]).send().await.unwrap();
     assert_eq!(page.status(), 409);
@@ -135,7 +150,7 @@ async fn an_email_link_opened_decides_nothing_its_form_decides_once() {
         page.text()
             .await
             .unwrap()
-            .contains("already decided: approve by alice")
+            .contains("Approved by alice via email at ")
     );
 
     let (_, trail) = app.get(&format!("/v1/runs/{run_id}/audit")).await;
@@ -168,22 +183,29 @@ async fn the_reject_and_edit_forms_keep_the_link_until_they_are_filled_in_right(
 
     let (status, html) = post_form(&app, &links[1], &[("reason", "  ")]).await;
     assert_eq!(status, 422, "{html}");
-    assert!(html.contains("needs a reason"));
-    let (status, html) = post_form(
-        &app,
-        &links[2],
-        &[("input", "{\"amount\": \"x\"}"), ("note", "n")],
-    )
-    .await;
+    assert!(
+        html.contains("<p class=\"field-error\">Write a reason"),
+        "{html}"
+    );
+    let edit = |amount| {
+        [
+            ("input.order_id", "A-1001"),
+            ("input.amount", amount),
+            ("input.reason", "lid"),
+            ("note", "Only the lid."),
+        ]
+    };
+    let (status, html) = post_form(&app, &links[2], &edit("x")).await;
     assert_eq!(status, 422);
-    assert!(html.contains("does not match the schema"), "{html}");
-    let edited = r#"{"order_id": "A-1001", "amount": 49, "reason": "lid"}"#;
-    let (status, html) = post_form(
-        &app,
-        &links[2],
-        &[("input", edited), ("note", "Only the lid.")],
-    )
-    .await;
+    assert!(html.contains("amount: must be a number"), "{html}");
+    let (status, html) = post_form(&app, &links[2], &edit("900")).await;
+    assert_eq!(status, 422);
+    assert!(html.contains("amount: must be at most 500"), "{html}");
+    assert!(
+        html.contains("value=\"900\""),
+        "what was typed is kept: {html}"
+    );
+    let (status, html) = post_form(&app, &links[2], &edit("49")).await;
     assert_eq!(status, 200, "{html}");
     app.wait_status(&run_id, "completed").await;
     assert_eq!(app.tools.refunds()[0]["amount"], 49);
@@ -264,12 +286,12 @@ async fn slack_and_email_racing_on_one_call_record_one_decision_and_both_show_it
     if winner == "slack" {
         assert_eq!(email_status, 409);
         assert!(shown.contains("Approved by alice"), "{shown}");
-        assert!(page.contains("already decided: approve by alice"), "{page}");
+        assert!(page.contains("Approved by alice via slack"), "{page}");
         assert_eq!(app.tools.refunds().len(), 1);
     } else {
         assert_eq!(email_status, 200);
         assert!(shown.contains("Rejected by bob"), "{shown}");
-        assert!(page.contains("already decided: reject by bob"), "{page}");
+        assert!(page.contains("Rejected by bob via email"), "{page}");
         assert!(app.tools.refunds().is_empty());
     }
 }

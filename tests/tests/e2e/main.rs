@@ -10,6 +10,7 @@ mod email;
 mod error_shape;
 mod escalation;
 mod expiry;
+mod inbox;
 mod inbox_paging;
 mod listener;
 mod many_workers;

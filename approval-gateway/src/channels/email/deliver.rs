@@ -4,21 +4,19 @@
 
 use super::grant::{Grant, new_token};
 use super::message::Request;
+use super::send::send;
 use crate::channels::delivery::{Ask, Deliver, DeliveryError, Ending};
 use crate::config::{EmailConfig, Person};
-use crate::state::{AppState, Mailer};
+use crate::state::AppState;
 use countersign_shared::agent::Channel;
 use countersign_shared::digest::sha256_hex;
 use countersign_shared::run::{Action, PendingCall, RunId};
-use lettre::message::MultiPart;
-use lettre::{AsyncTransport, Message};
 use std::time::Duration;
 
 /// An `email:` channel: an address, or `approvers`.
 pub(crate) struct Email<'a> {
     state: &'a AppState,
     config: &'a EmailConfig,
-    mailer: &'a Mailer,
     address: &'a str,
     /// The channel as the policy names it, which keys what was sent.
     channel: String,
@@ -30,13 +28,12 @@ impl<'a> Email<'a> {
         address: &'a str,
         channel: &Channel,
     ) -> Result<Self, DeliveryError> {
-        let (Some(config), Some(mailer)) = (&state.config.email, &state.mailer) else {
+        let (Some(config), Some(_)) = (&state.config.email, &state.mailer) else {
             return Err(DeliveryError::GiveUp("no [email] is configured".into()));
         };
         Ok(Self {
             state,
             config,
-            mailer,
             address,
             channel: channel.to_string(),
         })
@@ -81,7 +78,7 @@ impl<'a> Email<'a> {
             )));
         }
         for person in people {
-            self.send(ask, prefix, person).await?;
+            self.mail(ask, prefix, person).await?;
         }
         Ok(store
             .set_channel_ref(ask.run_id, call_id, sent_key, "sent")
@@ -89,7 +86,7 @@ impl<'a> Email<'a> {
     }
 
     /// Mails one person fresh links for the call.
-    async fn send(
+    async fn mail(
         &self,
         ask: &Ask<'_>,
         prefix: &str,
@@ -111,28 +108,14 @@ impl<'a> Email<'a> {
             own,
         };
         let to = person.email.as_deref().unwrap_or_default();
-        let message = Message::builder()
-            .from(
-                self.config
-                    .from
-                    .parse()
-                    .map_err(|e| DeliveryError::GiveUp(format!("from: {e}")))?,
-            )
-            .to(to
-                .parse()
-                .map_err(|e| DeliveryError::GiveUp(format!("to {to}: {e}")))?)
-            .subject(request.subject())
-            .message_id(None)
-            .multipart(MultiPart::alternative_plain_html(
-                request.text(),
-                request.html(),
-            ))
-            .map_err(|e| DeliveryError::GiveUp(e.to_string()))?;
-        self.mailer
-            .send(message)
-            .await
-            .map_err(|e| DeliveryError::Retry(e.to_string()))?;
-        Ok(())
+        send(
+            self.state,
+            to,
+            &request.subject(),
+            request.text(),
+            request.html(),
+        )
+        .await
     }
 
     /// One stored single-use link per action.

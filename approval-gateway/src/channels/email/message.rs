@@ -118,12 +118,7 @@ fn clipped(content: &str) -> String {
 /// When the call expires, in plain text (a mail is not Slack markup).
 fn deadline(call: &PendingCall) -> String {
     match call.deadline {
-        Some(ms) => format!(
-            "decide by {}",
-            chrono::DateTime::from_timestamp_millis(ms)
-                .unwrap_or_default()
-                .format("%Y-%m-%d %H:%M UTC")
-        ),
+        Some(ms) => format!("decide by {}", crate::time::readable(ms)),
         None => "no deadline".into(),
     }
 }

@@ -9,6 +9,8 @@ mod grant;
 mod html;
 mod message;
 mod pages;
+mod send;
 
 pub(crate) use deliver::Email;
 pub(crate) use pages::router;
+pub(crate) use send::send;

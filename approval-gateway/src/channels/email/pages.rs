@@ -1,26 +1,31 @@
 //! The pages behind email links. `GET` (and `HEAD`) only shows what the link would do, with
 //! a form; only the form's `POST` decides, and the decision script spends the token in the
 //! same step that records the decision, so a form filled in wrong or a failure on the way
-//! leaves the link working. A used, expired or superseded link shows a page saying so and
-//! changes nothing. No script runs on these pages,
-//! and they are neither cached nor sent as a referrer, since the token is in the URL.
+//! leaves the link working. A used, expired or superseded link shows a page saying so (and,
+//! when it can tell, what was decided, by whom and when) and changes nothing. No script runs
+//! on these pages, and they are neither cached nor sent as a referrer, since the token is in
+//! the URL.
+//!
+//! They are the inbox's request page seen through one link: the same layout, request view
+//! and forms (`crate::web`), with the one action the link grants; a link to the run only for
+//! a reader signed in to the inbox.
 
 use super::grant::{Grant, parse_token};
-use super::html::escape;
-use crate::decide::{self, DecideError, Decider, Proposed};
-use crate::error::ApiError;
+use crate::decide::{self, DecideError, Decider};
 use crate::state::AppState;
-use crate::time::rfc3339;
+use crate::web::forms::{self, FieldErrors, Forms, Typed};
+use crate::web::layout::{self, Page, PageError};
+use crate::web::request_view::{CallView, decided, refusal_words};
+use crate::web::session::Session;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::{StatusCode, header};
-use axum::response::{Html, IntoResponse, Response};
+use axum::http::StatusCode;
+use axum::response::Response;
 use axum::routing::get;
-use countersign_shared::run::{Action, Run, RunStatus};
+use countersign_shared::run::Action;
 use countersign_shared::store::RefusalCode;
-use serde_json::Value;
-use std::collections::HashMap;
+use maud::html;
 
 pub(crate) fn router() -> Router<AppState> {
     Router::new().route("/approvals/email/{token}", get(show).post(submit))
@@ -29,107 +34,29 @@ pub(crate) fn router() -> Router<AppState> {
 /// The channel email decisions are recorded as coming from.
 const CHANNEL: &str = "email";
 
-fn page(status: StatusCode, title: &str, body: &str) -> Response {
-    let html = format!(
-        "<!doctype html><html><head><meta charset=\"utf-8\">\
-         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-         <title>{t}</title></head><body><h1>{t}</h1>{body}</body></html>",
-        t = escape(title)
-    );
-    (
-        status,
-        [
-            (header::CACHE_CONTROL, "no-store"),
-            (header::REFERRER_POLICY, "no-referrer"),
-        ],
-        Html(html),
-    )
-        .into_response()
+/// What a link's token is now.
+enum Link {
+    /// Still usable: its grant, the token's hash, and the grant as stored (the decision
+    /// script spends it only if it is still that).
+    Live(Grant, String, String),
+    /// Used for a decision; what it was for.
+    Spent(Grant),
+    /// Expired, or never issued.
+    Gone,
 }
 
-fn gone() -> Response {
-    page(
-        StatusCode::GONE,
-        "This link no longer works",
-        "<p>It was already used, or it expired. Nothing was changed.</p>",
-    )
-}
-
-/// Why the call can no longer be decided through this link, if it cannot.
-async fn superseded(state: &AppState, grant: &Grant) -> Result<Option<String>, ApiError> {
-    let Some(run) = state.store.load(&grant.run_id).await? else {
-        return Ok(Some("The request no longer exists.".into()));
+async fn link(state: &AppState, token: &str) -> Result<Link, PageError> {
+    let Some((run, hash)) = parse_token(token) else {
+        return Ok(Link::Gone);
     };
-    if let Some(d) = state
-        .store
-        .decisions(&grant.run_id)
-        .await?
-        .get(&grant.call_id)
-    {
-        return Ok(Some(format!(
-            "This request was already decided: {} by {} at {}.",
-            decide::action_name(d.action),
-            d.decided_by,
-            rfc3339(d.decided_at)
-        )));
-    }
-    let pending = run.pending().find(|p| p.call_id == grant.call_id);
-    if run.status != RunStatus::AwaitingApproval || pending.is_none_or(|p| p.digest != grant.digest)
-    {
-        return Ok(Some(format!(
-            "This request is no longer waiting (the run is {}).",
-            run.status.as_str()
-        )));
-    }
-    Ok(None)
-}
-
-fn form(run: &Run, grant: &Grant, error: Option<&str>, typed: &HashMap<String, String>) -> String {
-    let Some(call) = run.pending().find(|p| p.call_id == grant.call_id) else {
-        return String::new();
+    let Some(raw) = state.store.peek_link_token(&run, &hash).await? else {
+        return Ok(Link::Gone);
     };
-    let mut html = format!(
-        "<p><strong>{}</strong></p><p>Why: {}</p>",
-        escape(&call.summary),
-        escape(&call.reason)
-    );
-    let said = run.held_turn_text();
-    if !said.is_empty() {
-        html += &format!("<p>The agent said: {}</p>", escape(&said));
-    }
-    html += &format!(
-        "<p>Arguments:</p><pre>{}</pre><p>You are deciding as {}.</p>",
-        escape(&serde_json::to_string_pretty(&call.input).unwrap_or_default()),
-        escape(&grant.principal)
-    );
-    if let Some(error) = error {
-        html += &format!("<p role=\"alert\"><strong>{}</strong></p>", escape(error));
-    }
-    html += "<form method=\"post\">";
-    let field = |name: &str| escape(typed.get(name).map(String::as_str).unwrap_or_default());
-    match grant.action {
-        Action::Approve => html += "<button type=\"submit\">Approve</button>",
-        Action::Reject => {
-            html += &format!(
-                "<label>Reason (the agent is told)<br><textarea name=\"reason\" required>{}</textarea></label><br><button type=\"submit\">Reject</button>",
-                field("reason")
-            )
-        }
-        Action::Edit => {
-            let input = typed
-                .get("input")
-                .cloned()
-                .unwrap_or_else(|| serde_json::to_string_pretty(&call.input).unwrap_or_default());
-            html += &format!(
-                "<label>Arguments (JSON)<br><textarea name=\"input\" rows=\"10\" cols=\"60\" required>{}</textarea></label><br>\
-                 <label>Note (the agent is told)<br><textarea name=\"note\" required>{}</textarea></label><br>\
-                 <button type=\"submit\">Approve with these arguments</button>",
-                escape(&input),
-                field("note")
-            )
-        }
-    }
-    html + "</form>"
+    let parse = |text: &str| serde_json::from_str::<Grant>(text).ok();
+    Ok(match raw.strip_prefix("spent:") {
+        Some(spent) => parse(spent).map_or(Link::Gone, Link::Spent),
+        None => parse(&raw).map_or(Link::Gone, |grant| Link::Live(grant, hash, raw)),
+    })
 }
 
 fn title(action: Action) -> &'static str {
@@ -140,74 +67,166 @@ fn title(action: Action) -> &'static str {
     }
 }
 
-/// The link's grant, with the token's run and hash, if the link still works.
-async fn grant_of(
+/// The page of a link that decides nothing any more: why, and how the request ended.
+async fn closed(
     state: &AppState,
+    session: Option<&Session>,
+    status: StatusCode,
+    heading: &str,
+    grant: &Grant,
+) -> Result<Response, PageError> {
+    let view = CallView::load(state, grant.run_id.as_str(), &grant.call_id).await?;
+    let mut page = Page::new(status, heading);
+    page.signed_in = session.map(|s| (s.principal.as_str(), s.csrf.as_str()));
+    Ok(page.render(html! {
+        @match &view {
+            Some(view) if view.open.is_some() => {
+                p.outcome { "This request changed after the mail was sent, so this link can no longer decide it. A newer mail, or the inbox, has it as it is now." }
+                (view.render(session.is_some()))
+            }
+            Some(view) => (view.render(session.is_some())),
+            None => p.outcome { "The request no longer exists." },
+        }
+    }))
+}
+
+fn gone() -> Response {
+    layout::message(
+        StatusCode::GONE,
+        "This link no longer works",
+        "It expired, or was never issued. Nothing was changed.",
+    )
+}
+
+/// The link's page with its form: what was typed and what was wrong, if it comes back.
+async fn form_page(
+    state: &AppState,
+    session: Option<&Session>,
+    grant: &Grant,
+    view: &CallView,
+    status: StatusCode,
+    typed: &Typed,
+    errors: &FieldErrors,
+) -> Response {
+    let mut page = Page::new(status, title(grant.action));
+    page.signed_in = session.map(|s| (s.principal.as_str(), s.csrf.as_str()));
+    page.digest = Some(&grant.digest);
+    page.render(html! {
+        (view.render(session.is_some()))
+        p { "You are deciding as " strong { (grant.principal) } "." }
+        (Forms {
+            csrf: None,
+            digest: &grant.digest,
+            actions: &[grant.action],
+            schema: view.schema(state),
+            input: &view.input,
+            typed,
+            errors,
+        }.render())
+    })
+}
+
+/// A link that can still decide: its grant, the token's hash, the grant as stored, and the
+/// call as held now.
+struct Open {
+    grant: Grant,
+    hash: String,
+    raw: String,
+    view: CallView,
+}
+
+/// The link's call, if the link still works and the call is held as the link was issued
+/// for; else the page saying why it cannot decide (used, expired, or decided meanwhile).
+async fn open(
+    state: &AppState,
+    session: Option<&Session>,
     token: &str,
-) -> Result<Option<(Grant, String, String)>, ApiError> {
-    let Some((run, hash)) = parse_token(token) else {
-        return Ok(None);
+) -> Result<Result<Open, Response>, PageError> {
+    let (grant, hash, raw) = match link(state, token).await? {
+        Link::Live(grant, hash, raw) => (grant, hash, raw),
+        Link::Spent(grant) => {
+            let heading = "This link was already used";
+            return Ok(Err(closed(
+                state,
+                session,
+                StatusCode::GONE,
+                heading,
+                &grant,
+            )
+            .await?));
+        }
+        Link::Gone => return Ok(Err(gone())),
     };
-    let Some(raw) = state.store.peek_link_token(&run, &hash).await? else {
-        return Ok(None);
-    };
-    let grant: Grant = serde_json::from_str(&raw).map_err(ApiError::unavailable)?;
-    Ok(Some((grant, hash, raw)))
+    match CallView::load(state, grant.run_id.as_str(), &grant.call_id).await? {
+        Some(view) if view.open.is_some() && view.digest == grant.digest => Ok(Ok(Open {
+            grant,
+            hash,
+            raw,
+            view,
+        })),
+        _ => Ok(Err(closed(
+            state,
+            session,
+            StatusCode::CONFLICT,
+            "Already decided",
+            &grant,
+        )
+        .await?)),
+    }
 }
 
 async fn show(
     State(state): State<AppState>,
+    session: Option<Session>,
     Path(token): Path<String>,
-) -> Result<Response, ApiError> {
-    let Some((grant, _, _)) = grant_of(&state, &token).await? else {
-        return Ok(gone());
+) -> Result<Response, PageError> {
+    let session = session.as_ref();
+    let Open { grant, view, .. } = match open(&state, session, &token).await? {
+        Ok(open) => open,
+        Err(page) => return Ok(page),
     };
-    if let Some(why) = superseded(&state, &grant).await? {
-        return Ok(page(
-            StatusCode::CONFLICT,
-            "Already decided",
-            &format!("<p>{}</p>", escape(&why)),
-        ));
-    }
-    let run = load_run(&state, &grant).await?;
-    Ok(page(
+    let (typed, errors) = (Typed::new(), FieldErrors::new());
+    Ok(form_page(
+        &state,
+        session,
+        &grant,
+        &view,
         StatusCode::OK,
-        title(grant.action),
-        &form(&run, &grant, None, &HashMap::new()),
-    ))
+        &typed,
+        &errors,
+    )
+    .await)
 }
 
 async fn submit(
     State(state): State<AppState>,
+    session: Option<Session>,
     Path(token): Path<String>,
     body: Bytes,
-) -> Result<Response, ApiError> {
-    let Some((grant, hash, raw)) = grant_of(&state, &token).await? else {
-        return Ok(gone());
+) -> Result<Response, PageError> {
+    let session = session.as_ref();
+    let Open {
+        grant,
+        hash,
+        raw,
+        view,
+    } = match open(&state, session, &token).await? {
+        Ok(open) => open,
+        Err(page) => return Ok(page),
     };
-    let typed: HashMap<String, String> = serde_urlencoded::from_bytes(&body).unwrap_or_default();
-    let text = |name: &str| typed.get(name).filter(|v| !v.trim().is_empty()).cloned();
-    let input = match grant.action {
-        Action::Edit => match serde_json::from_str::<Value>(&text("input").unwrap_or_default()) {
-            Ok(input) => Some(input),
-            Err(e) => {
-                let error = format!("The arguments are not valid JSON: {e}");
-                return again(&state, &grant, &error, &typed).await;
-            }
-        },
-        _ => None,
+    let mut typed = crate::web::form_fields(&body);
+    // The link grants one action, whatever the form says.
+    typed.insert(
+        "action".into(),
+        decide::action_name(grant.action).to_string(),
+    );
+    let again = |status, errors: FieldErrors| {
+        let (state, grant, view, typed) = (&state, &grant, &view, &typed);
+        async move { form_page(state, session, grant, view, status, typed, &errors).await }
     };
-    if grant.action == Action::Edit && text("note").is_none() {
-        let error = "Say why you changed it; the agent is told.";
-        return again(&state, &grant, error, &typed).await;
-    }
-    let proposed = Proposed {
-        call_id: grant.call_id.clone(),
-        digest: Some(grant.digest.clone()),
-        action: grant.action,
-        input,
-        note: text("note"),
-        reason: text("reason"),
+    let proposed = match forms::proposal(&state, &view, &typed, &grant.digest) {
+        Ok(proposed) => proposed,
+        Err(errors) => return Ok(again(StatusCode::UNPROCESSABLE_ENTITY, errors).await),
     };
     let by = Decider {
         principal: &grant.principal,
@@ -215,52 +234,32 @@ async fn submit(
         link: Some((&hash, &raw)),
     };
     match decide::decide_one(&state, grant.run_id.as_str(), proposed, &by).await {
-        Ok(_) => Ok(page(
-            StatusCode::OK,
-            "Thank you",
-            &format!(
-                "<p>Your decision ({}) was recorded.</p>",
-                decide::action_name(grant.action)
-            ),
-        )),
+        Ok(_) => {
+            let recorded = state.store.decisions(&grant.run_id).await?;
+            let said = recorded
+                .get(&grant.call_id)
+                .map(decided)
+                .unwrap_or_else(|| "Your decision was recorded.".into());
+            let mut page = Page::new(StatusCode::OK, "Decision recorded");
+            page.signed_in = session.map(|s| (s.principal.as_str(), s.csrf.as_str()));
+            Ok(page.render(html! {
+                p.outcome { (said) }
+                p { strong { (view.summary) } }
+                p { "The agent is told and goes on from here. You can close this page." }
+            }))
+        }
         Err(DecideError::Refused {
             code: RefusalCode::LinkUsed,
             ..
-        }) => Ok(gone()),
-        // The form was wrong: the link still works and the form comes back with the error.
-        Err(e) if e.is_bad_input() => {
-            let error = ApiError::from(e).explained();
-            again(&state, &grant, &error, &typed).await
+        }) => {
+            let heading = "This link was already used";
+            closed(&state, session, StatusCode::GONE, heading, &grant).await
         }
         Err(e) => {
-            let e = ApiError::from(e);
-            let text = format!("<p>{}</p>", escape(&e.message));
-            Ok(page(e.status, "Not recorded", &text))
+            let (status, message) = refusal_words(&e);
+            let status = status.unwrap_or_else(|| crate::error::ApiError::from(e).status);
+            let errors = FieldErrors::from([("form".to_string(), vec![message])]);
+            Ok(again(status, errors).await)
         }
     }
-}
-
-/// The run a link decides on.
-async fn load_run(state: &AppState, grant: &Grant) -> Result<Run, ApiError> {
-    let id = &grant.run_id;
-    state
-        .store
-        .load(id)
-        .await?
-        .ok_or_else(|| ApiError::not_found(format!("no run {:?}", id.as_str())))
-}
-
-/// Shows the form again with what went wrong; the link was not used.
-async fn again(
-    state: &AppState,
-    grant: &Grant,
-    error: &str,
-    typed: &HashMap<String, String>,
-) -> Result<Response, ApiError> {
-    let run = load_run(state, grant).await?;
-    Ok(page(
-        StatusCode::UNPROCESSABLE_ENTITY,
-        title(grant.action),
-        &form(&run, grant, Some(error), typed),
-    ))
 }

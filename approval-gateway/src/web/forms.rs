@@ -1,0 +1,451 @@
+//! The three decision forms (approve, edit, reject), shared by the inbox and the email
+//! pages, and the reading of what a reviewer sent back. The edit form is built from the
+//! tool's input schema: one field per property, by type (text, number, checkbox, a list for
+//! an `enum`, JSON for objects and arrays). Whatever is wrong comes back beside its field in
+//! a reviewer's words, with what they typed kept.
+
+use super::request_view::{CallView, pretty};
+use crate::decide::Proposed;
+use crate::state::AppState;
+use countersign_shared::agent::InputProblem;
+use countersign_shared::run::Action;
+use maud::{Markup, html};
+use serde_json::{Map, Value};
+use std::collections::{BTreeMap, HashMap};
+
+/// Messages by form field name (`note`, `reason`, `input`, `input.<property>`, or `form`
+/// for the whole form).
+pub(crate) type FieldErrors = BTreeMap<String, Vec<String>>;
+
+/// What a reviewer sent, as fields.
+pub(crate) type Typed = HashMap<String, String>;
+
+/// How the forms are drawn: for whom (the CSRF token of an inbox session; none on an email
+/// page, whose token is in its URL), which actions they may take, from which digest.
+pub(crate) struct Forms<'a> {
+    pub(crate) csrf: Option<&'a str>,
+    pub(crate) digest: &'a str,
+    pub(crate) actions: &'a [Action],
+    pub(crate) schema: Option<&'a Value>,
+    pub(crate) input: &'a Value,
+    pub(crate) typed: &'a Typed,
+    pub(crate) errors: &'a FieldErrors,
+}
+
+impl Forms<'_> {
+    pub(crate) fn render(&self) -> Markup {
+        html! {
+            @if let Some(errors) = self.errors.get("form") {
+                @for e in errors { p.error role="alert" { (e) } }
+            }
+            @for action in self.actions {
+                @match action {
+                    Action::Approve => (self.approve()),
+                    Action::Edit => (self.edit()),
+                    Action::Reject => (self.reject()),
+                }
+            }
+        }
+    }
+
+    fn hidden(&self, action: &str) -> Markup {
+        html! {
+            @if let Some(csrf) = self.csrf {
+                input type="hidden" name="csrf" value=(csrf);
+            }
+            input type="hidden" name="digest" value=(self.digest);
+            input type="hidden" name="action" value=(action);
+        }
+    }
+
+    fn typed(&self, name: &str) -> &str {
+        self.typed.get(name).map(String::as_str).unwrap_or_default()
+    }
+
+    fn approve(&self) -> Markup {
+        html! {
+            form #approve .decide method="post" {
+                h2 { "Approve" }
+                (self.hidden("approve"))
+                p { "The tool runs with the input above, as the agent asked." }
+                button.approve type="submit" { "Approve" }
+            }
+        }
+    }
+
+    fn reject(&self) -> Markup {
+        html! {
+            form #reject .decide method="post" {
+                h2 { "Reject" }
+                (self.hidden("reject"))
+                label for="reason" { "Reason (the agent is told)" }
+                (field_errors(self.errors, "reason"))
+                textarea #reason name="reason" required { (self.typed("reason")) }
+                button.reject type="submit" { "Reject" }
+            }
+        }
+    }
+
+    fn edit(&self) -> Markup {
+        html! {
+            form #edit .decide method="post" {
+                h2 { "Edit, then approve" }
+                (self.hidden("edit"))
+                @match properties(self.schema) {
+                    Some(properties) => {
+                        @for (name, property) in properties {
+                            (self.property(name, property))
+                        }
+                        (field_errors(self.errors, "input"))
+                    }
+                    None => {
+                        label for="input" { "Input (JSON)" }
+                        (field_errors(self.errors, "input"))
+                        textarea #input name="input" rows="10" required {
+                            @if self.typed.contains_key("input") { (self.typed("input")) }
+                            @else { (pretty(self.input)) }
+                        }
+                    }
+                }
+                label for="note" { "Note (the agent is told what you changed and why)" }
+                (field_errors(self.errors, "note"))
+                textarea #note name="note" required { (self.typed("note")) }
+                button type="submit" { "Approve with these changes" }
+            }
+        }
+    }
+
+    /// One property's field, showing what was typed, else the call's value.
+    fn property(&self, name: &str, property: &Value) -> Markup {
+        let field = format!("input.{name}");
+        let id = format!("input-{name}");
+        let current = &self.input[name];
+        let value = match self.typed.get(&field) {
+            Some(typed) => typed.clone(),
+            None => shown(current, kind(property)),
+        };
+        let label = property["title"].as_str().unwrap_or(name);
+        let required = is_required(self.schema, name);
+        html! {
+            label for=(id) {
+                (label)
+                @if let Some(description) = property["description"].as_str() {
+                    " — " span.hint { (description) }
+                }
+            }
+            (field_errors(self.errors, &field))
+            @if let Some(options) = property["enum"].as_array() {
+                select id=(id) name=(field) required[required] {
+                    @if !required { option value="" { "" } }
+                    @for option in options {
+                        @let text = shown(option, kind(property));
+                        option value=(text) selected[text == value] { (text) }
+                    }
+                }
+            } @else {
+                @match kind(property) {
+                    Kind::Boolean => {
+                        @let checked = match self.typed.get(&field) {
+                            Some(_) => true,
+                            None if self.typed.contains_key("action") => false,
+                            None => current.as_bool().unwrap_or(false),
+                        };
+                        input id=(id) type="checkbox" name=(field) value="true" checked[checked];
+                    }
+                    Kind::Number => input id=(id) type="number" step="any" name=(field) value=(value) required[required];,
+                    Kind::Integer => input id=(id) type="number" step="1" name=(field) value=(value) required[required];,
+                    Kind::Json => textarea id=(id) name=(field) rows="6" required[required] { (value) },
+                    Kind::String => input id=(id) type="text" name=(field) value=(value) required[required];,
+                }
+            }
+        }
+    }
+}
+
+fn field_errors(errors: &FieldErrors, field: &str) -> Markup {
+    html! {
+        @for e in errors.get(field).into_iter().flatten() {
+            p.field-error { (e) }
+        }
+    }
+}
+
+/// How a property is typed in.
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    String,
+    Number,
+    Integer,
+    Boolean,
+    Json,
+}
+
+fn kind(property: &Value) -> Kind {
+    let ty = match &property["type"] {
+        Value::String(t) => t.as_str(),
+        // ["number", "null"] and the like: the first type that is not null.
+        Value::Array(types) => types
+            .iter()
+            .filter_map(Value::as_str)
+            .find(|t| *t != "null")
+            .unwrap_or("json"),
+        _ => "json",
+    };
+    match ty {
+        "string" => Kind::String,
+        "number" => Kind::Number,
+        "integer" => Kind::Integer,
+        "boolean" => Kind::Boolean,
+        _ => Kind::Json,
+    }
+}
+
+/// A value as its field shows it: strings bare, numbers as written, anything else as JSON.
+fn shown(value: &Value, kind: Kind) -> String {
+    match (value, kind) {
+        (Value::Null, _) => String::new(),
+        (Value::String(s), _) => s.clone(),
+        (Value::Number(n), _) => n.to_string(),
+        (other, Kind::Json) => pretty(other),
+        (other, _) => other.to_string(),
+    }
+}
+
+/// The schema's properties, when it is an object schema that names them.
+fn properties(schema: Option<&Value>) -> Option<&Map<String, Value>> {
+    schema?["properties"].as_object().filter(|p| !p.is_empty())
+}
+
+fn is_required(schema: Option<&Value>, name: &str) -> bool {
+    schema
+        .and_then(|s| s["required"].as_array())
+        .is_some_and(|r| r.iter().any(|n| n == name))
+}
+
+/// The decision a form asks for on `view`'s call, shown `digest`, checked as far as a form
+/// can be: an action, a reason to reject, a note and an input that fits the tool's schema to
+/// edit. Every problem is listed by field; nothing is decided here.
+pub(crate) fn proposal(
+    state: &AppState,
+    view: &CallView,
+    typed: &Typed,
+    digest: &str,
+) -> Result<Proposed, FieldErrors> {
+    let schema = view.schema(state);
+    let (action, input) = read(typed, schema, &view.input)?;
+    if let (Some(input), Some(agent)) = (&input, state.catalog.get(&view.agent)) {
+        let problems = agent.input_problems(&view.tool, input);
+        if !problems.is_empty() {
+            return Err(schema_errors(&problems, schema));
+        }
+    }
+    let text = |name: &str| {
+        typed
+            .get(name)
+            .map(|t| t.trim().to_string())
+            .filter(|t| !t.is_empty())
+    };
+    Ok(Proposed {
+        call_id: view.call_id.clone(),
+        digest: Some(digest.to_string()),
+        action,
+        input,
+        note: text("note").filter(|_| action == Action::Edit),
+        reason: text("reason").filter(|_| action == Action::Reject),
+    })
+}
+
+/// What the reviewer asked for: an action, and for an edit the new input, read from the
+/// fields against the tool's schema (properties the schema does not name are kept from the
+/// call's input). Every problem is listed by field; nothing is decided here.
+fn read(
+    typed: &Typed,
+    schema: Option<&Value>,
+    original: &Value,
+) -> Result<(Action, Option<Value>), FieldErrors> {
+    let mut errors = FieldErrors::new();
+    let mut complain =
+        |field: &str, message: String| errors.entry(field.to_string()).or_default().push(message);
+    let blank = |name: &str| typed.get(name).is_none_or(|v| v.trim().is_empty());
+    let action = match typed.get("action").map(String::as_str) {
+        Some("approve") => Action::Approve,
+        Some("reject") => Action::Reject,
+        Some("edit") => Action::Edit,
+        _ => {
+            complain("form", "Choose approve, edit or reject.".into());
+            return Err(errors);
+        }
+    };
+    let mut input = None;
+    match action {
+        Action::Approve => {}
+        Action::Reject => {
+            if blank("reason") {
+                complain("reason", "Write a reason: the agent is told why.".into());
+            }
+        }
+        Action::Edit => {
+            if blank("note") {
+                complain(
+                    "note",
+                    "Write a note: the agent is told what you changed and why.".into(),
+                );
+            }
+            match edited(typed, schema, original) {
+                Ok(value) => input = Some(value),
+                Err(problems) => {
+                    for (field, message) in problems {
+                        complain(&field, message);
+                    }
+                }
+            }
+        }
+    }
+    if errors.is_empty() {
+        Ok((action, input))
+    } else {
+        Err(errors)
+    }
+}
+
+/// The edited input from the fields; the problems by field otherwise.
+fn edited(
+    typed: &Typed,
+    schema: Option<&Value>,
+    original: &Value,
+) -> Result<Value, Vec<(String, String)>> {
+    let Some(properties) = properties(schema) else {
+        let text = typed.get("input").map(String::as_str).unwrap_or_default();
+        return serde_json::from_str(text).map_err(|_| {
+            vec![(
+                "input".to_string(),
+                "The input is not valid JSON: check its brackets, quotes and commas.".to_string(),
+            )]
+        });
+    };
+    let mut input = original.as_object().cloned().unwrap_or_default();
+    let mut problems = Vec::new();
+    for (name, property) in properties {
+        let field = format!("input.{name}");
+        let raw = typed.get(&field).map(|v| v.trim()).unwrap_or_default();
+        let kind = kind(property);
+        if kind != Kind::Boolean && raw.is_empty() && property.get("enum").is_none() {
+            // An empty field leaves the property out; the schema says whether it may be.
+            if kind != Kind::String || !input.contains_key(name) {
+                input.remove(name);
+                continue;
+            }
+        }
+        let value = match (property["enum"].as_array(), kind) {
+            (Some(options), _) => match options.iter().find(|o| shown(o, kind) == raw) {
+                Some(option) => Ok(option.clone()),
+                None if raw.is_empty() => {
+                    input.remove(name);
+                    continue;
+                }
+                None => Err("must be one of the listed choices".to_string()),
+            },
+            (None, Kind::Boolean) => Ok(Value::Bool(typed.contains_key(&field))),
+            (None, Kind::String) => Ok(Value::String(raw.to_string())),
+            (None, Kind::Integer) => raw
+                .parse::<i64>()
+                .map(Value::from)
+                .map_err(|_| "must be a whole number".to_string()),
+            (None, Kind::Number) => number(raw).ok_or_else(|| "must be a number".to_string()),
+            (None, Kind::Json) => serde_json::from_str(raw).map_err(|_| {
+                "is not valid JSON: check its brackets, quotes and commas".to_string()
+            }),
+        };
+        match value {
+            Ok(value) => {
+                input.insert(name.clone(), value);
+            }
+            Err(message) => problems.push((field, format!("{name}: {message}"))),
+        }
+    }
+    if problems.is_empty() {
+        Ok(Value::Object(input))
+    } else {
+        Err(problems)
+    }
+}
+
+/// A decimal as typed (`49`, `49.5`, `1e3`): an integer when it is one.
+fn number(text: &str) -> Option<Value> {
+    if let Ok(n) = text.parse::<i64>() {
+        return Some(Value::from(n));
+    }
+    let f = text.parse::<f64>().ok().filter(|f| f.is_finite())?;
+    serde_json::Number::from_f64(f).map(Value::Number)
+}
+
+/// Schema problems, each beside the field it is about (the form's top for the rest).
+fn schema_errors(problems: &[InputProblem], schema: Option<&Value>) -> FieldErrors {
+    let named = properties(schema);
+    let mut errors = FieldErrors::new();
+    for problem in problems {
+        let field = if named.is_some_and(|p| p.contains_key(&problem.field)) {
+            format!("input.{}", problem.field)
+        } else {
+            "input".to_string()
+        };
+        errors.entry(field).or_default().push(problem.to_string());
+    }
+    errors
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn schema() -> Value {
+        json!({"type": "object", "properties": {
+            "order_id": {"type": "string"}, "amount": {"type": "number"},
+            "notify": {"type": "boolean"}, "speed": {"enum": ["slow", "fast"]},
+            "tags": {"type": "array"}}, "required": ["order_id", "amount"]})
+    }
+
+    fn typed(fields: &[(&str, &str)]) -> Typed {
+        fields
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn an_edit_is_read_by_the_schema_types() {
+        let original = json!({"order_id": "A-1", "amount": 129, "extra": 1});
+        let form = typed(&[
+            ("action", "edit"),
+            ("note", "less"),
+            ("input.order_id", "A-1"),
+            ("input.amount", "49.5"),
+            ("input.notify", "true"),
+            ("input.speed", "fast"),
+            ("input.tags", "[\"a\"]"),
+        ]);
+        let (action, input) = read(&form, Some(&schema()), &original).unwrap();
+        assert_eq!(action, Action::Edit);
+        assert_eq!(
+            input.unwrap(),
+            json!({"order_id": "A-1", "amount": 49.5, "notify": true, "speed": "fast",
+                   "tags": ["a"], "extra": 1})
+        );
+    }
+
+    #[test]
+    fn what_cannot_be_read_is_said_beside_its_field_in_plain_words() {
+        let form = typed(&[
+            ("action", "edit"),
+            ("input.amount", "12,50"),
+            ("input.tags", "[1,"),
+        ]);
+        let errors = read(&form, Some(&schema()), &json!({})).unwrap_err();
+        assert_eq!(errors["input.amount"], ["amount: must be a number"]);
+        assert!(errors["input.tags"][0].starts_with("tags: is not valid JSON"));
+        assert!(errors["note"][0].starts_with("Write a note"));
+        let errors = read(&typed(&[("action", "reject")]), None, &json!({})).unwrap_err();
+        assert!(errors["reason"][0].starts_with("Write a reason"));
+    }
+}

@@ -1,0 +1,155 @@
+//! The one layout every reviewer page uses, the inbox's and the email links' alike: a
+//! viewport for phones, one small inline stylesheet, no external assets. Pages are never
+//! cached nor sent as a referrer (the email pages carry their token in the URL), and a
+//! Content Security Policy lets run only the page's own inline script, by a nonce.
+
+use crate::error::ApiError;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use maud::{DOCTYPE, Markup, PreEscaped, html};
+
+/// One page: its title, who is signed in (for the header's sign-out form), and an optional
+/// inline script that adds live updates to what works without it.
+pub(crate) struct Page<'a> {
+    pub(crate) status: StatusCode,
+    pub(crate) title: &'a str,
+    /// The signed-in reviewer and their session's CSRF token.
+    pub(crate) signed_in: Option<(&'a str, &'a str)>,
+    pub(crate) script: Option<&'a str>,
+    /// Attributes of `<main>`: `data-digest` on the request page.
+    pub(crate) digest: Option<&'a str>,
+}
+
+impl<'a> Page<'a> {
+    pub(crate) fn new(status: StatusCode, title: &'a str) -> Self {
+        Self {
+            status,
+            title,
+            signed_in: None,
+            script: None,
+            digest: None,
+        }
+    }
+
+    pub(crate) fn render(self, body: Markup) -> Response {
+        let nonce = uuid::Uuid::new_v4().simple().to_string();
+        let markup = html! {
+            (DOCTYPE)
+            html lang="en" {
+                head {
+                    meta charset="utf-8";
+                    meta name="viewport" content="width=device-width, initial-scale=1";
+                    title { (self.title) " · countersign" }
+                    style nonce=(nonce) { (PreEscaped(STYLE)) }
+                }
+                body {
+                    header {
+                        a.brand href="/inbox" { "countersign" }
+                        @if let Some((who, csrf)) = self.signed_in {
+                            form #sign-out method="post" action="/inbox/sign-out" {
+                                span.who { (who) }
+                                input type="hidden" name="csrf" value=(csrf);
+                                button.link type="submit" { "Sign out" }
+                            }
+                        }
+                    }
+                    main data-digest=[self.digest] {
+                        h1 { (self.title) }
+                        (body)
+                    }
+                    @if let Some(script) = self.script {
+                        script nonce=(nonce) { (PreEscaped(script)) }
+                    }
+                }
+            }
+        };
+        let csp = format!(
+            "default-src 'none'; style-src 'nonce-{nonce}'; script-src 'nonce-{nonce}'; \
+             connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+        );
+        let mut response = (self.status, markup).into_response();
+        let headers = response.headers_mut();
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        headers.insert(
+            header::REFERRER_POLICY,
+            HeaderValue::from_static("no-referrer"),
+        );
+        headers.insert(
+            header::X_CONTENT_TYPE_OPTIONS,
+            HeaderValue::from_static("nosniff"),
+        );
+        if let Ok(csp) = HeaderValue::from_str(&csp) {
+            headers.insert(header::CONTENT_SECURITY_POLICY, csp);
+        }
+        response
+    }
+}
+
+/// A page that only says something: a title and a paragraph.
+pub(crate) fn message(status: StatusCode, title: &str, text: &str) -> Response {
+    Page::new(status, title).render(html! { p { (text) } })
+}
+
+/// Readable from 320 px up; forms stack on narrow screens; no web fonts.
+const STYLE: &str = "
+*{box-sizing:border-box}
+body{margin:0;font:16px/1.5 system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;color:#1d2330;background:#f5f6f8}
+header{display:flex;justify-content:space-between;align-items:center;gap:.5em;padding:.6em 1em;background:#1d2330;color:#fff}
+header a.brand{color:#fff;font-weight:600;text-decoration:none}
+header form{display:flex;align-items:center;gap:.5em;margin:0}
+header .who{opacity:.8}
+main{max-width:46em;margin:0 auto;padding:1em}
+h1{font-size:1.35em;line-height:1.3;margin:.2em 0 .6em}
+h2{font-size:1.1em;margin:1.4em 0 .4em}
+a{color:#1a56c4}
+pre{white-space:pre-wrap;word-break:break-word;background:#fff;border:1px solid #d9dce3;border-radius:6px;padding:.6em;margin:.3em 0;max-height:22em;overflow:auto;font-size:.9em}
+section,.card{background:#fff;border:1px solid #d9dce3;border-radius:8px;padding:.8em 1em;margin:.8em 0}
+dl{display:grid;grid-template-columns:max-content 1fr;gap:.2em 1em;margin:.4em 0}
+dt{color:#5b6475}dd{margin:0;word-break:break-word}
+ul.requests{list-style:none;padding:0;margin:0}
+li.request{background:#fff;border:1px solid #d9dce3;border-radius:8px;padding:.7em 1em;margin:.6em 0}
+li.request .summary{font-weight:600}
+li.request .meta{color:#5b6475;font-size:.9em}
+.empty{color:#5b6475}
+form.decide{background:#fff;border:1px solid #d9dce3;border-radius:8px;padding:.8em 1em;margin:.8em 0}
+form.decide h2{margin-top:0}
+label{display:block;margin:.5em 0 .2em;font-weight:500}
+input[type=text],input[type=number],input[type=password],input[type=email],select,textarea{width:100%;font:inherit;padding:.45em .5em;border:1px solid #b8bdc9;border-radius:6px;background:#fff}
+input[type=checkbox]{width:1.2em;height:1.2em}
+textarea{min-height:4.5em}
+button{font:inherit;padding:.5em 1.1em;margin-top:.6em;border:0;border-radius:6px;background:#1a56c4;color:#fff;cursor:pointer}
+button.approve{background:#1b7a3e}button.reject{background:#b42318}
+button.link{background:none;color:inherit;padding:0;margin:0;text-decoration:underline}
+button:disabled,input:disabled,textarea:disabled,select:disabled{opacity:.55;cursor:not-allowed}
+.field-error{color:#b42318;margin:.2em 0;font-weight:500}
+.error,.outcome,.notice{border-radius:8px;padding:.7em 1em;margin:.8em 0}
+.error{background:#fdecea;border:1px solid #f3b8b2}
+.outcome{background:#e8f3ec;border:1px solid #a9d3b7;font-weight:500}
+.notice{background:#fff7e0;border:1px solid #f0d68a}
+.filters{display:flex;flex-wrap:wrap;gap:.5em;align-items:end}
+.filters label{margin:0}.filters select{width:auto}
+.digest{font-family:ui-monospace,monospace;font-size:.8em;word-break:break-all;color:#5b6475}
+.turn{border-left:3px solid #d9dce3;padding-left:.7em;margin:.6em 0}
+.turn .who{font-size:.85em;color:#5b6475;text-transform:uppercase;letter-spacing:.03em}
+@media (max-width:30em){main{padding:.6em}dl{grid-template-columns:1fr}dt{margin-top:.4em}}
+";
+
+/// An error of a page's handler, answered as a page (the API's are JSON).
+pub(crate) struct PageError(pub(crate) ApiError);
+
+impl<E: Into<ApiError>> From<E> for PageError {
+    fn from(e: E) -> Self {
+        Self(e.into())
+    }
+}
+
+impl IntoResponse for PageError {
+    fn into_response(self) -> Response {
+        let title = if self.0.status.is_server_error() {
+            "Try again in a moment"
+        } else {
+            "That did not work"
+        };
+        message(self.0.status, title, &self.0.message)
+    }
+}

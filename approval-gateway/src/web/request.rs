@@ -1,0 +1,208 @@
+//! A request's page: `GET /inbox/runs/{run_id}/calls/{call_id}` shows the call (see
+//! [`CallView`]) with the forms the reviewer may use; `POST` to the same path decides through
+//! `crate::decide`, as channel `web`, quoting the digest the page was rendered from, so a
+//! call that changed in between is refused, never approved blind. A decision recorded is
+//! answered 303 back to the page, which then says who did what. `…/state` tells the page's
+//! script whether the call was decided elsewhere meanwhile.
+
+use super::forms::{self, FieldErrors, Forms, Typed};
+use super::layout::{Page, PageError};
+use super::request_view::{CallView, refusal_words};
+use super::session::Session;
+use super::{actions_for, form_fields};
+use crate::decide::{self, Decider};
+use crate::error::ApiError;
+use crate::state::AppState;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use countersign_shared::run::Action;
+use maud::html;
+use serde_json::json;
+
+pub(super) fn router() -> Router<AppState> {
+    Router::new()
+        .route(
+            "/inbox/runs/{run_id}/calls/{call_id}",
+            get(show).post(submit),
+        )
+        .route(
+            "/inbox/runs/{run_id}/calls/{call_id}/state",
+            get(call_state),
+        )
+}
+
+/// The channel inbox decisions are recorded as coming from.
+const CHANNEL: &str = "web";
+
+/// Every few seconds, asks whether the call is still open; once it is not, shows how it
+/// ended above the forms and disables them, leaving what was typed in place.
+const LIVE: &str = r#"
+(function () {
+  var main = document.querySelector('main');
+  var shown = main.getAttribute('data-digest');
+  if (!document.querySelector('form.decide')) return;
+  var timer = setInterval(function () {
+    fetch(location.pathname + '/state', {credentials: 'same-origin', cache: 'no-store'})
+      .then(function (r) { return r.ok ? r.json() : null; })
+      .then(function (s) {
+        if (!s || (s.open && s.digest === shown)) return;
+        clearInterval(timer);
+        var banner = document.querySelector('p.outcome');
+        if (!banner) {
+          banner = document.createElement('p');
+          banner.className = 'outcome';
+          main.insertBefore(banner, main.children[1] || null);
+        }
+        banner.textContent = s.open
+          ? 'This request changed since this page was opened. Reload the page to see it as it is now.'
+          : s.outcome;
+        document.querySelectorAll('form.decide input, form.decide textarea, form.decide select, form.decide button')
+          .forEach(function (el) { el.disabled = true; });
+      })
+      .catch(function () {});
+  }, 2500);
+})();
+"#;
+
+/// The page: the call, and the forms of what this reviewer may do while it is open; `error`
+/// above them, field errors beside their fields, what was typed kept.
+fn render(
+    state: &AppState,
+    session: &Session,
+    view: &CallView,
+    status: StatusCode,
+    typed: &Typed,
+    errors: &FieldErrors,
+) -> Response {
+    let actions = match &view.open {
+        Some(call) => actions_for(&session.principal, view.requested_by.as_deref(), call),
+        None => Vec::new(),
+    };
+    let mut page = Page::new(status, &view.summary);
+    page.signed_in = Some((&session.principal, &session.csrf));
+    page.digest = Some(&view.digest);
+    page.script = view.open.is_some().then_some(LIVE);
+    page.render(html! {
+        (view.render(true))
+        @if view.open.is_some() {
+            @if actions.is_empty() {
+                p.notice { "You are not among the approvers of this request, so you can only look." }
+            } @else if !actions.contains(&Action::Approve) {
+                p.notice { "You asked for this run, so you may reject it but not approve it." }
+            }
+            (Forms {
+                csrf: Some(&session.csrf),
+                digest: &view.digest,
+                actions: &actions,
+                schema: view.schema(state),
+                input: &view.input,
+                typed,
+                errors,
+            }.render())
+        }
+    })
+}
+
+/// The call a page is about; a 404 page if there is no such call.
+async fn view_of(state: &AppState, run_id: &str, call_id: &str) -> Result<CallView, PageError> {
+    CallView::load(state, run_id, call_id)
+        .await?
+        .ok_or_else(|| {
+            PageError(ApiError::not_found(format!(
+                "There is no request {call_id} in run {run_id}."
+            )))
+        })
+}
+
+async fn show(
+    State(state): State<AppState>,
+    session: Session,
+    Path((run_id, call_id)): Path<(String, String)>,
+) -> Result<Response, PageError> {
+    let view = view_of(&state, &run_id, &call_id).await?;
+    Ok(render(
+        &state,
+        &session,
+        &view,
+        StatusCode::OK,
+        &Typed::new(),
+        &FieldErrors::new(),
+    ))
+}
+
+async fn submit(
+    State(state): State<AppState>,
+    session: Session,
+    Path((run_id, call_id)): Path<(String, String)>,
+    body: Bytes,
+) -> Result<Response, PageError> {
+    let typed = form_fields(&body);
+    if let Err(refused) = session.check_csrf(&typed) {
+        return Ok(refused.into_response());
+    }
+    let view = view_of(&state, &run_id, &call_id).await?;
+    let again =
+        |status, errors: FieldErrors| render(&state, &session, &view, status, &typed, &errors);
+    let one = |message: String| FieldErrors::from([("form".to_string(), vec![message])]);
+    if view.open.is_none() {
+        // Decided meanwhile: the page says how, and nothing is recorded.
+        return Ok(again(StatusCode::CONFLICT, FieldErrors::new()));
+    }
+    let digest = typed.get("digest").cloned().unwrap_or_default();
+    let proposed = match forms::proposal(&state, &view, &typed, &digest) {
+        Ok(proposed) => proposed,
+        Err(errors) => return Ok(again(StatusCode::UNPROCESSABLE_ENTITY, errors)),
+    };
+    let by = Decider {
+        principal: &session.principal,
+        channel: CHANNEL,
+        link: None,
+    };
+    let refused = match decide::decide_one(&state, &run_id, proposed, &by).await {
+        Ok(_) => {
+            let back = format!("/inbox/runs/{run_id}/calls/{call_id}");
+            return Ok(Redirect::to(&back).into_response());
+        }
+        Err(e) => e,
+    };
+    let (status, message) = refusal_words(&refused);
+    let status = status.unwrap_or_else(|| ApiError::from(refused).status);
+    // Shown as the call is now: a changed call with its new digest, a decided one with its
+    // outcome and no forms.
+    let view = view_of(&state, &run_id, &call_id).await?;
+    Ok(render(
+        &state,
+        &session,
+        &view,
+        status,
+        &typed,
+        &one(message),
+    ))
+}
+
+/// Whether the call is still open, with the digest it is held with, or how it ended.
+async fn call_state(
+    State(state): State<AppState>,
+    session: Option<Session>,
+    Path((run_id, call_id)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    if session.is_none() {
+        return Err(ApiError::for_status(
+            StatusCode::UNAUTHORIZED,
+            "sign in again",
+        ));
+    }
+    let view = CallView::load(&state, &run_id, &call_id)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("no call {call_id:?} in run {run_id:?}")))?;
+    Ok(Json(json!({
+        "open": view.open.is_some(),
+        "digest": view.digest,
+        "outcome": view.outcome,
+    }))
+    .into_response())
+}

@@ -1,0 +1,354 @@
+//! One held call as a reviewer sees it, from the inbox or from an email link: the action in
+//! plain language, the policy's reason, the agent's own words, what the agent had seen, the
+//! exact input, the deadline, who asked, and the digest it was rendered from; or, once it
+//! can no longer be decided, who did what and when.
+//!
+//! A call still held is read from the run; one decided, expired or cancelled from the run's
+//! audit trail (its `requested` entry keeps what reviewers were shown), so the page still
+//! says what it was after the run moved on.
+
+use crate::decide::DecideError;
+use crate::error::ApiError;
+use crate::state::AppState;
+use crate::time::{readable, time_left};
+use axum::http::StatusCode;
+use countersign_shared::audit::{AuditEntry, AuditKind};
+use countersign_shared::now_ms;
+use countersign_shared::run::{
+    Action, Block, Decision, Message, PendingCall, Role, Run, RunStatus, TurnCall,
+};
+use countersign_shared::store::RefusalCode;
+use maud::{Markup, html};
+use serde_json::Value;
+use std::collections::HashMap;
+
+/// What a reviewer is shown about one call.
+pub(crate) struct CallView {
+    pub(crate) run_id: String,
+    pub(crate) call_id: String,
+    pub(crate) agent: String,
+    pub(crate) requested_by: Option<String>,
+    pub(crate) tool: String,
+    pub(crate) input: Value,
+    pub(crate) digest: String,
+    pub(crate) summary: String,
+    pub(crate) reason: String,
+    /// The agent's words in the turn that made the call.
+    pub(crate) said: String,
+    pub(crate) deadline: Option<i64>,
+    /// The conversation up to the call.
+    pub(crate) messages: Vec<Message>,
+    /// The calls of the same turn that needed nobody and already ran.
+    pub(crate) ran: Vec<TurnCall>,
+    /// The call as held, while it can still be decided.
+    pub(crate) open: Option<PendingCall>,
+    /// How it ended, once it cannot be decided any more.
+    pub(crate) outcome: Option<String>,
+}
+
+impl CallView {
+    /// The call `call_id` of run `run_id`, held or once held; none if there is no such call.
+    pub(crate) async fn load(
+        state: &AppState,
+        run_id: &str,
+        call_id: &str,
+    ) -> Result<Option<Self>, ApiError> {
+        let Some(run) = state.run(run_id).await? else {
+            return Ok(None);
+        };
+        let decision = state.store.decisions(&run.run_id).await?.remove(call_id);
+        if let Some(call) = run.pending().find(|p| p.call_id == call_id) {
+            let outcome = match &decision {
+                Some(d) => Some(decided(d)),
+                None if run.status != RunStatus::AwaitingApproval => Some(moved_on(&run)),
+                None => None,
+            };
+            return Ok(Some(Self {
+                run_id: run.run_id.to_string(),
+                call_id: call_id.to_string(),
+                agent: run.agent.clone(),
+                requested_by: run.requested_by.clone(),
+                tool: call.tool.clone(),
+                input: call.input.clone(),
+                digest: call.digest.clone(),
+                summary: call.summary.clone(),
+                reason: call.reason.clone(),
+                said: run.held_turn_text(),
+                deadline: call.deadline,
+                open: outcome.is_none().then(|| call.clone()),
+                ran: run
+                    .held
+                    .iter()
+                    .filter(|c| c.result.is_some())
+                    .cloned()
+                    .collect(),
+                messages: run.messages.clone(),
+                outcome,
+            }));
+        }
+        // No longer held: what reviewers were shown is in the trail's `requested` entry.
+        let trail = entries_of(state, &run, call_id).await?;
+        let Some(requested) = trail.iter().rfind(|e| e.kind == AuditKind::Requested) else {
+            return Ok(None);
+        };
+        let detail = &requested.detail;
+        let text = |field: &str| detail[field].as_str().unwrap_or_default().to_string();
+        let asked_in = run.messages.iter().position(|m| {
+            m.content
+                .iter()
+                .any(|b| matches!(b, Block::ToolUse { id, .. } if id == call_id))
+        });
+        let outcome = match decision {
+            Some(d) => decided(&d),
+            None => match trail.iter().rfind(|e| e.kind == AuditKind::Expired) {
+                Some(e) => expired(e.at),
+                None => moved_on(&run),
+            },
+        };
+        Ok(Some(Self {
+            run_id: run.run_id.to_string(),
+            call_id: call_id.to_string(),
+            agent: run.agent.clone(),
+            requested_by: run.requested_by.clone(),
+            tool: text("tool"),
+            input: detail["input"].clone(),
+            digest: requested.digest.clone().unwrap_or_default(),
+            summary: text("summary"),
+            reason: text("reason"),
+            said: asked_in.map(|i| run.messages[i].text()).unwrap_or_default(),
+            deadline: detail["deadline"].as_i64(),
+            messages: match asked_in {
+                Some(i) => run.messages[..=i].to_vec(),
+                None => run.messages.clone(),
+            },
+            ran: Vec::new(),
+            open: None,
+            outcome: Some(outcome),
+        }))
+    }
+
+    /// The schema of the call's tool, as its agent defines it now.
+    pub(crate) fn schema<'a>(&self, state: &'a AppState) -> Option<&'a Value> {
+        state
+            .catalog
+            .get(&self.agent)
+            .and_then(|a| a.tool(&self.tool))
+            .map(|t| &t.input_schema)
+    }
+
+    /// The page's account of the request; `run_link` links its run page (for a reader who
+    /// is signed in).
+    pub(crate) fn render(&self, run_link: bool) -> Markup {
+        let now = now_ms();
+        html! {
+            @if let Some(outcome) = &self.outcome {
+                p.outcome { (outcome) }
+            }
+            section.request {
+                p.summary { strong { (self.summary) } }
+                dl {
+                    dt { "Why it needs a person" } dd { (self.reason) }
+                    dt { "Agent" } dd { (self.agent) }
+                    dt { "Asked by" } dd { (self.requested_by.as_deref().unwrap_or("unknown")) }
+                    dt { "Deadline" }
+                    dd {
+                        @match self.deadline {
+                            Some(d) => { (readable(d)) @if self.open.is_some() { " (" (time_left(d, now)) ")" } }
+                            None => "none",
+                        }
+                    }
+                    dt { "Tool" } dd { (self.tool) }
+                    dt { "Run" }
+                    dd {
+                        @if run_link {
+                            a href=(format!("/inbox/runs/{}", self.run_id)) { (self.run_id) }
+                        } @else {
+                            (self.run_id)
+                        }
+                    }
+                }
+                @if !self.said.is_empty() {
+                    h2 { "What the agent said" }
+                    pre.said { (self.said) }
+                }
+                h2 { "The exact input" }
+                pre.input { (pretty(&self.input)) }
+                p.digest { "Digest shown: " (self.digest) }
+            }
+            section.evidence {
+                h2 { "What the agent had seen" }
+                (conversation(&self.messages))
+                @for call in &self.ran {
+                    @if let Some(result) = &call.result {
+                        div.turn {
+                            div.who { "Ran in the same turn without approval: " (call.tool) }
+                            pre { (pretty(&call.input)) }
+                            pre { (laid_out(&result.content)) }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The run's trail entries about one call, oldest first.
+async fn entries_of(
+    state: &AppState,
+    run: &Run,
+    call_id: &str,
+) -> Result<Vec<AuditEntry>, ApiError> {
+    Ok(state
+        .store
+        .audit_trail(&run.run_id)
+        .await?
+        .into_iter()
+        .filter_map(|element| serde_json::from_value::<AuditEntry>(element["entry"].clone()).ok())
+        .filter(|e| e.call_id.as_deref() == Some(call_id))
+        .collect())
+}
+
+/// A refused decision in a reviewer's words, with the status its page gets when it differs
+/// from the API's.
+pub(crate) fn refusal_words(e: &DecideError) -> (Option<StatusCode>, String) {
+    match e {
+        DecideError::Refused {
+            code: RefusalCode::StaleDigest,
+            ..
+        } => (
+            Some(StatusCode::CONFLICT),
+            "This request changed since you opened it, so nothing was recorded. It is shown \
+             below as it is now: check it and decide again."
+                .into(),
+        ),
+        DecideError::Refused {
+            code: RefusalCode::Decided | RefusalCode::PastDeadline | RefusalCode::NotWaiting,
+            ..
+        } => (
+            None,
+            "Nothing was recorded: this request can no longer be decided.".into(),
+        ),
+        DecideError::Refused {
+            code: RefusalCode::NotApprover,
+            ..
+        } => (
+            None,
+            "Nothing was recorded: you are not among the approvers of this request.".into(),
+        ),
+        DecideError::Refused {
+            code: RefusalCode::OwnRequest,
+            ..
+        } => (
+            None,
+            "Nothing was recorded: you asked for this run, so you may reject it but not approve it."
+                .into(),
+        ),
+        DecideError::InvalidEdit { errors, .. } => (
+            Some(StatusCode::UNPROCESSABLE_ENTITY),
+            format!("The changed input does not fit the tool: {}", errors.join("; ")),
+        ),
+        other => (None, format!("Nothing was recorded: {other}.")),
+    }
+}
+
+/// A recorded decision in a sentence: "Approved by alice via slack at 2026-12-01 10:42 UTC."
+pub(crate) fn decided(d: &Decision) -> String {
+    if d.expired {
+        return expired(d.decided_at);
+    }
+    let what = match d.action {
+        Action::Approve => "Approved",
+        Action::Edit => "Approved with changes",
+        Action::Reject => "Rejected",
+    };
+    let mut text = format!(
+        "{what} by {} via {} at {}.",
+        d.decided_by,
+        d.channel,
+        readable(d.decided_at)
+    );
+    if let Some(reason) = d.reason.as_deref().filter(|r| !r.is_empty()) {
+        text += &format!(" Reason: {reason}");
+    }
+    if let Some(note) = d.note.as_deref().filter(|n| !n.is_empty()) {
+        text += &format!(" Note: {note}");
+    }
+    text
+}
+
+fn expired(at: i64) -> String {
+    format!(
+        "Expired at {}: nobody decided before the deadline, so it did not run.",
+        readable(at)
+    )
+}
+
+/// Why a call nobody decided is not waiting any more.
+fn moved_on(run: &Run) -> String {
+    match (&run.cancel, run.status) {
+        (Some(c), _) => format!(
+            "The run was cancelled by {} at {}, so this request was closed.",
+            c.by,
+            readable(c.at)
+        ),
+        (None, status) => format!(
+            "This request is no longer waiting (the run is {}).",
+            status.as_str().replace('_', " ")
+        ),
+    }
+}
+
+pub(crate) fn pretty(value: &Value) -> String {
+    serde_json::to_string_pretty(value).unwrap_or_default()
+}
+
+/// A tool's answer as a person reads it: JSON laid out on lines, anything else as it is.
+fn laid_out(content: &str) -> String {
+    match serde_json::from_str::<Value>(content) {
+        Ok(value @ (Value::Object(_) | Value::Array(_))) => pretty(&value),
+        _ => content.to_string(),
+    }
+}
+
+/// A conversation, message by message: who spoke, what they said, the calls the agent made
+/// and what each tool answered.
+pub(crate) fn conversation(messages: &[Message]) -> Markup {
+    let tools: HashMap<&str, &str> = messages
+        .iter()
+        .flat_map(|m| &m.content)
+        .filter_map(|b| match b {
+            Block::ToolUse { id, name, .. } => Some((id.as_str(), name.as_str())),
+            _ => None,
+        })
+        .collect();
+    html! {
+        @for message in messages {
+            div.turn {
+                @let results = message.content.iter().all(|b| matches!(b, Block::ToolResult { .. }));
+                div.who {
+                    @match (message.role, results) {
+                        (Role::User, true) => "Tool results",
+                        (Role::User, false) => "Request",
+                        (Role::Assistant, _) => "Agent",
+                    }
+                }
+                @for block in &message.content {
+                    @match block {
+                        Block::Text { text } => pre { (text) },
+                        Block::ToolUse { name, input, .. } => {
+                            p { "Asked to run " strong { (name) } ":" }
+                            pre { (pretty(input)) }
+                        }
+                        Block::ToolResult { tool_use_id, content, is_error } => {
+                            p {
+                                strong { (tools.get(tool_use_id.as_str()).copied().unwrap_or("A tool")) }
+                                @if *is_error { " failed:" } @else { " answered:" }
+                            }
+                            pre { (laid_out(content)) }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,227 @@
+//! Reviewers' sessions. Signing in stores a session in Redis under the SHA-256 of a random
+//! cookie value, with a TTL; the cookie is HttpOnly, SameSite=Strict, Path=/, and Secure when
+//! the gateway's public base URL is https. Each session carries its own random CSRF token,
+//! which every form of the inbox repeats and every POST must match.
+//!
+//! A session only says who the reviewer is: what they may decide is checked where every
+//! channel's decisions are, by the decision script.
+
+use super::layout;
+use crate::error::ApiError;
+use crate::state::AppState;
+use axum::extract::{FromRequestParts, OptionalFromRequestParts};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Redirect, Response};
+use countersign_shared::digest::sha256_hex;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::time::Duration;
+
+const COOKIE: &str = "countersign_session";
+
+/// A signed-in reviewer.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct Session {
+    /// Who decides: the key's principal, or the person the sign-in link was mailed to.
+    pub(crate) principal: String,
+    /// Repeated by every form, checked on every POST.
+    pub(crate) csrf: String,
+    /// Which way they signed in: `key` or `email`.
+    pub(crate) via: String,
+    /// The hash of the cookie, to end the session by.
+    #[serde(skip)]
+    cookie_hash: String,
+}
+
+/// A random secret for a cookie, a link or a form: 244 bits from two UUIDv4s, as hex.
+pub(crate) fn random_token() -> String {
+    format!(
+        "{}{}",
+        uuid::Uuid::new_v4().simple(),
+        uuid::Uuid::new_v4().simple()
+    )
+}
+
+impl Session {
+    /// Starts a session for `principal`; the `Set-Cookie` value that holds it.
+    pub(crate) async fn start(
+        state: &AppState,
+        principal: &str,
+        via: &str,
+    ) -> Result<HeaderValue, ApiError> {
+        let cookie = random_token();
+        let session = Session {
+            principal: principal.to_string(),
+            csrf: random_token(),
+            via: via.to_string(),
+            cookie_hash: String::new(),
+        };
+        let ttl = state.config.inbox.session_ttl_secs;
+        let value = serde_json::to_string(&session).expect("sessions serialize");
+        state
+            .store
+            .put_session(&sha256_hex(&cookie), &value, Duration::from_secs(ttl))
+            .await?;
+        Ok(set_cookie(state, &cookie, ttl))
+    }
+
+    /// Ends the session; the `Set-Cookie` value that clears the cookie.
+    pub(crate) async fn end(&self, state: &AppState) -> Result<HeaderValue, ApiError> {
+        state.store.end_session(&self.cookie_hash).await?;
+        Ok(set_cookie(state, "", 0))
+    }
+
+    /// Whether a submitted form carries this session's CSRF token (compared as hashes, so
+    /// the time taken tells nothing about it).
+    pub(crate) fn check_csrf(&self, form: &HashMap<String, String>) -> Result<(), CsrfRefused> {
+        let sent = form.get("csrf").map(String::as_str).unwrap_or_default();
+        if !sent.is_empty() && sha256_hex(sent) == sha256_hex(&self.csrf) {
+            Ok(())
+        } else {
+            Err(CsrfRefused)
+        }
+    }
+
+    /// The session a request's cookie names, if it names one that lasts.
+    async fn of(parts: &Parts, state: &AppState) -> Result<Option<Session>, ApiError> {
+        let Some(cookie) = cookie(&parts.headers) else {
+            return Ok(None);
+        };
+        let hash = sha256_hex(cookie);
+        let Some(raw) = state.store.session(&hash).await? else {
+            return Ok(None);
+        };
+        let mut session: Session = serde_json::from_str(&raw).map_err(ApiError::unavailable)?;
+        session.cookie_hash = hash;
+        Ok(Some(session))
+    }
+}
+
+/// A form sent without this session's CSRF token: answered with a page saying so (403), and
+/// nothing else happens.
+pub(crate) struct CsrfRefused;
+
+impl IntoResponse for CsrfRefused {
+    fn into_response(self) -> Response {
+        layout::message(
+            StatusCode::FORBIDDEN,
+            "This form has expired",
+            "The form was not sent from a page of this session (it may be from before you \
+             signed in again). Nothing was changed. Go back, reload the page and try again.",
+        )
+    }
+}
+
+fn set_cookie(state: &AppState, value: &str, max_age: u64) -> HeaderValue {
+    let secure = state
+        .config
+        .public_base_url()
+        .is_some_and(|url| url.starts_with("https://"));
+    HeaderValue::from_str(&cookie_line(value, max_age, secure)).expect("cookie values are hex")
+}
+
+fn cookie_line(value: &str, max_age: u64, secure: bool) -> String {
+    format!(
+        "{COOKIE}={value}; Path=/; Max-Age={max_age}; HttpOnly; SameSite=Strict{}",
+        if secure { "; Secure" } else { "" }
+    )
+}
+
+/// The session cookie's value, if the request carries one.
+fn cookie(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(name, value)| *name == COOKIE && !value.is_empty())
+        .map(|(_, value)| value)
+}
+
+/// Where a visitor who is not signed in is sent: the sign-in page, which brings them back.
+fn to_sign_in(parts: &Parts) -> Response {
+    let back = parts.uri.path_and_query().map_or("/inbox", |p| p.as_str());
+    let query = serde_urlencoded::to_string([("next", back)]).unwrap_or_default();
+    Redirect::to(&format!("/inbox/sign-in?{query}")).into_response()
+}
+
+impl FromRequestParts<AppState> for Session {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
+        match Session::of(parts, state).await {
+            Ok(Some(session)) => Ok(session),
+            Ok(None) => Err(to_sign_in(parts)),
+            Err(e) => Err(layout::message(
+                e.status,
+                "Try again in a moment",
+                &e.message,
+            )),
+        }
+    }
+}
+
+impl OptionalFromRequestParts<AppState> for Session {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Option<Self>, Response> {
+        Session::of(parts, state)
+            .await
+            .map_err(|e| layout::message(e.status, "Try again in a moment", &e.message))
+    }
+}
+
+/// A path inside the inbox to go back to after signing in; anything else is the inbox.
+pub(crate) fn safe_next(next: Option<&str>) -> &str {
+    match next {
+        Some(path)
+            if path.starts_with("/inbox")
+                && !path.starts_with("/inbox/sign-")
+                && !path.contains("//")
+                && !path.contains('\\') =>
+        {
+            path
+        }
+        _ => "/inbox",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_inbox_paths_are_gone_back_to() {
+        assert_eq!(safe_next(Some("/inbox/runs/r1")), "/inbox/runs/r1");
+        assert_eq!(safe_next(Some("https://evil.example/inbox")), "/inbox");
+        assert_eq!(safe_next(Some("//evil.example/inbox")), "/inbox");
+        assert_eq!(safe_next(Some("/inbox//evil.example")), "/inbox");
+        assert_eq!(safe_next(Some("/inbox/sign-out")), "/inbox");
+        assert_eq!(safe_next(None), "/inbox");
+    }
+
+    #[test]
+    fn the_cookie_is_secure_only_where_the_gateway_is_reached_over_tls() {
+        let line = cookie_line("abc", 60, true);
+        assert_eq!(
+            line,
+            "countersign_session=abc; Path=/; Max-Age=60; HttpOnly; SameSite=Strict; Secure"
+        );
+        assert!(!cookie_line("abc", 60, false).contains("Secure"));
+    }
+
+    #[test]
+    fn the_session_cookie_is_found_among_others() {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::COOKIE,
+            HeaderValue::from_static("a=1; countersign_session=abc; b=2"),
+        );
+        assert_eq!(cookie(&headers), Some("abc"));
+    }
+}

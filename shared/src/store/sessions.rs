@@ -1,0 +1,98 @@
+//! The web inbox's records, each one key outside any run's slot: reviewers' sessions, one-time
+//! sign-in links and the mark that throttles mailing them. Each is stored under the SHA-256
+//! of its secret, so a copy of Redis signs nobody in, and each expires on its own.
+
+use super::{Store, StoreError};
+use std::time::Duration;
+
+impl Store {
+    /// Stores a session (`value`, JSON) under its cookie's hash for `ttl`.
+    pub async fn put_session(
+        &self,
+        cookie_hash: &str,
+        value: &str,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        self.put_expiring(&self.names.session_key(cookie_hash), value, ttl)
+            .await
+    }
+
+    /// The session a cookie's hash names, while it lasts.
+    pub async fn session(&self, cookie_hash: &str) -> Result<Option<String>, StoreError> {
+        self.get_string(&self.names.session_key(cookie_hash)).await
+    }
+
+    /// Ends a session (signing out); ending one that is gone is no error.
+    pub async fn end_session(&self, cookie_hash: &str) -> Result<(), StoreError> {
+        let _: i64 = redis::cmd("DEL")
+            .arg(self.names.session_key(cookie_hash))
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(())
+    }
+
+    /// Stores whom a sign-in link's token signs in (`value`), for `ttl`.
+    pub async fn put_sign_in_token(
+        &self,
+        token_hash: &str,
+        value: &str,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        self.put_expiring(&self.names.sign_in_token_key(token_hash), value, ttl)
+            .await
+    }
+
+    /// Whom a sign-in link's token signs in, without using it (the page that shows it).
+    pub async fn peek_sign_in_token(&self, token_hash: &str) -> Result<Option<String>, StoreError> {
+        self.get_string(&self.names.sign_in_token_key(token_hash))
+            .await
+    }
+
+    /// Uses a sign-in link's token up: one `GETDEL`, so of two uses at once only one gets
+    /// its value.
+    pub async fn spend_sign_in_token(
+        &self,
+        token_hash: &str,
+    ) -> Result<Option<String>, StoreError> {
+        Ok(redis::cmd("GETDEL")
+            .arg(self.names.sign_in_token_key(token_hash))
+            .query_async(&mut self.conn.clone())
+            .await?)
+    }
+
+    /// Marks an address as mailed a sign-in link for `ttl`; false if it already was, so no
+    /// second mail goes out within that time.
+    pub async fn throttle_sign_in_mail(
+        &self,
+        address_hash: &str,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        let set: Option<String> = redis::cmd("SET")
+            .arg(self.names.sign_in_throttle_key(address_hash))
+            .arg("1")
+            .arg("NX")
+            .arg("PX")
+            .arg(ttl.as_millis().max(1) as u64)
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(set.is_some())
+    }
+
+    async fn get_string(&self, key: &str) -> Result<Option<String>, StoreError> {
+        Ok(redis::cmd("GET")
+            .arg(key)
+            .query_async(&mut self.conn.clone())
+            .await?)
+    }
+
+    async fn put_expiring(&self, key: &str, value: &str, ttl: Duration) -> Result<(), StoreError> {
+        let _: () = redis::cmd("SET")
+            .arg(key)
+            .arg(value)
+            .arg("PX")
+            .arg(ttl.as_millis().max(1) as u64)
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,614 @@
+//! The web inbox over HTTP, as a browser with cookies and JavaScript off uses it: signing in
+//! (by key, or by a link mailed once), the queue each reviewer may decide, and a request page
+//! whose forms decide through the same path as every channel, refusing what is forged,
+//! stale, incomplete or outside the tool's schema without recording anything.
+
+use super::email::app_with_email;
+use approval_gateway::config::{ApiKey, Role};
+use countersign_tests::app::{PATIENCE, TestApp};
+use countersign_tests::fake_model::refund_brain;
+use countersign_tests::wait_for;
+use reqwest::StatusCode;
+use reqwest::header::{LOCATION, SET_COOKIE};
+use serde_json::Value;
+
+const ALICE_KEY: &str = "inbox-alice-key-0123456789";
+const CAROL_KEY: &str = "inbox-carol-key-0123456789";
+/// rick asks for the runs (the requester key is his); this key lets him review too.
+const RICK_KEY: &str = "inbox-rick-key-0123456789";
+
+/// A refund app whose refunds only the finance people (alice, bob, rick) may decide, with
+/// reviewer keys for alice, carol and rick.
+async fn app() -> TestApp {
+    TestApp::spawn_configured(
+        "anthropic",
+        1,
+        "approvers = [\"role:finance\"]\n",
+        add_keys,
+        refund_brain,
+    )
+    .await
+}
+
+fn add_keys(config: &mut approval_gateway::config::Config) {
+    for (key, principal) in [
+        (ALICE_KEY, "alice"),
+        (CAROL_KEY, "carol"),
+        (RICK_KEY, "rick"),
+    ] {
+        config.api_keys.push(ApiKey {
+            key: key.into(),
+            role: Role::Reviewer,
+            principal: principal.into(),
+            speaks_for: Vec::new(),
+        });
+    }
+}
+
+/// A browser: keeps cookies, follows no redirect (the tests look at each).
+struct Browser {
+    http: reqwest::Client,
+    base: String,
+}
+
+struct Page {
+    status: StatusCode,
+    location: Option<String>,
+    set_cookie: Option<String>,
+    html: String,
+}
+
+impl Page {
+    /// The value of the first `name="NAME"` input of the page.
+    fn input(&self, name: &str) -> String {
+        let marker = format!("name=\"{name}\" value=\"");
+        let start = self.html.find(&marker).unwrap_or_else(|| {
+            panic!("no input {name} in\n{}", self.html);
+        }) + marker.len();
+        let len = self.html[start..].find('"').unwrap();
+        self.html[start..start + len].to_string()
+    }
+}
+
+impl Browser {
+    fn new(app: &TestApp) -> Self {
+        Self {
+            http: reqwest::Client::builder()
+                .cookie_store(true)
+                .redirect(reqwest::redirect::Policy::none())
+                .pool_idle_timeout(std::time::Duration::from_secs(2))
+                .build()
+                .unwrap(),
+            base: app.gateway_url.clone(),
+        }
+    }
+
+    async fn page(response: reqwest::Response) -> Page {
+        let header = |name| {
+            response
+                .headers()
+                .get(name)
+                .map(|v: &reqwest::header::HeaderValue| v.to_str().unwrap().to_string())
+        };
+        let (location, set_cookie) = (header(LOCATION), header(SET_COOKIE));
+        Page {
+            status: response.status(),
+            location,
+            set_cookie,
+            html: response.text().await.unwrap(),
+        }
+    }
+
+    async fn get(&self, path: &str) -> Page {
+        let url = format!("{}{path}", self.base);
+        Self::page(self.http.get(url).send().await.unwrap()).await
+    }
+
+    async fn post(&self, path: &str, fields: &[(&str, &str)]) -> Page {
+        let response = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(serde_urlencoded::to_string(fields).unwrap())
+            .send()
+            .await
+            .unwrap();
+        Self::page(response).await
+    }
+
+    /// Signs in with `key` and checks it worked.
+    async fn signed_in(app: &TestApp, key: &str) -> Self {
+        let browser = Self::new(app);
+        let page = browser.post("/inbox/sign-in", &[("key", key)]).await;
+        assert_eq!(page.status, StatusCode::SEE_OTHER, "{}", page.html);
+        browser
+    }
+}
+
+/// A run of rick's, paused on its refund (`toolu_2`); its id.
+async fn paused_run(app: &TestApp) -> String {
+    let run_id = app.start_run("Refund A-1001, it arrived broken.").await;
+    app.wait_status(&run_id, "awaiting_approval").await;
+    run_id
+}
+
+/// A paused run, and alice signed in with its request page open.
+struct Opened {
+    app: TestApp,
+    run_id: String,
+    alice: Browser,
+    path: String,
+    page: Page,
+}
+
+async fn alice_opens_a_request() -> Opened {
+    let app = app().await;
+    let run_id = paused_run(&app).await;
+    let alice = Browser::signed_in(&app, ALICE_KEY).await;
+    let path = request_path(&run_id);
+    let page = alice.get(&path).await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.html);
+    Opened {
+        app,
+        run_id,
+        alice,
+        path,
+        page,
+    }
+}
+
+impl Opened {
+    /// Sends a form of the page: `fields`, with the page's CSRF token and digest unless
+    /// `fields` name their own.
+    async fn submit(&self, fields: &[(&str, &str)]) -> Page {
+        let (csrf, digest) = (self.page.input("csrf"), self.page.input("digest"));
+        let mut all = fields.to_vec();
+        for (name, value) in [("csrf", csrf.as_str()), ("digest", digest.as_str())] {
+            if !fields.iter().any(|(n, _)| *n == name) {
+                all.push((name, value));
+            }
+        }
+        self.alice.post(&self.path, &all).await
+    }
+
+    async fn reload(&self) -> Page {
+        self.alice.get(&self.path).await
+    }
+
+    /// Asserts that the refund is still undecided and the run still waits.
+    async fn nothing_recorded(&self) {
+        let (decision, status) = recorded(&self.app, &self.run_id).await;
+        assert_eq!(
+            (decision, status.as_str()),
+            (Value::Null, "awaiting_approval")
+        );
+    }
+}
+
+/// Asserts that the page shows each of `expected`.
+fn assert_shows(page: &Page, expected: &[&str]) {
+    for text in expected {
+        assert!(
+            page.html.contains(text),
+            "{text:?} missing from\n{}",
+            page.html
+        );
+    }
+}
+
+fn request_path(run_id: &str) -> String {
+    format!("/inbox/runs/{run_id}/calls/toolu_2")
+}
+
+/// The decision recorded on the refund, if any, and the run's status.
+async fn recorded(app: &TestApp, run_id: &str) -> (Value, String) {
+    let (_, run) = app.get(&format!("/v1/runs/{run_id}")).await;
+    let status = run["status"].as_str().unwrap_or_default().to_string();
+    (run["pending"][0]["decision"].clone(), status)
+}
+
+/// The decisions in the run's audit trail.
+async fn decided_entries(app: &TestApp, run_id: &str) -> Vec<Value> {
+    let (_, trail) = app.get(&format!("/v1/runs/{run_id}/audit")).await;
+    trail["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["entry"].clone())
+        .filter(|e| e["kind"] == "decided")
+        .collect()
+}
+
+#[tokio::test]
+async fn signing_in_with_a_key_sets_a_strict_http_only_cookie_and_a_wrong_key_changes_nothing() {
+    let app = app().await;
+    let browser = Browser::new(&app);
+    let page = browser.get("/inbox/runs/run_x").await;
+    assert_eq!(page.status, StatusCode::SEE_OTHER);
+    assert_eq!(
+        page.location.as_deref(),
+        Some("/inbox/sign-in?next=%2Finbox%2Fruns%2Frun_x")
+    );
+    let form = browser.get("/inbox/sign-in").await;
+    assert_eq!(form.status, StatusCode::OK);
+    assert!(
+        form.html.contains("id=\"sign-in\" method="),
+        "{}",
+        form.html
+    );
+    assert!(form.html.contains("name=\"key\""));
+    assert!(form.html.contains("name=\"viewport\""));
+
+    let wrong = browser
+        .post("/inbox/sign-in", &[("key", "not-a-key-of-this-gateway")])
+        .await;
+    assert_eq!(wrong.status, StatusCode::UNAUTHORIZED);
+    assert!(
+        wrong.html.contains("not one this gateway knows"),
+        "{}",
+        wrong.html
+    );
+    assert!(wrong.set_cookie.is_none());
+    assert_eq!(
+        browser.get("/inbox").await.status,
+        StatusCode::SEE_OTHER,
+        "still signed out"
+    );
+    // A key that may not decide signs nobody in.
+    let requester = browser
+        .post(
+            "/inbox/sign-in",
+            &[("key", countersign_tests::app::REQUESTER_KEY)],
+        )
+        .await;
+    assert_eq!(requester.status, StatusCode::FORBIDDEN);
+    assert!(requester.set_cookie.is_none());
+
+    let page = browser
+        .post(
+            "/inbox/sign-in",
+            &[("key", ALICE_KEY), ("next", "/inbox/runs/run_x")],
+        )
+        .await;
+    assert_eq!(page.status, StatusCode::SEE_OTHER);
+    assert_eq!(page.location.as_deref(), Some("/inbox/runs/run_x"));
+    let cookie = page.set_cookie.unwrap();
+    for part in ["HttpOnly", "SameSite=Strict", "Path=/"] {
+        assert!(cookie.contains(part), "{part} missing from {cookie}");
+    }
+    assert!(
+        !cookie.contains("Secure"),
+        "served over plain HTTP: {cookie}"
+    );
+    let inbox = browser.get("/inbox").await;
+    assert_eq!(inbox.status, StatusCode::OK);
+    assert!(inbox.html.contains("alice"));
+
+    // Signing out needs the form's token, and ends the session.
+    let forged = browser.post("/inbox/sign-out", &[]).await;
+    assert_eq!(forged.status, StatusCode::FORBIDDEN);
+    assert_eq!(browser.get("/inbox").await.status, StatusCode::OK);
+    let out = browser
+        .post("/inbox/sign-out", &[("csrf", &inbox.input("csrf"))])
+        .await;
+    assert_eq!(out.status, StatusCode::SEE_OTHER);
+    assert_eq!(browser.get("/inbox").await.status, StatusCode::SEE_OTHER);
+}
+
+#[tokio::test]
+async fn the_inbox_lists_a_paused_call_only_for_reviewers_who_may_approve_it() {
+    let app = app().await;
+    let run_id = paused_run(&app).await;
+    let line = format!("data-run=\"{run_id}\" data-call=\"toolu_2\"");
+
+    let alice = Browser::signed_in(&app, ALICE_KEY).await;
+    let inbox = alice.get("/inbox").await;
+    assert!(inbox.html.contains(&line), "{}", inbox.html);
+    assert!(inbox.html.contains("Refund $129 for order A-1001"));
+    assert!(inbox.html.contains("asked by rick"));
+    assert!(inbox.html.contains(&format!(
+        "class=\"open\" href=\"{}\"",
+        request_path(&run_id)
+    )));
+    // The fragment the page's script polls holds the same line; the filters narrow it.
+    assert!(alice.get("/inbox/list").await.html.contains(&line));
+    assert!(alice.get("/inbox?agent=refunds").await.html.contains(&line));
+    assert!(
+        !alice
+            .get("/inbox?tool=get_order")
+            .await
+            .html
+            .contains(&line)
+    );
+
+    // carol is not in finance; rick asked for the run and may not approve it.
+    for key in [CAROL_KEY, RICK_KEY] {
+        let other = Browser::signed_in(&app, key).await;
+        let inbox = other.get("/inbox").await;
+        assert_eq!(inbox.status, StatusCode::OK);
+        assert!(!inbox.html.contains(&line), "{key}: {}", inbox.html);
+        assert!(inbox.html.contains("Nothing is waiting for you"));
+    }
+    // carol may open the request but is offered no form, and a decision she posts anyway
+    // is refused by the decision script.
+    let carol = Browser::signed_in(&app, CAROL_KEY).await;
+    let page = carol.get(&request_path(&run_id)).await;
+    assert!(
+        !page.html.contains("id=\"approve\" method="),
+        "{}",
+        page.html
+    );
+    let csrf = carol.get("/inbox").await.input("csrf");
+    let digest = alice.get(&request_path(&run_id)).await.input("digest");
+    let refused = carol
+        .post(
+            &request_path(&run_id),
+            &[("csrf", &csrf), ("digest", &digest), ("action", "approve")],
+        )
+        .await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN, "{}", refused.html);
+    assert_eq!(recorded(&app, &run_id).await.0, Value::Null);
+}
+
+#[tokio::test]
+async fn approving_from_the_request_page_completes_the_run_and_the_page_then_says_who_did() {
+    let opened = alice_opens_a_request().await;
+    let (app, run_id, digest) = (&opened.app, &opened.run_id, opened.page.input("digest"));
+    assert!(digest.starts_with("sha256:"));
+    assert_shows(
+        &opened.page,
+        &[
+            "Refund $129 for order A-1001",
+            "Refund of $129 moves money",
+            "The order arrived broken; I will check it and refund it.",
+            "get_order",
+            "&quot;amount&quot;: 129",
+            "Asked by",
+            "id=\"approve\" method=",
+            "id=\"edit\" method=",
+            "id=\"reject\" method=",
+            "name=\"input.amount\"",
+            &format!("data-digest=\"{digest}\""),
+            &format!("href=\"/inbox/runs/{run_id}\""),
+        ],
+    );
+
+    let done = opened.submit(&[("action", "approve")]).await;
+    assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.html);
+    assert_eq!(done.location.as_deref(), Some(opened.path.as_str()));
+    app.wait_status(run_id, "completed").await;
+    assert_eq!(app.tools.refunds().len(), 1);
+    let decided = decided_entries(app, run_id).await;
+    assert_eq!(decided.len(), 1);
+    assert_eq!(decided[0]["actor"], "alice");
+    assert_eq!(decided[0]["channel"], "web");
+    assert_eq!(decided[0]["digest"], digest.as_str());
+
+    let after = opened.reload().await;
+    assert_shows(
+        &after,
+        &["<p class=\"outcome\">Approved by alice via web at "],
+    );
+    assert!(!after.html.contains("id=\"approve\" method="));
+    assert!(!after.html.contains("id=\"edit\" method="));
+    // The same form sent again records nothing more.
+    let again = opened
+        .submit(&[("action", "reject"), ("reason", "too late")])
+        .await;
+    assert_eq!(again.status, StatusCode::CONFLICT);
+    assert_eq!(decided_entries(app, run_id).await.len(), 1);
+
+    let run_page = opened.alice.get(&format!("/inbox/runs/{run_id}")).await;
+    assert_eq!(run_page.status, StatusCode::OK);
+    assert_shows(
+        &run_page,
+        &[
+            "completed",
+            "Audit trail",
+            "verifies",
+            "decided",
+            "by alice via web",
+        ],
+    );
+}
+
+#[tokio::test]
+async fn an_open_page_learns_that_its_call_was_decided_elsewhere() {
+    let opened = alice_opens_a_request().await;
+    let state_path = format!("{}/state", opened.path);
+    let open = opened.alice.get(&state_path).await;
+    let state: Value = serde_json::from_str(&open.html).unwrap();
+    assert_eq!(state["open"], true);
+    assert_eq!(state["digest"], opened.page.input("digest").as_str());
+
+    // bob approves in another channel while alice's page is open.
+    let digest = Value::String(opened.page.input("digest"));
+    let (status, body) = opened
+        .app
+        .decide_as(
+            "bob",
+            &opened.run_id,
+            serde_json::json!({"call_id": "toolu_2", "digest": digest, "action": "approve"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let state: Value = serde_json::from_str(&opened.alice.get(&state_path).await.html).unwrap();
+    assert_eq!(state["open"], false);
+    let outcome = state["outcome"].as_str().unwrap();
+    assert!(
+        outcome.starts_with("Approved by bob via api at "),
+        "{outcome}"
+    );
+    // What alice then sends is refused, and the page says what happened.
+    let late = opened.submit(&[("action", "approve")]).await;
+    assert_eq!(late.status, StatusCode::CONFLICT);
+    assert_shows(&late, &["Approved by bob via api"]);
+    // Without a session the state is not told.
+    let stranger = Browser::new(&opened.app).get(&state_path).await;
+    assert_eq!(stranger.status, StatusCode::UNAUTHORIZED);
+}
+
+#[tokio::test]
+async fn a_form_without_the_sessions_csrf_token_is_refused_and_decides_nothing() {
+    let opened = alice_opens_a_request().await;
+    let carol = Browser::signed_in(&opened.app, CAROL_KEY).await;
+    let carols = carol.get("/inbox").await.input("csrf");
+    for csrf in ["", "0123", carols.as_str()] {
+        let refused = opened
+            .submit(&[("csrf", csrf), ("action", "approve")])
+            .await;
+        assert_eq!(refused.status, StatusCode::FORBIDDEN);
+        assert_shows(&refused, &["Nothing was changed"]);
+    }
+    opened.nothing_recorded().await;
+}
+
+#[tokio::test]
+async fn an_edit_outside_the_schema_or_without_a_note_is_shown_beside_its_field_and_records_nothing()
+ {
+    let opened = alice_opens_a_request().await;
+    let edit = |amount: &'static str, note: &'static str| {
+        let fields = [
+            ("action", "edit"),
+            ("input.order_id", "A-1001"),
+            ("input.amount", amount),
+            ("input.reason", "arrived broken"),
+            ("note", note),
+        ];
+        let opened = &opened;
+        async move { opened.submit(&fields).await }
+    };
+
+    let too_much = edit("900", "Customer asked for more.").await;
+    assert_eq!(too_much.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_shows(
+        &too_much,
+        &[
+            "<p class=\"field-error\">amount: must be at most 500</p>",
+            // What was typed is kept.
+            "value=\"900\"",
+            "Customer asked for more.",
+        ],
+    );
+    let not_a_number = edit("12,50", "Half.").await;
+    assert_eq!(not_a_number.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_shows(&not_a_number, &["amount: must be a number"]);
+    let no_note = edit("49", " ").await;
+    assert_eq!(no_note.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_shows(&no_note, &["<p class=\"field-error\">Write a note"]);
+    opened.nothing_recorded().await;
+
+    let done = edit("49", "Only the lid broke.").await;
+    assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.html);
+    opened.app.wait_status(&opened.run_id, "completed").await;
+    assert_eq!(opened.app.tools.refunds()[0]["amount"], 49);
+    assert_shows(
+        &opened.reload().await,
+        &["Approved with changes by alice via web"],
+    );
+}
+
+#[tokio::test]
+async fn a_reject_without_a_reason_and_a_stale_digest_are_refused_and_record_nothing() {
+    let opened = alice_opens_a_request().await;
+    let no_reason = opened
+        .submit(&[("action", "reject"), ("reason", "  ")])
+        .await;
+    assert_eq!(no_reason.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_shows(&no_reason, &["<p class=\"field-error\">Write a reason"]);
+
+    let stale = format!("sha256:{}", "0".repeat(64));
+    let changed = opened
+        .submit(&[("digest", &stale), ("action", "approve")])
+        .await;
+    assert_eq!(changed.status, StatusCode::CONFLICT);
+    assert_shows(&changed, &["changed since you opened it"]);
+    // The page is shown again from what is held now, with its digest.
+    assert_eq!(changed.input("digest"), opened.page.input("digest"));
+    opened.nothing_recorded().await;
+    let (_, audit) = opened
+        .app
+        .get(&format!("/v1/runs/{}/audit", opened.run_id))
+        .await;
+    assert!(
+        audit["refusals"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["code"] == "stale_digest" && r["channel"] == "web")
+    );
+
+    let rejected = opened
+        .submit(&[("action", "reject"), ("reason", "Too much.")])
+        .await;
+    assert_eq!(rejected.status, StatusCode::SEE_OTHER);
+    opened.app.wait_status(&opened.run_id, "completed").await;
+    assert!(opened.app.tools.refunds().is_empty());
+    assert_shows(
+        &opened.reload().await,
+        &["Rejected by alice via web", "Reason: Too much."],
+    );
+}
+
+#[tokio::test]
+async fn an_emailed_sign_in_link_signs_in_once_and_unknown_addresses_get_the_same_answer() {
+    let (app, sink) = app_with_email("\"email:approvers\"", None).await;
+    let browser = Browser::new(&app);
+    let known = browser
+        .post("/inbox/sign-in/email", &[("email", "alice@example.com")])
+        .await;
+    let unknown = browser
+        .post("/inbox/sign-in/email", &[("email", "nobody@example.com")])
+        .await;
+    assert_eq!(known.status, StatusCode::OK);
+    assert_eq!(unknown.status, known.status);
+    assert_eq!(
+        unknown.html.split("<main").nth(1),
+        known.html.split("<main").nth(1),
+        "the answer does not tell whether the address is known"
+    );
+    let mail = wait_for("the sign-in mail", PATIENCE, || async {
+        sink.mails()
+            .into_iter()
+            .find(|m| m.data.contains("Subject: Your sign-in link"))
+    })
+    .await;
+    assert_eq!(mail.to, ["alice@example.com"]);
+    assert!(
+        sink.mails()
+            .iter()
+            .all(|m| !m.to.contains(&"nobody@example.com".to_string()))
+    );
+    let link = mail.links("http://approvals.test/inbox/sign-in/")[0].replacen(
+        "http://approvals.test",
+        "",
+        1,
+    );
+
+    // Opening the link (as a mail scanner does) spends nothing.
+    for _ in 0..2 {
+        let page = browser.get(&link).await;
+        assert_eq!(page.status, StatusCode::OK);
+        assert!(
+            page.html.contains("Sign in as <strong>alice</strong>"),
+            "{}",
+            page.html
+        );
+    }
+    assert_eq!(browser.get("/inbox").await.status, StatusCode::SEE_OTHER);
+    let used = browser.post(&link, &[]).await;
+    assert_eq!(used.status, StatusCode::SEE_OTHER);
+    assert!(used.set_cookie.unwrap().contains("HttpOnly"));
+    let inbox = browser.get("/inbox").await;
+    assert_eq!(inbox.status, StatusCode::OK);
+    assert!(
+        inbox.html.contains("<span class=\"who\">alice</span>"),
+        "{}",
+        inbox.html
+    );
+
+    let stranger = Browser::new(&app);
+    assert_eq!(stranger.post(&link, &[]).await.status, StatusCode::GONE);
+    assert_eq!(stranger.get(&link).await.status, StatusCode::GONE);
+    assert_eq!(stranger.get("/inbox").await.status, StatusCode::SEE_OTHER);
+}
