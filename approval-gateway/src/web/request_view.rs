@@ -136,8 +136,8 @@ impl CallView {
             .map(|t| &t.input_schema)
     }
 
-    /// The page's account of the request; `run_link` links its run page (for a reader who
-    /// is signed in).
+    /// The page's account of the request, under a heading that names it; `run_link` links
+    /// its run page (for a reader who is signed in).
     pub(crate) fn render(&self, run_link: bool) -> Markup {
         let now = now_ms();
         html! {
@@ -145,7 +145,6 @@ impl CallView {
                 p.outcome { (outcome) }
             }
             section.request {
-                p.summary { strong { (self.summary) } }
                 dl {
                     dt { "Why it needs a person" } dd { (self.reason) }
                     dt { "Agent" } dd { (self.agent) }
@@ -350,5 +349,38 @@ pub(crate) fn conversation(messages: &[Message]) -> Markup {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_agents_and_tools_wrote_is_shown_as_text_never_as_markup() {
+        let messages = vec![
+            Message::user_text("<script>alert(1)</script>"),
+            Message {
+                role: Role::User,
+                content: vec![Block::ToolResult {
+                    tool_use_id: "t1".into(),
+                    content: "{\"note\": \"<img src=x onerror=alert(1)>\"}".into(),
+                    is_error: false,
+                }],
+            },
+        ];
+        let html = conversation(&messages).into_string();
+        assert!(
+            html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
+            "{html}"
+        );
+        assert!(
+            html.contains("&lt;img src=x onerror=alert(1)&gt;"),
+            "{html}"
+        );
+        assert!(
+            !html.contains("<script") && !html.contains("<img"),
+            "{html}"
+        );
     }
 }

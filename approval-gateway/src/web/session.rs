@@ -27,8 +27,6 @@ pub(crate) struct Session {
     pub(crate) principal: String,
     /// Repeated by every form, checked on every POST.
     pub(crate) csrf: String,
-    /// Which way they signed in: `key` or `email`.
-    pub(crate) via: String,
     /// The hash of the cookie, to end the session by.
     #[serde(skip)]
     cookie_hash: String,
@@ -45,16 +43,11 @@ pub(crate) fn random_token() -> String {
 
 impl Session {
     /// Starts a session for `principal`; the `Set-Cookie` value that holds it.
-    pub(crate) async fn start(
-        state: &AppState,
-        principal: &str,
-        via: &str,
-    ) -> Result<HeaderValue, ApiError> {
+    pub(crate) async fn start(state: &AppState, principal: &str) -> Result<HeaderValue, ApiError> {
         let cookie = random_token();
         let session = Session {
             principal: principal.to_string(),
             csrf: random_token(),
-            via: via.to_string(),
             cookie_hash: String::new(),
         };
         let ttl = state.config.inbox.session_ttl_secs;

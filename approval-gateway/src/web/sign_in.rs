@@ -42,13 +42,15 @@ fn forms(state: &AppState, next: &str) -> Markup {
             input #key type="password" name="key" autocomplete="current-password" required;
             button type="submit" { "Sign in" }
         }
-        @if state.mailer.is_some() {
-            form #email-link .decide method="post" action="/inbox/sign-in/email" {
-                h2 { "With a link by email" }
-                label for="email" { "Your email address" }
-                input #email type="email" name="email" autocomplete="email" required;
-                button type="submit" { "Email me a sign-in link" }
+        @let mail = state.mailer.is_some() && state.config.public_base_url().is_some();
+        form #email-link .decide method="post" action="/inbox/sign-in/email" {
+            h2 { "With a link by email" }
+            @if !mail {
+                p.notice { "This gateway is not set up to send mail, so it cannot send sign-in links." }
             }
+            label for="email" { "Your email address" }
+            input #email type="email" name="email" autocomplete="email" required disabled[!mail];
+            button type="submit" disabled[!mail] { "Email me a sign-in link" }
         }
     }
 }
@@ -97,13 +99,25 @@ async fn with_key(State(state): State<AppState>, body: Bytes) -> Result<Response
             next,
         ));
     }
-    let cookie = Session::start(&state, &key.principal, "key").await?;
+    let cookie = Session::start(&state, &key.principal).await?;
     Ok(([(header::SET_COOKIE, cookie)], Redirect::to(next)).into_response())
 }
 
 /// Mails a one-time link to the person with that address, if there is one; says the same
 /// either way, and answers before the mail goes, so neither words nor timing tell.
 async fn mail_link(State(state): State<AppState>, body: Bytes) -> Result<Response, PageError> {
+    let Some(base) = state
+        .config
+        .public_base_url()
+        .filter(|_| state.mailer.is_some())
+    else {
+        return Ok(layout::message(
+            StatusCode::NOT_FOUND,
+            "Sign-in links are off",
+            "This gateway is not set up to send mail, so it cannot send sign-in links. Sign in \
+             with your API key instead.",
+        ));
+    };
     let form = form_fields(&body);
     let address = form.get("email").map(|a| a.trim()).unwrap_or_default();
     let person = state.config.people.iter().find(|p| {
@@ -111,8 +125,7 @@ async fn mail_link(State(state): State<AppState>, body: Bytes) -> Result<Respons
             .as_deref()
             .is_some_and(|e| e.eq_ignore_ascii_case(address))
     });
-    if let (Some(person), Some(base)) = (person, state.config.public_base_url())
-        && state.mailer.is_some()
+    if let Some(person) = person
         && state
             .store
             .throttle_sign_in_mail(&sha256_hex(address.to_lowercase()), MAIL_EVERY)
@@ -191,7 +204,7 @@ async fn use_link(
     let Some(principal) = state.store.spend_sign_in_token(&sha256_hex(&token)).await? else {
         return Ok(used_link());
     };
-    let cookie = Session::start(&state, &principal, "email").await?;
+    let cookie = Session::start(&state, &principal).await?;
     Ok(([(header::SET_COOKIE, cookie)], Redirect::to("/inbox")).into_response())
 }
 

@@ -238,6 +238,12 @@ async fn signing_in_with_a_key_sets_a_strict_http_only_cookie_and_a_wrong_key_ch
     );
     assert!(form.html.contains("name=\"key\""));
     assert!(form.html.contains("name=\"viewport\""));
+    // Without [email] the link form says it cannot send one, and sends none.
+    assert_shows(&form, &["id=\"email-link\"", "cannot send sign-in links"]);
+    let off = browser
+        .post("/inbox/sign-in/email", &[("email", "alice@example.com")])
+        .await;
+    assert_eq!(off.status, StatusCode::NOT_FOUND);
 
     let wrong = browser
         .post("/inbox/sign-in", &[("key", "not-a-key-of-this-gateway")])

@@ -82,9 +82,13 @@ async fn closed(
         @match &view {
             Some(view) if view.open.is_some() => {
                 p.outcome { "This request changed after the mail was sent, so this link can no longer decide it. A newer mail, or the inbox, has it as it is now." }
+                h2 { (view.summary) }
                 (view.render(session.is_some()))
             }
-            Some(view) => (view.render(session.is_some())),
+            Some(view) => {
+                h2 { (view.summary) }
+                (view.render(session.is_some()))
+            }
             None => p.outcome { "The request no longer exists." },
         }
     }))
@@ -112,6 +116,7 @@ async fn form_page(
     page.signed_in = session.map(|s| (s.principal.as_str(), s.csrf.as_str()));
     page.digest = Some(&grant.digest);
     page.render(html! {
+        h2 { (view.summary) }
         (view.render(session.is_some()))
         p { "You are deciding as " strong { (grant.principal) } "." }
         (Forms {
