@@ -12,6 +12,7 @@ use async_nats::jetstream::consumer::pull;
 use async_nats::jetstream::{AckKind, Message};
 use countersign_shared::bus::{Bus, ConsumerSettings};
 use countersign_shared::events::{Envelope, Event};
+use countersign_shared::trace_context;
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::warn;
@@ -103,7 +104,12 @@ pub async fn handle(engine: Arc<Engine>, msg: Message, ack_wait: Duration) {
         }
     };
     let start = matches!(envelope.event, Event::RunStart { .. }).then_some(&envelope.event);
-    let work = engine.process(&run_id, start, attempt);
+    if attempt > 1 {
+        let stream = if start.is_some() { "RUNS" } else { "APPROVALS" };
+        engine.metrics().redelivered(stream);
+    }
+    let parent = trace_context::from_nats(msg.headers.as_ref());
+    let work = engine.process(&run_id, start, attempt, parent);
     tokio::pin!(work);
     let mut progress = tokio::time::interval(ack_wait / 3);
     progress.tick().await;

@@ -28,9 +28,9 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-/// The worker as a program: logging, config from file and environment, signals.
+/// The worker as a program: logging and traces, config from file and environment, signals.
 pub async fn main_from_env() -> anyhow::Result<()> {
-    countersign_shared::telemetry::init();
+    let _telemetry = countersign_shared::telemetry::init("agent-worker");
     let config = Config::load()?;
     let health = TcpListener::bind(&config.health_listen).await?;
     let shutdown = CancellationToken::new();

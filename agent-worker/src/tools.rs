@@ -15,6 +15,7 @@ pub fn idempotency_key(run: &RunId, call_id: &str) -> String {
 }
 
 /// Runs one call; `outcome` is what a success is reported as (executed, approved, edited).
+#[tracing::instrument(name = "tool.call", skip_all, fields(tool = %tool.name, call_id))]
 pub async fn call_http(
     http: &reqwest::Client,
     tool: &ToolDef,

@@ -9,7 +9,7 @@ fn main() -> anyhow::Result<()> {
 
 #[tokio::main]
 async fn serve() -> anyhow::Result<()> {
-    telemetry::init();
+    let _telemetry = telemetry::init("approval-gateway");
     let config = Config::load()?;
     let listener = tokio::net::TcpListener::bind(&config.listen).await?;
     let shutdown = CancellationToken::new();

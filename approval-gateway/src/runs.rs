@@ -11,8 +11,10 @@ use countersign_shared::events::Event;
 use countersign_shared::names::msg_id;
 use countersign_shared::run::{Cancellation, Run, RunId, RunStatus};
 use countersign_shared::store::{Announcement, CancelOutcome, StoreError};
+use countersign_shared::trace_context;
 use serde_json::{Value, json};
 use std::time::Duration;
+use tracing::Instrument;
 
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum RunError {
@@ -101,8 +103,21 @@ pub(crate) async fn start(
     Ok((run_id, status))
 }
 
-/// Asks `run` to stop, as `by` asked through the API with `reason`.
+/// Asks `run` to stop, as `by` asked through the API with `reason`: a span of the run's trace.
 pub(crate) async fn cancel(
+    state: &AppState,
+    run: &Run,
+    by: String,
+    reason: Option<String>,
+) -> Result<(), RunError> {
+    let span = tracing::info_span!("run.cancel", run_id = %run.run_id, by = %by);
+    trace_context::adopt(&span, run.trace.as_deref());
+    request_cancel(state, run, by, reason)
+        .instrument(span)
+        .await
+}
+
+async fn request_cancel(
     state: &AppState,
     run: &Run,
     by: String,

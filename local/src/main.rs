@@ -1,7 +1,7 @@
 //! `cargo run -p countersign-local`: the whole system on one machine. Starts NATS and Redis
 //! as child processes unless `NATS_URL`/`REDIS_URL` point at running ones, the demo tools
-//! service, a gateway and a worker with the example refund agent, and prints the curl lines
-//! that take a run through pause, approval and completion.
+//! service, a gateway and a worker with the example refund agent, and prints the command
+//! lines (`countersign`) that take a run through pause, approval and completion.
 
 use anyhow::{Context, bail};
 use countersign_local::demo_tools::DemoTools;
@@ -22,7 +22,7 @@ const TOOLS: &str = "127.0.0.1:9100";
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    countersign_shared::telemetry::init();
+    let _telemetry = countersign_shared::telemetry::init("countersign-local");
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let state = root.join(STATE_DIR);
     let mut infra = InfraConfig::default();
@@ -228,29 +228,34 @@ fn write_agents(examples: &Path, out: &Path) -> anyhow::Result<&'static str> {
 }
 
 fn print_demo(requester_key: &str, key: &str, provider: &str) {
-    let auth = format!("-H 'Authorization: Bearer {key}' -H 'Content-Type: application/json'");
-    let ask =
-        format!("-H 'Authorization: Bearer {requester_key}' -H 'Content-Type: application/json'");
+    let repository = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let cli = repository.join("cli");
+    let cli = cli.display();
     println!(
         r#"
 countersign is running: gateway http://{GATEWAY}, model: {provider}. Ctrl-C stops it.
 
-# 1. The support desk starts a run of the refund agent:
-RUN=$(curl -s -X POST http://{GATEWAY}/v1/runs {ask} \
-  -d '{{"agent":"refunds","input":"Order A-1001 arrived broken. Please refund it."}}' | grep -o 'run_[0-9a-f]\{{32\}}')
+# In another terminal: install the command line once (or run it as
+# `cargo run -q -p countersign-cli --`) and point it at this gateway with your key:
+cargo install --path {cli}
+export COUNTERSIGN_URL=http://{GATEWAY} COUNTERSIGN_API_KEY={key}
 
-# 2. It pauses before the refund; see what the reviewer sees (status awaiting_approval):
-curl -s http://{GATEWAY}/v1/runs/$RUN {auth}
-curl -s 'http://{GATEWAY}/v1/approvals?status=pending' {auth}
+# 1. The support desk starts a run of the refund agent (it prints the run's id):
+RUN=$(COUNTERSIGN_API_KEY={requester_key} countersign runs start refunds \
+  --input 'Order A-1001 arrived broken. Please refund it.')
 
-# 3. You approve the refund, quoting the call and the digest you were shown:
-CALL=$(curl -s http://{GATEWAY}/v1/runs/$RUN {auth} | grep -o '"call_id":"[^"]*"' | head -1 | cut -d'"' -f4)
-DIGEST=$(curl -s http://{GATEWAY}/v1/runs/$RUN {auth} | grep -o 'sha256:[0-9a-f]*' | head -1)
-curl -s -X POST http://{GATEWAY}/v1/runs/$RUN/decisions {auth} \
-  -d '{{"decisions":[{{"call_id":"'$CALL'","digest":"'$DIGEST'","action":"approve"}}]}}'
+# 2. It pauses before the refund. See what waits, then the request as a reviewer sees it:
+#    what the agent said, the call's summary, reason, exact input and digest:
+countersign pending
+countersign show $RUN
 
-# 4. The run resumes and completes:
-curl -s http://{GATEWAY}/v1/runs/$RUN {auth}
+# 3. Approve the refund, quoting the call's id and the digest `show` displayed (the scripted
+#    model's call is call_1_0); a call that changed since is refused, never approved unseen:
+countersign approve $RUN CALL --digest DIGEST
+
+# 4. Follow the run to its end, and check its audit trail's hash chain:
+countersign watch --run $RUN
+countersign audit $RUN --verify
 "#
     );
 }

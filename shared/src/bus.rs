@@ -271,16 +271,21 @@ impl Bus {
         self.publish_raw(subject, msg_id, body).await
     }
 
-    /// Publishes bytes as they are, deduplicated by `msg_id`, and waits for the ack.
+    /// Publishes bytes as they are, deduplicated by `msg_id`, with the current span's
+    /// `traceparent`, and waits for the ack.
     pub async fn publish_raw(
         &self,
         subject: String,
         msg_id: &str,
         body: Vec<u8>,
     ) -> Result<(), BusError> {
-        let publish = PublishMessage::build()
+        let mut publish = PublishMessage::build()
             .payload(body.into())
             .message_id(msg_id);
+        // Whoever takes the message continues the publishing span's trace.
+        if let Some(traceparent) = crate::trace_context::current() {
+            publish = publish.header(crate::trace_context::HEADER, traceparent.as_str());
+        }
         self.js
             .send_publish(subject, publish)
             .await

@@ -21,6 +21,7 @@ pub mod signing;
 pub mod store;
 pub mod telemetry;
 pub mod tls;
+pub mod trace_context;
 
 /// Milliseconds since the Unix epoch, the one clock every stored timestamp uses.
 pub fn now_ms() -> i64 {

@@ -14,7 +14,7 @@ use crate::store::{Announcement, Store, StoreError};
 use futures::future::join_all;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
-use tracing::warn;
+use tracing::{Instrument, warn};
 
 /// How old an outbox mark must be before sweepers look at it: longer than any script may
 /// take after its mark (two seconds, checked by the scripts), so nothing is missed.
@@ -83,26 +83,39 @@ impl Outbox {
     pub async fn sweep(&self, shard: Shard) -> Result<usize, OutboxError> {
         let due = self.store.outbox_due(shard, GRACE, SWEEP_BATCH).await?;
         for (run, mark) in &due {
-            let Some(mark) = self.store.take_outbox(run, *mark).await? else {
-                continue; // another sweeper has it
-            };
-            let queued = self.store.outbox_entries(run).await?;
-            let left = if queued.is_empty() {
-                0
-            } else {
-                match self.send(run, &queued).await {
-                    Ok(left) => left,
-                    Err(e) => {
-                        warn!(run_id = %run, error = %e, "outbox not yet published; will try again");
-                        continue;
-                    }
-                }
-            };
-            if left == 0 {
-                self.store.drop_outbox_mark(run, mark).await?;
+            let span = tracing::info_span!("outbox.sweep", run_id = %run);
+            // What is published late still carries its run's trace to whoever takes it.
+            if crate::telemetry::exporting()
+                && let Some(stored) = self.store.load(run).await?
+            {
+                crate::trace_context::adopt(&span, stored.trace.as_deref());
             }
+            self.sweep_run(run, *mark).instrument(span).await?;
         }
         Ok(due.len())
+    }
+
+    /// Publishes what waits in one run's outbox, if no other sweeper took it first.
+    async fn sweep_run(&self, run: &RunId, mark: i64) -> Result<(), OutboxError> {
+        let Some(mark) = self.store.take_outbox(run, mark).await? else {
+            return Ok(()); // another sweeper has it
+        };
+        let queued = self.store.outbox_entries(run).await?;
+        let left = if queued.is_empty() {
+            0
+        } else {
+            match self.send(run, &queued).await {
+                Ok(left) => left,
+                Err(e) => {
+                    warn!(run_id = %run, error = %e, "outbox not yet published; will try again");
+                    return Ok(());
+                }
+            }
+        };
+        if left == 0 {
+            self.store.drop_outbox_mark(run, mark).await?;
+        }
+        Ok(())
     }
 
     /// Sweeps every second until `shutdown`, each time until nothing more is due.

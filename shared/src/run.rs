@@ -300,12 +300,16 @@ pub struct Run {
     /// Set once someone asked to cancel the run (kept beside the document, like the status).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cancel: Option<Cancellation>,
+    /// The `traceparent` of the request that started the run, which every later span of
+    /// the run joins (see [`crate::trace_context`]); none when traces are not exported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<String>,
     pub created_at: i64,
     pub updated_at: i64,
 }
 
 impl Run {
-    /// A queued run whose conversation starts with the user's input.
+    /// A queued run whose conversation starts with the user's input, in the current trace.
     pub fn new(
         run_id: RunId,
         agent: String,
@@ -329,6 +333,8 @@ impl Run {
             answer: None,
             error: None,
             cancel: None,
+            // Made inside the span of the request or job that starts the run.
+            trace: crate::trace_context::current(),
             created_at: now,
             updated_at: now,
         }

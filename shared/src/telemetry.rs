@@ -1,15 +1,136 @@
-//! Logging: `RUST_LOG` filters (default `info`); `LOG_FORMAT=json` gives one JSON object a line.
+//! Logging and traces. Logs: `RUST_LOG` filters (default `info`); `LOG_FORMAT=json` gives one
+//! JSON object a line. Traces: when `OTEL_EXPORTER_OTLP_ENDPOINT` (or
+//! `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) is set, the services' spans are exported over OTLP/HTTP
+//! (protobuf), configured by the standard `OTEL_*` variables; [`crate::trace_context`] carries
+//! a run's trace across NATS and Redis.
 
-use tracing_subscriber::EnvFilter;
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_otlp::WithExportConfig;
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use tracing::Level;
+use tracing_subscriber::filter::Targets;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer, Registry};
 
-pub fn init() {
+/// Whether this process exports spans (set once, by [`init_with`]).
+static EXPORTING: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+
+/// Whether spans are exported, so that work done only to place a span in its run's trace
+/// is skipped when they are not.
+pub fn exporting() -> bool {
+    EXPORTING.get().copied().unwrap_or(false)
+}
+
+/// The crates whose spans are exported: the services' own, not their libraries'.
+const TRACED_CRATES: [&str; 4] = [
+    "approval_gateway",
+    "agent_worker",
+    "countersign_shared",
+    "countersign_local",
+];
+
+/// Keeps the trace exporter alive; dropping it sends what is still buffered.
+pub struct Telemetry {
+    provider: Option<SdkTracerProvider>,
+}
+
+impl Telemetry {
+    /// Sends the spans buffered so far (blocking).
+    pub fn flush(&self) {
+        if let Some(provider) = &self.provider
+            && let Err(e) = provider.force_flush()
+        {
+            tracing::warn!(error = %e, "could not send the buffered spans");
+        }
+    }
+}
+
+impl Drop for Telemetry {
+    fn drop(&mut self) {
+        if let Some(provider) = self.provider.take()
+            && let Err(e) = provider.shutdown()
+        {
+            eprintln!("could not send the last spans: {e}");
+        }
+    }
+}
+
+/// Logging, and traces when the environment names an OTLP endpoint. `service` is the
+/// `service.name` unless `OTEL_SERVICE_NAME` says otherwise.
+pub fn init(service: &str) -> Telemetry {
+    let configured = [
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    ]
+    .iter()
+    .any(|var| std::env::var_os(var).is_some_and(|v| !v.is_empty()));
+    init_with(service, configured.then_some(Endpoint::FromEnvironment))
+}
+
+/// Where spans go.
+pub enum Endpoint {
+    /// As the `OTEL_EXPORTER_OTLP_*` variables say.
+    FromEnvironment,
+    /// This URL, the full path included (`http://collector:4318/v1/traces`).
+    Url(String),
+}
+
+/// Logging, and traces to `endpoint` if there is one. A second call (tests, the local runner)
+/// keeps the first subscriber and exports nothing of its own.
+pub fn init_with(service: &str, endpoint: Option<Endpoint>) -> Telemetry {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
-    let result = if std::env::var("LOG_FORMAT").as_deref() == Ok("json") {
-        builder.json().try_init()
+    let logs = if std::env::var("LOG_FORMAT").as_deref() == Ok("json") {
+        tracing_subscriber::fmt::layer()
+            .json()
+            .with_filter(filter)
+            .boxed()
     } else {
-        builder.try_init()
+        tracing_subscriber::fmt::layer().with_filter(filter).boxed()
     };
-    // A second init (tests, the local runner) keeps the first subscriber.
-    let _ = result;
+    let provider = endpoint.and_then(|endpoint| match tracer_provider(service, endpoint) {
+        Ok(provider) => Some(provider),
+        Err(e) => {
+            eprintln!("traces are not exported: {e}");
+            None
+        }
+    });
+    let traces = provider.as_ref().map(|provider| {
+        let targets = TRACED_CRATES.iter().fold(Targets::new(), |t, krate| {
+            t.with_target(*krate, Level::INFO)
+        });
+        tracing_opentelemetry::layer()
+            .with_tracer(provider.tracer("countersign"))
+            .with_filter(targets)
+    });
+    let installed = Registry::default()
+        .with(logs)
+        .with(traces)
+        .try_init()
+        .is_ok();
+    if installed {
+        let _ = EXPORTING.set(provider.is_some());
+    }
+    Telemetry {
+        provider: provider.filter(|_| installed),
+    }
+}
+
+fn tracer_provider(
+    service: &str,
+    endpoint: Endpoint,
+) -> Result<SdkTracerProvider, opentelemetry_otlp::ExporterBuildError> {
+    let mut exporter = opentelemetry_otlp::SpanExporter::builder().with_http();
+    if let Endpoint::Url(url) = endpoint {
+        exporter = exporter.with_endpoint(url);
+    }
+    let mut resource = Resource::builder();
+    if std::env::var_os("OTEL_SERVICE_NAME").is_none() {
+        resource = resource.with_service_name(service.to_string());
+    }
+    Ok(SdkTracerProvider::builder()
+        .with_batch_exporter(exporter.build()?)
+        .with_resource(resource.build())
+        .build())
 }

@@ -6,6 +6,10 @@ use crate::infra::Infra;
 use crate::wait_for;
 use approval_gateway::config::{ApiKey, Person, Role};
 use countersign_local::demo_tools::DemoTools;
+use countersign_shared::audit::{AuditEntry, AuditKind};
+use countersign_shared::names::Names;
+use countersign_shared::run::{Action, Decision, RunId};
+use countersign_shared::store::{DecideRequest, Outcome, Proposal, Store};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use std::path::PathBuf;
@@ -465,6 +469,65 @@ impl TestApp {
             },
         )
         .await;
+    }
+
+    /// Records rita's approval of one call straight through the decision script, as a gateway
+    /// that died right after it would leave it: stored, and never published by anyone but the
+    /// outbox sweepers.
+    pub async fn approve_without_announcing(&self, run_id: &str, call_id: &str, digest: &Value) {
+        let names = Names::new(&self.namespace).unwrap();
+        let store = Store::connect(&self.infra_config(), names).await.unwrap();
+        let run_id = RunId::parse(run_id).unwrap();
+        let decision = Decision {
+            call_id: call_id.into(),
+            digest: digest.as_str().unwrap().into(),
+            action: Action::Approve,
+            input: None,
+            note: None,
+            reason: None,
+            decided_by: "rita".into(),
+            channel: "api".into(),
+            decided_at: countersign_shared::now_ms(),
+            fingerprint: Decision::fingerprint_of(Action::Approve, None, None, None),
+            expired: false,
+        };
+        let mut entry = AuditEntry::new(&run_id, AuditKind::Decided);
+        entry.actor = Some("rita".into());
+        entry.call_id = Some(call_id.into());
+        let request = DecideRequest {
+            principal: "rita",
+            channel: "api",
+            expiry: false,
+            link: None,
+            proposals: vec![Proposal {
+                decision,
+                checked_digest: None,
+                entry,
+            }],
+        };
+        let outcome = store.decide(&run_id, &request).await.unwrap();
+        assert!(matches!(outcome, Outcome::Decided { .. }), "{outcome:?}");
+    }
+
+    /// The gateway's `/metrics`.
+    pub async fn gateway_metrics(&self) -> String {
+        self.text_of(&format!("{}/metrics", self.gateway_url)).await
+    }
+
+    /// One series (`name{labels}`) summed over the `/metrics` of the first `workers` workers:
+    /// whichever of them did the work.
+    pub async fn workers_metric(&self, workers: usize, series: &str) -> f64 {
+        let mut sum = 0.0;
+        for worker in 0..workers {
+            let url = format!("{}/metrics", self.worker_probes_url(worker));
+            sum += crate::metric_value(&self.text_of(&url).await, series).unwrap_or(0.0);
+        }
+        sum
+    }
+
+    async fn text_of(&self, url: &str) -> String {
+        let response = self.http.get(url).send().await.unwrap();
+        response.text().await.unwrap()
     }
 
     /// The run's status as the API shows it ("" when it cannot be read).

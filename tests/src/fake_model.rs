@@ -3,6 +3,8 @@
 //! answers each request; every request is recorded for assertions.
 
 use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 use serde_json::{Value, json};
@@ -16,9 +18,17 @@ pub struct FakeModel {
     pub base_url: String,
     requests: Arc<Mutex<Vec<Value>>>,
     latency_ms: Arc<AtomicU64>,
+    overloaded: Arc<AtomicU64>,
 }
 
-type ModelState = (Arc<Mutex<Vec<Value>>>, Brain, Arc<AtomicU64>);
+#[derive(Clone)]
+struct ModelState {
+    requests: Arc<Mutex<Vec<Value>>>,
+    brain: Brain,
+    latency_ms: Arc<AtomicU64>,
+    /// Requests still to be refused as overloaded.
+    overloaded: Arc<AtomicU64>,
+}
 
 impl FakeModel {
     pub async fn start(brain: impl Fn(&Value) -> Value + Send + Sync + 'static) -> Self {
@@ -31,12 +41,16 @@ impl FakeModel {
         listener: tokio::net::TcpListener,
         brain: impl Fn(&Value) -> Value + Send + Sync + 'static,
     ) -> Self {
-        let requests = Arc::new(Mutex::new(Vec::new()));
-        let latency_ms = Arc::new(AtomicU64::new(0));
-        let state: ModelState = (
-            requests.clone(),
-            Arc::new(brain) as Brain,
-            latency_ms.clone(),
+        let state = ModelState {
+            requests: Arc::new(Mutex::new(Vec::new())),
+            brain: Arc::new(brain),
+            latency_ms: Arc::new(AtomicU64::new(0)),
+            overloaded: Arc::new(AtomicU64::new(0)),
+        };
+        let (requests, latency_ms, overloaded) = (
+            state.requests.clone(),
+            state.latency_ms.clone(),
+            state.overloaded.clone(),
         );
         let app = Router::new()
             .route("/v1/messages", post(answer))
@@ -48,7 +62,14 @@ impl FakeModel {
             base_url,
             requests,
             latency_ms,
+            overloaded,
         }
+    }
+
+    /// Refuses the next `n` requests with Anthropic's `529 overloaded_error`, as the real API
+    /// does under load.
+    pub fn overload_next(&self, n: u64) {
+        self.overloaded.store(n, Ordering::Relaxed);
     }
 
     /// Makes every answer take this long, as a real model's do.
@@ -71,16 +92,21 @@ impl FakeModel {
     }
 }
 
-async fn answer(
-    State((requests, brain, latency_ms)): State<ModelState>,
-    Json(body): Json<Value>,
-) -> Json<Value> {
-    let latency = latency_ms.load(Ordering::Relaxed);
+async fn answer(State(state): State<ModelState>, Json(body): Json<Value>) -> Response {
+    let latency = state.latency_ms.load(Ordering::Relaxed);
     if latency > 0 {
         tokio::time::sleep(std::time::Duration::from_millis(latency)).await;
     }
-    requests.lock().unwrap().push(body.clone());
-    Json(brain(&body))
+    state.requests.lock().unwrap().push(body.clone());
+    let refuse = state
+        .overloaded
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+        .is_ok();
+    if refuse {
+        let error = json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}});
+        return (StatusCode::from_u16(529).unwrap(), Json(error)).into_response();
+    }
+    Json((state.brain)(&body)).into_response()
 }
 
 /// How many assistant turns a request's conversation holds (the turn being asked for).

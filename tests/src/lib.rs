@@ -8,6 +8,7 @@ pub mod fake_model;
 pub mod fake_slack;
 pub mod images;
 pub mod infra;
+pub mod otlp_receiver;
 pub mod pki;
 pub mod redis_deployments;
 pub mod smtp_sink;

@@ -11,6 +11,7 @@ use tracing::{info, warn};
 
 impl Engine {
     /// Pauses the run; `earlier` are audit entries of this drive not saved yet.
+    #[tracing::instrument(name = "run.pause", skip_all)]
     pub(super) async fn pause(
         &self,
         mut run: Run,

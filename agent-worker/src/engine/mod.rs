@@ -31,10 +31,11 @@ use countersign_shared::run::{
     Block, CallResult, Message, Outcome, PendingCall, Role, Run, RunId, TurnCall,
 };
 use countersign_shared::store::{Announcement, Claim, Claimed, Save, Store, StoreError};
+use countersign_shared::trace_context;
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
-use tracing::{info, warn};
+use tracing::{Instrument, info, warn};
 
 /// What to do with the message that brought the work.
 #[derive(Debug, PartialEq)]
@@ -101,14 +102,28 @@ impl Engine {
         }
     }
 
+    /// This worker's figures.
+    pub fn metrics(&self) -> &countersign_shared::metrics::Metrics {
+        self.store.metrics()
+    }
+
     /// One step of work for a run, brought by a `runs.start` job (`start`) or an
     /// `approval.decided` event: claim the run and drive it as far as it goes. Safe to call
-    /// for any message any number of times: what is already done is not done again.
-    #[tracing::instrument(skip_all, fields(run_id = %id, attempt))]
-    pub async fn process(&self, id: &RunId, start: Option<&Event>, attempt: u64) -> Next {
-        if attempt > 1 {
-            self.store.metrics().redelivered("RUNS");
-        }
+    /// for any message any number of times: what is already done is not done again. The
+    /// step is a span of the trace `parent` (the message's `traceparent`) names.
+    pub async fn process(
+        &self,
+        id: &RunId,
+        start: Option<&Event>,
+        attempt: u64,
+        parent: Option<&str>,
+    ) -> Next {
+        let span = tracing::info_span!("run.step", run_id = %id, attempt);
+        trace_context::adopt(&span, parent);
+        self.step(id, start, attempt).instrument(span).await
+    }
+
+    async fn step(&self, id: &RunId, start: Option<&Event>, attempt: u64) -> Next {
         match self.try_process(id, start, attempt).await {
             Ok(next) => next,
             Err(e) if e.worth_retrying() => {
@@ -285,7 +300,11 @@ impl Engine {
                 self.store.metrics().resumed_after(now_ms() - decided);
             }
             let started = std::time::Instant::now();
-            let completion = agent.model.complete(&self.http, &request).await;
+            let completion = agent
+                .model
+                .complete(&self.http, &request)
+                .instrument(tracing::info_span!("model.call", model = %def.model.name, turn = run.turns + 1))
+                .await;
             self.store
                 .metrics()
                 .model_call(def.model.provider.as_str(), started.elapsed());

@@ -16,8 +16,11 @@ pub(crate) use input::{Decider, MAX_TEXT, Proposed};
 
 use crate::state::AppState;
 use countersign_shared::now_ms;
+use countersign_shared::run::Run;
 use countersign_shared::store::{CallDecided, DecideRequest, Outcome};
+use countersign_shared::trace_context;
 use std::collections::HashSet;
+use tracing::Instrument;
 
 /// Checks and records the decisions of one request on `run_id`: all stand, or none does.
 pub(crate) async fn decide(
@@ -45,9 +48,21 @@ pub(crate) async fn decide(
         .run(run_id)
         .await?
         .ok_or_else(|| DecideError::NoRun(format!("no run {run_id:?}")))?;
+    // A span of the run's trace, whichever channel and gateway the decision came through.
+    let span = tracing::info_span!("decision", run_id = %run.run_id, channel = by.channel, principal = by.principal);
+    trace_context::adopt(&span, run.trace.as_deref());
+    record(state, &run, proposed, by).instrument(span).await
+}
+
+async fn record(
+    state: &AppState,
+    run: &Run,
+    proposed: Vec<Proposed>,
+    by: &Decider<'_>,
+) -> Result<Vec<CallDecided>, DecideError> {
     let proposals = proposed
         .into_iter()
-        .map(|p| proposal::proposal(&state.catalog, &run, p, by))
+        .map(|p| proposal::proposal(&state.catalog, run, p, by))
         .collect::<Result<Vec<_>, _>>()?;
     let request = DecideRequest {
         principal: by.principal,
@@ -66,11 +81,14 @@ pub(crate) async fn decide(
             // The decision stands once Redis holds it: the reviewer is answered now, whatever
             // NATS is doing, and what is not published here the outbox sweepers publish.
             let (outbox, run_id) = (state.outbox.clone(), run.run_id.clone());
-            tokio::spawn(async move {
-                if let Err(e) = outbox.publish(&run_id, &queued).await {
-                    tracing::warn!(%run_id, error = %e, "decision recorded; its announcement waits in the outbox");
+            tokio::spawn(
+                async move {
+                    if let Err(e) = outbox.publish(&run_id, &queued).await {
+                        tracing::warn!(%run_id, error = %e, "decision recorded; its announcement waits in the outbox");
+                    }
                 }
-            });
+                .in_current_span(),
+            );
             Ok(calls)
         }
         Outcome::Refused(refusal) => {
@@ -83,7 +101,10 @@ pub(crate) async fn decide(
                 refusal,
             ))
         }
-        Outcome::NoRun => Err(DecideError::NoRun(format!("no run {run_id:?}"))),
+        Outcome::NoRun => Err(DecideError::NoRun(format!(
+            "no run {:?}",
+            run.run_id.as_str()
+        ))),
         Outcome::Settled(_) | Outcome::NotDue => Err(DecideError::Backend(
             "the decision script answered as for an expiry".into(),
         )),

@@ -121,6 +121,7 @@ async fn undecided_calls(state: &AppState, id: &RunId) -> Result<Vec<Value>, Api
                 "digest": call.digest,
                 "summary": call.summary,
                 "reason": call.reason,
+                "deadline": call.deadline,
             })
         })
         .collect())

@@ -14,8 +14,10 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use countersign_shared::digest::sha256_hex;
 use countersign_shared::run::Run;
+use countersign_shared::trace_context;
 use serde::Deserialize;
 use serde_json::{Value, json};
+use tracing::Instrument;
 
 pub(super) fn router() -> Router<AppState> {
     Router::new()
@@ -39,8 +41,24 @@ struct StartRun {
 
 const MAX_IDEMPOTENCY_KEY: usize = 255;
 
-#[tracing::instrument(skip_all, fields(agent))]
+/// The run's trace starts here, as a child of the caller's span if its request carries a
+/// `traceparent`.
 async fn start_run(
+    state: State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    body: JsonBody<StartRun>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let span =
+        tracing::info_span!("run.start", agent = %body.0.agent, run_id = tracing::field::Empty);
+    let traceparent = headers
+        .get(trace_context::HEADER)
+        .and_then(|v| v.to_str().ok());
+    trace_context::adopt(&span, traceparent);
+    start(state, caller, headers, body).instrument(span).await
+}
+
+async fn start(
     State(state): State<AppState>,
     caller: Caller,
     headers: HeaderMap,
@@ -48,7 +66,6 @@ async fn start_run(
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     caller.require(Permission::Start)?;
     let requested_by = caller.speaking_as(body.requested_by.as_deref(), "request runs")?;
-    tracing::Span::current().record("agent", body.agent.as_str());
     let metadata = body.metadata.unwrap_or_else(|| json!({}));
     if !metadata.is_object() {
         return Err(ApiError::bad_request("metadata must be a JSON object"));
@@ -86,6 +103,7 @@ async fn start_run(
         idempotency,
     };
     let (run_id, status) = runs::start(&state, new).await?;
+    tracing::Span::current().record("run_id", run_id.as_str());
     Ok((
         StatusCode::ACCEPTED,
         Json(json!({"run_id": run_id, "status": status.as_str()})),

@@ -116,6 +116,11 @@ async fn an_escalated_call_can_be_decided_by_the_people_escalated_to() {
         kinds.contains(&"escalated".to_string()) && !kinds.contains(&"expired".to_string()),
         "{kinds:?}"
     );
+    // Escalated once, by whichever of the two workers swept the deadline.
+    let escalations = app
+        .workers_metric(2, r#"countersign_calls_total{event="escalated"}"#)
+        .await;
+    assert_eq!(escalations, 1.0);
 }
 
 #[tokio::test]

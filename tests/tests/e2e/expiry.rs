@@ -9,8 +9,8 @@ use countersign_tests::app::{INTEGRATION_KEY, PATIENCE, TestApp};
 use countersign_tests::audit_kinds as kinds;
 use countersign_tests::fake_model::{last_results, refund_brain};
 use countersign_tests::fake_slack::FakeSlack;
+use countersign_tests::wait_for;
 use countersign_tests::webhook_receiver::WebhookReceiver;
-use countersign_tests::{metric_value, wait_for};
 use futures::future::join_all;
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -110,21 +110,9 @@ async fn an_undecided_call_expires_once_across_three_workers_and_everyone_is_tol
     })
     .await;
     // Counted once, by whichever worker swept it.
-    let mut expired = 0.0;
-    for worker in 0..3 {
-        let url = format!("{}/metrics", app.worker_probes_url(worker));
-        let text = app
-            .http
-            .get(url)
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        expired +=
-            metric_value(&text, r#"countersign_calls_total{event="expired"}"#).unwrap_or(0.0);
-    }
+    let expired = app
+        .workers_metric(3, r#"countersign_calls_total{event="expired"}"#)
+        .await;
     assert_eq!(expired, 1.0);
 }
 

@@ -111,3 +111,20 @@ async fn the_gateway_and_a_worker_count_and_time_what_they_did() {
         "the gateway's count"
     );
 }
+
+#[tokio::test]
+async fn a_model_refusing_with_overloaded_is_asked_again_and_the_redelivery_is_counted() {
+    let app = TestApp::spawn(refund_brain).await;
+    app.model.overload_next(1);
+    let input = "Refund A-1001 please.";
+    let run = app.start_run(input).await;
+    app.wait_status(&run, "awaiting_approval").await;
+    assert_eq!(
+        app.model.requests_for(input).len(),
+        2,
+        "refused once, answered the second time"
+    );
+    let worker = scrape(&app, &format!("{}/metrics", app.worker_probes_url(0))).await;
+    let series = r#"countersign_jetstream_redeliveries_total{stream="RUNS"}"#;
+    assert_eq!(value(&worker, series), Some(1.0), "{worker}");
+}

@@ -2,10 +2,6 @@
 //! died before it could publish, is announced from the run's outbox once it can be, and the
 //! run completes without anyone posting again.
 
-use countersign_shared::audit::{AuditEntry, AuditKind};
-use countersign_shared::names::Names;
-use countersign_shared::run::{Action, Decision, RunId};
-use countersign_shared::store::{DecideRequest, Outcome, Proposal, Store};
 use countersign_tests::app::{PATIENCE, TestApp};
 use countersign_tests::fake_model::refund_brain;
 use countersign_tests::infra::Infra;
@@ -77,41 +73,8 @@ async fn a_decision_recorded_by_a_gateway_that_died_before_publishing_is_announc
 {
     let app = TestApp::spawn(refund_brain).await;
     let runs = paused_runs(&app, "Crash refund").await;
-    // The gateway's own step, stopped right after the script: recorded, never published.
-    let store = Store::connect(&app.infra_config(), Names::new(&app.namespace).unwrap())
-        .await
-        .unwrap();
     for (id, digest) in &runs {
-        let run_id = RunId::parse(id).unwrap();
-        let decision = Decision {
-            call_id: "toolu_2".into(),
-            digest: digest.as_str().unwrap().into(),
-            action: Action::Approve,
-            input: None,
-            note: None,
-            reason: None,
-            decided_by: "rita".into(),
-            channel: "api".into(),
-            decided_at: countersign_shared::now_ms(),
-            fingerprint: Decision::fingerprint_of(Action::Approve, None, None, None),
-            expired: false,
-        };
-        let mut entry = AuditEntry::new(&run_id, AuditKind::Decided);
-        entry.actor = Some("rita".into());
-        entry.call_id = Some("toolu_2".into());
-        let request = DecideRequest {
-            principal: "rita",
-            channel: "api",
-            expiry: false,
-            link: None,
-            proposals: vec![Proposal {
-                decision,
-                checked_digest: None,
-                entry,
-            }],
-        };
-        let outcome = store.decide(&run_id, &request).await.unwrap();
-        assert!(matches!(outcome, Outcome::Decided { .. }), "{outcome:?}");
+        app.approve_without_announcing(id, "toolu_2", digest).await;
     }
     let started = Instant::now();
     join_all(runs.iter().map(|(id, _)| app.wait_status(id, "completed"))).await;

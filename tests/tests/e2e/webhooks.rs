@@ -6,8 +6,8 @@ use approval_gateway::config::{SignedSender, WebhookEndpoint};
 use countersign_shared::signing::WebhookSecret;
 use countersign_tests::app::{PATIENCE, TestApp};
 use countersign_tests::fake_model::refund_brain;
-use countersign_tests::wait_for;
 use countersign_tests::webhook_receiver::WebhookReceiver;
+use countersign_tests::{metric_value, wait_for};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -96,6 +96,18 @@ async fn approval_events_are_signed_retried_and_not_held_up_by_a_dead_endpoint()
     })
     .await;
     app.wait_status(&run_id, "completed").await;
+
+    // The failed attempts are in the gateway's figures.
+    let text = app.gateway_metrics().await;
+    for series in [
+        r#"countersign_delivery_failures_total{channel="webhook"}"#,
+        r#"countersign_jetstream_redeliveries_total{stream="DELIVERIES"}"#,
+    ] {
+        assert!(
+            metric_value(&text, series) >= Some(1.0),
+            "{series} in\n{text}"
+        );
+    }
 }
 
 async fn signed_decision(

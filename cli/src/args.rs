@@ -1,0 +1,165 @@
+//! The command line's grammar. Everything here is what a person types; what each command does
+//! is in `commands/`.
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(
+    name = "countersign",
+    version,
+    about = "Start agent runs, work the approval queue and check audit trails through a countersign gateway.",
+    after_help = "Exit codes: 0 done; 1 a check failed (a broken audit chain, a call that is not \
+                  pending); 2 usage or configuration error; 3 the gateway refused the request; \
+                  4 the gateway could not be reached or did not answer as a gateway does."
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Args)]
+pub struct Global {
+    /// The gateway's base URL [default: the config file's `url`, else http://127.0.0.1:8080]
+    #[arg(long, global = true, env = "COUNTERSIGN_URL")]
+    pub url: Option<String>,
+    /// The API key (prefer the environment variable: a flag shows in the process list)
+    #[arg(
+        long,
+        global = true,
+        env = "COUNTERSIGN_API_KEY",
+        hide_env_values = true
+    )]
+    pub api_key: Option<String>,
+    /// A config file with `url` and `api_key` [default: $XDG_CONFIG_HOME/countersign/config.toml,
+    /// else ~/.config/countersign/config.toml, if it exists]
+    #[arg(long, global = true)]
+    pub config: Option<PathBuf>,
+    /// Print the gateway's JSON instead of tables
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Start, read and cancel runs
+    #[command(subcommand)]
+    Runs(RunsCommand),
+    /// The calls waiting for a decision, most urgent first
+    Pending(PendingArgs),
+    /// A run as a reviewer sees it: each waiting call with its input and digest
+    Show {
+        /// The run's id
+        run: String,
+    },
+    /// Approve a call as it is
+    Approve(Decide),
+    /// Reject a call, with a reason the agent is told
+    Reject {
+        #[command(flatten)]
+        call: Decide,
+        /// Why (required): the agent is told
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Run a call with changed input
+    Edit(EditArgs),
+    /// Follow runs as things happen to them, until interrupted
+    Watch(WatchArgs),
+    /// A run's audit trail
+    Audit {
+        /// The run's id
+        run: String,
+        /// Recompute the hash chain here, and exit 1 if it is broken
+        #[arg(long)]
+        verify: bool,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum RunsCommand {
+    /// Start a run of an agent
+    Start {
+        /// The agent's name
+        agent: String,
+        /// What the user asks the agent, the first message of the conversation
+        #[arg(long)]
+        input: String,
+        /// Whom the run is for, when the key speaks for others [default: the key's principal]
+        #[arg(long)]
+        requested_by: Option<String>,
+        /// Metadata for the run's policies, a JSON object
+        #[arg(long)]
+        metadata: Option<String>,
+        /// A retry with the same key returns the same run instead of starting another
+        #[arg(long)]
+        idempotency_key: Option<String>,
+    },
+    /// A run's status, answer or error
+    Get {
+        /// The run's id
+        run: String,
+    },
+    /// Ask a run to stop
+    Cancel {
+        /// The run's id
+        run: String,
+        /// Why, for the audit trail and the people watching
+        #[arg(long)]
+        reason: Option<String>,
+    },
+}
+
+#[derive(Args)]
+pub struct PendingArgs {
+    /// Only this agent's calls
+    #[arg(long)]
+    pub agent: Option<String>,
+    /// Only calls of this tool
+    #[arg(long)]
+    pub tool: Option<String>,
+}
+
+/// The call a decision is about, and what it was shown as.
+#[derive(Args)]
+pub struct Decide {
+    /// The run's id
+    pub run: String,
+    /// The call's id, as `countersign show RUN` lists it
+    pub call: String,
+    /// The digest `countersign show RUN` displayed for the call (required: a decision is bound
+    /// to what you saw, so a call that changed since is refused)
+    #[arg(long)]
+    pub digest: Option<String>,
+    /// The person deciding, when the key may speak for others
+    #[arg(long)]
+    pub decided_by: Option<String>,
+}
+
+#[derive(Args)]
+pub struct EditArgs {
+    #[command(flatten)]
+    pub call: Decide,
+    /// The whole new input, as JSON
+    #[arg(long, conflicts_with = "set")]
+    pub input: Option<String>,
+    /// Change one field of the input shown: FIELD=VALUE, VALUE read as JSON if it parses
+    /// (`amount=20`), else as text (`order_id=A-1001`); repeatable
+    #[arg(long, value_name = "FIELD=VALUE")]
+    pub set: Vec<String>,
+    /// What changed and why (required): the agent is told
+    #[arg(long)]
+    pub note: Option<String>,
+}
+
+#[derive(Args)]
+pub struct WatchArgs {
+    /// Follow only this run, and stop when it ends
+    #[arg(long)]
+    pub run: Option<String>,
+    /// How often to ask the gateway, in milliseconds
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(100..))]
+    pub interval_ms: u64,
+}

@@ -1,0 +1,127 @@
+//! `countersign audit RUN [--verify]`: the run's audit trail, whether its hash chain holds, and
+//! the latest refused decisions. `--verify` does not take the gateway's word for the chain: it
+//! recomputes every link here, with the same code the services use, and fails if one breaks.
+
+use crate::client::Gateway;
+use crate::error::CliError;
+use crate::render::{Table, clip, moment, print_json};
+use crate::view::{Trail, read};
+use countersign_shared::audit::{AuditEntry, verify};
+use serde_json::Value;
+
+pub async fn run(gateway: &Gateway, run: &str, check: bool, json: bool) -> Result<(), CliError> {
+    let answer = gateway
+        .get(gateway.url(&["v1", "runs", run, "audit"]))
+        .await?;
+    if json {
+        print_json(&answer);
+    }
+    let trail: Trail = read(answer)?;
+    if !json {
+        print_trail(&trail);
+    }
+    if check {
+        verify(&trail.entries).map_err(|at| {
+            CliError::Failed(format!(
+                "the audit chain of run {run} is broken at element {at} (of {}): it was changed \
+                 after it was written",
+                trail.entries.len()
+            ))
+        })?;
+        if !json {
+            println!("chain: verified here, {} links hold", trail.entries.len());
+        }
+    }
+    if !json {
+        print_refusals(&trail.refusals);
+    }
+    Ok(())
+}
+
+fn print_trail(trail: &Trail) {
+    let mut table = Table::new(&["#", "AT", "WHAT", "CALL", "WHO", "CHANNEL", "DETAIL"]);
+    for (i, element) in trail.entries.iter().enumerate() {
+        let mut row = vec![i.to_string()];
+        row.extend(match Trail::entry(element) {
+            Some(entry) => entry_cells(&entry),
+            None => vec![String::new(), "(unreadable entry)".into()],
+        });
+        table.row(row);
+    }
+    print!("{table}");
+    match (trail.verified, trail.broken_at) {
+        (true, _) => println!("chain: holds, by the gateway's check"),
+        (false, Some(at)) => println!("chain: BROKEN at element {at}, by the gateway's check"),
+        (false, None) => println!("chain: BROKEN, by the gateway's check"),
+    }
+}
+
+fn print_refusals(refusals: &[Value]) {
+    if !refusals.is_empty() {
+        println!("\nRefused decisions, newest first:");
+        let mut refused = Table::new(&["AT", "WHO", "CHANNEL", "CALL", "ACTION", "WHY"]);
+        for r in refusals {
+            refused.row(vec![
+                r["at"].as_i64().map(moment).unwrap_or_default(),
+                text(&r["actor"]),
+                text(&r["channel"]),
+                text(&r["call_id"]),
+                text(&r["action"]),
+                text(&r["code"]),
+            ]);
+        }
+        print!("{refused}");
+    }
+}
+
+/// An entry as the cells after `#`: when, what, the call, who, the channel and its detail.
+pub fn entry_cells(entry: &AuditEntry) -> Vec<String> {
+    let kind = serde_json::to_value(entry.kind).unwrap_or_default();
+    vec![
+        moment(entry.at),
+        text(&kind),
+        entry.call_id.clone().unwrap_or_default(),
+        entry.actor.clone().unwrap_or_default(),
+        entry.channel.clone().unwrap_or_default(),
+        detail(&entry.detail),
+    ]
+}
+
+/// An entry's detail on one line: `key: value` pairs, texts unquoted, moments as moments,
+/// empty values left out.
+fn detail(value: &Value) -> String {
+    let line = match value {
+        Value::Object(fields) => fields
+            .iter()
+            .filter(|(_, value)| !is_empty(value))
+            .map(|(key, value)| match value.as_i64() {
+                Some(ms) if key == "deadline" || key.ends_with("_at") => {
+                    format!("{key}: {}", moment(ms))
+                }
+                _ => format!("{key}: {}", text(value)),
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
+        other => text(other),
+    };
+    clip(&line, 80)
+}
+
+fn is_empty(value: &Value) -> bool {
+    match value {
+        Value::Null => true,
+        Value::String(s) => s.is_empty(),
+        Value::Array(items) => items.is_empty(),
+        Value::Object(fields) => fields.is_empty(),
+        _ => false,
+    }
+}
+
+/// A JSON value as text: strings without their quotes, anything else as JSON.
+fn text(value: &Value) -> String {
+    match value {
+        Value::Null => String::new(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}

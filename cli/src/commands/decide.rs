@@ -1,0 +1,192 @@
+//! `countersign approve | reject | edit RUN CALL --digest D`: one decision on one call. The
+//! digest is the one `countersign show` displayed; it is never looked up here, since a decision
+//! quotes what the person saw, and the gateway refuses it if the call changed since.
+
+use super::runs::json_object;
+use crate::args::{Decide, EditArgs};
+use crate::client::Gateway;
+use crate::error::CliError;
+use crate::render::print_json;
+use crate::view::{RunView, read};
+use serde_json::{Value, json};
+
+pub async fn approve(gateway: &Gateway, call: Decide, json: bool) -> Result<(), CliError> {
+    send(gateway, call, json!({"action": "approve"}), json).await
+}
+
+pub async fn reject(
+    gateway: &Gateway,
+    call: Decide,
+    reason: Option<String>,
+    json: bool,
+) -> Result<(), CliError> {
+    let reason = required(
+        reason,
+        "--reason",
+        "a rejection needs a reason: the agent is told it",
+    )?;
+    send(
+        gateway,
+        call,
+        json!({"action": "reject", "reason": reason}),
+        json,
+    )
+    .await
+}
+
+pub async fn edit(gateway: &Gateway, args: EditArgs, json: bool) -> Result<(), CliError> {
+    let note = required(
+        args.note,
+        "--note",
+        "an edit needs a note saying what changed and why: the agent is told it",
+    )?;
+    digest(&args.call)?;
+    let input = match (args.input, args.set.is_empty()) {
+        (Some(text), _) => json_object("--input", &text)?,
+        (None, false) => {
+            let shown = held_input(gateway, &args.call).await?;
+            with_changes(shown, &args.set)?
+        }
+        (None, true) => {
+            return Err(CliError::Usage(
+                "say what the call should do instead: --input JSON, or --set FIELD=VALUE".into(),
+            ));
+        }
+    };
+    let decision = json!({"action": "edit", "input": input, "note": note});
+    send(gateway, args.call, decision, json).await
+}
+
+/// Posts `decision` on the call, quoting its digest, and says what the gateway recorded.
+async fn send(
+    gateway: &Gateway,
+    call: Decide,
+    mut decision: Value,
+    json: bool,
+) -> Result<(), CliError> {
+    decision["call_id"] = call.call.clone().into();
+    decision["digest"] = digest(&call)?.into();
+    let mut body = json!({"decisions": [decision]});
+    if let Some(by) = &call.decided_by {
+        body["decided_by"] = by.clone().into();
+    }
+    let url = gateway.url(&["v1", "runs", &call.run, "decisions"]);
+    let answer = gateway.post(url, &body).await?;
+    if json {
+        print_json(&answer);
+        return Ok(());
+    }
+    let recorded = &answer["decisions"][0];
+    let by = answer["decided_by"].as_str().unwrap_or_default();
+    let done = match decision["action"].as_str() {
+        Some("approve") => "approved",
+        Some("reject") => "rejected",
+        _ => "edited",
+    };
+    let what = match recorded["status"].as_str() {
+        Some("approval_recorded") => format!(
+            "{by}'s approval of call {} is recorded: {} of {} needed",
+            call.call, recorded["approvals"], recorded["quorum"]
+        ),
+        Some("already_recorded") => {
+            format!(
+                "{by} had already {done} call {} so: nothing changed",
+                call.call
+            )
+        }
+        _ => format!("{by} {done} call {}: recorded", call.call),
+    };
+    println!("{what}");
+    if answer["resumes"] == true {
+        println!(
+            "Every call of the turn is decided: run {} resumes.",
+            call.run
+        );
+    }
+    Ok(())
+}
+
+/// The digest the person was shown, which a decision must quote.
+fn digest(call: &Decide) -> Result<&str, CliError> {
+    call.digest.as_deref().ok_or_else(|| {
+        CliError::Usage(format!(
+            "--digest is required: quote the digest `countersign show {}` displayed for call {}, \
+             so that a call that changed since you looked is refused rather than decided unseen",
+            call.run, call.call
+        ))
+    })
+}
+
+fn required(value: Option<String>, flag: &str, why: &str) -> Result<String, CliError> {
+    value
+        .filter(|v| !v.trim().is_empty())
+        .ok_or_else(|| CliError::Usage(format!("{flag} is required: {why}")))
+}
+
+/// The input of the held call, which `--set` changes. Should the call have changed since the
+/// person saw it, the gateway refuses the edit: it quotes the digest they were shown.
+async fn held_input(gateway: &Gateway, call: &Decide) -> Result<Value, CliError> {
+    let run: RunView = read(gateway.get(gateway.url(&["v1", "runs", &call.run])).await?)?;
+    run.pending
+        .into_iter()
+        .find(|p| p.call.call_id == call.call && p.decision.is_none())
+        .map(|held| held.call.input)
+        .ok_or_else(|| {
+            CliError::Failed(format!(
+                "run {} has no call {} waiting for a decision (see `countersign show {}`)",
+                call.run, call.call, call.run
+            ))
+        })
+}
+
+/// `input` with each `FIELD=VALUE` of `changes` set; a value is JSON if it parses as JSON,
+/// else text.
+fn with_changes(input: Value, changes: &[String]) -> Result<Value, CliError> {
+    let Value::Object(mut fields) = input else {
+        return Err(CliError::Usage(
+            "the call's input is not a JSON object, so --set cannot change a field of it; \
+             give the whole input with --input"
+                .into(),
+        ));
+    };
+    for change in changes {
+        let (field, value) = change
+            .split_once('=')
+            .filter(|(field, _)| !field.is_empty())
+            .ok_or_else(|| CliError::Usage(format!("--set {change:?} is not FIELD=VALUE")))?;
+        let value = serde_json::from_str(value).unwrap_or_else(|_| Value::String(value.into()));
+        fields.insert(field.to_string(), value);
+    }
+    Ok(Value::Object(fields))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn set_values_are_json_when_they_parse_and_text_otherwise() {
+        let input = json!({"order_id": "A-1", "amount": 129.0});
+        let changed = with_changes(
+            input,
+            &[
+                "amount=20".into(),
+                "order_id=A-1001".into(),
+                "note=\"42\"".into(),
+            ],
+        )
+        .unwrap();
+        assert_eq!(
+            changed,
+            json!({"order_id": "A-1001", "amount": 20, "note": "42"})
+        );
+    }
+
+    #[test]
+    fn a_change_without_a_field_is_a_usage_error() {
+        for bad in ["amount", "=5"] {
+            let err = with_changes(json!({}), &[bad.into()]).unwrap_err();
+            assert!(matches!(err, CliError::Usage(_)), "{bad}: {err}");
+        }
+    }
+}

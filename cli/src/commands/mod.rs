@@ -1,0 +1,28 @@
+//! One module per command; each takes the gateway and its arguments and prints its result.
+
+mod audit;
+mod decide;
+mod pending;
+mod runs;
+mod show;
+mod watch;
+
+use crate::args::{Cli, Command};
+use crate::client::Gateway;
+use crate::config::Config;
+use crate::error::CliError;
+
+pub async fn run(cli: Cli) -> Result<(), CliError> {
+    let gateway = Gateway::new(&Config::resolve(&cli.global)?)?;
+    let json = cli.global.json;
+    match cli.command {
+        Command::Runs(command) => runs::run(&gateway, command, json).await,
+        Command::Pending(args) => pending::run(&gateway, args, json).await,
+        Command::Show { run } => show::run(&gateway, &run, json).await,
+        Command::Approve(call) => decide::approve(&gateway, call, json).await,
+        Command::Reject { call, reason } => decide::reject(&gateway, call, reason, json).await,
+        Command::Edit(args) => decide::edit(&gateway, args, json).await,
+        Command::Watch(args) => watch::run(&gateway, args, json).await,
+        Command::Audit { run, verify } => audit::run(&gateway, &run, verify, json).await,
+    }
+}

@@ -1,0 +1,73 @@
+//! `countersign pending`: every call waiting for a decision, across the gateway's pages, most
+//! urgent first (the nearest deadline, then the longest wait).
+
+use crate::args::PendingArgs;
+use crate::client::Gateway;
+use crate::error::CliError;
+use crate::render::{Table, clip, parse_moment, print_json, time_left, waiting};
+use crate::view::{Approval, read};
+use serde_json::{Value, json};
+
+/// The most calls the gateway gives in one page.
+const PAGE: &str = "500";
+
+pub async fn run(gateway: &Gateway, args: PendingArgs, json: bool) -> Result<(), CliError> {
+    let mut approvals = all_pending(gateway).await?;
+    approvals.retain(|a| {
+        args.agent.as_ref().is_none_or(|agent| a["agent"] == *agent)
+            && args.tool.as_ref().is_none_or(|tool| a["tool"] == *tool)
+    });
+    if json {
+        print_json(&json!({ "approvals": approvals }));
+        return Ok(());
+    }
+    let mut calls: Vec<Approval> = approvals.into_iter().map(read).collect::<Result<_, _>>()?;
+    calls.sort_by_key(|a| (a.deadline.unwrap_or(i64::MAX), a.paused_at.clone()));
+    let mut table = Table::new(&["SUMMARY", "AGENT", "ASKED BY", "TIME LEFT", "RUN", "CALL"]);
+    for call in calls {
+        // Every held call has a deadline; a gateway that does not list it shows the wait.
+        let left = match call.deadline {
+            Some(deadline) => time_left(deadline),
+            None => parse_moment(&call.paused_at)
+                .map(waiting)
+                .unwrap_or_default(),
+        };
+        table.row(vec![
+            clip(&call.summary, 60),
+            call.agent,
+            call.requested_by.unwrap_or_default(),
+            left,
+            call.run_id,
+            call.call_id,
+        ]);
+    }
+    if table.is_empty() {
+        println!("Nothing is waiting for a decision.");
+    } else {
+        print!("{table}");
+    }
+    Ok(())
+}
+
+/// Every pending call, following the gateway's cursor to the last page.
+pub(super) async fn all_pending(gateway: &Gateway) -> Result<Vec<Value>, CliError> {
+    let mut approvals = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let mut url = gateway.url(&["v1", "approvals"]);
+        url.query_pairs_mut()
+            .append_pair("status", "pending")
+            .append_pair("limit", PAGE);
+        if let Some(cursor) = &cursor {
+            url.query_pairs_mut().append_pair("cursor", cursor);
+        }
+        let mut page = gateway.get(url).await?;
+        if let Some(list) = page["approvals"].as_array_mut() {
+            approvals.append(list);
+        }
+        match page["next_cursor"].as_str() {
+            Some(next) => cursor = Some(next.to_string()),
+            None => return Ok(approvals),
+        }
+    }
+}

@@ -1,0 +1,87 @@
+//! The parts of the gateway's answers the tables show, read into the shared crate's types
+//! where it has them (`--json` prints the answers whole instead).
+
+use countersign_shared::audit::AuditEntry;
+use countersign_shared::run::{Cancellation, Decision, Message, PendingCall, Role};
+use serde::Deserialize;
+use serde_json::Value;
+
+/// `GET /v1/runs/{run_id}`.
+#[derive(Deserialize)]
+pub struct RunView {
+    pub run_id: String,
+    pub agent: String,
+    pub status: String,
+    pub requested_by: Option<String>,
+    /// The model's words in the turn the run is paused on.
+    #[serde(default)]
+    pub text: String,
+    #[serde(default)]
+    pub pending: Vec<PendingView>,
+    pub answer: Option<String>,
+    pub error: Option<String>,
+    pub cancel: Option<Cancellation>,
+    #[serde(default)]
+    pub messages: Vec<Message>,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+impl RunView {
+    /// What the user asked: the conversation's first message.
+    pub fn request(&self) -> String {
+        self.messages
+            .first()
+            .filter(|m| m.role == Role::User)
+            .map(Message::text)
+            .unwrap_or_default()
+    }
+}
+
+/// A call of the paused turn, and its decision once there is one.
+#[derive(Deserialize)]
+pub struct PendingView {
+    #[serde(flatten)]
+    pub call: PendingCall,
+    pub decision: Option<Decision>,
+}
+
+/// One entry of `GET /v1/approvals`.
+#[derive(Deserialize)]
+pub struct Approval {
+    pub run_id: String,
+    pub agent: String,
+    pub requested_by: Option<String>,
+    pub paused_at: String,
+    pub call_id: String,
+    pub summary: String,
+    /// When the call expires, in ms since the epoch.
+    pub deadline: Option<i64>,
+}
+
+/// `GET /v1/runs/{run_id}/audit`.
+#[derive(Deserialize)]
+pub struct Trail {
+    pub verified: bool,
+    pub broken_at: Option<usize>,
+    /// The chain's elements, `{prev, hash, entry}`, kept as values: verifying hashes the
+    /// entries exactly as stored.
+    pub entries: Vec<Value>,
+    #[serde(default)]
+    pub refusals: Vec<Value>,
+}
+
+impl Trail {
+    /// The entry of a chain element, if it reads as one.
+    pub fn entry(element: &Value) -> Option<AuditEntry> {
+        serde_json::from_value(element["entry"].clone()).ok()
+    }
+}
+
+/// Reads an answer into the type a table shows; an answer of another shape is not a
+/// gateway's.
+pub fn read<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, crate::error::CliError> {
+    serde_json::from_value(value).map_err(|e| {
+        crate::error::CliError::Unreachable(format!("the gateway's answer was not understood: {e}"))
+    })
+}

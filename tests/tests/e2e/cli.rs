@@ -1,0 +1,567 @@
+//! The `countersign` command line, run as a process against a real gateway: a reviewer works
+//! a paused run from the terminal, decisions quote the digest `show` displayed, the audit
+//! chain is checked locally, `watch` follows runs, and the exit codes tell failures apart.
+
+use countersign_shared::names::Names;
+use countersign_shared::run::RunId;
+use countersign_tests::app::{
+    ADMIN_KEY, INTEGRATION_KEY, PATIENCE, REQUESTER_KEY, REVIEWER_KEY, TestApp,
+};
+use countersign_tests::fake_model::{anthropic_text, anthropic_tool_use, refund_brain, turn};
+use serde_json::{Value, json};
+use std::process::Stdio;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// What a finished command left: its exit code, standard output and standard error.
+struct Outcome {
+    code: i32,
+    out: String,
+    err: String,
+}
+
+/// `line` split as a shell splits it when only single quotes are used: on spaces, but not
+/// within quotes.
+fn words(line: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut word: Option<String> = None;
+    let mut quoted = false;
+    for c in line.chars() {
+        match c {
+            '\'' => {
+                quoted = !quoted;
+                word.get_or_insert_default();
+            }
+            ' ' if !quoted => words.extend(word.take()),
+            c => word.get_or_insert_default().push(c),
+        }
+    }
+    words.extend(word);
+    words
+}
+
+/// The command line `countersign LINE` with `key`, pointed at the app's gateway and at no
+/// config file.
+fn command(app: &TestApp, key: &str, line: &str) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_countersign_cli"));
+    command
+        .args(words(line))
+        .env("COUNTERSIGN_URL", &app.gateway_url)
+        .env("COUNTERSIGN_API_KEY", key)
+        .env(
+            "XDG_CONFIG_HOME",
+            std::env::temp_dir().join("cs-cli-no-config"),
+        )
+        .kill_on_drop(true);
+    command
+}
+
+async fn run(mut command: Command) -> Outcome {
+    let out = command.output().await.unwrap();
+    Outcome {
+        code: out.status.code().expect("the command line exited"),
+        out: String::from_utf8_lossy(&out.stdout).into_owned(),
+        err: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+async fn countersign(app: &TestApp, key: &str, line: &str) -> Outcome {
+    run(command(app, key, line)).await
+}
+
+/// Runs a command that must succeed, and gives its output.
+async fn ok(app: &TestApp, key: &str, line: &str) -> String {
+    let done = countersign(app, key, line).await;
+    assert_eq!(done.code, 0, "countersign {line} failed: {}", done.err);
+    done.out
+}
+
+impl Outcome {
+    /// Checks that the command exited with `code` and said each of `says` on its error output.
+    fn failed(self, code: i32, says: &[&str]) -> Self {
+        assert_eq!(self.code, code, "{}{}", self.out, self.err);
+        for part in says {
+            assert!(
+                self.err.contains(part),
+                "{part:?} missing from: {}",
+                self.err
+            );
+        }
+        self
+    }
+}
+
+/// The digest `show` displayed for a call, as a person would copy it.
+fn shown_digest(show: &str) -> String {
+    show.lines()
+        .find_map(|line| line.trim().strip_prefix("digest"))
+        .map(|rest| rest.trim().to_string())
+        .expect("show displays a digest")
+}
+
+/// Starts a refund run from the terminal, as the requester, and waits until it has paused.
+async fn paused_run(app: &TestApp) -> String {
+    let started = ok(
+        app,
+        REQUESTER_KEY,
+        "runs start refunds --input 'Order A-1001 arrived broken.'",
+    )
+    .await;
+    let run = started.trim().to_string();
+    assert!(
+        run.starts_with("run_"),
+        "runs start prints the run id: {started}"
+    );
+    app.wait_status(&run, "awaiting_approval").await;
+    run
+}
+
+#[tokio::test]
+async fn a_reviewer_sees_a_paused_run_in_pending_and_show_and_approves_it_with_the_digest_shown() {
+    let app = TestApp::spawn(refund_brain).await;
+    let run = paused_run(&app).await;
+
+    let pending = ok(&app, REVIEWER_KEY, "pending").await;
+    let header = pending.lines().next().unwrap();
+    for column in ["SUMMARY", "AGENT", "ASKED BY", "TIME LEFT", "RUN", "CALL"] {
+        assert!(header.contains(column), "{pending}");
+    }
+    let row = pending.lines().find(|l| l.contains(&run)).expect(&pending);
+    for cell in ["Refund $129 for order A-1001", "refunds", "rick", "toolu_2"] {
+        assert!(row.contains(cell), "{cell} missing from {row}");
+    }
+    assert!(row.contains("h ") && row.contains(" left"), "{row}");
+    let other_agent = ok(&app, REVIEWER_KEY, "pending --agent billing").await;
+    assert_eq!(other_agent.trim(), "Nothing is waiting for a decision.");
+    let by_tool = ok(&app, REVIEWER_KEY, "pending --tool issue_refund").await;
+    assert!(by_tool.contains(&run), "{by_tool}");
+
+    let show = ok(&app, REVIEWER_KEY, &format!("show {run}")).await;
+    for part in [
+        "awaiting_approval",
+        "The order arrived broken; I will check it and refund it.",
+        "Call toolu_2 (issue_refund): Refund $129 for order A-1001",
+        "Refund of $129 moves money",
+        "\"amount\": 129",
+        "none yet",
+    ] {
+        assert!(show.contains(part), "{part:?} missing from:\n{show}");
+    }
+    let digest = shown_digest(&show);
+    let (_, paused) = app.get(&format!("/v1/runs/{run}")).await;
+    assert_eq!(digest, paused["pending"][0]["digest"]);
+
+    let approved = ok(
+        &app,
+        REVIEWER_KEY,
+        &format!("approve {run} toolu_2 --digest {digest}"),
+    )
+    .await;
+    assert!(
+        approved.contains("rita approved call toolu_2: recorded"),
+        "{approved}"
+    );
+    assert!(
+        approved.contains(&format!("run {run} resumes")),
+        "{approved}"
+    );
+    app.wait_status(&run, "completed").await;
+    assert_eq!(app.tools.refunds().len(), 1);
+
+    let got = ok(&app, REVIEWER_KEY, &format!("runs get {run}")).await;
+    assert!(
+        got.contains("completed") && got.contains("All done."),
+        "{got}"
+    );
+}
+
+/// A lookup in one turn, the refund in the next, so the refund's reviewer has evidence.
+fn lookup_then_refund(request: &Value) -> Value {
+    match turn(request) {
+        0 => anthropic_tool_use(
+            "Let me look the order up.",
+            &[("toolu_1", "get_order", json!({"order_id": "A-1001"}))],
+        ),
+        1 => anthropic_tool_use(
+            "It was delivered broken; I will refund it.",
+            &[(
+                "toolu_2",
+                "issue_refund",
+                json!({"order_id": "A-1001", "amount": 129, "reason": "arrived broken"}),
+            )],
+        ),
+        _ => anthropic_text("Refunded."),
+    }
+}
+
+#[tokio::test]
+async fn show_lists_the_tool_results_the_agent_had_seen_before_the_call() {
+    let app = TestApp::spawn(lookup_then_refund).await;
+    let run = paused_run(&app).await;
+    let show = ok(&app, REVIEWER_KEY, &format!("show {run}")).await;
+    let seen = show
+        .split_once("The agent had seen these results:\n")
+        .map(|(_, rest)| rest)
+        .expect(&show);
+    let mut lines = seen.lines();
+    assert_eq!(
+        lines.next().unwrap().trim(),
+        "get_order {\"order_id\":\"A-1001\"}:"
+    );
+    assert!(lines.next().unwrap().contains("delivered"), "{show}");
+    assert!(
+        show.contains("It was delivered broken; I will refund it."),
+        "{show}"
+    );
+}
+
+#[tokio::test]
+async fn a_stale_digest_is_refused_and_a_reject_without_a_reason_or_a_decision_without_a_digest_is_not_sent()
+ {
+    let app = TestApp::spawn(refund_brain).await;
+    let run = paused_run(&app).await;
+
+    let stale = format!("sha256:{}", "0".repeat(64));
+    countersign(
+        &app,
+        REVIEWER_KEY,
+        &format!("approve {run} toolu_2 --digest {stale}"),
+    )
+    .await
+    .failed(
+        3,
+        &[
+            "does not match what is pending now",
+            "409 stale_digest",
+            "countersign show RUN",
+        ],
+    );
+    countersign(&app, REVIEWER_KEY, &format!("approve {run} toolu_2"))
+        .await
+        .failed(
+            2,
+            &["--digest is required", &format!("countersign show {run}")],
+        );
+    let digest = shown_digest(&ok(&app, REVIEWER_KEY, &format!("show {run}")).await);
+    countersign(
+        &app,
+        REVIEWER_KEY,
+        &format!("reject {run} toolu_2 --digest {digest}"),
+    )
+    .await
+    .failed(2, &["--reason is required"]);
+
+    // Nothing above was recorded: the call still waits, and the stale digest is a refusal
+    // in the trail's list.
+    let (_, still) = app.get(&format!("/v1/runs/{run}")).await;
+    assert_eq!(still["status"], "awaiting_approval");
+    assert_eq!(still["pending"][0]["decision"], Value::Null);
+    let (_, trail) = app.get(&format!("/v1/runs/{run}/audit")).await;
+    assert_eq!(trail["refusals"].as_array().unwrap().len(), 1, "{trail}");
+
+    let rejected = ok(
+        &app,
+        REVIEWER_KEY,
+        &format!("reject {run} toolu_2 --digest {digest} --reason 'Photos show it intact.'"),
+    )
+    .await;
+    assert!(
+        rejected.contains("rita rejected call toolu_2: recorded"),
+        "{rejected}"
+    );
+    app.wait_status(&run, "completed").await;
+    assert!(app.tools.refunds().is_empty());
+}
+
+#[tokio::test]
+async fn an_edit_with_set_changes_only_the_named_field_and_speaks_for_the_person_named() {
+    let app = TestApp::spawn(refund_brain).await;
+    let run = paused_run(&app).await;
+    let digest = shown_digest(&ok(&app, REVIEWER_KEY, &format!("show {run}")).await);
+
+    let edit = format!("edit {run} toolu_2 --digest {digest} --decided-by alice");
+    countersign(&app, INTEGRATION_KEY, &format!("{edit} --set amount=20"))
+        .await
+        .failed(2, &["--note is required"]);
+    countersign(
+        &app,
+        INTEGRATION_KEY,
+        &format!("{edit} --set amount=lots --note n"),
+    )
+    .await
+    .failed(3, &["422", "/amount"]);
+
+    let fix = "--set amount=20 --note 'Only the broken part.'";
+    ok(&app, INTEGRATION_KEY, &format!("{edit} {fix}")).await;
+    let done = app.wait_status(&run, "completed").await;
+    let refunds = app.tools.refunds();
+    assert_eq!(refunds.len(), 1);
+    assert_eq!(refunds[0]["amount"], 20, "{refunds:?}");
+    assert_eq!(
+        refunds[0]["order_id"], "A-1001",
+        "the other fields stay as shown"
+    );
+    let (_, trail) = app.get(&format!("/v1/runs/{run}/audit")).await;
+    let decided = trail["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["entry"]["kind"] == "decided")
+        .expect("the edit is audited");
+    assert_eq!(decided["entry"]["actor"], "alice", "{done}");
+}
+
+#[tokio::test]
+async fn audit_verify_passes_on_a_real_run_and_fails_once_the_chain_is_edited_in_redis() {
+    let app = TestApp::spawn(refund_brain).await;
+    let run = app.refund_cycle().await;
+
+    let audit = ok(&app, REVIEWER_KEY, &format!("audit {run} --verify")).await;
+    for part in [
+        "requested",
+        "decided",
+        "completed",
+        "rita",
+        "chain: holds",
+        "chain: verified here",
+    ] {
+        assert!(audit.contains(part), "{part:?} missing from:\n{audit}");
+    }
+
+    // Someone with access to Redis makes the decision look like another person's.
+    let key = Names::new(&app.namespace)
+        .unwrap()
+        .audit_key(&RunId::parse(&run).unwrap());
+    let redis = redis::Client::open(app.infra.redis_url.as_str()).unwrap();
+    let mut conn = redis.get_multiplexed_async_connection().await.unwrap();
+    let elements: Vec<String> = redis::cmd("LRANGE")
+        .arg(&key)
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let (at, element) = elements
+        .iter()
+        .enumerate()
+        .find(|(_, e)| e.contains("\"decided\""))
+        .unwrap();
+    let mut forged: Value = serde_json::from_str(element).unwrap();
+    forged["entry"]["actor"] = "mallory".into();
+    let () = redis::cmd("LSET")
+        .arg(&key)
+        .arg(at)
+        .arg(forged.to_string())
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+
+    let broken = countersign(&app, REVIEWER_KEY, &format!("audit {run} --verify"))
+        .await
+        .failed(1, &[&format!("broken at element {at}")]);
+    assert!(
+        broken.out.contains("mallory"),
+        "the trail is still shown: {}",
+        broken.out
+    );
+    // Without --verify it is shown, the gateway's own check says so, and it exits 0.
+    let shown = ok(&app, REVIEWER_KEY, &format!("audit {run}")).await;
+    assert!(
+        shown.contains(&format!("BROKEN at element {at}")),
+        "{shown}"
+    );
+}
+
+#[tokio::test]
+async fn json_output_is_the_gateways_json() {
+    let app = TestApp::spawn(refund_brain).await;
+    let run = paused_run(&app).await;
+
+    let parse = |text: String| -> Value {
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+    };
+    let pending = parse(ok(&app, REVIEWER_KEY, "pending --json").await);
+    let call = &pending["approvals"][0];
+    assert_eq!(call["run_id"], run.as_str());
+    assert!(call["deadline"].as_i64().is_some(), "{call}");
+    let shown = parse(ok(&app, REVIEWER_KEY, &format!("--json show {run}")).await);
+    let (_, from_api) = app.get(&format!("/v1/runs/{run}")).await;
+    assert_eq!(shown["pending"], from_api["pending"]);
+    let digest = shown["pending"][0]["digest"].as_str().unwrap();
+
+    let decided = parse(
+        ok(
+            &app,
+            REVIEWER_KEY,
+            &format!("approve {run} toolu_2 --digest {digest} --json"),
+        )
+        .await,
+    );
+    assert_eq!(decided["decisions"][0]["status"], "recorded");
+    assert_eq!(decided["resumes"], true);
+    app.wait_status(&run, "completed").await;
+    let got = parse(ok(&app, REVIEWER_KEY, &format!("runs get {run} --json")).await);
+    assert_eq!(got["answer"], "All done.");
+    let trail = parse(ok(&app, REVIEWER_KEY, &format!("audit {run} --json --verify")).await);
+    assert_eq!(trail["verified"], true);
+
+    let start = "runs start refunds --input 'Refund A-1002.' --json --idempotency-key desk-42";
+    let with_metadata = format!("{start} --metadata '{{\"ticket\": 42}}'");
+    let started = parse(ok(&app, REQUESTER_KEY, &with_metadata).await);
+    let again = parse(ok(&app, REQUESTER_KEY, start).await);
+    assert_eq!(
+        started["run_id"], again["run_id"],
+        "a retry is the same run"
+    );
+    let other = started["run_id"].as_str().unwrap();
+    let (_, metadata) = app.get(&format!("/v1/runs/{other}")).await;
+    assert_eq!(metadata["metadata"]["ticket"], 42);
+    let cancel = format!("runs cancel {other} --json --reason 'Asked twice.'");
+    let cancelled = parse(ok(&app, REQUESTER_KEY, &cancel).await);
+    assert_eq!(cancelled["status"], "cancelling");
+    app.wait_status(other, "cancelled").await;
+    let got = ok(&app, REQUESTER_KEY, &format!("runs get {other}")).await;
+    assert!(
+        got.contains("asked by rick") && got.contains("Asked twice."),
+        "{got}"
+    );
+    assert!(
+        !got.contains("waiting"),
+        "a cancelled run waits for nobody: {got}"
+    );
+}
+
+#[tokio::test]
+async fn exit_codes_tell_usage_refusal_and_an_unreachable_gateway_apart() {
+    let app = TestApp::spawn(refund_brain).await;
+
+    countersign(&app, "", "pending")
+        .await
+        .failed(2, &["no API key"]);
+    countersign(&app, "not-a-key-of-this-gateway", "pending")
+        .await
+        .failed(3, &["401"]);
+    countersign(
+        &app,
+        REQUESTER_KEY,
+        "runs start refunds --input x --metadata [1]",
+    )
+    .await
+    .failed(2, &["--metadata must be a JSON object"]);
+    countersign(&app, ADMIN_KEY, "show run_nope")
+        .await
+        .failed(3, &["no run \"run_nope\" (404 not_found)"]);
+    countersign(&app, REVIEWER_KEY, "runs start refunds --input x")
+        .await
+        .failed(3, &["403"]);
+    // A port nothing listens on.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let away = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    countersign(&app, ADMIN_KEY, &format!("pending --url {away}"))
+        .await
+        .failed(4, &["could not talk to the gateway", "Connection refused"]);
+    // A server that is not a gateway.
+    let tools = &app.tools.base_url;
+    countersign(&app, ADMIN_KEY, &format!("pending --url {tools}"))
+        .await
+        .failed(
+            4,
+            &["answered 404 Not Found, not as a countersign gateway does"],
+        );
+
+    // A config file stands in for the environment (an empty key is none), and the
+    // environment beats it.
+    let dir = std::env::temp_dir().join(format!("cs-cli-{}", app.namespace));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("config.toml");
+    let from_file = |url: Option<&str>| {
+        let mut command = command(&app, "", &format!("pending --config {}", config.display()));
+        match url {
+            Some(url) => command.env("COUNTERSIGN_URL", url),
+            None => command.env_remove("COUNTERSIGN_URL"),
+        };
+        command
+    };
+    let file = format!("url = \"{}\"\napi_key = \"{ADMIN_KEY}\"\n", app.gateway_url);
+    std::fs::write(&config, file).unwrap();
+    let listed = run(from_file(None)).await;
+    assert_eq!(listed.code, 0, "{}", listed.err);
+    run(from_file(Some(&away))).await.failed(4, &[&away]);
+    std::fs::write(&config, "url = \"x\"\napi_token = \"y\"\n").unwrap();
+    run(from_file(None)).await.failed(2, &["api_token"]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Lines a running command prints, as they come.
+struct Lines {
+    child: Child,
+    lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+    seen: Vec<String>,
+}
+
+impl Lines {
+    fn spawn(mut command: Command) -> Self {
+        let mut child = command.stdout(Stdio::piped()).spawn().unwrap();
+        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        Self {
+            child,
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Reads until a line holds every one of `parts`, within the tests' patience.
+    async fn until(&mut self, parts: &[&str]) -> String {
+        let read = async {
+            while let Some(line) = self.lines.next_line().await.unwrap() {
+                self.seen.push(line.clone());
+                if parts.iter().all(|p| line.contains(p)) {
+                    return line;
+                }
+            }
+            panic!(
+                "the command ended without printing {parts:?}: {:?}",
+                self.seen
+            );
+        };
+        tokio::time::timeout(PATIENCE, read)
+            .await
+            .unwrap_or_else(|_| panic!("no line with {parts:?} in {PATIENCE:?}"))
+    }
+}
+
+#[tokio::test]
+async fn watch_follows_a_run_that_pauses_while_it_watches_until_it_completes() {
+    let app = TestApp::spawn(refund_brain).await;
+    let mut everything = Lines::spawn(command(&app, REVIEWER_KEY, "watch --interval-ms 200"));
+
+    let run = app.start_run("Order A-1001 arrived broken.").await;
+    let requested = everything.until(&[&run, "requested", "toolu_2"]).await;
+    assert!(requested.contains("worker"), "{requested}");
+    let mut this_run = Lines::spawn(command(
+        &app,
+        REVIEWER_KEY,
+        &format!("watch --run {run} --json --interval-ms 200"),
+    ));
+    // Following one run shows its history first, as JSON lines of its trail.
+    let first: Value = serde_json::from_str(&this_run.until(&["requested"]).await).unwrap();
+    assert_eq!(first["entry"]["run_id"], run.as_str());
+
+    let paused = app.wait_status(&run, "awaiting_approval").await;
+    let (status, body) = app
+        .approve(&run, "toolu_2", &paused["pending"][0]["digest"])
+        .await;
+    assert_eq!(status, 200, "{body}");
+    everything.until(&[&run, "decided", "rita"]).await;
+    everything.until(&[&run, "completed"]).await;
+    this_run.until(&["\"completed\""]).await;
+    // Following one run ends with it.
+    let ended = tokio::time::timeout(PATIENCE, this_run.child.wait())
+        .await
+        .expect("watch --run ends with its run")
+        .unwrap();
+    assert!(ended.success());
+    // The watch of everything goes on until interrupted.
+    assert!(everything.child.try_wait().unwrap().is_none());
+}
