@@ -75,7 +75,8 @@ impl Forms<'_> {
 
     fn reject(&self) -> Markup {
         html! {
-            form #reject .decide method="post" {
+            // The fragment brings a page sent back with errors to the form that has them.
+            form #reject .decide method="post" action="#reject" {
                 h2 { "Reject" }
                 (self.hidden("reject"))
                 label for="reason" { "Reason (the agent is told)" }
@@ -88,7 +89,7 @@ impl Forms<'_> {
 
     fn edit(&self) -> Markup {
         html! {
-            form #edit .decide method="post" {
+            form #edit .decide method="post" action="#edit" {
                 h2 { "Edit, then approve" }
                 (self.hidden("edit"))
                 @match properties(self.schema) {

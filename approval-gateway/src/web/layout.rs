@@ -131,6 +131,7 @@ button:disabled,input:disabled,textarea:disabled,select:disabled{opacity:.55;cur
 .digest{font-family:ui-monospace,monospace;font-size:.8em;word-break:break-all;color:#5b6475}
 .turn{border-left:3px solid #d9dce3;padding-left:.7em;margin:.6em 0}
 .turn .who{font-size:.85em;color:#5b6475;text-transform:uppercase;letter-spacing:.03em}
+.turn .who code{text-transform:none}
 @media (max-width:30em){main{padding:.6em}dl{grid-template-columns:1fr}dt{margin-top:.4em}}
 ";
 

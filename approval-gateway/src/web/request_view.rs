@@ -180,7 +180,7 @@ impl CallView {
                 @for call in &self.ran {
                     @if let Some(result) = &call.result {
                         div.turn {
-                            div.who { "Ran in the same turn without approval: " (call.tool) }
+                            div.who { "Ran in the same turn without approval: " code { (call.tool) } }
                             pre { (pretty(&call.input)) }
                             pre { (laid_out(&result.content)) }
                         }

@@ -98,14 +98,17 @@ async fn send_edit(browser: &Browser, amount: &str) {
 }
 
 /// Waits for the edit form to come back with an error beside the amount's field; asserts
-/// that it names the schema's maximum and that what was typed is kept.
+/// that it names the schema's maximum, is on the screen without scrolling, and that what
+/// was typed is kept.
 async fn assert_amount_refused(browser: &Browser, typed: &str) {
     let script = format!(
         "const field = document.querySelector({AMOUNT:?}); if (!field) return null; \
          const beside = [field.previousElementSibling, field.nextElementSibling] \
            .find(e => e && e.matches('p.field-error')); \
-         return beside ? [beside.innerText, field.value, \
-           document.querySelector('form#edit textarea[name=note]').value] : null;"
+         if (!beside) return null; const at = beside.getBoundingClientRect(); \
+         return [beside.innerText, field.value, \
+           document.querySelector('form#edit textarea[name=note]').value, \
+           at.top >= 0 && at.bottom <= window.innerHeight];"
     );
     let shown = browser
         .wait_until("an error beside the amount", &script)
@@ -117,6 +120,7 @@ async fn assert_amount_refused(browser: &Browser, typed: &str) {
     );
     assert_eq!(shown[1], typed, "what was typed is kept");
     assert_eq!(shown[2], "The customer asked for more.");
+    assert_eq!(shown[3], true, "the error is on the screen");
 }
 
 /// A paused run whose request was mailed to alice, its id, the mail's links (approve, reject,
