@@ -124,19 +124,30 @@ async fn assert_amount_refused(browser: &Browser, typed: &str) {
 }
 
 /// A paused run whose request was mailed to alice, its id, the mail's links (approve, reject,
-/// edit) and a phone's browser for test `name`.
-async fn mailed_links_on_a_phone(name: &str) -> (TestApp, String, Vec<String>, Browser) {
+/// edit) and a browser on `screen` for test `name`.
+async fn mailed_links_on(name: &str, screen: Screen) -> (TestApp, String, Vec<String>, Browser) {
     let (app, sink) = app_with_email("\"email:alice@example.com\"", None).await;
     let run_id = app.start_run("Refund A-1001.").await;
     app.wait_status(&run_id, "awaiting_approval").await;
     let (_, links) = mail_for(&app, &sink, "alice@example.com").await;
-    let browser = Browser::start(name, Screen::Phone).await;
+    let browser = Browser::start(name, screen).await;
     (app, run_id, links, browser)
 }
 
 #[tokio::test]
 async fn an_email_link_on_a_phone_fits_the_screen_and_its_form_approves_the_run() {
-    let (app, run_id, links, browser) = mailed_links_on_a_phone("email_link_phone").await;
+    approve_from_the_mailed_link("email_link_phone", Screen::Phone).await;
+}
+
+#[tokio::test]
+async fn an_email_link_on_a_desktop_fits_the_window_and_its_form_approves_the_run() {
+    approve_from_the_mailed_link("email_link_desktop", Screen::Desktop).await;
+}
+
+/// Opens the mailed approve link on `screen`: the page fits, opening decides nothing, its
+/// form approves once and the page says so.
+async fn approve_from_the_mailed_link(name: &str, screen: Screen) {
+    let (app, run_id, links, browser) = mailed_links_on(name, screen).await;
 
     browser.goto(&links[0]).await;
     browser.find("form button[type=submit]").await;
@@ -163,7 +174,7 @@ async fn an_email_link_on_a_phone_fits_the_screen_and_its_form_approves_the_run(
 
 #[tokio::test]
 async fn an_email_edit_link_on_a_phone_shows_the_schema_error_beside_the_field_and_stays_usable() {
-    let (app, run_id, links, browser) = mailed_links_on_a_phone("email_edit_phone").await;
+    let (app, run_id, links, browser) = mailed_links_on("email_edit_phone", Screen::Phone).await;
 
     browser.goto(&links[2]).await;
     browser.find(AMOUNT).await;
