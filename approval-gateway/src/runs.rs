@@ -9,7 +9,7 @@ use countersign_shared::agent::Agent;
 use countersign_shared::audit::{AuditEntry, AuditKind};
 use countersign_shared::events::Event;
 use countersign_shared::names::msg_id;
-use countersign_shared::run::{Cancellation, Run, RunId, RunStatus};
+use countersign_shared::run::{Cancellation, PendingCall, Run, RunId, RunStatus};
 use countersign_shared::store::{Announcement, CancelOutcome, StoreError};
 use countersign_shared::trace_context;
 use serde_json::{Value, json};
@@ -38,6 +38,27 @@ impl From<countersign_shared::bus::BusError> for RunError {
     fn from(e: countersign_shared::bus::BusError) -> Self {
         Self::Backend(e.to_string())
     }
+}
+
+/// A paused run and those of its held calls that still wait for a decision; `None` once
+/// the run is gone or has moved on (the inbox index may still list it for a moment).
+pub(crate) async fn awaiting_decision(
+    state: &AppState,
+    id: &RunId,
+) -> Result<Option<(Run, Vec<PendingCall>)>, StoreError> {
+    let Some(run) = state.store.load(id).await? else {
+        return Ok(None);
+    };
+    if run.status != RunStatus::AwaitingApproval {
+        return Ok(None);
+    }
+    let decisions = state.store.decisions(id).await?;
+    let calls = run
+        .pending()
+        .filter(|c| !decisions.contains_key(&c.call_id))
+        .cloned()
+        .collect();
+    Ok(Some((run, calls)))
 }
 
 /// A run to start, checked already.

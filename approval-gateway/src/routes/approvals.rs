@@ -7,12 +7,13 @@
 
 use crate::auth::{Caller, Permission, QueryParams};
 use crate::error::ApiError;
+use crate::runs;
 use crate::state::AppState;
 use crate::time::rfc3339;
 use axum::extract::State;
 use axum::routing::get;
 use axum::{Json, Router};
-use countersign_shared::run::{RunId, RunStatus};
+use countersign_shared::run::RunId;
 use countersign_shared::store::Awaiting;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -97,17 +98,12 @@ async fn list(
 
 /// The calls of a paused run that wait for a decision; none if it has moved on.
 async fn undecided_calls(state: &AppState, id: &RunId) -> Result<Vec<Value>, ApiError> {
-    let Some(run) = state.store.load(id).await? else {
+    let Some((run, calls)) = runs::awaiting_decision(state, id).await? else {
         return Ok(Vec::new());
     };
-    if run.status != RunStatus::AwaitingApproval {
-        return Ok(Vec::new());
-    }
-    let decisions = state.store.decisions(id).await?;
     let text = run.held_turn_text();
-    Ok(run
-        .pending()
-        .filter(|c| !decisions.contains_key(&c.call_id))
+    Ok(calls
+        .into_iter()
         .map(|call| {
             json!({
                 "run_id": run.run_id,

@@ -10,6 +10,7 @@ use super::actions_for;
 use super::layout::{Page, PageError};
 use super::session::Session;
 use crate::error::ApiError;
+use crate::runs;
 use crate::state::AppState;
 use crate::time::time_left;
 use axum::Router;
@@ -18,7 +19,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use countersign_shared::now_ms;
-use countersign_shared::run::{Action, RunStatus};
+use countersign_shared::run::Action;
 use maud::{Markup, html};
 use serde::Deserialize;
 
@@ -73,27 +74,20 @@ async fn waiting(
         let exhausted = batch.len() < BATCH;
         read += batch.len();
         for at in &batch {
-            let Some(run) = state.store.load(&at.run_id).await? else {
+            let Some((run, calls)) = runs::awaiting_decision(state, &at.run_id).await? else {
                 continue;
             };
-            if run.status != RunStatus::AwaitingApproval {
-                continue;
-            }
-            let decisions = state.store.decisions(&run.run_id).await?;
-            for call in run.pending() {
-                let may = actions_for(principal, run.requested_by.as_deref(), call);
-                if decisions.contains_key(&call.call_id)
-                    || !may.contains(&Action::Approve)
-                    || !filters.keeps(&run.agent, &call.tool)
-                {
+            for call in calls {
+                let may = actions_for(principal, run.requested_by.as_deref(), &call);
+                if !may.contains(&Action::Approve) || !filters.keeps(&run.agent, &call.tool) {
                     continue;
                 }
                 lines.push(Line {
                     run_id: run.run_id.to_string(),
-                    call_id: call.call_id.clone(),
-                    summary: call.summary.clone(),
+                    call_id: call.call_id,
+                    summary: call.summary,
                     agent: run.agent.clone(),
-                    tool: call.tool.clone(),
+                    tool: call.tool,
                     requested_by: run.requested_by.clone().unwrap_or_else(|| "unknown".into()),
                     deadline: call.deadline,
                     paused_at: at.since_ms,
