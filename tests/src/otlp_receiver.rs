@@ -39,6 +39,12 @@ impl OtlpReceiver {
         Self { url, spans }
     }
 
+    /// The names of every span received.
+    pub fn names(&self) -> Vec<String> {
+        let spans = self.spans.lock().unwrap();
+        spans.iter().map(|s| s.name.clone()).collect()
+    }
+
     /// The spans of one trace (`trace_id` in hex), in the order received.
     pub fn trace(&self, trace_id: &str) -> Vec<ReceivedSpan> {
         self.spans

@@ -28,18 +28,25 @@ fn random_below(n: u64) -> u64 {
 }
 
 fn spawn_worker(config: &std::path::Path) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_worker_process"))
-        .env("COUNTERSIGN_CONFIG", config)
-        .env("RUST_LOG", "error")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
+    worker_command(config)
         .spawn()
         .expect("start a worker process")
 }
 
+/// A worker process on `config`, quiet and killed with its handle.
+pub(super) fn worker_command(config: &std::path::Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_worker_process"));
+    command
+        .env("COUNTERSIGN_CONFIG", config)
+        .env("RUST_LOG", "error")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true);
+    command
+}
+
 /// A config file for worker processes on the app's servers, whose refund tool is idempotent.
-fn worker_process_config(app: &TestApp) -> (std::path::PathBuf, std::path::PathBuf) {
+pub(super) fn worker_process_config(app: &TestApp) -> (std::path::PathBuf, std::path::PathBuf) {
     let dir = std::env::temp_dir().join(format!("countersign-chaos-{}", app.namespace));
     let agents = dir.join("agents");
     std::fs::create_dir_all(&agents).unwrap();

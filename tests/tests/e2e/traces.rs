@@ -162,3 +162,25 @@ async fn a_decision_published_late_by_an_outbox_sweeper_stays_in_the_run_trace()
     });
     assert!(resumed_by_sweeper, "{spans:#?}");
 }
+
+#[tokio::test]
+async fn a_worker_process_exports_its_spans_where_otel_exporter_otlp_endpoint_says() {
+    let receiver = OtlpReceiver::start().await;
+    let app = TestApp::spawn_with("anthropic", 0, refund_brain).await;
+    let (_dir, config) = super::chaos::worker_process_config(&app);
+    // The standard variable is a base URL: the exporter adds `/v1/traces`.
+    let base = receiver.url.trim_end_matches("/v1/traces");
+    let _worker = super::chaos::worker_command(&config)
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", base)
+        .spawn()
+        .expect("start a worker process");
+    let run = app.start_run("Refund A-1001 please.").await;
+    app.wait_status(&run, "awaiting_approval").await;
+    // This process exports nothing, so the worker's step is the root of a trace of its own.
+    wait_for("the worker process's spans", PATIENCE, || async {
+        let names = receiver.names();
+        (names.contains(&"run.step".to_string()) && names.contains(&"model.call".to_string()))
+            .then_some(())
+    })
+    .await;
+}
