@@ -2,6 +2,7 @@
 //! then environment variables, then `validate()`.
 
 use countersign_shared::agent::{Catalog, Channel};
+pub use countersign_shared::authority::Role;
 use countersign_shared::infra::{InfraConfig, config_path_from_args, load_toml, override_from_env};
 pub use countersign_shared::people::Person;
 use countersign_shared::redact::redacted_url;
@@ -86,19 +87,6 @@ impl Default for Config {
             max_connections: 1024,
         }
     }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Role {
-    /// Everything.
-    Admin,
-    /// Start runs and read them.
-    Requester,
-    /// Read runs and decide on pending calls.
-    Reviewer,
-    /// Read only.
-    Reader,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -332,6 +320,28 @@ impl Config {
                 })?;
         }
         Ok(())
+    }
+
+    /// The role `id` decides with when a door names a person rather than presenting a key
+    /// (Slack, an email link, an inbox session from an emailed link, a key speaking for
+    /// them): their `[[people]]` entry's `role`; without one, their API keys' (one that
+    /// decides, if any does); a person with neither is a reviewer. Someone who is neither a
+    /// configured person nor the principal of a key has no role.
+    pub fn person_role(&self, id: &str) -> Option<Role> {
+        let person = self.people.iter().find(|p| p.id == id);
+        if let Some(role) = person.and_then(|p| p.role) {
+            return Some(role);
+        }
+        let keys: Vec<Role> = self
+            .api_keys
+            .iter()
+            .filter(|k| k.principal == id)
+            .map(|k| k.role)
+            .collect();
+        let deciding = keys.iter().copied().find(|r| r.decides());
+        deciding
+            .or(keys.first().copied())
+            .or(person.map(|_| Role::Reviewer))
     }
 
     /// Checks that every channel the agents' policies name can be reached with this

@@ -179,9 +179,10 @@ impl From<DecideError> for ApiError {
                     RefusalCode::NoCall => (StatusCode::NOT_FOUND, "not_found"),
                     RefusalCode::StaleDigest => (StatusCode::CONFLICT, "stale_digest"),
                     RefusalCode::PastDeadline => (StatusCode::GONE, "expired"),
-                    RefusalCode::NotApprover | RefusalCode::OwnRequest => {
-                        (StatusCode::FORBIDDEN, "not_an_approver")
-                    }
+                    RefusalCode::RunCancelled => (StatusCode::CONFLICT, "run_cancelled"),
+                    RefusalCode::NotApprover
+                    | RefusalCode::OwnRequest
+                    | RefusalCode::RoleMayNotDecide => (StatusCode::FORBIDDEN, "not_an_approver"),
                     RefusalCode::EditWithQuorum => (StatusCode::BAD_REQUEST, "bad_request"),
                     RefusalCode::EditUnchecked => (StatusCode::CONFLICT, "not_checked"),
                     RefusalCode::LinkUsed => (StatusCode::GONE, "link_used"),

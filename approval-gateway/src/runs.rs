@@ -49,7 +49,7 @@ pub(crate) async fn awaiting_decision(
     let Some(run) = state.store.load(id).await? else {
         return Ok(None);
     };
-    if run.status != RunStatus::AwaitingApproval {
+    if run.status != RunStatus::AwaitingApproval || run.cancel.is_some() {
         return Ok(None);
     }
     let decisions = state.store.decisions(id).await?;

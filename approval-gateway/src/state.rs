@@ -1,7 +1,7 @@
 //! What every handler and delivery shares, built once at start-up. It depends only on the
 //! configuration and the shared crate.
 
-use crate::config::{ApiKey, Config, EmailConfig, SmtpTls};
+use crate::config::{ApiKey, Config, EmailConfig, Role, SmtpTls};
 use countersign_shared::agent::Catalog;
 use countersign_shared::bus::Bus;
 use countersign_shared::digest::sha256_hex;
@@ -63,9 +63,21 @@ impl AppState {
         })
     }
 
+    /// The role a person decides with when a door names them (Slack, an email link, a
+    /// session from an emailed link, a key speaking for them): see
+    /// [`Config::person_role`]; someone with no role decides nothing.
+    pub(crate) fn person_role(&self, id: &str) -> Role {
+        self.config.person_role(id).unwrap_or(Role::Reader)
+    }
+
     /// The configured API key `key` is, if it is one.
     pub(crate) fn api_key(&self, key: &str) -> Option<&ApiKey> {
-        self.keys.get(&sha256_hex(key))
+        self.api_key_by_fingerprint(&sha256_hex(key))
+    }
+
+    /// The configured API key whose SHA-256 is `fingerprint`, if there is one.
+    pub(crate) fn api_key_by_fingerprint(&self, fingerprint: &str) -> Option<&ApiKey> {
+        self.keys.get(fingerprint)
     }
 
     /// The run a path or a link names; none if the id is malformed or nothing is stored.

@@ -3,6 +3,7 @@
 
 pub mod agent;
 pub mod audit;
+pub mod authority;
 pub mod bus;
 pub mod digest;
 pub mod events;

@@ -229,6 +229,14 @@ impl Names {
     pub fn session_key(&self, cookie_hash: &str) -> String {
         self.key(&format!("session:{cookie_hash}"))
     }
+    /// Set: the cookie hashes of a principal's sessions (by the SHA-256 of the principal),
+    /// so an admin can end them all; it lasts as long as their newest session.
+    pub fn sessions_of_key(&self, principal: &str) -> String {
+        self.key(&format!(
+            "sessions-of:{}",
+            crate::digest::sha256_hex(principal)
+        ))
+    }
     /// String: whom a one-time sign-in link signs in, by the SHA-256 of its token; the first
     /// use deletes it, and it expires.
     pub fn sign_in_token_key(&self, token_hash: &str) -> String {

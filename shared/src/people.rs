@@ -14,6 +14,10 @@ pub struct Person {
     /// Roles matched by `role:NAME` approver entries.
     #[serde(default)]
     pub roles: Vec<String>,
+    /// What this person may do when a door names them rather than a key (Slack, email, an
+    /// inbox session from an emailed link): see the gateway's `Config::person_role`.
+    #[serde(default)]
+    pub role: Option<crate::authority::Role>,
     /// Slack user id (`U…`), for Slack decisions.
     #[serde(default)]
     pub slack_user: Option<String>,
@@ -97,6 +101,7 @@ mod tests {
             roles: vec![role.into()],
             slack_user: Some(format!("U_{id}")),
             email: None,
+            role: None,
         };
         Directory::new(&[
             person("alice", "finance"),

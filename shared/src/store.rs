@@ -46,7 +46,7 @@ pub use timers::{Due, DueTimer, Timer};
 
 use crate::audit::{AuditEntry, prepare};
 use crate::metrics::Metrics;
-use crate::names::Names;
+use crate::names::{Names, msg_id};
 use crate::run::{Decision, HeldCall, Run, RunId, RunStatus};
 use connection::Connection;
 use redis::{Script, ScriptInvocation};
@@ -480,7 +480,10 @@ impl Store {
         let cancel = to_json(cancel)?;
         let (status, detail, queued) = self
             .on_run(&CANCEL, id, |script, chain| {
-                script.arg(&cancel);
+                script
+                    .arg(&cancel)
+                    .arg(self.names.approval_cancelled(id))
+                    .arg(msg_id::cancelled(id, ""));
                 chain.args(script, std::slice::from_ref(audit));
                 announce_args(script, std::slice::from_ref(nudge));
                 Ok(())

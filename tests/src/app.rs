@@ -42,6 +42,7 @@ pub fn people() -> Vec<Person> {
             roles: roles.iter().map(|r| r.to_string()).collect(),
             slack_user: Some(format!("U_{}", id.to_uppercase())),
             email: Some(format!("{id}@example.com")),
+            role: None,
         })
         .collect()
 }
@@ -499,6 +500,7 @@ impl TestApp {
             channel: "api",
             expiry: false,
             link: None,
+            role_decides: true,
             proposals: vec![Proposal {
                 decision,
                 checked_digest: None,

@@ -82,8 +82,9 @@ impl Engine {
         self.end(run, status, audits, vec![announce]).await
     }
 
-    /// Finishes a run someone cancelled, from its last stored state: its undecided held calls
-    /// are closed (their channels are told) and `run.cancelled` is announced.
+    /// Finishes a run someone cancelled, from its last stored state, and announces
+    /// `run.cancelled`. Its held calls were closed, and their channels told, by the script
+    /// that recorded the cancel.
     pub(super) async fn cancel(&self, id: &RunId) -> Result<(), StepError> {
         let Some(run) = self.store.load(id).await? else {
             return Ok(());
@@ -91,23 +92,7 @@ impl Engine {
         let Some(cancel) = run.cancel.clone() else {
             return Err(StoreError::Corrupt("cancelled without a cancellation".into()).into());
         };
-        let names = &self.bus.names;
-        let decisions = self.store.decisions(id).await?;
-        let mut announce: Vec<Announcement> = run
-            .pending()
-            .filter(|p| !decisions.contains_key(&p.call_id))
-            .map(|p| {
-                let event = Event::ApprovalCancelled {
-                    run_id: id.clone(),
-                    call_id: p.call_id.clone(),
-                    cancelled_by: cancel.by.clone(),
-                    channels: p.reviewers.channels.clone(),
-                };
-                let msg_id = msg_id::cancelled(id, &p.call_id);
-                Announcement::new(msg_id, names.approval_cancelled(id), event)
-            })
-            .collect();
-        announce.push(self.end_announcement(&run, RunStatus::Cancelled));
+        let announce = vec![self.end_announcement(&run, RunStatus::Cancelled)];
         let detail = serde_json::json!({"by": cancel.by, "reason": cancel.reason});
         let entry = self.entry(&run, AuditKind::Cancelled, None, detail);
         self.store.index_awaiting(id, false).await?;

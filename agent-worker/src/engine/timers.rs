@@ -146,12 +146,16 @@ impl Engine {
         };
         held.escalated = true;
         held.deadline = Some(now + extension.as_millis() as i64);
-        for approver in &held.reviewers.escalate_to {
-            if !held.reviewers.approvers.contains(approver) {
-                held.reviewers.approvers.push(approver.clone());
+        // A call anyone whose role decides may decide stays so: the people escalated to are
+        // asked too (the reminder names them), and nobody is taken away.
+        if !held.reviewers.approvers.is_empty() {
+            for approver in &held.reviewers.escalate_to {
+                if !held.reviewers.approvers.contains(approver) {
+                    held.reviewers.approvers.push(approver.clone());
+                }
             }
+            held.deciders = self.people.resolve(&held.reviewers.approvers);
         }
-        held.deciders = self.people.resolve(&held.reviewers.approvers);
         let escalated = held.clone();
         let entry = self.timer_entry(&run, &escalated, AuditKind::Escalated);
         let announce = self.reminder(&run, escalated.clone(), true);
@@ -211,6 +215,7 @@ impl Engine {
             channel: "deadline",
             expiry: true,
             link: None,
+            role_decides: true,
             proposals: vec![Proposal {
                 decision,
                 checked_digest: None,

@@ -1,7 +1,7 @@
 //! Who is calling and what they may do.
 
 use super::error::AuthError;
-use crate::config::Role;
+use crate::config::{Config, Role};
 
 /// Who is calling: the holder of a bearer key, or a signed sender.
 #[derive(Clone, Debug)]
@@ -18,12 +18,26 @@ pub(crate) enum Permission {
     Read,
     Start,
     Decide,
+    /// What only an admin does (ending others' sessions).
+    Administer,
 }
 
 impl Caller {
-    /// The principal a decision is made by: the caller itself, or one it may speak for.
-    pub(crate) fn deciding_as(&self, named: Option<&str>) -> Result<String, AuthError> {
-        self.speaking_as(named, "decide")
+    /// The principal a decision is made by, with the role they decide with: the caller
+    /// itself, with its own role; or someone it may speak for, with their role as a person
+    /// (`Config::person_role`), or, for someone the configuration does not know, the
+    /// caller's (a system that authenticates its own users vouches for them).
+    pub(crate) fn deciding_as(
+        &self,
+        named: Option<&str>,
+        config: &Config,
+    ) -> Result<(String, Role), AuthError> {
+        let principal = self.speaking_as(named, "decide")?;
+        let role = match principal == self.principal {
+            true => self.role,
+            false => config.person_role(&principal).unwrap_or(self.role),
+        };
+        Ok((principal, role))
     }
 
     /// The caller's own principal, or `named` if the caller may speak for them; `what` says

@@ -94,6 +94,12 @@ impl DecideError {
                 "call {call:?} was not waiting when the edit was checked against its tool's schema; send it again"
             ),
             RefusalCode::LinkUsed => "this link was already used or has expired".to_string(),
+            RefusalCode::RoleMayNotDecide => {
+                format!("{principal} does not hold a role that decides held calls")
+            }
+            RefusalCode::RunCancelled => {
+                format!("run {run_id:?} was cancelled: nothing in it is decided any more")
+            }
         };
         Self::Refused {
             code: refusal.code,

@@ -2,6 +2,7 @@
 //! sizes, formats, and what each action needs.
 
 use super::error::DecideError;
+use crate::config::Role;
 use countersign_shared::run::Action;
 use serde::Deserialize;
 use serde_json::Value;
@@ -23,9 +24,11 @@ pub(crate) struct Proposed {
     pub(crate) reason: Option<String>,
 }
 
-/// Who decides, through which channel, with which email link if any.
+/// Who decides, with the role their door established, through which channel, with which
+/// email link if any.
 pub(crate) struct Decider<'a> {
     pub(crate) principal: &'a str,
+    pub(crate) role: Role,
     pub(crate) channel: &'a str,
     /// (token hash, grant) of the email link used: spent with the decision.
     pub(crate) link: Option<(&'a str, &'a str)>,

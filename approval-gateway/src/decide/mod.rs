@@ -69,6 +69,7 @@ async fn record(
         channel: by.channel,
         expiry: false,
         link: by.link,
+        role_decides: by.role.decides(),
         proposals,
     };
     match state.store.decide(&run.run_id, &request).await? {

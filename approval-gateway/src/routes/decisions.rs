@@ -55,9 +55,10 @@ async fn decide(
         }
         _ => {}
     }
-    let principal = caller.deciding_as(body.decided_by.as_deref())?;
+    let (principal, role) = caller.deciding_as(body.decided_by.as_deref(), &state.config)?;
     let by = Decider {
         principal: &principal,
+        role,
         channel: CHANNEL,
         link: None,
     };

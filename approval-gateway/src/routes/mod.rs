@@ -7,6 +7,7 @@ mod audit;
 mod decisions;
 mod health;
 mod runs;
+mod sessions;
 mod view;
 
 use crate::channels::{email, slack};
@@ -24,6 +25,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .merge(decisions::router())
         .merge(audit::router())
         .merge(approvals::router())
+        .merge(sessions::router())
         .merge(health::router())
         .merge(slack::router())
         .merge(email::router())

@@ -6,7 +6,6 @@
 //! applies (see [`super::actions_for`]), so the requester of a run does not see it unless the
 //! policy lets them approve their own request.
 
-use super::actions_for;
 use super::layout::{Page, PageError};
 use super::session::Session;
 use crate::error::ApiError;
@@ -18,6 +17,7 @@ use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use countersign_shared::authority::{self, Principal, RunFacts};
 use countersign_shared::now_ms;
 use countersign_shared::run::Action;
 use maud::{Markup, html};
@@ -63,7 +63,7 @@ struct Line {
 /// The calls `principal` may approve now, nearest deadline first (none last), then oldest.
 async fn waiting(
     state: &AppState,
-    principal: &str,
+    principal: Principal<'_>,
     filters: &Filters,
 ) -> Result<Vec<Line>, ApiError> {
     let mut lines = Vec::new();
@@ -78,7 +78,7 @@ async fn waiting(
                 continue;
             };
             for call in calls {
-                let may = actions_for(principal, run.requested_by.as_deref(), &call);
+                let may = authority::actions_for(principal, &call, RunFacts::of(&run));
                 if !may.contains(&Action::Approve) || !filters.keeps(&run.agent, &call.tool) {
                     continue;
                 }
@@ -154,7 +154,7 @@ async fn page(
     session: Session,
     Query(filters): Query<Filters>,
 ) -> Result<Response, PageError> {
-    let lines = waiting(&state, &session.principal, &filters).await?;
+    let lines = waiting(&state, session.principal(), &filters).await?;
     let agents: Vec<&str> = state.catalog.iter().map(|a| a.def.name.as_str()).collect();
     let mut tools: Vec<&str> = state
         .catalog
@@ -195,7 +195,7 @@ async fn list(
     let Some(session) = session else {
         return Ok((StatusCode::UNAUTHORIZED, "sign in again").into_response());
     };
-    let lines = waiting(&state, &session.principal, &filters).await?;
+    let lines = waiting(&state, session.principal(), &filters).await?;
     Ok((
         [(axum::http::header::CACHE_CONTROL, "no-store")],
         render_list(&lines),

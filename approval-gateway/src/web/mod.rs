@@ -17,7 +17,6 @@ mod sign_in;
 
 use crate::state::AppState;
 use axum::Router;
-use countersign_shared::run::{Action, PendingCall};
 use std::collections::HashMap;
 
 pub(crate) fn router() -> Router<AppState> {
@@ -31,28 +30,4 @@ pub(crate) fn router() -> Router<AppState> {
 /// A form body's fields; a body that is not a form has none.
 pub(crate) fn form_fields(body: &[u8]) -> HashMap<String, String> {
     serde_urlencoded::from_bytes(body).unwrap_or_default()
-}
-
-/// What `principal` may do with a held call, by the rules the decision script applies: only
-/// listed approvers decide; the run's requester may reject but not approve it unless the
-/// policy allows; a call that needs several approvals cannot be edited.
-pub(crate) fn actions_for(
-    principal: &str,
-    requested_by: Option<&str>,
-    call: &PendingCall,
-) -> Vec<Action> {
-    if call
-        .deciders
-        .as_ref()
-        .is_some_and(|d| !d.iter().any(|p| p == principal))
-    {
-        return Vec::new();
-    }
-    if requested_by == Some(principal) && !call.reviewers.allow_self_approval {
-        return vec![Action::Reject];
-    }
-    if call.reviewers.quorum > 1 {
-        return vec![Action::Approve, Action::Reject];
-    }
-    vec![Action::Approve, Action::Edit, Action::Reject]
 }

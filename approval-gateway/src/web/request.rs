@@ -5,11 +5,11 @@
 //! answered 303 back to the page, which then says who did what. `…/state` tells the page's
 //! script whether the call was decided elsewhere meanwhile.
 
+use super::form_fields;
 use super::forms::{self, FieldErrors, Forms, Typed};
 use super::layout::{Page, PageError};
 use super::request_view::{CallView, refusal_words};
 use super::session::Session;
-use super::{actions_for, form_fields};
 use crate::decide::{self, Decider};
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -19,6 +19,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
 use axum::{Json, Router};
+use countersign_shared::authority::{self, RunFacts};
 use countersign_shared::run::Action;
 use maud::html;
 use serde_json::json;
@@ -79,7 +80,15 @@ fn render(
     errors: &FieldErrors,
 ) -> Response {
     let actions = match &view.open {
-        Some(call) => actions_for(&session.principal, view.requested_by.as_deref(), call),
+        // A call is open only while its run waits and nobody asked to cancel it.
+        Some(call) => authority::actions_for(
+            session.principal(),
+            call,
+            RunFacts {
+                requested_by: view.requested_by.as_deref(),
+                cancelling: false,
+            },
+        ),
         None => Vec::new(),
     };
     let mut page = Page::new(status, &view.summary);
@@ -159,6 +168,7 @@ async fn submit(
     };
     let by = Decider {
         principal: &session.principal,
+        role: session.role,
         channel: CHANNEL,
         link: None,
     };

@@ -60,7 +60,9 @@ impl CallView {
         if let Some(call) = run.pending().find(|p| p.call_id == call_id) {
             let outcome = match &decision {
                 Some(d) => Some(decided(d)),
-                None if run.status != RunStatus::AwaitingApproval => Some(moved_on(&run)),
+                None if run.status != RunStatus::AwaitingApproval || run.cancel.is_some() => {
+                    Some(moved_on(&run))
+                }
                 None => None,
             };
             return Ok(Some(Self {

@@ -3,10 +3,17 @@
 //! the gateway's public base URL is https. Each session carries its own random CSRF token,
 //! which every form of the inbox repeats and every POST must match.
 //!
-//! A session only says who the reviewer is: what they may decide is checked where every
-//! channel's decisions are, by the decision script.
+//! A session is bound to what created it: the fingerprint (SHA-256) of the API key signed in
+//! with, or the person an emailed link signed in. Every request checks that grant against
+//! the configuration as it is now: a key that is gone, a person who is gone, or a role that
+//! no longer decides ends the session there and then (so a restart with a changed
+//! configuration ends the sessions it no longer grants). The role it yields is what the
+//! session decides with; what that allows on a call is `countersign_shared::authority`'s
+//! rule, applied by the decision script. Each principal's sessions are listed, so an admin
+//! can end them all.
 
 use super::layout;
+use crate::config::Role;
 use crate::error::ApiError;
 use crate::state::AppState;
 use axum::extract::{FromRequestParts, OptionalFromRequestParts};
@@ -27,9 +34,28 @@ pub(crate) struct Session {
     pub(crate) principal: String,
     /// Repeated by every form, checked on every POST.
     pub(crate) csrf: String,
+    /// What signed the reviewer in, checked on every request.
+    grant: Grant,
+    /// The role the grant yields under the configuration as it is now.
+    #[serde(skip, default = "no_role")]
+    pub(crate) role: Role,
     /// The hash of the cookie, to end the session by.
     #[serde(skip)]
     cookie_hash: String,
+}
+
+/// What signed a reviewer in.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "by")]
+pub(crate) enum Grant {
+    /// An API key, by the SHA-256 of the key.
+    Key { fingerprint: String },
+    /// A sign-in link mailed to the person.
+    Person,
+}
+
+fn no_role() -> Role {
+    Role::Reader
 }
 
 /// A random secret for a cookie, a link or a form: 244 bits from two UUIDv4s, as hex.
@@ -42,26 +68,55 @@ pub(crate) fn random_token() -> String {
 }
 
 impl Session {
-    /// Starts a session for `principal`; the `Set-Cookie` value that holds it.
-    pub(crate) async fn start(state: &AppState, principal: &str) -> Result<HeaderValue, ApiError> {
+    /// Starts a session for `principal`, signed in by `grant`; the `Set-Cookie` value that
+    /// holds it.
+    pub(crate) async fn start(
+        state: &AppState,
+        principal: &str,
+        grant: Grant,
+    ) -> Result<HeaderValue, ApiError> {
         let cookie = random_token();
         let session = Session {
             principal: principal.to_string(),
             csrf: random_token(),
+            grant,
+            role: no_role(),
             cookie_hash: String::new(),
         };
         let ttl = state.config.inbox.session_ttl_secs;
         let value = serde_json::to_string(&session).expect("sessions serialize");
         state
             .store
-            .put_session(&sha256_hex(&cookie), &value, Duration::from_secs(ttl))
+            .put_session(
+                principal,
+                &sha256_hex(&cookie),
+                &value,
+                Duration::from_secs(ttl),
+            )
             .await?;
         Ok(set_cookie(state, &cookie, ttl))
     }
 
+    /// The role this session's grant yields now, if it still yields one that decides: the
+    /// key it signed in with must still be configured for the same principal, the person
+    /// still configured with a role that decides.
+    fn granted_role(&self, state: &AppState) -> Option<Role> {
+        let role = match &self.grant {
+            Grant::Key { fingerprint } => state
+                .api_key_by_fingerprint(fingerprint)
+                .filter(|key| key.principal == self.principal)
+                .map(|key| key.role),
+            Grant::Person => state.config.person_role(&self.principal),
+        };
+        role.filter(|r| r.decides())
+    }
+
     /// Ends the session; the `Set-Cookie` value that clears the cookie.
     pub(crate) async fn end(&self, state: &AppState) -> Result<HeaderValue, ApiError> {
-        state.store.end_session(&self.cookie_hash).await?;
+        state
+            .store
+            .end_session(Some(&self.principal), &self.cookie_hash)
+            .await?;
         Ok(set_cookie(state, "", 0))
     }
 
@@ -76,7 +131,8 @@ impl Session {
         }
     }
 
-    /// The session a request's cookie names, if it names one that lasts.
+    /// The session a request's cookie names, if it names one that lasts and that the
+    /// configuration still grants; one it no longer grants is ended here.
     async fn of(parts: &Parts, state: &AppState) -> Result<Option<Session>, ApiError> {
         let Some(cookie) = cookie(&parts.headers) else {
             return Ok(None);
@@ -85,9 +141,31 @@ impl Session {
         let Some(raw) = state.store.session(&hash).await? else {
             return Ok(None);
         };
-        let mut session: Session = serde_json::from_str(&raw).map_err(ApiError::unavailable)?;
+        // A session stored by an older gateway (no grant) is one nobody can check.
+        let Ok(mut session) = serde_json::from_str::<Session>(&raw) else {
+            state.store.end_session(None, &hash).await?;
+            return Ok(None);
+        };
         session.cookie_hash = hash;
-        Ok(Some(session))
+        match session.granted_role(state) {
+            Some(role) => {
+                session.role = role;
+                Ok(Some(session))
+            }
+            None => {
+                tracing::info!(principal = %session.principal, "a session the configuration no longer grants was ended");
+                session.end(state).await?;
+                Ok(None)
+            }
+        }
+    }
+
+    /// Who this session decides as.
+    pub(crate) fn principal(&self) -> countersign_shared::authority::Principal<'_> {
+        countersign_shared::authority::Principal {
+            id: &self.principal,
+            role: self.role,
+        }
     }
 }
 

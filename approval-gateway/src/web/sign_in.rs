@@ -6,10 +6,9 @@
 
 use super::form_fields;
 use super::layout::{self, Page, PageError};
-use super::session::{Session, random_token, safe_next};
+use super::session::{Grant, Session, random_token, safe_next};
 use crate::channels::delivery::DeliveryError;
 use crate::channels::email;
-use crate::config::Role;
 use crate::state::AppState;
 use axum::Router;
 use axum::body::Bytes;
@@ -87,7 +86,7 @@ async fn with_key(State(state): State<AppState>, body: Bytes) -> Result<Response
             next,
         ));
     };
-    if !matches!(key.role, Role::Reviewer | Role::Admin) {
+    if !key.role.decides() {
         let error = format!(
             "The key of {} may not decide requests (its role is not reviewer or admin).",
             key.principal
@@ -99,7 +98,10 @@ async fn with_key(State(state): State<AppState>, body: Bytes) -> Result<Response
             next,
         ));
     }
-    let cookie = Session::start(&state, &key.principal).await?;
+    let grant = Grant::Key {
+        fingerprint: sha256_hex(key.key.expose()),
+    };
+    let cookie = Session::start(&state, &key.principal, grant).await?;
     Ok(([(header::SET_COOKIE, cookie)], Redirect::to(next)).into_response())
 }
 
@@ -120,10 +122,12 @@ async fn mail_link(State(state): State<AppState>, body: Bytes) -> Result<Respons
     };
     let form = form_fields(&body);
     let address = form.get("email").map(|a| a.trim()).unwrap_or_default();
+    // Only a person whose role decides is mailed a link: the inbox is for deciding.
     let person = state.config.people.iter().find(|p| {
         p.email
             .as_deref()
             .is_some_and(|e| e.eq_ignore_ascii_case(address))
+            && state.person_role(&p.id).decides()
     });
     if let Some(person) = person
         && state
@@ -204,7 +208,7 @@ async fn use_link(
     let Some(principal) = state.store.spend_sign_in_token(&sha256_hex(&token)).await? else {
         return Ok(used_link());
     };
-    let cookie = Session::start(&state, &principal).await?;
+    let cookie = Session::start(&state, &principal, Grant::Person).await?;
     Ok(([(header::SET_COOKIE, cookie)], Redirect::to("/inbox")).into_response())
 }
 

@@ -6,13 +6,16 @@
 -- the run's capped list of refusals.
 -- ARGV (after the common three): 4 principal, 5 channel, 6 expiry ('1': the deadline decides),
 -- 7 approval.decided subject, 8 approval.expired subject, 9 the email link's grant (with KEYS[10]
--- the link, spent with the decision), 10 n, then per decision: call_id, digest, action,
+-- the link, spent with the decision), 10 '1' if the principal's role decides (see
+-- `authority.rs`: the gateway's configuration knows roles, this script the held calls), 11 n,
+-- then per decision: call_id, digest, action,
 -- decision JSON, fingerprint, the digest its edit was checked against (or ''), audit entry, sha,
 -- the head its link was computed from and that link (see `append_audit`), and the message
 -- ids of its approval.decided and approval.expired.
 -- Replies {'ok', results JSON, outbox...}, {'refused', refusal JSON}, or {'missing', ''}.
 local principal, channel, expiry = ARGV[4], ARGV[5], ARGV[6] == '1'
-local status = redis.call('HGET', KEYS[1], 'status')
+local run = redis.call('HMGET', KEYS[1], 'status', 'cancel')
+local status = run[1]
 if not status then return {'missing', ''} end
 
 local function refuse(d, code, detail)
@@ -31,16 +34,19 @@ local function refuse(d, code, detail)
 end
 
 local decisions = {}
-local n = tonumber(ARGV[10])
+local n = tonumber(ARGV[11])
 for i = 1, n do
-  local p = 11 + 12 * (i - 1)
+  local p = 12 + 12 * (i - 1)
   decisions[i] = {call_id = ARGV[p], digest = ARGV[p + 1], action = ARGV[p + 2],
     json = ARGV[p + 3], fingerprint = ARGV[p + 4], checked = ARGV[p + 5],
     entry = ARGV[p + 6], sha = ARGV[p + 7], prev_guess = ARGV[p + 8], link = ARGV[p + 9],
     decided_id = ARGV[p + 10], expired_id = ARGV[p + 11]}
 end
 
--- First every decision is checked.
+-- First every decision is checked: nothing is decided on a run someone asked to cancel, and
+-- nothing by a principal whose role does not decide.
+if run[2] or status == 'cancelled' then return refuse(decisions[1], 'run_cancelled', status) end
+if not expiry and ARGV[10] ~= '1' then return refuse(decisions[1], 'role_may_not_decide') end
 local now = now_ms()
 local turn = redis.call('HGET', KEYS[1], 'turn')
 local requester = redis.call('HGET', KEYS[1], 'requested_by')

@@ -28,6 +28,9 @@ pub struct DecideRequest<'a> {
     pub expiry: bool,
     /// The email link used, as (token hash, the grant it stored): spent with the decision.
     pub link: Option<(&'a str, &'a str)>,
+    /// Whether the principal's role decides (`authority::Role::decides`), which only the
+    /// gateway's configuration knows; the script refuses everything else.
+    pub role_decides: bool,
     pub proposals: Vec<Proposal>,
 }
 
@@ -83,6 +86,10 @@ pub enum RefusalCode {
     EditUnchecked,
     /// The email link was used already.
     LinkUsed,
+    /// The principal's role does not decide held calls.
+    RoleMayNotDecide,
+    /// Someone asked to cancel the run (detail: its status).
+    RunCancelled,
 }
 
 /// A refused decision, as kept in the run's capped list of refusals.
@@ -133,6 +140,7 @@ impl Store {
                     .arg(self.names.approval_decided(id))
                     .arg(self.names.approval_expired(id))
                     .arg(request.link.map_or("", |(_, grant)| grant))
+                    .arg(if request.role_decides { "1" } else { "0" })
                     .arg(request.proposals.len());
                 for p in &request.proposals {
                     let d = &p.decision;

@@ -6,15 +6,37 @@ use super::{Store, StoreError};
 use std::time::Duration;
 
 impl Store {
-    /// Stores a session (`value`, JSON) under its cookie's hash for `ttl`.
+    /// Stores a session of `principal` (`value`, JSON) under its cookie's hash for `ttl`,
+    /// and lists it among theirs (the list lasts as long as their newest session).
     pub async fn put_session(
         &self,
+        principal: &str,
         cookie_hash: &str,
         value: &str,
         ttl: Duration,
     ) -> Result<(), StoreError> {
-        self.put_expiring(&self.names.session_key(cookie_hash), value, ttl)
-            .await
+        let ms = ttl.as_millis().max(1) as u64;
+        let list = self.names.sessions_of_key(principal);
+        // Not a transaction: the two keys live in different Cluster slots. A session stored
+        // but not listed could not be ended by an admin, so it is listed first.
+        let _: () = redis::pipe()
+            .cmd("SADD")
+            .arg(&list)
+            .arg(cookie_hash)
+            .ignore()
+            .cmd("PEXPIRE")
+            .arg(&list)
+            .arg(ms)
+            .ignore()
+            .cmd("SET")
+            .arg(self.names.session_key(cookie_hash))
+            .arg(value)
+            .arg("PX")
+            .arg(ms)
+            .ignore()
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(())
     }
 
     /// The session a cookie's hash names, while it lasts.
@@ -22,13 +44,41 @@ impl Store {
         self.get_string(&self.names.session_key(cookie_hash)).await
     }
 
-    /// Ends a session (signing out); ending one that is gone is no error.
-    pub async fn end_session(&self, cookie_hash: &str) -> Result<(), StoreError> {
-        let _: i64 = redis::cmd("DEL")
+    /// Ends a session (signing out), and takes it off `principal`'s list when that is
+    /// known; ending one that is gone is no error.
+    pub async fn end_session(
+        &self,
+        principal: Option<&str>,
+        cookie_hash: &str,
+    ) -> Result<(), StoreError> {
+        let mut pipe = redis::pipe();
+        pipe.cmd("DEL")
             .arg(self.names.session_key(cookie_hash))
+            .ignore();
+        if let Some(principal) = principal {
+            pipe.cmd("SREM")
+                .arg(self.names.sessions_of_key(principal))
+                .arg(cookie_hash)
+                .ignore();
+        }
+        let _: () = pipe.query_async(&mut self.conn.clone()).await?;
+        Ok(())
+    }
+
+    /// Ends every session of `principal`; how many there were.
+    pub async fn end_sessions_of(&self, principal: &str) -> Result<usize, StoreError> {
+        let list = self.names.sessions_of_key(principal);
+        let hashes: Vec<String> = redis::cmd("SMEMBERS")
+            .arg(&list)
             .query_async(&mut self.conn.clone())
             .await?;
-        Ok(())
+        let mut pipe = redis::pipe();
+        for hash in &hashes {
+            pipe.cmd("DEL").arg(self.names.session_key(hash)).ignore();
+        }
+        pipe.cmd("DEL").arg(&list).ignore();
+        let _: () = pipe.query_async(&mut self.conn.clone()).await?;
+        Ok(hashes.len())
     }
 
     /// Stores whom a sign-in link's token signs in (`value`), for `ttl`.

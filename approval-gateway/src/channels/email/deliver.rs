@@ -9,8 +9,9 @@ use crate::channels::delivery::{Ask, Deliver, DeliveryError, Ending};
 use crate::config::{EmailConfig, Person};
 use crate::state::AppState;
 use countersign_shared::agent::Channel;
+use countersign_shared::authority::{self, Principal, RunFacts};
 use countersign_shared::digest::sha256_hex;
-use countersign_shared::run::{Action, PendingCall, RunId};
+use countersign_shared::run::{Action, RunId};
 use std::time::Duration;
 
 /// An `email:` channel: an address, or `approvers`.
@@ -39,18 +40,31 @@ impl<'a> Email<'a> {
         })
     }
 
-    /// The people the channel reaches for a call: the person with that address, or with
-    /// `email:approvers`, every configured person with an address who may decide it.
-    fn recipients(&self, call: &PendingCall) -> Vec<&'a Person> {
+    /// The people the channel reaches for a call, each with what they may do with it (never
+    /// nothing): the person with that address, or with `email:approvers`, every configured
+    /// person with an address who may decide it; and the people `also` names.
+    fn recipients(&self, ask: &Ask<'_>, also: &[String]) -> Vec<(&'a Person, Vec<Action>)> {
+        let run = RunFacts {
+            requested_by: ask.requested_by,
+            cancelling: false,
+        };
         self.state
             .config
             .people
             .iter()
             .filter(|p| p.email.is_some())
             .filter(|p| match self.address {
-                "approvers" => call.deciders.as_ref().is_none_or(|d| d.contains(&p.id)),
-                address => p.email.as_deref() == Some(address),
+                "approvers" => true,
+                address => p.email.as_deref() == Some(address) || also.contains(&p.id),
             })
+            .map(|p| {
+                let who = Principal {
+                    id: &p.id,
+                    role: self.state.person_role(&p.id),
+                };
+                (p, authority::actions_for(who, ask.call, run))
+            })
+            .filter(|(_, actions)| !actions.is_empty())
             .collect()
     }
 
@@ -59,7 +73,7 @@ impl<'a> Email<'a> {
         &self,
         ask: &Ask<'_>,
         prefix: &str,
-        people: Vec<&Person>,
+        people: Vec<(&Person, Vec<Action>)>,
         sent_key: &str,
     ) -> Result<(), DeliveryError> {
         let store = &self.state.store;
@@ -73,12 +87,12 @@ impl<'a> Email<'a> {
         }
         if people.is_empty() {
             return Err(DeliveryError::GiveUp(format!(
-                "no configured person is reached by email:{}",
+                "no configured person who may decide the call is reached by email:{}",
                 self.address
             )));
         }
-        for person in people {
-            self.mail(ask, prefix, person).await?;
+        for (person, actions) in people {
+            self.mail(ask, prefix, person, &actions).await?;
         }
         Ok(store
             .set_channel_ref(ask.run_id, call_id, sent_key, "sent")
@@ -91,15 +105,11 @@ impl<'a> Email<'a> {
         ask: &Ask<'_>,
         prefix: &str,
         person: &Person,
+        actions: &[Action],
     ) -> Result<(), DeliveryError> {
         // The requester may turn their own request down; approving it is the policy's to allow.
         let own =
-            ask.requested_by == Some(person.id.as_str()) && !ask.call.reviewers.allow_self_approval;
-        let actions: &[Action] = if own {
-            &[Action::Reject]
-        } else {
-            &[Action::Approve, Action::Reject, Action::Edit]
-        };
+            ask.requested_by == Some(person.id.as_str()) && !actions.contains(&Action::Approve);
         let links = self.links(ask, person, actions).await?;
         let request = Request {
             ask,
@@ -153,26 +163,21 @@ impl<'a> Email<'a> {
 
 impl Deliver for Email<'_> {
     async fn request(&self, ask: &Ask<'_>) -> Result<(), DeliveryError> {
-        self.ask(ask, "", self.recipients(ask.call), &self.channel)
+        self.ask(ask, "", self.recipients(ask, &[]), &self.channel)
             .await
     }
 
     async fn remind(&self, ask: &Ask<'_>, escalated: bool) -> Result<(), DeliveryError> {
-        let mut people = self.recipients(ask.call);
-        if escalated {
-            // The people escalated to are asked whatever address the channel names.
-            let added = self
+        // The people escalated to are asked whatever address the channel names.
+        let added = match escalated {
+            true => self
                 .state
                 .people
                 .resolve(&ask.call.reviewers.escalate_to)
-                .unwrap_or_default();
-            let config = &self.state.config;
-            for person in config.people.iter().filter(|p| p.email.is_some()) {
-                if added.contains(&person.id) && !people.iter().any(|p| p.id == person.id) {
-                    people.push(person);
-                }
-            }
-        }
+                .unwrap_or_default(),
+            false => Vec::new(),
+        };
+        let people = self.recipients(ask, &added);
         let prefix = if escalated {
             "Escalated: "
         } else {

@@ -235,6 +235,7 @@ async fn submit(
     };
     let by = Decider {
         principal: &grant.principal,
+        role: state.person_role(&grant.principal),
         channel: CHANNEL,
         link: Some((&hash, &raw)),
     };

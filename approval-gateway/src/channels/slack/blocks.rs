@@ -16,8 +16,9 @@
 //! accepts in one message. Texts are clipped by characters, never inside one, and clipped as
 //! they are escaped, so an escape is never cut in half.
 
+use countersign_shared::authority::{self, RunFacts};
 use countersign_shared::events::Evidence;
-use countersign_shared::run::PendingCall;
+use countersign_shared::run::{Action, PendingCall};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -188,7 +189,7 @@ pub(crate) fn request_message(r: &Request) -> Value {
             deadline(r.call),
         )}]}),
     );
-    blocks.push(buttons(r.target));
+    blocks.push(buttons(r.target, r.call));
     debug_assert!(blocks.len() <= MAX_BLOCKS);
     json!({"channel": r.channel, "text": fallback(&r.call.summary), "blocks": blocks})
 }
@@ -234,26 +235,37 @@ fn evidence_blocks(evidence: &[Evidence], run_id: &str) -> Vec<Value> {
     blocks
 }
 
-fn buttons(target: &Target) -> Value {
+/// A button for each action someone may take on the call (`authority::offered`: no Edit on
+/// a call that needs several approvals); each click is checked for the person who made it.
+fn buttons(target: &Target, call: &PendingCall) -> Value {
     let value = serde_json::to_string(target).expect("targets serialize");
-    json!({"type": "actions", "block_id": "decision", "elements": [
-        {"type": "button", "action_id": "approve", "style": "primary",
-         "text": {"type": "plain_text", "text": "Approve"}, "value": value},
-        {"type": "button", "action_id": "reject", "style": "danger",
-         "text": {"type": "plain_text", "text": "Reject"}, "value": value},
-        {"type": "button", "action_id": "edit",
-         "text": {"type": "plain_text", "text": "Edit"}, "value": value},
-    ]})
+    let run = RunFacts {
+        requested_by: None,
+        cancelling: false,
+    };
+    let elements: Vec<Value> = authority::offered(call, run)
+        .into_iter()
+        .map(|action| match action {
+            Action::Approve => json!({"type": "button", "action_id": "approve", "style": "primary",
+                "text": {"type": "plain_text", "text": "Approve"}, "value": value}),
+            Action::Reject => json!({"type": "button", "action_id": "reject", "style": "danger",
+                "text": {"type": "plain_text", "text": "Reject"}, "value": value}),
+            Action::Edit => json!({"type": "button", "action_id": "edit",
+                "text": {"type": "plain_text", "text": "Edit"}, "value": value}),
+        })
+        .collect();
+    json!({"type": "actions", "block_id": "decision", "elements": elements})
 }
 
 /// What is posted when Slack refuses the full request (`why` is Slack's error): the summary,
 /// a line with the run id, and the same buttons.
 pub(crate) fn short_request_message(
     channel: &str,
-    summary: &str,
+    call: &PendingCall,
     target: &Target,
     why: &str,
 ) -> Value {
+    let summary = &call.summary;
     let blocks = vec![
         section("*Approval needed:* ", summary, SUMMARY_CHARS),
         mrkdwn_section(format!(
@@ -262,7 +274,7 @@ pub(crate) fn short_request_message(
             escaped(why, NAME_CHARS),
             escape(&target.run_id),
         )),
-        buttons(target),
+        buttons(target, call),
     ];
     json!({"channel": channel, "text": fallback(summary), "blocks": blocks})
 }

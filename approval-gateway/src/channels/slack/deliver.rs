@@ -73,8 +73,7 @@ impl<'a> Slack<'a> {
                 };
                 let (run_id, call_id) = (ask.run_id, &ask.call.call_id);
                 warn!(%run_id, call_id, error = %e, "Slack refused the request; posting it in short");
-                let short =
-                    blocks::short_request_message(self.name, &ask.call.summary, target, why);
+                let short = blocks::short_request_message(self.name, ask.call, target, why);
                 Ok(self.call("chat.postMessage", &short).await?)
             }
         }

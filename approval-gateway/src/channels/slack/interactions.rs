@@ -15,6 +15,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
+use countersign_shared::authority::{self, Principal, Refused, RunFacts};
 use countersign_shared::run::Action;
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -76,11 +77,38 @@ async fn block_action(
     };
     let trigger = payload["trigger_id"].as_str().unwrap_or_default();
     let slack = state.config.slack.as_ref().expect("checked by the caller");
+    let role = state.person_role(&principal);
+    // A modal opens only for someone the rule lets take its action; the submission is
+    // checked again by the decision script.
+    let modal_action = match action["action_id"].as_str() {
+        Some("reject") => Some(Action::Reject),
+        Some("edit") => Some(Action::Edit),
+        _ => None,
+    };
+    let mut held_input = Value::Null;
+    if let Some(modal_action) = modal_action {
+        let run_id = &target.run_id;
+        let run = state.run(run_id).await?;
+        let run = run.ok_or_else(|| ApiError::not_found(format!("no run {run_id:?}")))?;
+        let who = Principal {
+            id: &principal,
+            role,
+        };
+        if let Some(call) = run.pending().find(|p| p.call_id == target.call_id) {
+            if let Err(refused) = authority::may_decide(who, modal_action, call, RunFacts::of(&run))
+            {
+                ephemeral(state, payload, &refused_words(refused, &principal)).await;
+                return Ok(StatusCode::OK.into_response());
+            }
+            held_input = call.input.clone();
+        }
+    }
     match action["action_id"].as_str() {
         Some("approve") => {
             let proposed = proposal(&target, Action::Approve, None, None, None);
             let by = Decider {
                 principal: &principal,
+                role,
                 channel: CHANNEL,
                 link: None,
             };
@@ -95,16 +123,8 @@ async fn block_action(
                 .map_err(ApiError::unavailable)?;
         }
         Some("edit") => {
-            let run_id = &target.run_id;
-            let run = state.run(run_id).await?;
-            let run = run.ok_or_else(|| ApiError::not_found(format!("no run {run_id:?}")))?;
-            let input = run
-                .pending()
-                .find(|p| p.call_id == target.call_id)
-                .map(|p| p.input.clone())
-                .unwrap_or(Value::Null);
             // Arguments too long for a text field get a modal that points to the API.
-            let view = blocks::edit_modal(trigger, &target, &input);
+            let view = blocks::edit_modal(trigger, &target, &held_input);
             api::call(&state.http, slack, "views.open", &view)
                 .await
                 .map_err(ApiError::unavailable)?;
@@ -166,12 +186,36 @@ async fn view_submission(state: &AppState, payload: &Value, principal: Option<St
     }
     let by = Decider {
         principal: &principal,
+        role: state.person_role(&principal),
         channel: CHANNEL,
         link: None,
     };
     match decide::decide_one(state, &target.run_id, proposed, &by).await {
         Ok(_) => StatusCode::OK.into_response(),
         Err(e) => errors(first_block, &ApiError::from(e).explained()),
+    }
+}
+
+/// Why a click was not let through, for the person who clicked.
+fn refused_words(refused: Refused, principal: &str) -> String {
+    match refused {
+        Refused::RoleMayNotDecide => format!(
+            "{principal}, your role in countersign does not decide requests, so you cannot decide this one."
+        ),
+        Refused::NotApprover => {
+            format!("{principal}, you are not among the approvers of this request.")
+        }
+        Refused::OwnRequest => {
+            "You asked for this run, so you may reject this request but not approve or edit it."
+                .to_string()
+        }
+        Refused::EditWithQuorum => {
+            "This request needs several approvals, so it cannot be edited: approve or reject it."
+                .to_string()
+        }
+        Refused::RunCancelled => {
+            "This run was cancelled; nothing in it can be decided.".to_string()
+        }
     }
 }
 

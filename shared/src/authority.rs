@@ -1,0 +1,239 @@
+//! Who may do what: the one rule every door and every surface asks.
+//!
+//! A door (an API key, an inbox session, an email link, a Slack click, a signed sender) only
+//! establishes *who* is asking and with which [`Role`]. [`may_decide`] then answers whether
+//! that principal may take an action on a held call, from the call as it was held and the
+//! run. The decision script applies the same rule in the atomic step that records a decision
+//! (`lua/decide.lua`: it is given whether the principal's role decides); the inbox's forms,
+//! the email links and Slack's buttons are rendered from [`actions_for`] and [`offered`], so
+//! no surface offers what the script refuses. A table test in the tests crate walks doors,
+//! principals, actions and policies against the script.
+//!
+//! The rule:
+//! - only a role that decides (`reviewer`, `admin`) decides anything, on every door;
+//! - a call whose policy names approvers is decided by them alone (roles resolved to people
+//!   when it was held, escalation targets added when it escalated); a call that names none,
+//!   by anyone whose role decides;
+//! - the run's requester may reject their own run's calls, but approve or edit them only when
+//!   the policy allows self-approval;
+//! - a call that needs several approvals cannot be edited;
+//! - nothing is decided on a run someone asked to cancel.
+
+use crate::run::{Action, PendingCall, Run};
+use serde::{Deserialize, Serialize};
+
+/// What a principal is allowed, by configuration (an API key's role, or a person's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Everything.
+    Admin,
+    /// Start runs and read them.
+    Requester,
+    /// Read runs and decide on pending calls.
+    Reviewer,
+    /// Read only.
+    Reader,
+}
+
+impl Role {
+    /// Whether this role decides held calls.
+    pub fn decides(self) -> bool {
+        matches!(self, Role::Admin | Role::Reviewer)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Admin => "admin",
+            Role::Requester => "requester",
+            Role::Reviewer => "reviewer",
+            Role::Reader => "reader",
+        }
+    }
+}
+
+/// Who is asking, as a door established it.
+#[derive(Clone, Copy, Debug)]
+pub struct Principal<'a> {
+    pub id: &'a str,
+    pub role: Role,
+}
+
+/// What the rule needs to know of the run a call is held in.
+#[derive(Clone, Copy, Debug)]
+pub struct RunFacts<'a> {
+    pub requested_by: Option<&'a str>,
+    /// Someone asked to cancel the run.
+    pub cancelling: bool,
+}
+
+impl<'a> RunFacts<'a> {
+    pub fn of(run: &'a Run) -> Self {
+        Self {
+            requested_by: run.requested_by.as_deref(),
+            cancelling: run.cancel.is_some(),
+        }
+    }
+}
+
+/// Why the rule refuses: each is a refusal code of the decision script too.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// The principal's role does not decide.
+    RoleMayNotDecide,
+    /// The call names approvers and the principal is not among them.
+    NotApprover,
+    /// The requester may not approve or edit their own run's call.
+    OwnRequest,
+    /// A call that needs several approvals cannot be edited.
+    EditWithQuorum,
+    /// The run is being cancelled.
+    RunCancelled,
+}
+
+pub const ALL_ACTIONS: [Action; 3] = [Action::Approve, Action::Edit, Action::Reject];
+
+/// Whether `who` may take `action` on `call`, held in a run described by `run`.
+pub fn may_decide(
+    who: Principal<'_>,
+    action: Action,
+    call: &PendingCall,
+    run: RunFacts<'_>,
+) -> Result<(), Refused> {
+    if run.cancelling {
+        return Err(Refused::RunCancelled);
+    }
+    if !who.role.decides() {
+        return Err(Refused::RoleMayNotDecide);
+    }
+    if let Some(deciders) = &call.deciders
+        && !deciders.iter().any(|p| p == who.id)
+    {
+        return Err(Refused::NotApprover);
+    }
+    action_allowed(action, call, run.requested_by == Some(who.id))
+}
+
+/// What `who` may do with `call`: the forms and links a surface made for one person shows.
+pub fn actions_for(who: Principal<'_>, call: &PendingCall, run: RunFacts<'_>) -> Vec<Action> {
+    ALL_ACTIONS
+        .into_iter()
+        .filter(|a| may_decide(who, *a, call, run).is_ok())
+        .collect()
+}
+
+/// The actions someone may take on `call`: what a surface seen by many (a Slack message)
+/// offers; each click is then checked for the person who made it.
+pub fn offered(call: &PendingCall, run: RunFacts<'_>) -> Vec<Action> {
+    if run.cancelling {
+        return Vec::new();
+    }
+    ALL_ACTIONS
+        .into_iter()
+        .filter(|a| action_allowed(*a, call, false).is_ok())
+        .collect()
+}
+
+/// The part of the rule that depends on the action: self-approval and quorum.
+fn action_allowed(action: Action, call: &PendingCall, own_run: bool) -> Result<(), Refused> {
+    if action != Action::Reject && own_run && !call.reviewers.allow_self_approval {
+        return Err(Refused::OwnRequest);
+    }
+    if action == Action::Edit && call.reviewers.quorum > 1 {
+        return Err(Refused::EditWithQuorum);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::Reviewers;
+
+    fn call(deciders: Option<&[&str]>, quorum: u32, self_ok: bool) -> PendingCall {
+        PendingCall {
+            call_id: "c1".into(),
+            tool: "issue_refund".into(),
+            input: serde_json::json!({}),
+            digest: String::new(),
+            summary: String::new(),
+            reason: String::new(),
+            reviewers: Reviewers {
+                quorum,
+                allow_self_approval: self_ok,
+                ..Reviewers::default()
+            },
+            deciders: deciders.map(|d| d.iter().map(|s| s.to_string()).collect()),
+            deadline: None,
+            remind_at: None,
+            escalated: false,
+        }
+    }
+
+    const RUN: RunFacts = RunFacts {
+        requested_by: Some("rita"),
+        cancelling: false,
+    };
+
+    fn who(id: &str, role: Role) -> Principal<'_> {
+        Principal { id, role }
+    }
+
+    #[test]
+    fn only_deciding_roles_decide_a_call_that_names_nobody() {
+        let open = call(None, 1, false);
+        assert_eq!(
+            actions_for(who("bob", Role::Reviewer), &open, RUN),
+            ALL_ACTIONS
+        );
+        assert_eq!(
+            actions_for(who("ann", Role::Admin), &open, RUN),
+            ALL_ACTIONS
+        );
+        for role in [Role::Reader, Role::Requester] {
+            assert_eq!(
+                may_decide(who("bob", role), Action::Reject, &open, RUN),
+                Err(Refused::RoleMayNotDecide)
+            );
+        }
+    }
+
+    #[test]
+    fn a_listed_call_is_decided_by_its_deciders_holding_a_deciding_role() {
+        let listed = call(Some(&["alice"]), 1, false);
+        assert_eq!(
+            may_decide(who("bob", Role::Admin), Action::Approve, &listed, RUN),
+            Err(Refused::NotApprover)
+        );
+        assert_eq!(
+            may_decide(who("alice", Role::Reader), Action::Approve, &listed, RUN),
+            Err(Refused::RoleMayNotDecide)
+        );
+        assert!(may_decide(who("alice", Role::Reviewer), Action::Approve, &listed, RUN).is_ok());
+    }
+
+    #[test]
+    fn requesters_reject_their_own_unless_self_approval_is_allowed() {
+        let rita = who("rita", Role::Reviewer);
+        assert_eq!(
+            actions_for(rita, &call(None, 1, false), RUN),
+            [Action::Reject]
+        );
+        assert_eq!(actions_for(rita, &call(None, 1, true), RUN), ALL_ACTIONS);
+    }
+
+    #[test]
+    fn quorum_calls_are_never_edited_and_cancelling_runs_offer_nothing() {
+        let quorum = call(None, 2, false);
+        assert_eq!(offered(&quorum, RUN), [Action::Approve, Action::Reject]);
+        let cancelling = RunFacts {
+            cancelling: true,
+            ..RUN
+        };
+        assert!(offered(&quorum, cancelling).is_empty());
+        assert_eq!(
+            may_decide(who("bob", Role::Admin), Action::Reject, &quorum, cancelling),
+            Err(Refused::RunCancelled)
+        );
+    }
+}
