@@ -91,7 +91,8 @@ pub enum Refused {
     RunCancelled,
 }
 
-pub const ALL_ACTIONS: [Action; 3] = [Action::Approve, Action::Edit, Action::Reject];
+/// Every action, in the order surfaces offer them.
+pub const ALL_ACTIONS: [Action; 3] = [Action::Approve, Action::Reject, Action::Edit];
 
 /// Whether `who` may take `action` on `call`, held in a run described by `run`.
 pub fn may_decide(

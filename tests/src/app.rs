@@ -42,7 +42,8 @@ pub fn people() -> Vec<Person> {
             roles: roles.iter().map(|r| r.to_string()).collect(),
             slack_user: Some(format!("U_{}", id.to_uppercase())),
             email: Some(format!("{id}@example.com")),
-            role: None,
+            // rick starts runs with a requester key and reviews as a person (finance).
+            role: (*id == "rick").then_some(Role::Reviewer),
         })
         .collect()
 }

@@ -68,7 +68,7 @@ async fn the_requester_cancels_a_paused_run_its_call_closes_and_nothing_runs() {
         .approve(&run_id, "toolu_2", &paused["pending"][0]["digest"])
         .await;
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
-    assert_eq!(body["error"]["code"], "not_awaiting_approval");
+    assert_eq!(body["error"]["code"], "run_cancelled");
     assert!(app.tools.refunds().is_empty());
     let update = wait_for("the Slack message to say cancelled", PATIENCE, || async {
         slack.calls("chat.update").pop()
