@@ -1,0 +1,299 @@
+//! The one rule of who may act, held against the decision script: every door a principal can
+//! arrive through (each gives them a role), every policy shape (open or listed approvers,
+//! quorum, self-approval, a cancel requested), every action. For each combination a fresh run
+//! is paused in a real Redis and the decision is sent to the script as that door would send
+//! it; what the script accepts must be exactly what `authority::may_decide` allows, what a
+//! surface made for one person offers (`actions_for`) exactly what it accepts, and what a
+//! shared surface offers (`offered`) exactly what someone may do.
+
+use approval_gateway::config::{ApiKey, Config, Person, Role};
+use countersign_shared::agent::Reviewers;
+use countersign_shared::audit::{AuditEntry, AuditKind};
+use countersign_shared::authority::{self, ALL_ACTIONS, Principal, RunFacts};
+use countersign_shared::names::Names;
+use countersign_shared::run::{Action, Cancellation, Decision, PendingCall, Run, RunId, TurnCall};
+use countersign_shared::store::{
+    Announcement, Claim, DecideRequest, Outcome, Proposal, Save, Store,
+};
+use countersign_tests::infra::Infra;
+use serde_json::json;
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+/// The run's requester in every case.
+const REQUESTER: &str = "rita";
+/// The approvers a listed policy names.
+const LISTED: [&str; 2] = ["alice", "rita"];
+
+/// The gateway's configuration the doors read roles from: alice and bob are people without
+/// keys, rhea a person whose only key reads, quinn a person whose key starts runs, rita the
+/// requester with a reviewer key, and the admin's key.
+fn config() -> Config {
+    let person = |id: &str, role: Option<Role>| Person {
+        id: id.into(),
+        roles: vec!["finance".into()],
+        slack_user: Some(format!("U_{id}")),
+        email: Some(format!("{id}@example.com")),
+        role,
+    };
+    let key = |principal: &str, role| ApiKey {
+        key: format!("{principal}-key-0123456789").as_str().into(),
+        role,
+        principal: principal.into(),
+        speaks_for: Vec::new(),
+    };
+    Config {
+        people: vec![
+            person("alice", None),
+            person("bob", Some(Role::Reader)),
+            person("rhea", None),
+            person("quinn", None),
+            person("rita", None),
+        ],
+        api_keys: vec![
+            key("rhea", Role::Reader),
+            key("quinn", Role::Requester),
+            key("rita", Role::Reviewer),
+            key("admin", Role::Admin),
+        ],
+        ..Config::default()
+    }
+}
+
+/// Who arrives through which door, and the role that door gives them.
+fn arrivals(config: &Config) -> Vec<(String, String, Role)> {
+    let mut out = Vec::new();
+    for key in &config.api_keys {
+        out.push((
+            format!("{} key", key.principal),
+            key.principal.clone(),
+            key.role,
+        ));
+    }
+    for person in &config.people {
+        // Slack, an email link and a session from an emailed link all name the person.
+        let role = config.person_role(&person.id).unwrap();
+        out.push((
+            format!("{} by Slack or email", person.id),
+            person.id.clone(),
+            role,
+        ));
+    }
+    // A signed sender decides as itself, with the reviewer role.
+    out.push(("ops signed sender".into(), "ops".into(), Role::Reviewer));
+    out
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Policy {
+    listed: bool,
+    quorum: u32,
+    self_ok: bool,
+    cancelling: bool,
+}
+
+fn policies() -> Vec<Policy> {
+    let mut out = Vec::new();
+    for listed in [false, true] {
+        for quorum in [1, 2] {
+            for self_ok in [false, true] {
+                for cancelling in [false, true] {
+                    out.push(Policy {
+                        listed,
+                        quorum,
+                        self_ok,
+                        cancelling,
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+fn held_call(policy: Policy) -> PendingCall {
+    PendingCall {
+        call_id: "toolu_1".into(),
+        tool: "issue_refund".into(),
+        input: json!({"order_id": "A-1", "amount": 129}),
+        digest: format!("sha256:{}", "a".repeat(64)),
+        summary: "Refund $129".into(),
+        reason: "over the limit".into(),
+        reviewers: Reviewers {
+            quorum: policy.quorum,
+            allow_self_approval: policy.self_ok,
+            ..Reviewers::default()
+        },
+        deciders: policy
+            .listed
+            .then(|| LISTED.iter().map(|s| s.to_string()).collect()),
+        // Held calls always have a deadline; this one is an hour away.
+        deadline: Some(countersign_shared::now_ms() + 3_600_000),
+        remind_at: None,
+        escalated: false,
+    }
+}
+
+/// A run paused on `call`, and cancelled if the policy says so.
+async fn paused(store: &Store, call: &PendingCall, policy: Policy) -> RunId {
+    let id = RunId::new();
+    let mut run = Run::new(
+        id.clone(),
+        "refunds".into(),
+        "v1".into(),
+        "Refund A-1.".into(),
+        Some(REQUESTER.into()),
+        json!({}),
+    );
+    assert!(store.create(&run).await.unwrap());
+    let lease = Duration::from_secs(30);
+    assert!(matches!(
+        store.claim(&id, "table", lease).await.unwrap(),
+        Claim::Claimed(_)
+    ));
+    run.turns = 1;
+    run.held = vec![TurnCall {
+        call_id: call.call_id.clone(),
+        tool: call.tool.clone(),
+        input: call.input.clone(),
+        result: None,
+        pending: Some(call.clone()),
+    }];
+    store
+        .save(&run, "table", lease, Save::Pause, &[], &[])
+        .await
+        .unwrap();
+    if policy.cancelling {
+        let cancel = Cancellation {
+            by: REQUESTER.into(),
+            reason: None,
+            at: 0,
+        };
+        let entry = AuditEntry::new(&id, AuditKind::CancelRequested);
+        let nudge = Announcement::new(
+            format!("cancel:{id}"),
+            "table.nudge".into(),
+            countersign_shared::events::Event::RunCancelled {
+                run_id: id.clone(),
+                cancelled_by: REQUESTER.into(),
+                reason: None,
+            },
+        );
+        store.cancel(&id, &cancel, &entry, &nudge).await.unwrap();
+    }
+    id
+}
+
+/// Whether the script records `action` by `principal` (whose door gave them `role`).
+async fn script_accepts(
+    store: &Store,
+    id: &RunId,
+    call: &PendingCall,
+    principal: &str,
+    role: Role,
+    action: Action,
+) -> bool {
+    let input = (action == Action::Edit).then(|| json!({"order_id": "A-1", "amount": 50}));
+    let reason = (action == Action::Reject).then(|| "no".to_string());
+    let decision = Decision {
+        call_id: call.call_id.clone(),
+        digest: call.digest.clone(),
+        action,
+        input: input.clone(),
+        note: None,
+        reason: reason.clone(),
+        decided_by: principal.into(),
+        channel: "api".into(),
+        decided_at: 0,
+        fingerprint: Decision::fingerprint_of(action, input.as_ref(), None, reason.as_deref()),
+        expired: false,
+    };
+    let mut entry = AuditEntry::new(id, AuditKind::Decided);
+    entry.actor = Some(principal.into());
+    let request = DecideRequest {
+        principal,
+        channel: "api",
+        expiry: false,
+        link: None,
+        role_decides: role.decides(),
+        proposals: vec![Proposal {
+            decision,
+            checked_digest: (action == Action::Edit).then(|| call.digest.clone()),
+            entry,
+        }],
+    };
+    match store.decide(id, &request).await.unwrap() {
+        Outcome::Decided { .. } => true,
+        Outcome::Refused(_) => false,
+        other => panic!("the script answered {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn every_door_principal_action_and_policy_is_accepted_by_the_script_exactly_when_the_rule_allows_it()
+ {
+    let infra = Infra::start().await;
+    let namespace = format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    let store = Store::connect(&infra.config(&namespace), Names::new(&namespace).unwrap())
+        .await
+        .unwrap();
+    let config = config();
+    let arrivals = arrivals(&config);
+    let (mut cases, mut accepted) = (0, 0);
+    let mut reasons = BTreeSet::new();
+    for policy in policies() {
+        let call = held_call(policy);
+        let facts = RunFacts {
+            requested_by: Some(REQUESTER),
+            cancelling: policy.cancelling,
+        };
+        let mut anyone = BTreeSet::new();
+        for (door, principal, role) in &arrivals {
+            let who = Principal {
+                id: principal,
+                role: *role,
+            };
+            let mut took = Vec::new();
+            for action in ALL_ACTIONS {
+                let id = paused(&store, &call, policy).await;
+                let rule = authority::may_decide(who, action, &call, facts);
+                if let Err(refused) = rule {
+                    reasons.insert(format!("{refused:?}"));
+                }
+                let allowed = rule.is_ok();
+                let recorded = script_accepts(&store, &id, &call, principal, *role, action).await;
+                assert_eq!(
+                    recorded, allowed,
+                    "{door} ({role:?}) {action:?} under {policy:?}: the script recorded {recorded}, the rule allows {allowed}"
+                );
+                cases += 1;
+                if recorded {
+                    accepted += 1;
+                    took.push(action);
+                    anyone.insert(format!("{action:?}"));
+                }
+            }
+            assert_eq!(
+                authority::actions_for(who, &call, facts),
+                took,
+                "{door} ({role:?}) under {policy:?}: the forms and links offered"
+            );
+        }
+        let offered: BTreeSet<String> = authority::offered(&call, facts)
+            .iter()
+            .map(|a| format!("{a:?}"))
+            .collect();
+        assert_eq!(
+            offered, anyone,
+            "the buttons shown to everyone under {policy:?}"
+        );
+    }
+    println!(
+        "{cases} cases ({} doors and principals, {} policies, 3 actions): {accepted} recorded",
+        arrivals.len(),
+        policies().len()
+    );
+    // The table is not vacuous: both outcomes occur, and each refusal reason is reached.
+    assert!(accepted > 0 && accepted < cases);
+    assert_eq!(reasons.len(), 5, "{reasons:?}");
+}
