@@ -221,14 +221,21 @@ impl TestApp {
 
     /// Starts another gateway like the first; returns its base URL once it is ready.
     pub async fn spawn_gateway(&mut self) -> String {
+        self.spawn_gateway_with(|_| {}).await
+    }
+
+    /// Starts another gateway like the first but for what `change` changes in its
+    /// configuration (a restart with an edited file); returns its base URL once it is ready.
+    pub async fn spawn_gateway_with(
+        &mut self,
+        change: impl FnOnce(&mut approval_gateway::config::Config),
+    ) -> String {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let token = CancellationToken::new();
-        let task = tokio::spawn(approval_gateway::run(
-            self.gateway_config.clone(),
-            listener,
-            token.clone(),
-        ));
+        let mut config = self.gateway_config.clone();
+        change(&mut config);
+        let task = tokio::spawn(approval_gateway::run(config, listener, token.clone()));
         wait_for("the second gateway to be ready", PATIENCE, || async {
             let r = self.http.get(format!("{url}/healthz")).send().await;
             r.ok().filter(|r| r.status().is_success()).map(|_| ())

@@ -149,3 +149,149 @@ async fn only_the_requester_or_an_admin_may_cancel() {
     let (status, body) = cancel(&app, ADMIN_KEY, "run_nope", None).await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
 }
+
+/// The kinds of a run's audit trail, in the order its scripts wrote them.
+async fn trail(app: &TestApp, run_id: &str) -> Vec<String> {
+    let (status, body) = app.get(&format!("/v1/runs/{run_id}/audit")).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    kinds(&body)
+}
+
+#[tokio::test]
+async fn with_no_worker_running_a_cancel_closes_the_call_at_once_and_a_later_approval_is_refused() {
+    let slack = FakeSlack::start().await;
+    let slack_config = slack.config();
+    let mut app = TestApp::spawn_configured(
+        "anthropic",
+        1,
+        "channels = [\"slack:#refunds\"]\n",
+        move |config| config.slack = Some(slack_config),
+        refund_brain,
+    )
+    .await;
+    let run_id = app.start_run("Refund A-1001.").await;
+    let paused = app.wait_status(&run_id, "awaiting_approval").await;
+    wait_for("the Slack message", PATIENCE, || async {
+        slack.calls("chat.postMessage").pop()
+    })
+    .await;
+    app.stop_worker(0).await;
+
+    let (status, body) = cancel(&app, REQUESTER_KEY, &run_id, None).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let digest = &paused["pending"][0]["digest"];
+    let (status, body) = app.approve(&run_id, "toolu_2", digest).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["error"]["code"], "run_cancelled");
+
+    // The call closed in the cancel's own step: announced cancelled, never decided, and its
+    // Slack message says so, though no worker has touched the run.
+    let cancelled = wait_for("approval.cancelled", PATIENCE, || async {
+        let sent = app
+            .stream_messages("APPROVALS", &format!("approval.cancelled.{run_id}"))
+            .await;
+        (!sent.is_empty()).then_some(sent)
+    })
+    .await;
+    assert_eq!(cancelled[0]["call_id"], "toolu_2");
+    assert_eq!(cancelled[0]["cancelled_by"], "rick");
+    let decided = app
+        .stream_messages("APPROVALS", &format!("approval.decided.{run_id}"))
+        .await;
+    assert!(decided.is_empty(), "{decided:?}");
+    let update = wait_for("the Slack message to say cancelled", PATIENCE, || async {
+        slack.calls("chat.update").pop()
+    })
+    .await;
+    assert!(
+        update.body.to_string().contains("Cancelled"),
+        "{:?}",
+        update.body
+    );
+    let (_, run) = app.get(&format!("/v1/runs/{run_id}")).await;
+    assert!(run["pending"][0]["decision"].is_null(), "{run}");
+    let (_, approvals) = app.get("/v1/approvals").await;
+    assert!(
+        approvals["approvals"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|a| a["run_id"] != run_id.as_str()),
+        "a cancelling run's call is no longer waiting: {approvals}"
+    );
+
+    // A worker finishes it as cancelled, and the refund never runs.
+    app.spawn_worker();
+    app.wait_status(&run_id, "cancelled").await;
+    assert!(app.tools.refunds().is_empty());
+    assert!(!trail(&app, &run_id).await.contains(&"decided".to_string()));
+}
+
+#[tokio::test]
+async fn a_cancel_racing_approvals_either_comes_first_and_nothing_runs_or_comes_after_a_recorded_decision()
+ {
+    const RUNS: usize = 12;
+    let app = TestApp::spawn(refund_brain).await;
+    let mut runs = Vec::new();
+    for i in 0..RUNS {
+        let run_id = app.start_run(&format!("Refund A-1001, race {i}.")).await;
+        let paused = app.wait_status(&run_id, "awaiting_approval").await;
+        runs.push((run_id, paused["pending"][0]["digest"].clone()));
+    }
+    // For each run, its requester's cancel and three approvals go out at once.
+    let app = &app;
+    let answers = futures::future::join_all(runs.iter().map(|(run_id, digest)| async move {
+        let approvals =
+            futures::future::join_all((0..3).map(|_| app.approve(run_id, "toolu_2", digest)));
+        let (cancelled, approvals) =
+            tokio::join!(cancel(app, REQUESTER_KEY, run_id, None), approvals);
+        (cancelled, approvals)
+    }))
+    .await;
+
+    let mut cancel_first = 0;
+    for ((run_id, _), ((cancel_status, body), approvals)) in runs.iter().zip(&answers) {
+        let kinds = trail(app, run_id).await;
+        let requested = kinds.iter().position(|k| k == "cancel_requested");
+        let decided = kinds.iter().position(|k| k == "decided");
+        let recorded = approvals.iter().filter(|(s, _)| s.is_success()).count();
+        for (status, body) in approvals {
+            assert!(
+                status.is_success()
+                    || (*status == StatusCode::CONFLICT
+                        && ["run_cancelled", "not_awaiting_approval"]
+                            .contains(&body["error"]["code"].as_str().unwrap())),
+                "{status} {body}"
+            );
+        }
+        // A decision is in the trail only if it was recorded before the cancel.
+        match (requested, decided) {
+            (Some(r), Some(d)) => assert!(d < r, "{run_id}: {kinds:?}"),
+            (None, _) => assert_eq!(*cancel_status, StatusCode::CONFLICT, "{body}"),
+            (Some(_), None) => {
+                cancel_first += 1;
+                assert_eq!(recorded, 0, "{run_id}: {approvals:?}");
+                app.wait_status(run_id, "cancelled").await;
+                assert!(!kinds.contains(&"executed".to_string()), "{kinds:?}");
+                let decided = app
+                    .stream_messages("APPROVALS", &format!("approval.decided.{run_id}"))
+                    .await;
+                assert!(decided.is_empty(), "{decided:?}");
+            }
+        }
+    }
+    // Every run ends, one way or the other.
+    for (run_id, _) in &runs {
+        wait_for("the run to end", PATIENCE, || async {
+            let status = app.get_run_status(run_id).await;
+            ["completed", "cancelled"]
+                .contains(&status.as_str())
+                .then_some(())
+        })
+        .await;
+    }
+    println!(
+        "{RUNS} runs raced a cancel against three approvals: the cancel came first in {cancel_first}; {} refunds ran",
+        app.tools.refunds().len()
+    );
+}

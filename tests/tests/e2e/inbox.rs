@@ -46,21 +46,22 @@ fn add_keys(config: &mut approval_gateway::config::Config) {
 }
 
 /// A browser: keeps cookies, follows no redirect (the tests look at each).
-struct Browser {
+pub(super) struct Browser {
     http: reqwest::Client,
-    base: String,
+    /// The gateway it talks to (cookies go to any port of the host, as in a real browser).
+    pub(super) base: String,
 }
 
-struct Page {
-    status: StatusCode,
-    location: Option<String>,
+pub(super) struct Page {
+    pub(super) status: StatusCode,
+    pub(super) location: Option<String>,
     set_cookie: Option<String>,
-    html: String,
+    pub(super) html: String,
 }
 
 impl Page {
     /// The value of the first `name="NAME"` input of the page.
-    fn input(&self, name: &str) -> String {
+    pub(super) fn input(&self, name: &str) -> String {
         let marker = format!("name=\"{name}\" value=\"");
         let start = self.html.find(&marker).unwrap_or_else(|| {
             panic!("no input {name} in\n{}", self.html);
@@ -71,7 +72,7 @@ impl Page {
 }
 
 impl Browser {
-    fn new(app: &TestApp) -> Self {
+    pub(super) fn new(app: &TestApp) -> Self {
         Self {
             http: reqwest::Client::builder()
                 .cookie_store(true)
@@ -99,12 +100,12 @@ impl Browser {
         }
     }
 
-    async fn get(&self, path: &str) -> Page {
+    pub(super) async fn get(&self, path: &str) -> Page {
         let url = format!("{}{path}", self.base);
         Self::page(self.http.get(url).send().await.unwrap()).await
     }
 
-    async fn post(&self, path: &str, fields: &[(&str, &str)]) -> Page {
+    pub(super) async fn post(&self, path: &str, fields: &[(&str, &str)]) -> Page {
         let response = self
             .http
             .post(format!("{}{path}", self.base))
@@ -117,7 +118,7 @@ impl Browser {
     }
 
     /// Signs in with `key` and checks it worked.
-    async fn signed_in(app: &TestApp, key: &str) -> Self {
+    pub(super) async fn signed_in(app: &TestApp, key: &str) -> Self {
         let browser = Self::new(app);
         let page = browser.post("/inbox/sign-in", &[("key", key)]).await;
         assert_eq!(page.status, StatusCode::SEE_OTHER, "{}", page.html);
