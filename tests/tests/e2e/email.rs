@@ -36,22 +36,27 @@ async fn app_with_email_on(
         1,
         &policy,
         move |config| {
-            config.email = Some(EmailConfig {
-                smtp_host: "127.0.0.1".into(),
-                smtp_port: port,
-                smtp_tls: SmtpTls::None,
-                smtp_username: None,
-                smtp_password: None,
-                from: "Countersign <approvals@example.com>".into(),
-                public_base_url: BASE.into(),
-                link_ttl_secs: 3600,
-            });
+            config.email = Some(email_config(port));
             config.slack = slack_config;
         },
         refund_brain,
     )
     .await;
     (app, sink)
+}
+
+/// Email through the sink on `port`, with links under `BASE`.
+pub(super) fn email_config(port: u16) -> EmailConfig {
+    EmailConfig {
+        smtp_host: "127.0.0.1".into(),
+        smtp_port: port,
+        smtp_tls: SmtpTls::None,
+        smtp_username: None,
+        smtp_password: None,
+        from: "Countersign <approvals@example.com>".into(),
+        public_base_url: BASE.into(),
+        link_ttl_secs: 3600,
+    }
 }
 
 /// The mail sent to `address` once the run paused, and its approve, reject and edit links
@@ -63,7 +68,11 @@ pub(super) async fn mail_for(app: &TestApp, sink: &SmtpSink, address: &str) -> (
 }
 
 /// The mail sent to `address` once the run paused, and its links rewritten to the gateway.
-async fn any_mail_for(app: &TestApp, sink: &SmtpSink, address: &str) -> (Mail, Vec<String>) {
+pub(super) async fn any_mail_for(
+    app: &TestApp,
+    sink: &SmtpSink,
+    address: &str,
+) -> (Mail, Vec<String>) {
     let mail = wait_for(&format!("mail to {address}"), PATIENCE, || async {
         sink.mails()
             .into_iter()
@@ -78,7 +87,11 @@ async fn any_mail_for(app: &TestApp, sink: &SmtpSink, address: &str) -> (Mail, V
     (mail, links)
 }
 
-async fn post_form(app: &TestApp, link: &str, fields: &[(&str, &str)]) -> (StatusCode, String) {
+pub(super) async fn post_form(
+    app: &TestApp,
+    link: &str,
+    fields: &[(&str, &str)],
+) -> (StatusCode, String) {
     let response = app
         .http
         .post(link)

@@ -8,6 +8,7 @@ mod cancel;
 mod chaos;
 mod cli;
 mod decision_authority;
+mod doors;
 mod email;
 mod error_shape;
 mod escalation;
