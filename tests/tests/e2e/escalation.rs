@@ -155,3 +155,32 @@ async fn an_escalated_call_nobody_decides_expires_after_its_second_deadline() {
         "{kinds:?}"
     );
 }
+
+#[tokio::test]
+async fn escalating_a_call_anyone_could_decide_asks_the_target_and_takes_nobody_away() {
+    let slack = FakeSlack::start().await;
+    let policy = "timeout = \"2s\"\non_expiry = \"escalate\"\nescalate_to = [\"bob\"]\nchannels = [\"slack:#refunds\"]\n";
+    let app = app_with(policy, &slack).await;
+    let run_id = app.start_run("Refund A-1001.").await;
+    let paused = app.wait_status(&run_id, "awaiting_approval").await;
+    let digest = paused["pending"][0]["digest"].clone();
+
+    let escalated = wait_for("the call to escalate", PATIENCE, || async {
+        let (_, run) = app.get(&format!("/v1/runs/{run_id}")).await;
+        (run["pending"][0]["escalated"] == true).then_some(run)
+    })
+    .await;
+    let call = &escalated["pending"][0];
+    assert!(call["deciders"].is_null(), "still open to anyone: {call}");
+    assert!(
+        thread_reply(&slack, "Escalated").await["text"]
+            .as_str()
+            .unwrap()
+            .contains("<@U_BOB>"),
+        "bob is asked"
+    );
+    // alice, who is not the escalation target, still decides it.
+    assert_eq!(decide_as(&app, "alice", &run_id, &digest).await, 200);
+    app.wait_status(&run_id, "completed").await;
+    assert_eq!(app.tools.refunds().len(), 1);
+}
