@@ -7,7 +7,7 @@ use super::email::{any_mail_for, email_config, post_form};
 use super::inbox::Browser;
 use super::slack::{app_with, interact, posted_run};
 use approval_gateway::config::{ApiKey, Config, Person, Role};
-use countersign_tests::app::{ADMIN_KEY, PATIENCE, REVIEWER_KEY, TestApp};
+use countersign_tests::app::{ADMIN_KEY, INTEGRATION_KEY, PATIENCE, REVIEWER_KEY, TestApp};
 use countersign_tests::fake_model::refund_brain;
 use countersign_tests::fake_slack::{FakeSlack, click};
 use countersign_tests::smtp_sink::SmtpSink;
@@ -29,6 +29,13 @@ fn add_people(config: &mut Config) {
         principal: principal.into(),
         speaks_for: Vec::new(),
     };
+    // The integration key (a system that signs its own users in) speaks for them too.
+    for key in &mut config.api_keys {
+        if key.key.expose() == INTEGRATION_KEY {
+            key.speaks_for
+                .extend(["rhea".to_string(), "quinn".to_string()]);
+        }
+    }
     config.api_keys.extend([
         key(ALICE_KEY, Role::Reviewer, "alice"),
         key(RHEA_KEY, Role::Reader, "rhea"),
@@ -263,4 +270,33 @@ async fn a_slack_click_by_a_person_whose_role_does_not_decide_changes_nothing() 
     let (status, _) = interact(&app, &click("U_ALICE", "approve", &value)).await;
     assert_eq!(status, StatusCode::OK);
     app.wait_status(&run_id, "completed").await;
+}
+
+#[tokio::test]
+async fn a_key_speaking_for_a_person_decides_with_that_persons_role() {
+    let app = TestApp::spawn_configured("anthropic", 1, "", add_people, refund_brain).await;
+    let run_id = app.start_run("Refund A-1001.").await;
+    let paused = app.wait_status(&run_id, "awaiting_approval").await;
+    let digest = &paused["pending"][0]["digest"];
+    let approve = serde_json::json!({"call_id": "toolu_2", "digest": digest, "action": "approve"});
+    let reject = serde_json::json!({"call_id": "toolu_2", "digest": digest, "action": "reject", "reason": "no"});
+    for (person, decision) in [("rhea", approve.clone()), ("quinn", reject)] {
+        let (status, body) = app.decide_as(person, &run_id, decision).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+        assert_eq!(body["error"]["code"], "not_an_approver", "{body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("does not hold a role that decides"),
+            "{message}"
+        );
+    }
+    nothing_decided(&app, &run_id).await;
+    let (status, body) = app
+        .decide_as(
+            "alice",
+            &run_id,
+            serde_json::json!({"call_id": "toolu_2", "digest": digest, "action": "approve"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
 }
