@@ -5,10 +5,11 @@
 
 use crate::email::{app_with_email, mail_for};
 use crate::slack::{app_with, interact, posted_run};
-use countersign_tests::app::{REVIEWER_KEY, TestApp};
+use countersign_tests::app::{PATIENCE, REVIEWER_KEY, TestApp};
 use countersign_tests::browser::{Browser, Screen};
 use countersign_tests::fake_model::refund_brain;
 use countersign_tests::fake_slack::{FakeSlack, click};
+use countersign_tests::wait_for;
 use serde_json::Value;
 
 /// Signs in on the inbox's sign-in page with an API key, and waits for the inbox.
@@ -326,6 +327,41 @@ async fn a_request_decided_in_slack_while_its_page_is_open_shows_as_decided_with
     app.wait_status(&run_id, "completed").await;
     assert_eq!(app.tools.refunds().len(), 1);
     assert_eq!(decisions(&app, &run_id).await[0]["channel"], "slack");
+}
+
+#[tokio::test]
+async fn a_reviewer_signs_in_with_a_mailed_link_on_a_phone_reaching_the_gateway_at_its_own_address()
+{
+    // The mails' links say http://approvals.test; the phone reaches the gateway at its
+    // address, so its forms are sent from there, not from the public base URL's origin.
+    let (app, sink) = app_with_email("\"email:approvers\"", None).await;
+    let browser = Browser::start("inbox_link_sign_in", Screen::Phone).await;
+    browser
+        .goto(&format!("{}/inbox/sign-in", app.gateway_url))
+        .await;
+    browser
+        .fill("form#email-link input[name=email]", "alice@example.com")
+        .await;
+    browser.click("form#email-link button[type=submit]").await;
+    let mail = wait_for("the sign-in mail", PATIENCE, || async {
+        sink.mails()
+            .into_iter()
+            .find(|m| m.data.contains("Subject: Your sign-in link"))
+    })
+    .await;
+    let base = "http://approvals.test";
+    let link = mail.links(&format!("{base}/inbox/sign-in/"))[0].replacen(base, &app.gateway_url, 1);
+
+    browser.goto(&link).await;
+    browser.assert_fits_the_screen().await;
+    browser.click("form#use-link button[type=submit]").await;
+    browser
+        .wait_until(
+            "the inbox after signing in",
+            "return location.pathname === '/inbox' && document.readyState === 'complete'",
+        )
+        .await;
+    assert_eq!(signed_in_as(&browser).await, serde_json::json!(["alice"]));
 }
 
 /// mallory's key: she may review, and would like others' decisions recorded as hers.
