@@ -113,6 +113,15 @@ pub struct SlackConfig {
     pub bot_token: Secret,
     /// The app's signing secret, for `POST /slack/interactions`. Never logged.
     pub signing_secret: Secret,
+    /// The workspace (`T…`) whose people decide: an interaction whose `team.id` differs is
+    /// refused. Default none (any workspace the app is installed in); set it, since Slack
+    /// user ids are mapped to people without it.
+    #[serde(default)]
+    pub team_id: Option<String>,
+    /// The app (`A…`) whose interactions count: one whose `api_app_id` differs is refused.
+    /// Default none; set it.
+    #[serde(default)]
+    pub api_app_id: Option<String>,
 }
 
 fn slack_api() -> String {
@@ -469,6 +478,8 @@ mod unknown_keys {
         config.validate().unwrap();
         assert_eq!(config.api_keys.len(), 2);
         assert!(config.slack.is_some() && config.email.is_some());
+        let slack = config.slack.unwrap();
+        assert!(slack.team_id.is_some() && slack.api_app_id.is_some());
     }
 
     #[test]

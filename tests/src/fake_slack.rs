@@ -19,6 +19,9 @@ pub const BOT_TOKEN: &str = "xoxb-test-token";
 pub const SIGNING_SECRET: &str = "test-signing-secret";
 /// The channel id the fake gives every posted message.
 pub const CHANNEL_ID: &str = "C_REFUNDS";
+/// The workspace and the app every interaction payload comes from.
+pub const TEAM_ID: &str = "T0ACME";
+pub const APP_ID: &str = "A0COUNTERSIGN";
 
 #[derive(Clone, Debug)]
 pub struct SlackCall {
@@ -91,6 +94,8 @@ impl FakeSlack {
             api_base_url: self.api_base_url.clone(),
             bot_token: BOT_TOKEN.into(),
             signing_secret: SIGNING_SECRET.into(),
+            team_id: Some(TEAM_ID.into()),
+            api_app_id: Some(APP_ID.into()),
         }
     }
 
@@ -199,8 +204,9 @@ pub fn form_body(payload: &Value) -> String {
 pub fn click(user: &str, action: &str, button_value: &str) -> Value {
     json!({
         "type": "block_actions",
-        "user": {"id": user, "username": user, "team_id": "T1"},
-        "team": {"id": "T1", "domain": "acme"},
+        "api_app_id": APP_ID,
+        "user": {"id": user, "username": user, "team_id": TEAM_ID},
+        "team": {"id": TEAM_ID, "domain": "acme"},
         "trigger_id": "12345.98765.abcd",
         "container": {"type": "message", "message_ts": "1700000000.000001", "channel_id": CHANNEL_ID},
         "channel": {"id": CHANNEL_ID, "name": "refunds"},
@@ -225,9 +231,11 @@ pub fn submit(
     }
     json!({
         "type": "view_submission",
-        "user": {"id": user, "name": user},
-        "team": {"id": "T1", "domain": "acme"},
-        "view": {"id": "V1", "type": "modal", "callback_id": callback,
+        "api_app_id": APP_ID,
+        "user": {"id": user, "name": user, "team_id": TEAM_ID},
+        "team": {"id": TEAM_ID, "domain": "acme"},
+        "view": {"id": "V1", "type": "modal", "callback_id": callback, "team_id": TEAM_ID,
+                 "app_id": APP_ID,
                  "private_metadata": private_metadata, "state": {"values": state}},
     })
 }

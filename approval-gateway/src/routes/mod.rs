@@ -13,9 +13,11 @@ mod view;
 use crate::channels::{email, slack};
 use crate::error::ApiError;
 use crate::state::AppState;
+use crate::web::same_origin;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{Method, Uri, header};
+use axum::middleware::from_fn_with_state;
 use axum::response::{IntoResponse, Response};
 
 pub(crate) fn router(state: AppState) -> Router {
@@ -28,8 +30,12 @@ pub(crate) fn router(state: AppState) -> Router {
         .merge(sessions::router())
         .merge(health::router())
         .merge(slack::router())
-        .merge(email::router())
-        .merge(crate::web::router())
+        .merge(
+            // The reviewers' pages: none changes anything for a form sent from another site.
+            email::router()
+                .merge(crate::web::router())
+                .route_layer(from_fn_with_state(state.clone(), same_origin::check)),
+        )
         .fallback(|| async { ApiError::not_found("no such route") })
         // After the merges: it applies to the routes present when it is called.
         .method_not_allowed_fallback(|method: Method, uri: Uri| async move {

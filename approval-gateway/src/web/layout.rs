@@ -1,7 +1,9 @@
 //! The one layout every reviewer page uses, the inbox's and the email links' alike: a
 //! viewport for phones, one small inline stylesheet, no external assets. Pages are never
-//! cached nor sent as a referrer (the email pages carry their token in the URL), and a
-//! Content Security Policy lets run only the page's own inline script, by a nonce.
+//! cached nor sent as a referrer to another site (the email pages carry their token in the
+//! URL; `same-origin` rather than `no-referrer`, under which browsers send `Origin: null`
+//! with the pages' own forms, which `same_origin` then could not tell from another site's),
+//! and a Content Security Policy lets run only the page's own inline script, by a nonce.
 
 use crate::error::ApiError;
 use axum::http::{HeaderValue, StatusCode, header};
@@ -72,7 +74,7 @@ impl<'a> Page<'a> {
         headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
         headers.insert(
             header::REFERRER_POLICY,
-            HeaderValue::from_static("no-referrer"),
+            HeaderValue::from_static("same-origin"),
         );
         headers.insert(
             header::X_CONTENT_TYPE_OPTIONS,

@@ -9,9 +9,11 @@
 pub(crate) mod forms;
 mod inbox;
 pub(crate) mod layout;
+mod pre_session;
 mod request;
 pub(crate) mod request_view;
 mod run_page;
+pub(crate) mod same_origin;
 pub(crate) mod session;
 mod sign_in;
 

@@ -94,7 +94,7 @@ impl Session {
                 Duration::from_secs(ttl),
             )
             .await?;
-        Ok(set_cookie(state, &cookie, ttl))
+        Ok(set_cookie(state, COOKIE, &cookie, ttl))
     }
 
     /// The role this session's grant yields now, if it still yields one that decides: the
@@ -117,7 +117,7 @@ impl Session {
             .store
             .end_session(Some(&self.principal), &self.cookie_hash)
             .await?;
-        Ok(set_cookie(state, "", 0))
+        Ok(set_cookie(state, COOKIE, "", 0))
     }
 
     /// Whether a submitted form carries this session's CSRF token (compared as hashes, so
@@ -134,7 +134,7 @@ impl Session {
     /// The session a request's cookie names, if it names one that lasts and that the
     /// configuration still grants; one it no longer grants is ended here.
     async fn of(parts: &Parts, state: &AppState) -> Result<Option<Session>, ApiError> {
-        let Some(cookie) = cookie(&parts.headers) else {
+        let Some(cookie) = cookie(&parts.headers, COOKIE) else {
             return Ok(None);
         };
         let hash = sha256_hex(cookie);
@@ -184,30 +184,32 @@ impl IntoResponse for CsrfRefused {
     }
 }
 
-fn set_cookie(state: &AppState, value: &str, max_age: u64) -> HeaderValue {
+/// A `Set-Cookie` value for cookie `name` of the reviewers' pages.
+pub(super) fn set_cookie(state: &AppState, name: &str, value: &str, max_age: u64) -> HeaderValue {
     let secure = state
         .config
         .public_base_url()
         .is_some_and(|url| url.starts_with("https://"));
-    HeaderValue::from_str(&cookie_line(value, max_age, secure)).expect("cookie values are hex")
+    HeaderValue::from_str(&cookie_line(name, value, max_age, secure))
+        .expect("cookie values are hex")
 }
 
-fn cookie_line(value: &str, max_age: u64, secure: bool) -> String {
+fn cookie_line(name: &str, value: &str, max_age: u64, secure: bool) -> String {
     format!(
-        "{COOKIE}={value}; Path=/; Max-Age={max_age}; HttpOnly; SameSite=Strict{}",
+        "{name}={value}; Path=/; Max-Age={max_age}; HttpOnly; SameSite=Strict{}",
         if secure { "; Secure" } else { "" }
     )
 }
 
-/// The session cookie's value, if the request carries one.
-fn cookie(headers: &HeaderMap) -> Option<&str> {
+/// The value of cookie `name`, if the request carries one.
+pub(super) fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(name, value)| *name == COOKIE && !value.is_empty())
+        .find(|(found, value)| *found == name && !value.is_empty())
         .map(|(_, value)| value)
 }
 
@@ -247,18 +249,22 @@ impl OptionalFromRequestParts<AppState> for Session {
     }
 }
 
-/// A path inside the inbox to go back to after signing in; anything else is the inbox.
-pub(crate) fn safe_next(next: Option<&str>) -> &str {
+/// A path inside the inbox to go back to after signing in (none or an empty one is the
+/// inbox); `None` for anything else: another site, a sign-in page, or a character a
+/// `Location` header cannot carry.
+pub(crate) fn safe_next(next: Option<&str>) -> Option<&str> {
     match next {
+        None | Some("") => Some("/inbox"),
         Some(path)
-            if path.starts_with("/inbox")
+            if (path == "/inbox" || path.starts_with("/inbox/") || path.starts_with("/inbox?"))
                 && !path.starts_with("/inbox/sign-")
                 && !path.contains("//")
-                && !path.contains('\\') =>
+                && !path.contains('\\')
+                && path.chars().all(|c| c.is_ascii_graphic()) =>
         {
-            path
+            Some(path)
         }
-        _ => "/inbox",
+        _ => None,
     }
 }
 
@@ -268,22 +274,33 @@ mod tests {
 
     #[test]
     fn only_inbox_paths_are_gone_back_to() {
-        assert_eq!(safe_next(Some("/inbox/runs/r1")), "/inbox/runs/r1");
-        assert_eq!(safe_next(Some("https://evil.example/inbox")), "/inbox");
-        assert_eq!(safe_next(Some("//evil.example/inbox")), "/inbox");
-        assert_eq!(safe_next(Some("/inbox//evil.example")), "/inbox");
-        assert_eq!(safe_next(Some("/inbox/sign-out")), "/inbox");
-        assert_eq!(safe_next(None), "/inbox");
+        assert_eq!(safe_next(Some("/inbox/runs/r1")), Some("/inbox/runs/r1"));
+        assert_eq!(safe_next(Some("/inbox?tool=x")), Some("/inbox?tool=x"));
+        assert_eq!(safe_next(None), Some("/inbox"));
+        assert_eq!(safe_next(Some("")), Some("/inbox"));
+        for bad in [
+            "https://evil.example/inbox",
+            "//evil.example/inbox",
+            "/inbox//evil.example",
+            "/inbox\\evil.example",
+            "/inbox/sign-out",
+            "/inboxes",
+            "/inbox\r\nSet-Cookie: a=b",
+            "/inbox/runs/r1 x",
+            "/inbox/runs/é",
+        ] {
+            assert_eq!(safe_next(Some(bad)), None, "{bad:?}");
+        }
     }
 
     #[test]
     fn the_cookie_is_secure_only_where_the_gateway_is_reached_over_tls() {
-        let line = cookie_line("abc", 60, true);
+        let line = cookie_line(COOKIE, "abc", 60, true);
         assert_eq!(
             line,
             "countersign_session=abc; Path=/; Max-Age=60; HttpOnly; SameSite=Strict; Secure"
         );
-        assert!(!cookie_line("abc", 60, false).contains("Secure"));
+        assert!(!cookie_line(COOKIE, "abc", 60, false).contains("Secure"));
     }
 
     #[test]
@@ -293,6 +310,6 @@ mod tests {
             header::COOKIE,
             HeaderValue::from_static("a=1; countersign_session=abc; b=2"),
         );
-        assert_eq!(cookie(&headers), Some("abc"));
+        assert_eq!(cookie(&headers, COOKIE), Some("abc"));
     }
 }

@@ -5,10 +5,11 @@
 
 use crate::email::{app_with_email, mail_for};
 use crate::slack::{app_with, interact, posted_run};
-use countersign_tests::app::{REVIEWER_KEY, TestApp};
+use countersign_tests::app::{PATIENCE, REVIEWER_KEY, TestApp};
 use countersign_tests::browser::{Browser, Screen};
 use countersign_tests::fake_model::refund_brain;
 use countersign_tests::fake_slack::{FakeSlack, click};
+use countersign_tests::wait_for;
 use serde_json::Value;
 
 /// Signs in on the inbox's sign-in page with an API key, and waits for the inbox.
@@ -326,4 +327,143 @@ async fn a_request_decided_in_slack_while_its_page_is_open_shows_as_decided_with
     app.wait_status(&run_id, "completed").await;
     assert_eq!(app.tools.refunds().len(), 1);
     assert_eq!(decisions(&app, &run_id).await[0]["channel"], "slack");
+}
+
+#[tokio::test]
+async fn a_reviewer_signs_in_with_a_mailed_link_on_a_phone_reaching_the_gateway_at_its_own_address()
+{
+    // The mails' links say http://approvals.test; the phone reaches the gateway at its
+    // address, so its forms are sent from there, not from the public base URL's origin.
+    let (app, sink) = app_with_email("\"email:approvers\"", None).await;
+    let browser = Browser::start("inbox_link_sign_in", Screen::Phone).await;
+    browser
+        .goto(&format!("{}/inbox/sign-in", app.gateway_url))
+        .await;
+    browser
+        .fill("form#email-link input[name=email]", "alice@example.com")
+        .await;
+    browser.click("form#email-link button[type=submit]").await;
+    let mail = wait_for("the sign-in mail", PATIENCE, || async {
+        sink.mails()
+            .into_iter()
+            .find(|m| m.data.contains("Subject: Your sign-in link"))
+    })
+    .await;
+    let base = "http://approvals.test";
+    let link = mail.links(&format!("{base}/inbox/sign-in/"))[0].replacen(base, &app.gateway_url, 1);
+
+    browser.goto(&link).await;
+    browser.assert_fits_the_screen().await;
+    browser.click("form#use-link button[type=submit]").await;
+    browser
+        .wait_until(
+            "the inbox after signing in",
+            "return location.pathname === '/inbox' && document.readyState === 'complete'",
+        )
+        .await;
+    assert_eq!(signed_in_as(&browser).await, serde_json::json!(["alice"]));
+}
+
+/// mallory's key: she may review, and would like others' decisions recorded as hers.
+const MALLORY_KEY: &str = "test-mallory-key-0123456789";
+
+/// A page of another site (`localhost`, while the gateway is `127.0.0.1`: another host, so
+/// another site) that, once opened, posts `fields` to `action` from a form of its own; its URL.
+async fn attackers_page(action: &str, fields: &[(&str, &str)]) -> String {
+    let inputs: String = fields
+        .iter()
+        .map(|(name, value)| format!("<input type=\"hidden\" name=\"{name}\" value=\"{value}\">"))
+        .collect();
+    let html = format!(
+        "<!doctype html><title>Win a prize</title><form id=\"f\" method=\"post\" \
+         action=\"{action}\">{inputs}</form><script>document.getElementById('f').submit()</script>"
+    );
+    let page = axum::Router::new().route(
+        "/",
+        axum::routing::get(move || async move { axum::response::Html(html) }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move { axum::serve(listener, page).await });
+    format!("http://localhost:{port}/")
+}
+
+/// Who the inbox's header says is signed in, on the page the browser shows.
+async fn signed_in_as(browser: &Browser) -> Value {
+    browser
+        .eval("return [...document.querySelectorAll('header .who')].map(e => e.innerText)")
+        .await
+}
+
+#[tokio::test]
+async fn a_page_of_another_site_cannot_sign_a_visitor_in_as_the_attacker() {
+    let add_mallory = |config: &mut approval_gateway::config::Config| {
+        config.api_keys.push(approval_gateway::config::ApiKey {
+            key: MALLORY_KEY.into(),
+            role: approval_gateway::config::Role::Reviewer,
+            principal: "mallory".into(),
+            speaks_for: Vec::new(),
+        });
+    };
+    let app = TestApp::spawn_configured("anthropic", 1, "", add_mallory, refund_brain).await;
+    // mallory's page carries all she can get: her key, and the token of a sign-in page she
+    // opened herself.
+    let form = app
+        .http
+        .get(format!("{}/inbox/sign-in", app.gateway_url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let token = form
+        .split("name=\"csrf\" value=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("the sign-in page has a token")
+        .to_string();
+    let action = format!("{}/inbox/sign-in", app.gateway_url);
+    let fields = [("key", MALLORY_KEY), ("csrf", &token), ("next", "/inbox")];
+    let page = attackers_page(&action, &fields).await;
+    let browser = Browser::start("login_csrf", Screen::Desktop).await;
+    let inbox = format!("{}/inbox", app.gateway_url);
+    let gateway = serde_json::json!(app.gateway_url);
+
+    // Twice: a visitor not signed in, then one signed in as herself.
+    for before in [None, Some("rita")] {
+        browser.goto(&page).await;
+        let landed = browser
+            .wait_until(
+                "the gateway's answer to the other site's form",
+                &format!(
+                    "return location.origin === {gateway} && document.readyState === 'complete' \
+                     && location.pathname"
+                ),
+            )
+            .await;
+        browser.screenshot("posted").await;
+        assert_eq!(
+            landed, "/inbox/sign-in",
+            "the post was answered, not followed"
+        );
+        browser.goto(&inbox).await;
+        let at = browser
+            .wait_until(
+                "the inbox, or the sign-in page it sends to",
+                "return document.readyState === 'complete' && location.pathname",
+            )
+            .await;
+        match before {
+            None => assert_eq!(at, "/inbox/sign-in", "still signed out"),
+            Some(who) => {
+                assert_eq!(at, "/inbox");
+                assert_eq!(signed_in_as(&browser).await, serde_json::json!([who]));
+            }
+        }
+        assert_ne!(signed_in_as(&browser).await, serde_json::json!(["mallory"]));
+        if before.is_none() {
+            sign_in(&browser, &app, REVIEWER_KEY).await;
+        }
+    }
 }

@@ -96,7 +96,7 @@ fn sent_to_sign_in(page: &super::inbox::Page) {
 async fn signed_in_by_mail(app: &TestApp, sink: &SmtpSink, address: &str) -> Browser {
     let browser = Browser::new(app);
     let asked = browser
-        .post("/inbox/sign-in/email", &[("email", address)])
+        .sign_in_form("/inbox/sign-in/email", &[("email", address)])
         .await;
     assert_eq!(asked.status, StatusCode::OK, "{}", asked.html);
     let mail = wait_for(
@@ -114,7 +114,7 @@ async fn signed_in_by_mail(app: &TestApp, sink: &SmtpSink, address: &str) -> Bro
         "",
         1,
     );
-    let page = browser.post(&link, &[]).await;
+    let page = browser.sign_in_form(&link, &[]).await;
     assert_eq!(page.status, StatusCode::SEE_OTHER, "{}", page.html);
     assert_eq!(browser.get("/inbox").await.status, StatusCode::OK);
     browser

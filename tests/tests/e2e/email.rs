@@ -124,7 +124,7 @@ async fn an_email_link_opened_decides_nothing_its_form_decides_once() {
             let page = app.http.get(link).send().await.unwrap();
             assert_eq!(page.status(), 200);
             assert_eq!(page.headers()["cache-control"], "no-store");
-            assert_eq!(page.headers()["referrer-policy"], "no-referrer");
+            assert_eq!(page.headers()["referrer-policy"], "same-origin");
             let html = page.text().await.unwrap();
             assert!(
                 html.contains("method=\"post\"") && !html.contains("<script"),
@@ -178,6 +178,44 @@ async fn an_email_link_opened_decides_nothing_its_form_decides_once() {
         .unwrap();
     assert_eq!(decided["entry"]["channel"], "email");
     assert_eq!(decided["entry"]["actor"], "alice");
+}
+
+#[tokio::test]
+async fn a_link_pages_form_sent_from_another_site_is_refused_and_leaves_the_link_working() {
+    let (app, sink) = app_with_email("\"email:alice@example.com\"", None).await;
+    let run_id = app.start_run("Refund A-1001.").await;
+    let (_, links) = mail_for(&app, &sink, "alice@example.com").await;
+    let post_from = |header: (&'static str, &'static str)| {
+        let request = app
+            .http
+            .post(&links[0])
+            .header("content-type", "application/x-www-form-urlencoded")
+            .header(header.0, header.1);
+        async move {
+            let response = request.send().await.unwrap();
+            (response.status(), response.text().await.unwrap())
+        }
+    };
+    for header in [
+        ("origin", "https://evil.example"),
+        ("origin", "https://approvals.test"),
+        ("origin", "null"),
+        ("sec-fetch-site", "cross-site"),
+        ("sec-fetch-site", "same-site"),
+    ] {
+        let (status, html) = post_from(header).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{header:?}: {html}");
+        assert!(html.contains("nothing was changed"), "{html}");
+    }
+    let (_, run) = app.get(&format!("/v1/runs/{run_id}")).await;
+    assert_eq!(run["status"], "awaiting_approval");
+    assert!(run["pending"][0]["decision"].is_null());
+
+    // From the configured public base URL (the gateway as reviewers reach it), it decides.
+    let (status, html) = post_from(("origin", BASE)).await;
+    assert_eq!(status, StatusCode::OK, "{html}");
+    app.wait_status(&run_id, "completed").await;
+    assert_eq!(app.tools.refunds().len(), 1);
 }
 
 #[tokio::test]

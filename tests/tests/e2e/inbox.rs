@@ -106,21 +106,42 @@ impl Browser {
     }
 
     pub(super) async fn post(&self, path: &str, fields: &[(&str, &str)]) -> Page {
-        let response = self
+        self.post_with(path, fields, &[]).await
+    }
+
+    /// Posts a form with these headers too (`Origin`, say).
+    pub(super) async fn post_with(
+        &self,
+        path: &str,
+        fields: &[(&str, &str)],
+        headers: &[(&str, &str)],
+    ) -> Page {
+        let mut request = self
             .http
             .post(format!("{}{path}", self.base))
             .header("content-type", "application/x-www-form-urlencoded")
-            .body(serde_urlencoded::to_string(fields).unwrap())
-            .send()
-            .await
-            .unwrap();
-        Self::page(response).await
+            .body(serde_urlencoded::to_string(fields).unwrap());
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        Self::page(request.send().await.unwrap()).await
+    }
+
+    /// Sends a sign-in form (`path`: the key form, the mail form or a mailed link's button)
+    /// as the sign-in page of this browser does: with its pre-session token.
+    pub(super) async fn sign_in_form(&self, path: &str, fields: &[(&str, &str)]) -> Page {
+        let token = self.get("/inbox/sign-in").await.input("csrf");
+        let mut all = fields.to_vec();
+        all.push(("csrf", &token));
+        self.post(path, &all).await
     }
 
     /// Signs in with `key` and checks it worked.
     pub(super) async fn signed_in(app: &TestApp, key: &str) -> Self {
         let browser = Self::new(app);
-        let page = browser.post("/inbox/sign-in", &[("key", key)]).await;
+        let page = browser
+            .sign_in_form("/inbox/sign-in", &[("key", key)])
+            .await;
         assert_eq!(page.status, StatusCode::SEE_OTHER, "{}", page.html);
         browser
     }
@@ -162,6 +183,11 @@ impl Opened {
     /// Sends a form of the page: `fields`, with the page's CSRF token and digest unless
     /// `fields` name their own.
     async fn submit(&self, fields: &[(&str, &str)]) -> Page {
+        self.submit_with(fields, &[]).await
+    }
+
+    /// `submit`, with these headers too.
+    async fn submit_with(&self, fields: &[(&str, &str)], headers: &[(&str, &str)]) -> Page {
         let (csrf, digest) = (self.page.input("csrf"), self.page.input("digest"));
         let mut all = fields.to_vec();
         for (name, value) in [("csrf", csrf.as_str()), ("digest", digest.as_str())] {
@@ -169,7 +195,7 @@ impl Opened {
                 all.push((name, value));
             }
         }
-        self.alice.post(&self.path, &all).await
+        self.alice.post_with(&self.path, &all, headers).await
     }
 
     async fn reload(&self) -> Page {
@@ -242,12 +268,12 @@ async fn signing_in_with_a_key_sets_a_strict_http_only_cookie_and_a_wrong_key_ch
     // Without [email] the link form says it cannot send one, and sends none.
     assert_shows(&form, &["id=\"email-link\"", "cannot send sign-in links"]);
     let off = browser
-        .post("/inbox/sign-in/email", &[("email", "alice@example.com")])
+        .sign_in_form("/inbox/sign-in/email", &[("email", "alice@example.com")])
         .await;
     assert_eq!(off.status, StatusCode::NOT_FOUND);
 
     let wrong = browser
-        .post("/inbox/sign-in", &[("key", "not-a-key-of-this-gateway")])
+        .sign_in_form("/inbox/sign-in", &[("key", "not-a-key-of-this-gateway")])
         .await;
     assert_eq!(wrong.status, StatusCode::UNAUTHORIZED);
     assert!(
@@ -263,7 +289,7 @@ async fn signing_in_with_a_key_sets_a_strict_http_only_cookie_and_a_wrong_key_ch
     );
     // A key that may not decide signs nobody in.
     let requester = browser
-        .post(
+        .sign_in_form(
             "/inbox/sign-in",
             &[("key", countersign_tests::app::REQUESTER_KEY)],
         )
@@ -272,7 +298,7 @@ async fn signing_in_with_a_key_sets_a_strict_http_only_cookie_and_a_wrong_key_ch
     assert!(requester.set_cookie.is_none());
 
     let page = browser
-        .post(
+        .sign_in_form(
             "/inbox/sign-in",
             &[("key", ALICE_KEY), ("next", "/inbox/runs/run_x")],
         )
@@ -299,6 +325,118 @@ async fn signing_in_with_a_key_sets_a_strict_http_only_cookie_and_a_wrong_key_ch
         .post("/inbox/sign-out", &[("csrf", &inbox.input("csrf"))])
         .await;
     assert_eq!(out.status, StatusCode::SEE_OTHER);
+    assert_eq!(browser.get("/inbox").await.status, StatusCode::SEE_OTHER);
+}
+
+/// What another site's page can make a browser send: `Origin` of that site, or, from a
+/// browser that leaves `Origin` out, only `Sec-Fetch-Site`.
+const FROM_ELSEWHERE: [(&str, &str); 5] = [
+    ("origin", "https://evil.example"),
+    ("origin", "http://localhost:1"),
+    ("origin", "null"),
+    ("sec-fetch-site", "cross-site"),
+    ("sec-fetch-site", "same-site"),
+];
+
+#[tokio::test]
+async fn a_sign_in_form_not_sent_from_this_browsers_sign_in_page_signs_nobody_in() {
+    let app = app().await;
+    let mallory = Browser::new(&app);
+    let form = mallory.get("/inbox/sign-in").await;
+    let cookie = form
+        .set_cookie
+        .clone()
+        .expect("the page gives a pre-session cookie");
+    for part in ["countersign_sign_in=", "HttpOnly", "SameSite=Strict"] {
+        assert!(cookie.contains(part), "{part} missing from {cookie}");
+    }
+    let token = form.input("csrf");
+    assert_eq!(mallory.get("/inbox/sign-in").await.input("csrf"), token);
+    assert!(mallory.get("/inbox/sign-in").await.set_cookie.is_none());
+
+    // A victim's browser that never opened the page, or has its own token: mallory's token,
+    // none, or a wrong one signs nobody in, by key or by a mailed link's button.
+    let (fresh, victim) = (Browser::new(&app), Browser::new(&app));
+    let own = victim.get("/inbox/sign-in").await.input("csrf");
+    assert_ne!(own, token);
+    for browser in [&fresh, &victim] {
+        for path in [
+            "/inbox/sign-in",
+            "/inbox/sign-in/email",
+            "/inbox/sign-in/0123abcd",
+        ] {
+            for csrf in [None, Some(""), Some(token.as_str()), Some("0123")] {
+                let mut fields = vec![("key", ALICE_KEY), ("email", "alice@example.com")];
+                fields.extend(csrf.map(|c| ("csrf", c)));
+                let refused = browser.post(path, &fields).await;
+                assert_eq!(refused.status, StatusCode::FORBIDDEN, "{path} {csrf:?}");
+                assert!(refused.set_cookie.is_none(), "{path} {csrf:?}");
+                assert_shows(&refused, &["nobody was signed in"]);
+            }
+        }
+        assert_eq!(browser.get("/inbox").await.status, StatusCode::SEE_OTHER);
+    }
+
+    // Its own page's form, sent from another site, is refused too.
+    for header in FROM_ELSEWHERE {
+        let fields = [("key", ALICE_KEY), ("csrf", own.as_str())];
+        let refused = victim.post_with("/inbox/sign-in", &fields, &[header]).await;
+        assert_eq!(refused.status, StatusCode::FORBIDDEN, "{header:?}");
+        assert!(refused.set_cookie.is_none(), "{header:?}");
+        assert_shows(&refused, &["nothing was changed"]);
+    }
+    assert_eq!(victim.get("/inbox").await.status, StatusCode::SEE_OTHER);
+
+    // From the gateway's own origin, or from a client that is no browser, it signs in.
+    let origin = ("origin", app.gateway_url.as_str());
+    let fields = [("key", ALICE_KEY), ("csrf", own.as_str())];
+    let signed_in = victim.post_with("/inbox/sign-in", &fields, &[origin]).await;
+    assert_eq!(
+        signed_in.status,
+        StatusCode::SEE_OTHER,
+        "{}",
+        signed_in.html
+    );
+    assert!(
+        victim
+            .get("/inbox")
+            .await
+            .html
+            .contains("<span class=\"who\">alice</span>")
+    );
+    let fields = [("key", CAROL_KEY), ("csrf", token.as_str())];
+    assert_eq!(
+        mallory.post("/inbox/sign-in", &fields).await.status,
+        StatusCode::SEE_OTHER
+    );
+}
+
+#[tokio::test]
+async fn a_page_to_go_back_to_that_is_not_the_inboxs_is_a_400_that_signs_nobody_in() {
+    let app = app().await;
+    let browser = Browser::new(&app);
+    // Asked for with one, the page leaves it out.
+    let form = browser
+        .get("/inbox/sign-in?next=https%3A%2F%2Fevil.example%2F")
+        .await;
+    assert_eq!(form.status, StatusCode::OK);
+    assert_eq!(form.input("next"), "/inbox");
+    let token = form.input("csrf");
+    for next in [
+        "/inbox\r\nSet-Cookie: countersign_session=0",
+        "/inbox/runs/x\n",
+        "https://evil.example/inbox",
+        "//evil.example/inbox",
+        "/inbox/sign-out",
+        "/inbox/runs/\u{e9}",
+    ] {
+        let fields = [("key", ALICE_KEY), ("csrf", token.as_str()), ("next", next)];
+        let refused = browser.post("/inbox/sign-in", &fields).await;
+        assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{next:?}");
+        assert!(refused.set_cookie.is_none(), "{next:?}");
+        assert!(refused.location.is_none(), "{next:?}");
+        assert_shows(&refused, &["nobody was signed in"]);
+    }
     assert_eq!(browser.get("/inbox").await.status, StatusCode::SEE_OTHER);
 }
 
@@ -471,6 +609,40 @@ async fn a_form_without_the_sessions_csrf_token_is_refused_and_decides_nothing()
 }
 
 #[tokio::test]
+async fn a_decision_or_a_sign_out_sent_from_another_site_is_refused_and_changes_nothing() {
+    let opened = alice_opens_a_request().await;
+    for header in FROM_ELSEWHERE {
+        let refused = opened
+            .submit_with(&[("action", "approve")], &[header])
+            .await;
+        assert_eq!(refused.status, StatusCode::FORBIDDEN, "{header:?}");
+        assert_shows(&refused, &["nothing was changed"]);
+        let csrf = opened.page.input("csrf");
+        let out = opened
+            .alice
+            .post_with("/inbox/sign-out", &[("csrf", &csrf)], &[header])
+            .await;
+        assert_eq!(out.status, StatusCode::FORBIDDEN, "{header:?}");
+    }
+    opened.nothing_recorded().await;
+    assert_eq!(opened.alice.get("/inbox").await.status, StatusCode::OK);
+    let (_, audit) = opened
+        .app
+        .get(&format!("/v1/runs/{}/audit", opened.run_id))
+        .await;
+    assert!(audit["refusals"].as_array().unwrap().is_empty(), "{audit}");
+
+    // From the gateway's own page it decides.
+    let own = [
+        ("origin", opened.app.gateway_url.as_str()),
+        ("sec-fetch-site", "same-origin"),
+    ];
+    let done = opened.submit_with(&[("action", "approve")], &own).await;
+    assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.html);
+    opened.app.wait_status(&opened.run_id, "completed").await;
+}
+
+#[tokio::test]
 async fn an_edit_outside_the_schema_or_without_a_note_is_shown_beside_its_field_and_records_nothing()
  {
     let opened = alice_opens_a_request().await;
@@ -562,13 +734,14 @@ async fn an_emailed_sign_in_link_signs_in_once_and_unknown_addresses_get_the_sam
     let (app, sink) = app_with_email("\"email:approvers\"", None).await;
     let browser = Browser::new(&app);
     let known = browser
-        .post("/inbox/sign-in/email", &[("email", "alice@example.com")])
+        .sign_in_form("/inbox/sign-in/email", &[("email", "alice@example.com")])
         .await;
     let unknown = browser
-        .post("/inbox/sign-in/email", &[("email", "nobody@example.com")])
+        .sign_in_form("/inbox/sign-in/email", &[("email", "nobody@example.com")])
         .await;
     assert_eq!(known.status, StatusCode::OK);
     assert_eq!(unknown.status, known.status);
+    assert_eq!(unknown.set_cookie, known.set_cookie);
     assert_eq!(
         unknown.html.split("<main").nth(1),
         known.html.split("<main").nth(1),
@@ -603,7 +776,18 @@ async fn an_emailed_sign_in_link_signs_in_once_and_unknown_addresses_get_the_sam
         );
     }
     assert_eq!(browser.get("/inbox").await.status, StatusCode::SEE_OTHER);
-    let used = browser.post(&link, &[]).await;
+    // Its button, sent by another browser or from another site, signs nobody in and
+    // leaves the link working.
+    let token = browser.get(&link).await.input("csrf");
+    let refused = Browser::new(&app).post(&link, &[("csrf", &token)]).await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN);
+    let origin = ("origin", "https://evil.example");
+    let refused = browser
+        .post_with(&link, &[("csrf", &token)], &[origin])
+        .await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN);
+    assert_eq!(browser.get(&link).await.status, StatusCode::OK);
+    let used = browser.sign_in_form(&link, &[]).await;
     assert_eq!(used.status, StatusCode::SEE_OTHER);
     assert!(used.set_cookie.unwrap().contains("HttpOnly"));
     let inbox = browser.get("/inbox").await;
@@ -615,7 +799,10 @@ async fn an_emailed_sign_in_link_signs_in_once_and_unknown_addresses_get_the_sam
     );
 
     let stranger = Browser::new(&app);
-    assert_eq!(stranger.post(&link, &[]).await.status, StatusCode::GONE);
+    assert_eq!(
+        stranger.sign_in_form(&link, &[]).await.status,
+        StatusCode::GONE
+    );
     assert_eq!(stranger.get(&link).await.status, StatusCode::GONE);
     assert_eq!(stranger.get("/inbox").await.status, StatusCode::SEE_OTHER);
 }

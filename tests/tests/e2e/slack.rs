@@ -8,7 +8,8 @@ use approval_gateway::slack::signature;
 use countersign_tests::app::{PATIENCE, TestApp};
 use countersign_tests::fake_model::{anthropic_text, anthropic_tool_use, refund_brain, turn};
 use countersign_tests::fake_slack::{
-    BOT_TOKEN, CHANNEL_ID, FakeSlack, SIGNING_SECRET, SlackCall, click, form_body, submit,
+    APP_ID, BOT_TOKEN, CHANNEL_ID, FakeSlack, SIGNING_SECRET, SlackCall, TEAM_ID, click, form_body,
+    submit,
 };
 use countersign_tests::wait_for;
 use reqwest::StatusCode;
@@ -156,6 +157,57 @@ async fn a_signed_approve_click_resumes_the_run_and_updates_the_message() {
         .unwrap();
     assert_eq!(decided["entry"]["channel"], "slack");
     assert_eq!(decided["entry"]["actor"], "alice");
+}
+
+#[tokio::test]
+async fn a_click_or_a_modal_from_another_workspace_or_app_is_refused_and_decides_nothing() {
+    let (app, slack) = app_with_slack().await;
+    let (run_id, posted, approve) = posted_run(&app, &slack).await;
+    let from = |team: Option<&str>, app_id: Option<&str>, mut payload: Value| {
+        let fields = payload.as_object_mut().unwrap();
+        match team {
+            Some(team) => fields["team"]["id"] = json!(team),
+            None => drop(fields.remove("team")),
+        }
+        match app_id {
+            Some(app_id) => fields["api_app_id"] = json!(app_id),
+            None => drop(fields.remove("api_app_id")),
+        }
+        payload
+    };
+    // alice is a finance approver: signed by the app's secret, only the workspace or the app
+    // is wrong.
+    let alice_approves = click("U_ALICE", "approve", &approve);
+    let reject = button(&posted.body, "reject");
+    let alice_rejects = submit(
+        "U_ALICE",
+        "reject",
+        &reject,
+        &[("reason", "Photos show it intact.")],
+    );
+    for payload in [&alice_approves, &alice_rejects] {
+        for (team, app_id) in [
+            (Some("T0OTHER"), Some(APP_ID)),
+            (None, Some(APP_ID)),
+            (Some(TEAM_ID), Some("A0OTHER")),
+            (Some(TEAM_ID), None),
+        ] {
+            let (status, body) = interact(&app, &from(team, app_id, payload.clone())).await;
+            assert_eq!(status, StatusCode::FORBIDDEN, "{team:?} {app_id:?}: {body}");
+        }
+    }
+    let (_, run) = app.get(&format!("/v1/runs/{run_id}")).await;
+    assert_eq!(run["status"], "awaiting_approval");
+    assert!(run["pending"][0]["decision"].is_null());
+    for method in ["chat.update", "chat.postEphemeral", "views.open"] {
+        assert!(slack.calls(method).is_empty(), "{method} was called");
+    }
+
+    // The same click from the configured workspace and app decides.
+    let (status, _) = interact(&app, &alice_approves).await;
+    assert_eq!(status, StatusCode::OK);
+    app.wait_status(&run_id, "completed").await;
+    assert_eq!(app.tools.refunds().len(), 1);
 }
 
 #[tokio::test]

@@ -2,10 +2,13 @@
 //! is checked before anything in the body is read. Approve decides at once; Reject and Edit
 //! open a modal (within the trigger's three seconds) whose submission decides, with errors
 //! shown in the modal. A Slack user who is not a configured person is told so, privately.
+//! A payload from another workspace or app than the configured ones (`team_id`,
+//! `api_app_id`) is refused (403) before its user is looked up.
 
 use super::blocks::{self, Target};
 use super::{api, signature};
 use crate::auth::error::AuthError;
+use crate::config::SlackConfig;
 use crate::decide::{self, Decider, Proposed};
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -52,6 +55,7 @@ async fn interaction(
         .get("payload")
         .and_then(|p| serde_json::from_str(p).ok())
         .ok_or_else(|| ApiError::bad_request("the form has no JSON payload"))?;
+    from_our_workspace(slack, &payload)?;
     let user = payload["user"]["id"].as_str().unwrap_or_default();
     let principal = state.people.by_slack_user(user).map(|p| p.id.clone());
     match payload["type"].as_str() {
@@ -217,6 +221,36 @@ fn refused_words(refused: Refused, principal: &str) -> String {
             "This run was cancelled; nothing in it can be decided.".to_string()
         }
     }
+}
+
+/// Refuses a payload from another workspace or app than the configured ones: a Slack user id
+/// names a person only within the workspace the directory was written for.
+fn from_our_workspace(slack: &SlackConfig, payload: &Value) -> Result<(), AuthError> {
+    let checks = [
+        ("team.id", &slack.team_id, payload["team"]["id"].as_str()),
+        (
+            "api_app_id",
+            &slack.api_app_id,
+            payload["api_app_id"].as_str(),
+        ),
+    ];
+    for (field, configured, sent) in checks {
+        if let Some(configured) = configured
+            && sent != Some(configured.as_str())
+        {
+            let sent = sent.unwrap_or("(none)");
+            tracing::warn!(
+                field,
+                sent,
+                "a Slack interaction from another workspace or app was refused"
+            );
+            return Err(AuthError::Forbidden(format!(
+                "this gateway takes Slack interactions only from its own workspace and app, \
+                 and {field} {sent:?} is not it"
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn proposal(
