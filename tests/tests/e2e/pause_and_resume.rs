@@ -84,7 +84,8 @@ async fn a_rejection_reaches_the_model_as_an_error_with_the_reason_and_nothing_i
 
     assert!(app.tools.refunds().is_empty());
     assert_eq!(
-        app.tools.received("/refunds", &format!("{run_id}:toolu_2")),
+        app.tools
+            .received("/refunds", &format!("{run_id}:1:toolu_2")),
         0
     );
     let results = last_results(&app.model.requests()[1]);
