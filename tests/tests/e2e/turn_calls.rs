@@ -194,6 +194,12 @@ async fn call_ids_holding_separators_cannot_break_a_quorum_or_a_deadline() {
         .collect();
     assert_eq!(listed, [json!("t1.1"), json!("a"), json!("t1.3")]);
 
+    // The model's own id names no call here: decisions quote the call's.
+    let (status, body) = app
+        .decide_as("alice", &run_id, approve("a|b", &pending[0]["digest"]))
+        .await;
+    assert_eq!(status, 404, "{body}");
+
     // A quorum of two on each of the first two calls, counted apart.
     for (call, pending) in ids.iter().zip(pending).take(2) {
         let decision = approve(call, &pending["digest"]);
