@@ -4,6 +4,7 @@
 
 use countersign_tests::app::{PATIENCE, TestApp};
 use countersign_tests::fake_model::{openai_answer, turn};
+use countersign_tests::smtp_sink::SmtpSink;
 use countersign_tests::wait_for;
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -32,6 +33,15 @@ fn renumbering_brain(request: &Value) -> Value {
         ),
         _ => openai_answer(Some("Both refunds are done."), &[]),
     }
+}
+
+/// Waits until the run is paused on turn `turns`; the run as the API shows it.
+async fn paused_on(app: &TestApp, run_id: &str, turns: u32) -> Value {
+    wait_for(&format!("turn {turns} to be held"), PATIENCE, || async {
+        let (_, run) = app.get(&format!("/v1/runs/{run_id}")).await;
+        (run["status"] == "awaiting_approval" && run["turns"] == turns).then_some(run)
+    })
+    .await
 }
 
 /// The `tool` messages of the model's last request: (tool_call_id, content) each.
@@ -91,11 +101,7 @@ async fn a_call_id_the_model_uses_again_in_a_later_turn_is_a_new_call_decided_an
     assert_eq!(body["decisions"][0]["status"], "recorded");
 
     // Turn 2's `call_0` is held again, as a call of its own that nobody has decided.
-    let second = wait_for("the second refund to be held", PATIENCE, || async {
-        let (_, run) = app.get(&format!("/v1/runs/{run_id}")).await;
-        (run["status"] == "awaiting_approval" && run["turns"] == 2).then_some(run)
-    })
-    .await;
+    let second = paused_on(&app, &run_id, 2).await;
     let call = &second["pending"][0];
     let call_id = call["call_id"].as_str().unwrap().to_string();
     assert_ne!(call_id, "call_0", "{second}");
@@ -241,5 +247,100 @@ async fn call_ids_holding_separators_cannot_break_a_quorum_or_a_deadline() {
             (format!("{run_id}:1:t1.1"), 1),
             (format!("{run_id}:1:a"), 1),
         ])
+    );
+}
+
+const BASE: &str = "http://approvals.test";
+
+/// The approve links of the mails sent to `address`, at least `count` of them, in order,
+/// rewritten to the test gateway.
+async fn approve_links(app: &TestApp, sink: &SmtpSink, address: &str, count: usize) -> Vec<String> {
+    wait_for(&format!("{count} mails to {address}"), PATIENCE, || async {
+        let links: Vec<String> = sink
+            .mails()
+            .iter()
+            .filter(|m| m.to.iter().any(|t| t == address))
+            .map(|m| m.links(BASE)[0].replacen(BASE, &app.gateway_url, 1))
+            .collect();
+        (links.len() >= count).then_some(links)
+    })
+    .await
+}
+
+/// Posts an email page's form as the reviewer's browser does, from the gateway's own page.
+async fn post_form(app: &TestApp, link: &str) -> (u16, String) {
+    let response = app
+        .http
+        .post(link)
+        .header("origin", BASE)
+        .header("sec-fetch-site", "same-origin")
+        .header("content-type", "application/x-www-form-urlencoded")
+        .send()
+        .await
+        .unwrap();
+    (response.status().as_u16(), response.text().await.unwrap())
+}
+
+#[tokio::test]
+async fn a_link_mailed_for_a_call_never_decides_a_later_turns_call_with_the_same_id_and_input() {
+    // The same refund asked twice, as `call_0` each time: both calls have the same digest.
+    let brain = |request: &Value| match turn(request) {
+        0 | 1 => openai_answer(
+            Some("Refunding."),
+            &[("call_0", "issue_refund", refund(129))],
+        ),
+        _ => openai_answer(Some("Done."), &[]),
+    };
+    let sink = SmtpSink::start().await;
+    let email = sink.email_config(BASE);
+    let policy = format!("{FINANCE}channels = [\"email:approvers\"]\n");
+    let app =
+        TestApp::spawn_configured("openai", 1, &policy, |c| c.email = Some(email), brain).await;
+    let run_id = app.start_run("Refund A-1001.").await;
+    let first = app.wait_status(&run_id, "awaiting_approval").await;
+    let turn_1_link = approve_links(&app, &sink, "bob@example.com", 1)
+        .await
+        .remove(0);
+    let (status, body) = app
+        .decide_as(
+            "alice",
+            &run_id,
+            approve("call_0", &first["pending"][0]["digest"]),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+
+    let second = paused_on(&app, &run_id, 2).await;
+    let call = &second["pending"][0];
+    assert_eq!(call["digest"], first["pending"][0]["digest"], "{second}");
+    // bob's link of turn 1 is for turn 1's call, which alice decided: it decides nothing now.
+    let (status, page) = post_form(&app, &turn_1_link).await;
+    assert_eq!(status, 409, "{page}");
+    assert!(page.contains("Approved by alice"), "{page}");
+    let (_, run) = app.get(&format!("/v1/runs/{run_id}")).await;
+    assert!(run["pending"][0]["decision"].is_null(), "{run}");
+
+    // The mail about turn 2's call brings links of its own, which decide it.
+    let turn_2_link = approve_links(&app, &sink, "bob@example.com", 2)
+        .await
+        .remove(1);
+    let (status, page) = post_form(&app, &turn_2_link).await;
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("Approved by bob via email"), "{page}");
+    app.wait_status(&run_id, "completed").await;
+    let call_id = call["call_id"].as_str().unwrap();
+    assert_eq!(
+        app.tools.received_by_key("/refunds"),
+        HashMap::from([
+            (format!("{run_id}:1:call_0"), 1),
+            (format!("{run_id}:2:{call_id}"), 1),
+        ])
+    );
+    assert_eq!(
+        audited(&app, &run_id, "decided").await,
+        [
+            ("alice".to_string(), "call_0".to_string()),
+            ("bob".to_string(), call_id.to_string()),
+        ]
     );
 }
