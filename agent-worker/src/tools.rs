@@ -1,7 +1,7 @@
 //! Calling HTTP tools: `POST` the input as JSON with an `Idempotency-Key` made of the run, the
-//! turn and the call id, so a tool that honours it never applies one call twice, and never
-//! takes two calls for one (as it could if a model numbered its calls afresh each turn). A non-2xx answer or a
-//! timeout is an error result for the model, never a crash.
+//! turn and the call id, so a tool that honours it never applies one call twice, nor takes two
+//! calls for one (as it could if a model numbered its calls afresh each turn). A non-2xx
+//! answer or a timeout is an error result for the model, never a crash.
 
 use countersign_shared::agent::ToolDef;
 use countersign_shared::redact::redact_error;
