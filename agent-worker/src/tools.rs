@@ -1,6 +1,7 @@
-//! Calling HTTP tools: `POST` the input as JSON with an `Idempotency-Key` made of the run and
-//! call ids, so a tool that honours it never applies one call twice. A non-2xx answer or a
-//! timeout is an error result for the model, never a crash.
+//! Calling HTTP tools: `POST` the input as JSON with an `Idempotency-Key` made of the run, the
+//! turn and the call id, so a tool that honours it never applies one call twice, nor takes two
+//! calls for one (as it could if a model numbered its calls afresh each turn). A non-2xx
+//! answer or a timeout is an error result for the model, never a crash.
 
 use countersign_shared::agent::ToolDef;
 use countersign_shared::redact::redact_error;
@@ -10,8 +11,8 @@ use std::time::Duration;
 /// The most of a tool's answer passed on to the model.
 const MAX_RESULT_CHARS: usize = 16_000;
 
-pub fn idempotency_key(run: &RunId, call_id: &str) -> String {
-    format!("{run}:{call_id}")
+pub fn idempotency_key(run: &RunId, turn: u32, call_id: &str) -> String {
+    format!("{run}:{turn}:{call_id}")
 }
 
 /// Runs one call; `outcome` is what a success is reported as (executed, approved, edited).
@@ -20,13 +21,14 @@ pub async fn call_http(
     http: &reqwest::Client,
     tool: &ToolDef,
     run: &RunId,
+    turn: u32,
     call_id: &str,
     input: &serde_json::Value,
     outcome: Outcome,
 ) -> CallResult {
     let response = http
         .post(&tool.http.url)
-        .header("Idempotency-Key", idempotency_key(run, call_id))
+        .header("Idempotency-Key", idempotency_key(run, turn, call_id))
         .timeout(Duration::from_millis(tool.http.timeout_ms))
         .json(input)
         .send()

@@ -152,10 +152,11 @@ static LAST_TURN: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     .to_string()
 });
 
-/// `run_id` and `call_id` of an `Idempotency-Key: run_id:call_id` header.
+/// `run_id` and `call_id` of an `Idempotency-Key: run_id:turn:call_id` header.
 fn key_of(headers: &HeaderMap) -> Option<(String, String)> {
     let key = headers.get("idempotency-key")?.to_str().ok()?;
-    let (run, call) = key.split_once(':')?;
+    let (run, rest) = key.split_once(':')?;
+    let (_turn, call) = rest.split_once(':')?;
     Some((run.to_string(), call.to_string()))
 }
 
@@ -197,7 +198,7 @@ async fn refund(State(ledger): State<Ledger>, headers: HeaderMap) -> (StatusCode
 fn missing_key() -> (StatusCode, Json<Value>) {
     (
         StatusCode::BAD_REQUEST,
-        Json(json!({"error": "Idempotency-Key run_id:call_id is required"})),
+        Json(json!({"error": "Idempotency-Key run_id:turn:call_id is required"})),
     )
 }
 
@@ -206,9 +207,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_idempotency_key_splits_at_the_first_colon() {
+    fn the_idempotency_key_names_the_run_and_the_call() {
         let mut headers = HeaderMap::new();
-        headers.insert("idempotency-key", "run_01:toolu_2".parse().unwrap());
+        headers.insert("idempotency-key", "run_01:1:toolu_2".parse().unwrap());
         assert_eq!(
             key_of(&headers),
             Some(("run_01".to_string(), "toolu_2".to_string()))

@@ -164,7 +164,8 @@ impl Names {
         self.key(&format!("decisions:{{{run}}}"))
     }
     /// Hash: `call_id|principal` -> one approval of a call that needs several, and
-    /// `call_id#` -> how many there are.
+    /// `call_id#` -> how many there are. No call id holds `|` or `#` (see
+    /// [`crate::run::Run::calls_asked`]), so one call's fields never read as another's.
     pub fn votes_key(&self, run: &RunId) -> String {
         self.key(&format!("votes:{{{run}}}"))
     }

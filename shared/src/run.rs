@@ -20,6 +20,7 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use std::collections::HashSet;
 use std::fmt;
 
 /// A run's id: `run_` and a UUIDv7, so ids sort by creation time.
@@ -201,6 +202,7 @@ pub struct CallResult {
 /// A call that waits for a person, with everything a reviewer is shown.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PendingCall {
+    /// The [`TurnCall`]'s id: it names this call alone in the run.
     pub call_id: String,
     pub tool: String,
     pub input: Value,
@@ -266,13 +268,24 @@ pub struct HeldCall {
 /// either already answered (`result`) or waiting for a person (`pending`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TurnCall {
+    /// Names this call alone for the life of the run (see [`Run::calls_asked`]).
     pub call_id: String,
+    /// The id the model gave the call, when it is not `call_id`: what its result answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_call_id: Option<String>,
     pub tool: String,
     pub input: Value,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<CallResult>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending: Option<PendingCall>,
+}
+
+impl TurnCall {
+    /// The id the model knows the call by.
+    pub fn model_id(&self) -> &str {
+        self.model_call_id.as_deref().unwrap_or(&self.call_id)
+    }
 }
 
 /// The whole run, stored as one document beside its status fields in Redis.
@@ -340,6 +353,52 @@ impl Run {
         }
     }
 
+    /// The calls a new turn's `answer` asks for, with their ids; to be read before the answer
+    /// joins `messages`, with `turns` already counting the turn.
+    ///
+    /// A call keeps the model's id when that id is usable: 1 to 64 ASCII letters, digits, `_`
+    /// or `-`, given to no other call of the run before (in an earlier turn or earlier in this
+    /// one). Otherwise, as behind a model server that numbers calls `call_0`, `call_1`… afresh
+    /// each turn, it gets `t{turn}.{place}` (its place among the turn's calls, from 1): the dot
+    /// keeps it apart from every id kept, the turn and place from every other. So a call id
+    /// names one call for the life of the run (its decision, votes, timers, links, execution
+    /// record and announcements are all keyed by it) and holds nothing a key or a parser
+    /// splits on; the model is still answered with its own id.
+    pub fn calls_asked(&self, answer: &[Block]) -> Vec<TurnCall> {
+        let mut given: HashSet<&str> = self
+            .messages
+            .iter()
+            .flat_map(|m| &m.content)
+            .filter_map(|b| match b {
+                Block::ToolUse { id, .. } => Some(id.as_str()),
+                _ => None,
+            })
+            .collect();
+        answer
+            .iter()
+            .filter_map(|b| match b {
+                Block::ToolUse { id, name, input } => Some((id, name, input)),
+                _ => None,
+            })
+            .enumerate()
+            .map(|(place, (id, name, input))| {
+                let usable = usable_call_id(id) && given.insert(id);
+                TurnCall {
+                    call_id: if usable {
+                        id.clone()
+                    } else {
+                        format!("t{}.{}", self.turns, place + 1)
+                    },
+                    model_call_id: (!usable).then(|| id.clone()),
+                    tool: name.clone(),
+                    input: input.clone(),
+                    result: None,
+                    pending: None,
+                }
+            })
+            .collect()
+    }
+
     pub fn pending(&self) -> impl Iterator<Item = &PendingCall> {
         self.held.iter().filter_map(|c| c.pending.as_ref())
     }
@@ -351,6 +410,14 @@ impl Run {
             _ => String::new(),
         }
     }
+}
+
+/// Whether a model's call id may serve as the call's own (see [`Run::calls_asked`]).
+fn usable_call_id(id: &str) -> bool {
+    (1..=64).contains(&id.len())
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -415,6 +482,79 @@ mod tests {
         for s in [RunStatus::AwaitingApproval, RunStatus::Completed] {
             assert_eq!(RunStatus::parse(s.as_str()), Some(s));
         }
+    }
+
+    fn asking(calls: &[&str]) -> Vec<Block> {
+        calls
+            .iter()
+            .map(|id| Block::ToolUse {
+                id: id.to_string(),
+                name: "issue_refund".into(),
+                input: serde_json::json!({}),
+            })
+            .collect()
+    }
+
+    /// `run` after a turn that asked for `calls`, as the engine stores it.
+    fn answered(mut run: Run, calls: &[&str]) -> (Run, Vec<TurnCall>) {
+        run.turns += 1;
+        let answer = asking(calls);
+        let asked = run.calls_asked(&answer);
+        run.messages.push(Message {
+            role: Role::Assistant,
+            content: answer,
+        });
+        (run, asked)
+    }
+
+    fn ids(calls: &[TurnCall]) -> Vec<(&str, &str)> {
+        calls
+            .iter()
+            .map(|c| (c.call_id.as_str(), c.model_id()))
+            .collect()
+    }
+
+    fn new_run() -> Run {
+        Run::new(
+            RunId::new(),
+            "refunds".into(),
+            "1".into(),
+            "Refund.".into(),
+            None,
+            Value::Null,
+        )
+    }
+
+    #[test]
+    fn a_model_id_used_again_in_a_later_turn_names_a_new_call() {
+        let (run, first) = answered(new_run(), &["call_0", "call_1"]);
+        assert_eq!(ids(&first), [("call_0", "call_0"), ("call_1", "call_1")]);
+        assert!(first.iter().all(|c| c.model_call_id.is_none()));
+        let (run, second) = answered(run, &["call_0", "call_7"]);
+        assert_eq!(ids(&second), [("t2.1", "call_0"), ("call_7", "call_7")]);
+        let (_, third) = answered(run, &["call_0", "call_7", "t2.1"]);
+        assert_eq!(
+            ids(&third),
+            [("t3.1", "call_0"), ("t3.2", "call_7"), ("t3.3", "t2.1")]
+        );
+    }
+
+    #[test]
+    fn a_model_id_no_key_or_parser_can_hold_gets_one_of_ours() {
+        let long = "x".repeat(65);
+        let (_, calls) = answered(
+            new_run(),
+            &["a|b", "", "a b", "x:y", &long, "dup", "dup", "ok_id-1"],
+        );
+        let ours: Vec<&str> = calls.iter().map(|c| c.call_id.as_str()).collect();
+        assert_eq!(
+            ours,
+            [
+                "t1.1", "t1.2", "t1.3", "t1.4", "t1.5", "dup", "t1.7", "ok_id-1"
+            ]
+        );
+        assert_eq!(calls[0].model_id(), "a|b");
+        assert_eq!(calls[6].model_id(), "dup");
     }
 
     #[test]

@@ -9,7 +9,9 @@
 //!   worker driving it, `audit_head` (the last link of its audit chain), and `doc`, the whole
 //!   [`Run`] as JSON (its `status` field is overwritten on read by the hash's, which is the
 //!   one scripts keep right);
-//! - `calls:{id}` hash: call id -> the [`HeldCall`] every decision is checked against;
+//! - `calls:{id}` hash: call id -> the [`HeldCall`] every decision is checked against (a call
+//!   id names one call for the life of the run, whatever ids the model reuses: see
+//!   [`Run::calls_asked`], so every per-call record here is one call's, of one turn);
 //! - `decisions:{id}` hash: call id -> the recorded [`Decision`];
 //! - `exec:{id}` hash: call id -> `started`, or the [`CallResult`] once it finished;
 //! - `votes:{id}` hash: the approvals collected so far for calls that need several;

@@ -154,6 +154,28 @@ pub fn anthropic_text(text: &str) -> Value {
     })
 }
 
+/// An OpenAI Chat Completions answer: the assistant's `content` and its `tool_calls`, each
+/// `(id, name, input)` with the arguments as a JSON string, as the API sends them.
+pub fn openai_answer(content: Option<&str>, calls: &[(&str, &str, Value)]) -> Value {
+    let tool_calls: Vec<Value> = calls
+        .iter()
+        .map(|(id, name, input)| {
+            json!({"id": id, "type": "function",
+                   "function": {"name": name, "arguments": input.to_string()}})
+        })
+        .collect();
+    let mut message = json!({"role": "assistant", "content": content});
+    if !tool_calls.is_empty() {
+        message["tool_calls"] = Value::Array(tool_calls);
+    }
+    json!({
+        "id": "chatcmpl-fake", "object": "chat.completion", "created": 0, "model": "fake",
+        "choices": [{"index": 0, "message": message,
+                     "finish_reason": if calls.is_empty() { "stop" } else { "tool_calls" }}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20},
+    })
+}
+
 /// The refund conversation: first the order lookup and a refund of 129 in one turn, then a
 /// final answer that quotes the last tool result it was given.
 pub fn refund_brain(request: &Value) -> Value {

@@ -46,6 +46,20 @@ impl SmtpSink {
     pub fn mails(&self) -> Vec<Mail> {
         self.mails.lock().unwrap().clone()
     }
+
+    /// A gateway's email settings for sending here, its links made with `public_base_url`.
+    pub fn email_config(&self, public_base_url: &str) -> approval_gateway::config::EmailConfig {
+        approval_gateway::config::EmailConfig {
+            smtp_host: "127.0.0.1".into(),
+            smtp_port: self.port,
+            smtp_tls: approval_gateway::config::SmtpTls::None,
+            smtp_username: None,
+            smtp_password: None,
+            from: "Countersign <approvals@example.com>".into(),
+            public_base_url: public_base_url.into(),
+            link_ttl_secs: 3600,
+        }
+    }
 }
 
 async fn session(

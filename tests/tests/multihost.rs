@@ -422,7 +422,7 @@ async fn three_hundred_runs_survive_killed_leaders_lost_workers_a_network_cut_an
     assert_eq!(refunds.len(), all_runs.len(), "refunds applied");
     let by_key = tools.received_by_key("/refunds");
     for (i, id) in all_runs.iter().enumerate() {
-        let key = format!("{id}:toolu_2");
+        let key = format!("{id}:1:toolu_2");
         assert!(
             by_key.get(&key).copied().unwrap_or(0) >= 1,
             "run {id} was refunded"

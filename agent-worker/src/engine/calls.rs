@@ -19,20 +19,13 @@ impl Engine {
         &self,
         run: &Run,
         agent: &RunnableAgent,
-        calls: Vec<(String, String, Value)>,
+        calls: Vec<TurnCall>,
     ) -> Result<Vec<TurnCall>, StepError> {
         let mut held = Vec::with_capacity(calls.len());
         let mut free = Vec::new();
         // Deadlines are on Redis's clock, which the sweepers and the decision script read.
         let mut now = None;
-        for (call_id, name, input) in calls {
-            let mut call = TurnCall {
-                call_id,
-                tool: name,
-                input,
-                result: None,
-                pending: None,
-            };
+        for mut call in calls {
             match agent.agent.tool(&call.tool) {
                 None => {
                     call.result = Some(failed(format!("There is no tool named {:?}.", call.tool)));
@@ -85,6 +78,7 @@ impl Engine {
             let call = &held[i];
             self.execute(
                 &run.run_id,
+                run.turns,
                 tool,
                 &call.call_id,
                 &call.input,
@@ -135,6 +129,7 @@ impl Engine {
                 Action::Approve => {
                     self.execute(
                         &run.run_id,
+                        run.turns,
                         tool,
                         &call.call_id,
                         &call.input,
@@ -158,8 +153,15 @@ impl Engine {
                             errors.join("; ")
                         )),
                         Ok(()) => {
-                            self.execute(&run.run_id, tool, &call.call_id, &input, Outcome::Edited)
-                                .await?
+                            self.execute(
+                                &run.run_id,
+                                run.turns,
+                                tool,
+                                &call.call_id,
+                                &input,
+                                Outcome::Edited,
+                            )
+                            .await?
                         }
                     };
                     result.content = format!(

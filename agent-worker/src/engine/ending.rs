@@ -23,7 +23,7 @@ impl Engine {
                 let detail = serde_json::json!({
                     "tool": p.tool, "input": p.input, "summary": p.summary, "reason": p.reason,
                     "approvers": p.reviewers.approvers, "deciders": p.deciders,
-                    "quorum": p.reviewers.quorum, "deadline": p.deadline,
+                    "quorum": p.reviewers.quorum, "deadline": p.deadline, "turn": run.turns,
                 });
                 self.entry(&run, AuditKind::Requested, Some(p), detail)
             })

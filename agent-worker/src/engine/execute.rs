@@ -13,10 +13,11 @@ use serde_json::Value;
 use tracing::warn;
 
 impl Engine {
-    /// Runs one call through its execution record, so it never runs twice silently.
+    /// Runs one call of `turn` through its execution record, so it never runs twice silently.
     pub(super) async fn execute(
         &self,
         run: &RunId,
+        turn: u32,
         tool: &ToolDef,
         call_id: &str,
         input: &Value,
@@ -59,7 +60,7 @@ impl Engine {
             ExecBegin::InterruptedBefore | ExecBegin::Run => {}
         }
         let started = std::time::Instant::now();
-        let result = tools::call_http(&self.http, tool, run, call_id, input, outcome).await;
+        let result = tools::call_http(&self.http, tool, run, turn, call_id, input, outcome).await;
         self.store
             .metrics()
             .tool_call(&tool.name, started.elapsed());

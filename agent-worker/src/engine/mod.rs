@@ -316,15 +316,7 @@ impl Engine {
                 Err(e) => return self.finish(run, Err(e.to_string()), executed).await,
             };
             run.turns += 1;
-            let calls: Vec<(String, String, Value)> = blocks
-                .iter()
-                .filter_map(|b| match b {
-                    Block::ToolUse { id, name, input } => {
-                        Some((id.clone(), name.clone(), input.clone()))
-                    }
-                    _ => None,
-                })
-                .collect();
+            let calls = run.calls_asked(&blocks);
             let reply = Message {
                 role: Role::Assistant,
                 content: blocks,
@@ -411,7 +403,7 @@ fn results_message(calls: &[TurnCall]) -> Message {
                     .clone()
                     .unwrap_or_else(|| failed("No result.".into()));
                 Block::ToolResult {
-                    tool_use_id: c.call_id.clone(),
+                    tool_use_id: c.model_id().to_string(),
                     content: result.content,
                     is_error: result.is_error,
                 }

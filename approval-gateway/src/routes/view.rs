@@ -32,16 +32,24 @@ pub(super) struct RunView {
 pub(super) struct PendingView {
     #[serde(flatten)]
     pub(super) call: PendingCall,
+    /// The id the model gave the call, when the call has one of ours (see `Run::calls_asked`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) model_call_id: Option<String>,
     pub(super) decision: Option<Decision>,
 }
 
 impl RunView {
     pub(super) fn new(run: Run, mut decisions: HashMap<String, Decision>) -> Self {
         let pending = run
-            .pending()
-            .map(|call| PendingView {
-                decision: decisions.remove(&call.call_id),
-                call: call.clone(),
+            .held
+            .iter()
+            .filter_map(|held| {
+                let call = held.pending.as_ref()?;
+                Some(PendingView {
+                    decision: decisions.remove(&call.call_id),
+                    model_call_id: held.model_call_id.clone(),
+                    call: call.clone(),
+                })
             })
             .collect();
         Self {

@@ -95,11 +95,22 @@ impl CallView {
         };
         let detail = &requested.detail;
         let text = |field: &str| detail[field].as_str().unwrap_or_default().to_string();
-        let asked_in = run.messages.iter().position(|m| {
-            m.content
+        // The model's answer of the call's turn (each turn adds one), which asked for it.
+        let asked_in = match detail["turn"].as_u64() {
+            Some(turn) => run
+                .messages
                 .iter()
-                .any(|b| matches!(b, Block::ToolUse { id, .. } if id == call_id))
-        });
+                .enumerate()
+                .filter(|(_, m)| m.role == Role::Assistant)
+                .nth((turn as usize).saturating_sub(1))
+                .map(|(i, _)| i),
+            // An entry written before entries named their turn: the call's id was the model's.
+            None => run.messages.iter().position(|m| {
+                m.content
+                    .iter()
+                    .any(|b| matches!(b, Block::ToolUse { id, .. } if id == call_id))
+            }),
+        };
         let outcome = match decision {
             Some(d) => decided(&d),
             None => match trail.iter().rfind(|e| e.kind == AuditKind::Expired) {
@@ -314,14 +325,9 @@ fn laid_out(content: &str) -> String {
 /// A conversation, message by message: who spoke, what they said, the calls the agent made
 /// and what each tool answered.
 pub(crate) fn conversation(messages: &[Message]) -> Markup {
-    let tools: HashMap<&str, &str> = messages
-        .iter()
-        .flat_map(|m| &m.content)
-        .filter_map(|b| match b {
-            Block::ToolUse { id, name, .. } => Some((id.as_str(), name.as_str())),
-            _ => None,
-        })
-        .collect();
+    // A result answers the latest call with its id: a model may use an id again in a later
+    // turn.
+    let mut tools: HashMap<&str, &str> = HashMap::new();
     html! {
         @for message in messages {
             div.turn {
@@ -336,7 +342,8 @@ pub(crate) fn conversation(messages: &[Message]) -> Markup {
                 @for block in &message.content {
                     @match block {
                         Block::Text { text } => pre { (text) },
-                        Block::ToolUse { name, input, .. } => {
+                        Block::ToolUse { id, name, input } => {
+                            @let _ = tools.insert(id.as_str(), name.as_str());
                             p { "Asked to run " strong { (name) } ":" }
                             pre { (pretty(input)) }
                         }
@@ -357,6 +364,42 @@ pub(crate) fn conversation(messages: &[Message]) -> Markup {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_result_is_shown_under_the_call_it_answers_when_a_model_reuses_ids() {
+        let turn = |tool: &str, answer: &str| {
+            [
+                Message {
+                    role: Role::Assistant,
+                    content: vec![Block::ToolUse {
+                        id: "call_0".into(),
+                        name: tool.into(),
+                        input: Value::Null,
+                    }],
+                },
+                Message {
+                    role: Role::User,
+                    content: vec![Block::ToolResult {
+                        tool_use_id: "call_0".into(),
+                        content: answer.into(),
+                        is_error: false,
+                    }],
+                },
+            ]
+        };
+        let messages: Vec<Message> = turn("get_order", "found")
+            .into_iter()
+            .chain(turn("issue_refund", "refunded"))
+            .collect();
+        let html = conversation(&messages).into_string();
+        let first = html
+            .find("<strong>get_order</strong> answered")
+            .expect(&html);
+        let second = html
+            .find("<strong>issue_refund</strong> answered")
+            .expect(&html);
+        assert!(first < second, "{html}");
+    }
 
     #[test]
     fn what_agents_and_tools_wrote_is_shown_as_text_never_as_markup() {

@@ -123,15 +123,15 @@ fn parse_members(members: Vec<String>) -> Vec<DueTimer> {
     members
         .into_iter()
         .filter_map(|member| {
-            let mut parts = member.splitn(3, '|');
-            let run_id = RunId::parse(parts.next()?)?;
-            let call_id = parts.next()?.to_string();
-            let digest = parts.next()?.to_string();
+            // Neither a run id nor a digest holds `|`, and no call id does either (see
+            // `Run::calls_asked`); the call is what lies between them all the same.
+            let (run_id, rest) = member.split_once('|')?;
+            let (call_id, digest) = rest.rsplit_once('|')?;
             Some(DueTimer {
+                run_id: RunId::parse(run_id)?,
+                call_id: call_id.to_string(),
+                digest: digest.to_string(),
                 member,
-                run_id,
-                call_id,
-                digest,
             })
         })
         .collect()

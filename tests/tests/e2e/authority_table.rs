@@ -154,6 +154,7 @@ async fn paused(store: &Store, call: &PendingCall, policy: Policy) -> RunId {
     run.turns = 1;
     run.held = vec![TurnCall {
         call_id: call.call_id.clone(),
+        model_call_id: None,
         tool: call.tool.clone(),
         input: call.input.clone(),
         result: None,

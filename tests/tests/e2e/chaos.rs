@@ -192,7 +192,7 @@ async fn sigkilled_workers_lose_no_run_and_apply_no_refund_twice() {
     let resent = by_key.values().filter(|n| **n > 1).count();
     let missing: Vec<&String> = runs
         .iter()
-        .filter(|id| !by_key.contains_key(&format!("{id}:toolu_2")))
+        .filter(|id| !by_key.contains_key(&format!("{id}:1:toolu_2")))
         .collect();
     println!(
         "chaos: {RUNS} runs, {WORKERS} workers, {kills} SIGKILLs, {} approvals sent, {} completed, \

@@ -3,7 +3,7 @@
 //! role no longer decides, a Slack click by a person whose only key starts runs, a session an
 //! admin ends. Each door only says who is asking; what they may do is the same answer on all.
 
-use super::email::{any_mail_for, email_config, post_form};
+use super::email::{BASE, any_mail_for, post_form};
 use super::inbox::Browser;
 use super::slack::{app_with, interact, posted_run};
 use approval_gateway::config::{ApiKey, Config, Person, Role};
@@ -58,14 +58,14 @@ fn add_people(config: &mut Config) {
 /// A refund app whose calls name no approvers (anyone whose role decides), asking by email.
 async fn app_with_mail() -> (TestApp, SmtpSink) {
     let sink = SmtpSink::start().await;
-    let port = sink.port;
+    let email = sink.email_config(BASE);
     let app = TestApp::spawn_configured(
         "anthropic",
         1,
         "channels = [\"email:approvers\"]\n",
         move |config| {
             add_people(config);
-            config.email = Some(email_config(port));
+            config.email = Some(email);
         },
         refund_brain,
     )

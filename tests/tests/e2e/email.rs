@@ -2,7 +2,6 @@
 //! expired and superseded links say so and change nothing; Slack and email racing on one
 //! call record one decision and both show it.
 
-use approval_gateway::config::{EmailConfig, SmtpTls};
 use countersign_tests::app::{PATIENCE, TestApp};
 use countersign_tests::fake_model::refund_brain;
 use countersign_tests::fake_slack::{FakeSlack, SIGNING_SECRET, click, form_body};
@@ -12,7 +11,7 @@ use countersign_tests::wait_for;
 use reqwest::StatusCode;
 use serde_json::Value;
 
-const BASE: &str = "http://approvals.test";
+pub(super) const BASE: &str = "http://approvals.test";
 
 pub(super) async fn app_with_email(
     channels: &str,
@@ -27,7 +26,7 @@ async fn app_with_email_on(
     slack: Option<&FakeSlack>,
 ) -> (TestApp, SmtpSink) {
     let sink = SmtpSink::start().await;
-    let port = sink.port;
+    let email = sink.email_config(BASE);
     let slack_config = slack.map(FakeSlack::config);
     let policy = format!("approvers = [\"role:finance\"]\nchannels = [{channels}]\n");
     let app = TestApp::spawn_on(
@@ -36,27 +35,13 @@ async fn app_with_email_on(
         1,
         &policy,
         move |config| {
-            config.email = Some(email_config(port));
+            config.email = Some(email);
             config.slack = slack_config;
         },
         refund_brain,
     )
     .await;
     (app, sink)
-}
-
-/// Email through the sink on `port`, with links under `BASE`.
-pub(super) fn email_config(port: u16) -> EmailConfig {
-    EmailConfig {
-        smtp_host: "127.0.0.1".into(),
-        smtp_port: port,
-        smtp_tls: SmtpTls::None,
-        smtp_username: None,
-        smtp_password: None,
-        from: "Countersign <approvals@example.com>".into(),
-        public_base_url: BASE.into(),
-        link_ttl_secs: 3600,
-    }
 }
 
 /// The mail sent to `address` once the run paused, and its approve, reject and edit links

@@ -28,5 +28,6 @@ mod restarts;
 mod reviewers;
 mod slack;
 mod traces;
+mod turn_calls;
 mod unknown_outcome;
 mod webhooks;

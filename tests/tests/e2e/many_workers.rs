@@ -64,13 +64,13 @@ async fn two_workers_complete_fifty_concurrent_runs_with_each_refund_run_exactly
 
     for id in &runs {
         assert_eq!(
-            app.tools.received("/refunds", &format!("{id}:toolu_2")),
+            app.tools.received("/refunds", &format!("{id}:1:toolu_2")),
             1,
             "run {id}"
         );
         assert_eq!(
             app.tools
-                .received("/orders/lookup", &format!("{id}:toolu_1")),
+                .received("/orders/lookup", &format!("{id}:1:toolu_1")),
             1,
             "run {id}"
         );
@@ -103,7 +103,8 @@ async fn a_run_paused_by_a_worker_that_stopped_is_resumed_by_another() {
     let done = app.wait_status(&run_id, "completed").await;
     assert_eq!(done["answer"], "All done.");
     assert_eq!(
-        app.tools.received("/refunds", &format!("{run_id}:toolu_2")),
+        app.tools
+            .received("/refunds", &format!("{run_id}:1:toolu_2")),
         1
     );
 }

@@ -25,7 +25,7 @@ async fn paused_runs(app: &TestApp, what: &str) -> Vec<(String, Value)> {
 fn applied_once(app: &TestApp, runs: &[(String, Value)]) {
     for (id, _) in runs {
         assert_eq!(
-            app.tools.received("/refunds", &format!("{id}:toolu_2")),
+            app.tools.received("/refunds", &format!("{id}:1:toolu_2")),
             1,
             "{id}"
         );

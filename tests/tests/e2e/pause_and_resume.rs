@@ -30,7 +30,7 @@ async fn an_approved_refund_runs_once_and_both_results_reach_the_model_in_one_me
         "The order arrived broken; I will check it and refund it."
     );
     // The lookup ran while the refund waited; nothing was refunded yet.
-    let key_of = |call: &str| format!("{run_id}:{call}");
+    let key_of = |call: &str| format!("{run_id}:1:{call}");
     assert_eq!(app.tools.received("/orders/lookup", &key_of("toolu_1")), 1);
     assert_eq!(app.tools.received("/refunds", &key_of("toolu_2")), 0);
     assert_eq!(app.model.requests().len(), 1);
@@ -84,7 +84,8 @@ async fn a_rejection_reaches_the_model_as_an_error_with_the_reason_and_nothing_i
 
     assert!(app.tools.refunds().is_empty());
     assert_eq!(
-        app.tools.received("/refunds", &format!("{run_id}:toolu_2")),
+        app.tools
+            .received("/refunds", &format!("{run_id}:1:toolu_2")),
         0
     );
     let results = last_results(&app.model.requests()[1]);

@@ -1,27 +1,10 @@
 //! The OpenAI wire format end to end, and tools that fail without failing the run.
 
 use countersign_tests::app::TestApp;
-use countersign_tests::fake_model::{anthropic_text, anthropic_tool_use, last_results, turn};
+use countersign_tests::fake_model::{
+    anthropic_text, anthropic_tool_use, last_results, openai_answer, turn,
+};
 use serde_json::{Value, json};
-
-fn openai_answer(content: Option<&str>, calls: &[(&str, &str, Value)]) -> Value {
-    let tool_calls: Vec<Value> = calls
-        .iter()
-        .map(|(id, name, input)| {
-            json!({"id": id, "type": "function",
-                   "function": {"name": name, "arguments": input.to_string()}})
-        })
-        .collect();
-    let mut message = json!({"role": "assistant", "content": content});
-    if !tool_calls.is_empty() {
-        message["tool_calls"] = Value::Array(tool_calls);
-    }
-    json!({
-        "id": "chatcmpl-fake", "object": "chat.completion", "created": 0, "model": "fake",
-        "choices": [{"index": 0, "message": message,
-                     "finish_reason": if calls.is_empty() { "stop" } else { "tool_calls" }}],
-    })
-}
 
 #[tokio::test]
 async fn an_openai_run_pauses_resumes_and_answers_each_call_with_a_tool_message_in_order() {
@@ -69,7 +52,8 @@ async fn an_openai_run_pauses_resumes_and_answers_each_call_with_a_tool_message_
             .contains("refunded")
     );
     assert_eq!(
-        app.tools.received("/refunds", &format!("{run_id}:call_2")),
+        app.tools
+            .received("/refunds", &format!("{run_id}:1:call_2")),
         1
     );
 }

@@ -62,7 +62,7 @@ async fn runs_complete_across_a_failover(app: &TestApp, label: &str, killed_ip: 
 
     for id in &runs {
         assert_eq!(
-            app.tools.received("/refunds", &format!("{id}:toolu_2")),
+            app.tools.received("/refunds", &format!("{id}:1:toolu_2")),
             1,
             "run {id}"
         );

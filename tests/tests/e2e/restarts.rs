@@ -36,7 +36,7 @@ async fn restarting_redis_and_nats_mid_batch_loses_nothing() {
     join_all(runs.iter().map(|id| app.wait_status(id, "completed"))).await;
     for id in &runs {
         assert_eq!(
-            app.tools.received("/refunds", &format!("{id}:toolu_2")),
+            app.tools.received("/refunds", &format!("{id}:1:toolu_2")),
             1,
             "run {id}"
         );

@@ -37,7 +37,8 @@ async fn a_started_call_found_after_a_crash_is_reported_unknown_and_not_run_agai
     assert_eq!(status, 200);
     app.wait_status(&run_id, "completed").await;
     assert_eq!(
-        app.tools.received("/refunds", &format!("{run_id}:toolu_2")),
+        app.tools
+            .received("/refunds", &format!("{run_id}:1:toolu_2")),
         0,
         "never sent again"
     );
@@ -74,7 +75,8 @@ async fn a_started_call_on_an_idempotent_tool_is_sent_again_with_the_same_key() 
     assert_eq!(status, 200);
     app.wait_status(&run_id, "completed").await;
     assert_eq!(
-        app.tools.received("/refunds", &format!("{run_id}:toolu_2")),
+        app.tools
+            .received("/refunds", &format!("{run_id}:1:toolu_2")),
         1
     );
     assert_eq!(app.tools.refunds().len(), 1);
