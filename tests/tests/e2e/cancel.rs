@@ -28,8 +28,8 @@ async fn cancel(
     .await
 }
 
-#[tokio::test]
-async fn the_requester_cancels_a_paused_run_its_call_closes_and_nothing_runs() {
+/// An app that asks in Slack, with a run paused on its refund and its message posted.
+async fn paused_with_slack() -> (TestApp, FakeSlack, String, Value) {
     let slack = FakeSlack::start().await;
     let slack_config = slack.config();
     let app = TestApp::spawn_configured(
@@ -46,6 +46,12 @@ async fn the_requester_cancels_a_paused_run_its_call_closes_and_nothing_runs() {
         slack.calls("chat.postMessage").pop()
     })
     .await;
+    (app, slack, run_id, paused)
+}
+
+#[tokio::test]
+async fn the_requester_cancels_a_paused_run_its_call_closes_and_nothing_runs() {
+    let (app, slack, run_id, paused) = paused_with_slack().await;
 
     let (status, body) = cancel(
         &app,
@@ -159,22 +165,7 @@ async fn trail(app: &TestApp, run_id: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn with_no_worker_running_a_cancel_closes_the_call_at_once_and_a_later_approval_is_refused() {
-    let slack = FakeSlack::start().await;
-    let slack_config = slack.config();
-    let mut app = TestApp::spawn_configured(
-        "anthropic",
-        1,
-        "channels = [\"slack:#refunds\"]\n",
-        move |config| config.slack = Some(slack_config),
-        refund_brain,
-    )
-    .await;
-    let run_id = app.start_run("Refund A-1001.").await;
-    let paused = app.wait_status(&run_id, "awaiting_approval").await;
-    wait_for("the Slack message", PATIENCE, || async {
-        slack.calls("chat.postMessage").pop()
-    })
-    .await;
+    let (mut app, slack, run_id, paused) = paused_with_slack().await;
     app.stop_worker(0).await;
 
     let (status, body) = cancel(&app, REQUESTER_KEY, &run_id, None).await;
