@@ -408,7 +408,7 @@ fn stream_missing(e: &jetstream::context::GetStreamError) -> bool {
 /// The pause before try `attempt` (from 1): 20 ms doubling to at most a second, so processes
 /// that collided do not collide again in step.
 fn retry_delay(attempt: u32) -> Duration {
-    let base = Duration::from_millis(20 << attempt.min(6)).min(Duration::from_secs(1));
+    let base = Duration::from_millis(10 << attempt.min(7)).min(Duration::from_secs(1));
     let jitter = (uuid::Uuid::new_v4().as_u128() % 20) as u64;
     base + Duration::from_millis(jitter)
 }

@@ -1,8 +1,9 @@
 //! Starting together: gateways and workers started at the same instant against servers that
 //! hold none of their streams all become ready, every time, and a run started right after is
-//! taken by a worker. Readiness tells the truth: a worker is ready once it pulls. What is a
+//! taken by a worker. Readiness tells the truth: a service is ready once it pulls. What is a
 //! real conflict (a stream JetStream cannot change, subjects another stream holds, a consumer
-//! that cannot be used) stops the start, saying what differs.
+//! that cannot be used) stops the start, saying what differs, and a gateway whose notifier
+//! fails stops rather than serve with nobody notified.
 
 use countersign_local::demo_tools::DemoTools;
 use countersign_shared::bus::Bus;
@@ -224,56 +225,92 @@ async fn a_real_conflict_stops_the_start_and_says_what_differs() {
     );
 }
 
-#[tokio::test]
-async fn a_worker_is_not_ready_until_it_pulls_and_a_consumer_it_cannot_use_stops_it() {
+/// Servers with a namespace's streams, where a push consumer holds the name of the pull
+/// consumer `durable` (on `stream`, for `filter`), so a service cannot use it.
+async fn consumer_taken(
+    stream: impl Fn(&Names) -> String,
+    durable: impl Fn(&Names) -> String,
+    filter: impl Fn(&Names) -> String,
+) -> (Infra, String, Names) {
     let infra = Infra::start().await;
     let namespace = format!("w{}", &uuid::Uuid::new_v4().simple().to_string()[..10]);
     let names = Names::new(&namespace).unwrap();
     let bus = Bus::connect(&infra.config(&namespace), names.clone())
         .await
         .unwrap();
-    // A push consumer under the name of the workers' pull consumer.
     bus.js
-        .get_stream(names.runs_stream())
+        .get_stream(stream(&names))
         .await
         .unwrap()
         .create_consumer(async_nats::jetstream::consumer::push::Config {
-            durable_name: Some(names.start_consumer()),
+            durable_name: Some(durable(&names)),
             deliver_subject: format!("{namespace}.elsewhere"),
-            filter_subject: names.runs_start(),
+            filter_subject: filter(&names),
             ..Default::default()
         })
         .await
         .unwrap();
-    let agents = std::env::temp_dir().join(format!("countersign-{namespace}"));
-    std::fs::create_dir_all(&agents).unwrap();
-    let (probes, url) = listener().await;
-    let stop = CancellationToken::new();
-    let mut worker = tokio::spawn(agent_worker::run(
-        worker_config(infra.config(&namespace), &agents),
-        probes,
-        stop.clone(),
-    ));
+    (infra, namespace, names)
+}
+
+/// While the service cannot pull, its `/readyz` answers 503 saying so (Redis and the streams
+/// fine); then it stops with an error naming the consumer.
+async fn not_ready_then_stopped(
+    url: &str,
+    mut service: JoinHandle<anyhow::Result<()>>,
+    consumer: &str,
+) {
     let http = reqwest::Client::new();
-    let body: Value =
-        countersign_tests::wait_for("the worker's probes to answer", READY_WITHIN, || async {
-            let answer = http.get(format!("{url}/readyz")).send().await.ok()?;
-            assert_eq!(answer.status(), 503, "ready without pulling");
-            answer.json().await.ok()
-        })
-        .await;
+    let body: Value = countersign_tests::wait_for("the probes to answer", READY_WITHIN, || async {
+        let answer = http.get(format!("{url}/readyz")).send().await.ok()?;
+        assert_eq!(answer.status(), 503, "ready without pulling");
+        answer.json().await.ok()
+    })
+    .await;
     let checks = &body["error"]["details"]["checks"];
     assert_eq!(checks["redis"], "ok", "{body}");
     assert_ne!(checks["consumers"], "ok", "{body}");
-    let ended = tokio::time::timeout(READY_WITHIN, &mut worker)
+    let ended = tokio::time::timeout(READY_WITHIN, &mut service)
         .await
-        .expect("the worker stops")
+        .expect("the service stops")
         .unwrap();
-    let err = ended.expect_err("a consumer it cannot use stops the worker");
-    assert!(
-        format!("{err:#}").contains(&names.start_consumer()),
-        "{err:#}"
-    );
+    let err = ended.expect_err("a consumer it cannot use stops the service");
+    assert!(format!("{err:#}").contains(consumer), "{err:#}");
+}
+
+#[tokio::test]
+async fn a_worker_is_not_ready_until_it_pulls_and_a_consumer_it_cannot_use_stops_it() {
+    let (infra, namespace, names) =
+        consumer_taken(Names::runs_stream, Names::start_consumer, Names::runs_start).await;
+    let agents = std::env::temp_dir().join(format!("countersign-{namespace}"));
+    std::fs::create_dir_all(&agents).unwrap();
+    let (probes, url) = listener().await;
+    let worker = tokio::spawn(agent_worker::run(
+        worker_config(infra.config(&namespace), &agents),
+        probes,
+        CancellationToken::new(),
+    ));
+    not_ready_then_stopped(&url, worker, &names.start_consumer()).await;
+    let _ = std::fs::remove_dir_all(&agents);
+}
+
+#[tokio::test]
+async fn a_gateway_whose_notifier_cannot_pull_is_not_ready_and_stops_saying_why() {
+    let (infra, namespace, names) = consumer_taken(
+        Names::approvals_stream,
+        Names::notifier_consumer,
+        Names::approval_all,
+    )
+    .await;
+    let agents = std::env::temp_dir().join(format!("countersign-{namespace}"));
+    std::fs::create_dir_all(&agents).unwrap();
+    let (listener, url) = listener().await;
+    let gateway = tokio::spawn(approval_gateway::run(
+        gateway_config(&infra, &namespace, &agents),
+        listener,
+        CancellationToken::new(),
+    ));
+    not_ready_then_stopped(&url, gateway, &names.notifier_consumer()).await;
     let _ = std::fs::remove_dir_all(&agents);
 }
 
