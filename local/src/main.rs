@@ -1,7 +1,10 @@
 //! `cargo run -p countersign-local`: the whole system on one machine. Starts NATS and Redis
 //! as child processes unless `NATS_URL`/`REDIS_URL` point at running ones, the demo tools
-//! service, a gateway and a worker with the example refund agent, and prints the command
-//! lines (`countersign`) that take a run through pause, approval and completion.
+//! service, a gateway and a worker with the example refund agent, and once the gateway and
+//! the worker are ready prints the command lines (`countersign`) that take a run through
+//! pause, approval and completion. Should any part stop, it says which and why and stops
+//! the rest (see `countersign_local::supervise`); where it listens and keeps its data is
+//! `countersign_local::place`.
 
 use anyhow::{Context, bail};
 use countersign_local::demo_tools::DemoTools;
@@ -106,12 +109,19 @@ async fn run() -> anyhow::Result<ExitCode> {
         ("gateway", format!("http://{gateway_addr}/readyz")),
         ("worker", worker_ready),
     ];
-    let ready = wait_ready(&probes);
+    // Ctrl-C before both are ready stops the wait too.
+    let ready = async {
+        tokio::select! {
+            _ = wait_ready(&probes) => true,
+            _ = shutdown.cancelled() => false,
+        }
+    };
     let watched = match parts.race(ready).await {
-        Ok(()) => {
+        Ok(true) => {
             print_demo(&gateway_addr, &requester_key, &key, provider);
             parts.watch().await
         }
+        Ok(false) => Ok(()),
         Err(stopped) => Err(stopped),
     };
     if let Err(stopped) = watched {
@@ -131,7 +141,8 @@ async fn run() -> anyhow::Result<ExitCode> {
 
 /// Says at once which part stopped and why, stops the rest, and fails.
 async fn failed(parts: Parts, stopped: Stopped) -> ExitCode {
-    eprintln!("countersign-local: {stopped}; stopping the rest");
+    eprintln!("countersign-local: {stopped}");
+    eprintln!("countersign-local: stopping the rest");
     for also in parts.stop(AFTER_FAILURE).await {
         eprintln!("countersign-local: meanwhile {also}");
     }

@@ -85,11 +85,15 @@ impl Place {
             None => "Ctrl-C in its terminal".to_string(),
         };
         let next = self.offset + 100;
+        let data = if std::env::var_os(DIR_VAR).is_some_and(|d| !d.is_empty()) {
+            format!(", with {DIR_VAR} naming another data folder")
+        } else {
+            format!(" and keeps its data in .countersign-{next}")
+        };
         anyhow::bail!(
             "another countersign-local seems to be running: {} ({whose}) is taken{by}. \
              Stop it ({stop}), or run this one beside it on other ports: \
-             `{OFFSET_VAR}={next} cargo run -p countersign-local` moves every port up by {next} \
-             (and keeps its data in .countersign-{next})",
+             `{OFFSET_VAR}={next} cargo run -p countersign-local` moves every port up by {next}{data}",
             Self::addr(*port)
         )
     }

@@ -219,7 +219,8 @@ async fn a_child_server_that_dies_is_reported_at_once_and_stops_the_runner_with_
     println!("the runner exited {took:?} after its nats-server was killed");
     assert!(!status.success(), "{status}; stderr:\n{stderr}");
     assert!(
-        stderr.contains("the nats-server stopped: it exited (signal: 9"),
+        stderr.contains("the nats-server stopped: it exited (signal: 9")
+            && stderr.contains("stopping the rest"),
         "{stderr}"
     );
     assert!(took < Duration::from_secs(1), "{took:?}; stderr:\n{stderr}");
