@@ -1,9 +1,11 @@
 //! The local runner (`cargo run -p countersign-local`) as a person runs it: started again and
 //! again on a fresh data folder, it prints its banner only once a run can be started and
-//! taken; a child server that dies is reported at once and stops it with a failure; a second
+//! taken; a child server that dies, or a worker that fails, is reported at once and stops it
+//! with a failure; a second
 //! runner on the same ports says another one runs and how to stop it or move. Its output,
 //! not a terminal, carries no colour codes.
 
+use countersign_shared::names::Names;
 use countersign_tests::wait_for;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -256,5 +258,64 @@ async fn a_second_runner_on_the_same_ports_says_one_runs_and_how_to_stop_it_or_m
     // The first runner goes on as it was.
     first.run_a_refund().await;
     first.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn a_worker_that_fails_inside_the_runner_is_reported_and_the_runner_exits_within_a_second() {
+    let dir = fresh_dir();
+    let offset = free_offset();
+    let (first, _) = start(&dir, offset).await;
+    // In the runner's NATS, a push consumer takes the name of the workers' pull consumer.
+    let nats = format!("127.0.0.1:{}", 14222 + offset);
+    let js = async_nats::jetstream::new(async_nats::connect(nats).await.unwrap());
+    let names = Names::new("").unwrap();
+    let runs = js.get_stream(names.runs_stream()).await.unwrap();
+    runs.delete_consumer(&names.start_consumer()).await.unwrap();
+    runs.create_consumer(async_nats::jetstream::consumer::push::Config {
+        durable_name: Some(names.start_consumer()),
+        deliver_subject: "elsewhere".into(),
+        filter_subject: names.runs_start(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    first.stop().await;
+
+    // Started again on that data, its worker cannot pull and stops with an error.
+    let mut second = runner_command(&dir, offset).spawn().unwrap();
+    let mut stderr = BufReader::new(second.stderr.take().unwrap()).lines();
+    let mut said = String::new();
+    let mut reported = None;
+    tokio::time::timeout(BANNER_WITHIN, async {
+        while let Some(line) = stderr.next_line().await.unwrap() {
+            if line.contains("the worker stopped") {
+                reported = Some(Instant::now());
+            }
+            said.push_str(&line);
+            said.push('\n');
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the runner still runs; it said:\n{said}"));
+    let status = second.wait().await.unwrap();
+    let reported = reported.unwrap_or_else(|| panic!("no report of the worker in:\n{said}"));
+    let exited_after = reported.elapsed();
+    println!("the runner exited {exited_after:?} after reporting its worker stopped");
+    assert!(!status.success(), "{said}");
+    assert!(said.contains(&names.start_consumer()), "{said}");
+    assert!(exited_after < Duration::from_secs(1), "{exited_after:?}");
+    let mut stdout = String::new();
+    second
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut stdout)
+        .await
+        .unwrap();
+    assert!(
+        !stdout.contains(BANNER),
+        "a banner with no worker:\n{stdout}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
