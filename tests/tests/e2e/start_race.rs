@@ -316,6 +316,7 @@ async fn a_gateway_whose_notifier_cannot_pull_is_not_ready_and_stops_saying_why(
 
 /// The race itself, as often as a test can afford it: before streams were reconciled, a
 /// round or two in ten here failed with "subjects overlap with an existing stream (10065)".
+/// Half the rounds also race to update a stream that drifted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn thirty_connections_making_the_streams_and_consumers_at_once_all_succeed_every_time() {
     const ROUNDS: usize = 60;
@@ -332,6 +333,21 @@ async fn thirty_connections_making_the_streams_and_consumers_at_once_all_succeed
         let namespace = format!("m{}", &uuid::Uuid::new_v4().simple().to_string()[..10]);
         let names = Names::new(&namespace).unwrap();
         let config = infra.config(&namespace);
+        // Every other round, one stream exists already with a limit changed by hand, so
+        // every connection updates it at the same moment as the others.
+        let drifted = round % 2 == 1;
+        if drifted {
+            stream_by_hand(
+                &infra,
+                async_nats::jetstream::stream::Config {
+                    name: names.approvals_stream(),
+                    subjects: vec![names.approval_all()],
+                    max_age: Duration::from_secs(3600),
+                    ..Default::default()
+                },
+            )
+            .await;
+        }
         let started = Instant::now();
         let made = futures::future::join_all((0..AT_ONCE).map(|_| async {
             let bus = Bus::connect(&config, names.clone()).await?;
@@ -348,6 +364,15 @@ async fn thirty_connections_making_the_streams_and_consumers_at_once_all_succeed
         slowest = slowest.max(started.elapsed());
         for made in made {
             made.unwrap_or_else(|e| panic!("round {round}: {e}"));
+        }
+        if drifted {
+            let mut approvals = js.get_stream(names.approvals_stream()).await.unwrap();
+            let max_age = approvals.info().await.unwrap().config.max_age;
+            assert_eq!(
+                max_age,
+                Duration::from_secs(14 * 24 * 3600),
+                "round {round}"
+            );
         }
         for stream in names.streams() {
             js.delete_stream(&stream).await.unwrap();
