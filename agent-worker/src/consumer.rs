@@ -12,6 +12,7 @@ use async_nats::jetstream::consumer::pull;
 use async_nats::jetstream::{AckKind, Message};
 use countersign_shared::bus::{Bus, ConsumerSettings};
 use countersign_shared::events::{Envelope, Event};
+use countersign_shared::health::Consumers;
 use countersign_shared::trace_context;
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,10 +30,14 @@ pub struct Pulling {
     pub settings: ConsumerSettings,
     /// Messages asked for at once per consumer.
     pub batch: usize,
+    /// What the readiness probe says of the pulling: ready from the first pull on, not while
+    /// pulling anew.
+    pub consumers: Consumers,
 }
 
 impl Pulling {
-    /// Both shared consumers (`runs.start`, `approval.decided.*`) as one stream.
+    /// Both shared consumers (`runs.start`, `approval.decided.*`) as one stream; from then
+    /// on the worker counts as ready.
     pub async fn pull(&self) -> anyhow::Result<Messages> {
         let names = &self.bus.names;
         let starts = self
@@ -49,11 +54,14 @@ impl Pulling {
                 names.approval_decided_all(),
             )
             .await?;
+        self.consumers.pulling();
         Ok(futures::stream::select(starts, decided))
     }
 
-    /// Pulls again, every second until NATS answers (after the streams ended in an outage).
+    /// Pulls again, every second until NATS answers (after the streams ended in an outage);
+    /// meanwhile the worker is not ready.
     pub async fn pull_again(&self) -> Messages {
+        self.consumers.stopped();
         loop {
             tokio::time::sleep(Duration::from_secs(1)).await;
             match self.pull().await {

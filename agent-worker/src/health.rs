@@ -1,5 +1,6 @@
 //! The worker's probes on a small HTTP server of their own: `/livez` (the process answers)
-//! and `/readyz` (Redis, NATS and every stream answer, as the gateway checks them), and
+//! and `/readyz` (Redis, NATS and every stream answer, and the worker pulls from its shared
+//! consumers, as [`countersign_shared::health`] checks them), and
 //! `/metrics`, the worker's metrics in Prometheus's text format.
 
 use axum::Router;
@@ -9,7 +10,7 @@ use axum::http::header::CONTENT_TYPE;
 use axum::response::Json;
 use axum::routing::get;
 use countersign_shared::bus::Bus;
-use countersign_shared::health::Readiness;
+use countersign_shared::health::{Consumers, Readiness};
 use countersign_shared::metrics::Metrics;
 use countersign_shared::store::Store;
 use serde_json::{Value, json};
@@ -20,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 struct Probes {
     store: Store,
     bus: Bus,
+    consumers: Consumers,
 }
 
 /// Serves the probes on `listener` until `shutdown`.
@@ -27,13 +29,18 @@ pub async fn serve(
     listener: TcpListener,
     store: Store,
     bus: Bus,
+    consumers: Consumers,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
     let app = Router::new()
         .route("/livez", get(live))
         .route("/readyz", get(ready))
         .route("/metrics", get(metrics))
-        .with_state(Probes { store, bus });
+        .with_state(Probes {
+            store,
+            bus,
+            consumers,
+        });
     tracing::info!(addr = %listener.local_addr()?, "health probes listening");
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown.cancelled_owned())
@@ -45,7 +52,7 @@ async fn live() -> Json<Value> {
 }
 
 async fn ready(State(probes): State<Probes>) -> (StatusCode, Json<Value>) {
-    let readiness = Readiness::check(&probes.store, &probes.bus).await;
+    let readiness = Readiness::check(&probes.store, &probes.bus, &probes.consumers).await;
     let status = StatusCode::from_u16(readiness.status()).expect("200 or 503");
     (status, Json(readiness.body()))
 }

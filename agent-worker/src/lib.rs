@@ -14,6 +14,7 @@ use agents::Agents;
 use config::Config;
 use countersign_shared::agent::Catalog;
 use countersign_shared::bus::{Bus, ConsumerSettings};
+use countersign_shared::health::Consumers;
 use countersign_shared::names::Names;
 use countersign_shared::outbox::Outbox;
 use countersign_shared::people::Directory;
@@ -124,6 +125,8 @@ async fn take_work(
 /// Lets in-flight runs reach a stored point within `grace`, then hands the rest back (their
 /// messages are redelivered and their leases lapse).
 async fn drain(mut tasks: JoinSet<()>, grace: Duration) {
+    // Runs that finished since the last message came are still in the set until joined.
+    while tasks.try_join_next().is_some() {}
     info!(in_flight = tasks.len(), "stopping: no new work taken");
     let drained = tokio::time::timeout(grace, async { while tasks.join_next().await.is_some() {} });
     if drained.await.is_err() {
@@ -150,10 +153,12 @@ pub async fn run(
     check_roles(&catalog, &people)?;
     let store = Store::connect_waiting(&config.infra, names.clone()).await?;
     let bus = Bus::connect(&config.infra, names.clone()).await?;
+    let consumers = Consumers::default();
     let probes = tokio::spawn(health::serve(
         health,
         store.clone(),
         bus.clone(),
+        consumers.clone(),
         shutdown.clone(),
     ));
     let ack_wait = Duration::from_secs(config.ack_wait_secs);
@@ -165,6 +170,7 @@ pub async fn run(
         },
         // Small batches so a busy worker does not sit on messages an idle one could take.
         batch: config.concurrency.min(16),
+        consumers,
     };
     let incoming = pulling.pull().await?;
     let engine = Arc::new(Engine::new(

@@ -42,7 +42,8 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 /// Serves the API on `listener` until `shutdown` is cancelled; in-flight requests finish, the
-/// deliveries in flight get a bounded time to, and the NATS connection is drained.
+/// deliveries in flight get a bounded time to, and the NATS connection is drained. Should the
+/// notifier fail, the gateway stops the same way and returns its error.
 pub async fn run(
     config: Config,
     listener: TcpListener,
@@ -54,12 +55,24 @@ pub async fn run(
     let store = Store::connect_waiting(&config.infra, names.clone()).await?;
     let bus = Bus::connect(&config.infra, names).await?;
     let state = AppState::new(store, bus, catalog, config)?;
-    let notifier = tokio::spawn(notify::run(state.clone(), shutdown.clone()));
-    let outbox = tokio::spawn(state.outbox.clone().run_sweeper(shutdown.clone()));
+    // The gateway's own stop: a shutdown, or its notifier failing, which stops it rather than
+    // leave it answering while nobody is notified.
+    let stop = shutdown.child_token();
+    let notifier = tokio::spawn({
+        let (state, stop) = (state.clone(), stop.clone());
+        async move {
+            let notified = notify::run(state, stop.clone()).await;
+            if notified.is_err() {
+                stop.cancel();
+            }
+            notified
+        }
+    });
+    let outbox = tokio::spawn(state.outbox.clone().run_sweeper(stop.clone()));
     let app = routes::router(state.clone());
     tracing::info!(addr = %listener.local_addr()?, "gateway listening");
-    server::serve(listener, app, &state.config, shutdown.clone()).await;
-    shutdown.cancel();
+    server::serve(listener, app, &state.config, stop.clone()).await;
+    stop.cancel();
     notifier.await??;
     outbox.await?;
     state.bus.client.drain().await?;

@@ -39,6 +39,7 @@ const DRAIN: Duration = Duration::from_secs(10);
 /// flight finish within [`DRAIN`].
 pub(crate) async fn run(state: AppState, shutdown: CancellationToken) -> anyhow::Result<()> {
     let mut incoming = pull(&state).await?;
+    state.consumers.pulling();
     info!("notifier started");
     let permits = Arc::new(Semaphore::new(CONCURRENT_DELIVERIES));
     let mut in_flight = JoinSet::new();
@@ -54,6 +55,7 @@ pub(crate) async fn run(state: AppState, shutdown: CancellationToken) -> anyhow:
             // again once it is back, rather than never notifying again.
             None => {
                 warn!("notification streams ended; pulling again once NATS answers");
+                state.consumers.stopped();
                 let again = async {
                     loop {
                         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -67,6 +69,7 @@ pub(crate) async fn run(state: AppState, shutdown: CancellationToken) -> anyhow:
                     _ = shutdown.cancelled() => break,
                     streams = again => incoming = streams,
                 }
+                state.consumers.pulling();
             }
             Some((_, Err(e))) => warn!(error = %e, "error pulling notifications"),
             Some((true, Ok(msg))) => fan_out(&state, msg).await,

@@ -5,6 +5,7 @@ use crate::config::{ApiKey, Config, EmailConfig, Role, SmtpTls};
 use countersign_shared::agent::Catalog;
 use countersign_shared::bus::Bus;
 use countersign_shared::digest::sha256_hex;
+use countersign_shared::health::Consumers;
 use countersign_shared::outbox::Outbox;
 use countersign_shared::people::Directory;
 use countersign_shared::run::{Run, RunId};
@@ -23,6 +24,8 @@ pub(crate) struct AppState {
     pub(crate) bus: Bus,
     /// Publishes what the scripts queued.
     pub(crate) outbox: Outbox,
+    /// Whether the notifier pulls from its consumers (a readiness check).
+    pub(crate) consumers: Consumers,
     pub(crate) catalog: Catalog,
     pub(crate) config: Arc<Config>,
     pub(crate) people: Arc<Directory>,
@@ -51,6 +54,7 @@ impl AppState {
                     .collect(),
             ),
             outbox: Outbox::new(store.clone(), bus.clone()),
+            consumers: Consumers::default(),
             store,
             bus,
             catalog,

@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
 
 #[derive(Default)]
 struct Ledger {
@@ -31,14 +32,21 @@ pub struct DemoTools {
 impl DemoTools {
     /// Serves on `listener` until the process ends.
     pub fn serve(listener: TcpListener) -> std::io::Result<Self> {
+        Self::serve_watched(listener).map(|(tools, _)| tools)
+    }
+
+    /// Like [`DemoTools::serve`], with the server's task, which ends only if it fails.
+    pub fn serve_watched(
+        listener: TcpListener,
+    ) -> std::io::Result<(Self, JoinHandle<std::io::Result<()>>)> {
         let base_url = format!("http://{}", listener.local_addr()?);
         let ledger = Arc::new(Mutex::new(Ledger::default()));
         let app = Router::new()
             .route("/orders/lookup", post(lookup))
             .route("/refunds", post(refund))
             .with_state(ledger.clone());
-        tokio::spawn(async move { axum::serve(listener, app).await });
-        Ok(Self { base_url, ledger })
+        let task = tokio::spawn(async move { axum::serve(listener, app).await });
+        Ok((Self { base_url, ledger }, task))
     }
 
     /// How many requests `path` received with this idempotency key.

@@ -1,5 +1,9 @@
 //! Running the whole of countersign on one machine: the demo tools service and the local
-//! runner behind `cargo run -p countersign-local`.
+//! runner behind `cargo run -p countersign-local`, with the parts it uses: where it listens
+//! (`place`), how it watches what it started (`supervise`) and waits for it (`ready`).
 
 pub mod demo_agent;
 pub mod demo_tools;
+pub mod place;
+pub mod ready;
+pub mod supervise;

@@ -1,83 +1,177 @@
 //! `cargo run -p countersign-local`: the whole system on one machine. Starts NATS and Redis
 //! as child processes unless `NATS_URL`/`REDIS_URL` point at running ones, the demo tools
-//! service, a gateway and a worker with the example refund agent, and prints the command
-//! lines (`countersign`) that take a run through pause, approval and completion.
+//! service, a gateway and a worker with the example refund agent, and once the gateway and
+//! the worker are ready prints the command lines (`countersign`) that take a run through
+//! pause, approval and completion. Should any part stop, it says which and why and stops
+//! the rest (see `countersign_local::supervise`); where it listens and keeps its data is
+//! `countersign_local::place`.
 
 use anyhow::{Context, bail};
 use countersign_local::demo_tools::DemoTools;
+use countersign_local::place::{EXAMPLE_TOOLS, Place};
+use countersign_local::ready::wait_ready;
+use countersign_local::supervise::{Parts, Stopped};
 use countersign_shared::infra::InfraConfig;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::process::ExitCode;
 use std::time::Duration;
 use tokio::process::{Child, Command};
 use tokio_util::sync::CancellationToken;
 
-/// Where the child servers keep their data, and the generated agents folder.
-const STATE_DIR: &str = ".countersign";
-const NATS_PORT: u16 = 14222;
-const REDIS_PORT: u16 = 16379;
-const GATEWAY: &str = "127.0.0.1:8080";
-/// The demo tools' address, as the example agent's tool URLs say.
-const TOOLS: &str = "127.0.0.1:9100";
+/// After a part stopped, how long the others get to stop before the runner exits.
+const AFTER_FAILURE: Duration = Duration::from_millis(500);
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+pub async fn main() -> ExitCode {
     let _telemetry = countersign_shared::telemetry::init("countersign-local");
+    match run().await {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("countersign-local: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Starts every part, says so once the gateway and the worker are ready, and runs until
+/// Ctrl-C or until a part stops (see `countersign_local::supervise`).
+async fn run() -> anyhow::Result<ExitCode> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let state = root.join(STATE_DIR);
+    let place = Place::from_env(&root)?;
     let mut infra = InfraConfig::default();
     infra.apply_env()?;
-    let children = start_servers(&state, &mut infra)?;
-    wait_port(&infra.nats_url).await?;
-    wait_port(&infra.redis_url).await?;
-
-    let agents_dir = state.join("agents");
-    let provider = write_agents(&root.join("examples/agents"), &agents_dir)?;
-    DemoTools::serve(
-        tokio::net::TcpListener::bind(TOOLS)
-            .await
-            .context("bind the demo tools on 127.0.0.1:9100")?,
-    )?;
-
-    let (gateway, worker, requester_key, key) = configs(infra, agents_dir)?;
+    let mut ports = vec![
+        (place.gateway, "the gateway"),
+        (place.worker, "the worker's probes"),
+        (place.tools, "the demo tools"),
+    ];
+    if std::env::var("NATS_URL").is_err() {
+        ports.push((place.nats, "NATS"));
+    }
+    if std::env::var("REDIS_URL").is_err() {
+        ports.push((place.redis, "Redis"));
+    }
+    place.check_free(&ports)?;
+    let _claim = place.claim()?;
 
     let shutdown = CancellationToken::new();
     tokio::spawn(countersign_shared::shutdown::on_signal(shutdown.clone()));
-    let listener = tokio::net::TcpListener::bind(GATEWAY)
+    let mut parts = Parts::new(shutdown.clone());
+    start_servers(&place, &mut infra, &mut parts)?;
+    let servers = async {
+        wait_port(&infra.nats_url).await?;
+        wait_port(&infra.redis_url).await
+    };
+    match parts.race(servers).await {
+        Ok(answered) => answered?,
+        Err(stopped) => return Ok(failed(parts, stopped).await),
+    }
+
+    let agents_dir = place.dir.join("agents");
+    let provider = write_agents(
+        &root.join("examples/agents"),
+        &agents_dir,
+        &Place::addr(place.tools),
+    )?;
+    let tools = tokio::net::TcpListener::bind(Place::addr(place.tools))
         .await
-        .context("bind the gateway on 127.0.0.1:8080")?;
-    let gateway = tokio::spawn(approval_gateway::run(gateway, listener, shutdown.clone()));
+        .with_context(|| format!("bind the demo tools on {}", Place::addr(place.tools)))?;
+    let (_, tools) = DemoTools::serve_watched(tools)?;
+    let stop_tools = shutdown.clone();
+    parts.service("demo tools", async move {
+        tokio::select! {
+            served = tools => Ok(served??),
+            _ = stop_tools.cancelled() => Ok(()),
+        }
+    });
+
+    let (gateway, mut worker, requester_key, key) = configs(infra, agents_dir)?;
+    worker.health_listen = Place::addr(place.worker);
+    let grace = Duration::from_secs(worker.shutdown_grace_secs) + Duration::from_secs(15);
+    let gateway_addr = Place::addr(place.gateway);
+    let listener = tokio::net::TcpListener::bind(&gateway_addr)
+        .await
+        .with_context(|| format!("bind the gateway on {gateway_addr}"))?;
+    parts.service(
+        "gateway",
+        approval_gateway::run(gateway, listener, shutdown.clone()),
+    );
     let health = tokio::net::TcpListener::bind(&worker.health_listen)
         .await
         .with_context(|| format!("bind the worker's probes on {}", worker.health_listen))?;
-    let worker = tokio::spawn(agent_worker::run(worker, health, shutdown.clone()));
-    print_demo(&requester_key, &key, provider);
-    let (g, w) = tokio::join!(gateway, worker);
-    g??;
-    w??;
-    drop(children);
-    Ok(())
+    let worker_ready = format!("http://{}/readyz", worker.health_listen);
+    parts.service(
+        "worker",
+        agent_worker::run(worker, health, shutdown.clone()),
+    );
+
+    let probes = [
+        ("gateway", format!("http://{gateway_addr}/readyz")),
+        ("worker", worker_ready),
+    ];
+    // Ctrl-C before both are ready stops the wait too.
+    let ready = async {
+        tokio::select! {
+            _ = wait_ready(&probes) => true,
+            _ = shutdown.cancelled() => false,
+        }
+    };
+    let watched = match parts.race(ready).await {
+        Ok(true) => {
+            print_demo(&gateway_addr, &requester_key, &key, provider);
+            parts.watch().await
+        }
+        Ok(false) => Ok(()),
+        Err(stopped) => Err(stopped),
+    };
+    if let Err(stopped) = watched {
+        return Ok(failed(parts, stopped).await);
+    }
+    // Ctrl-C: everything stops in order; a part that fails on the way is said.
+    let failures = parts.stop(grace).await;
+    for stopped in &failures {
+        eprintln!("countersign-local: {stopped}");
+    }
+    Ok(if failures.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// Says at once which part stopped and why, stops the rest, and fails.
+async fn failed(parts: Parts, stopped: Stopped) -> ExitCode {
+    eprintln!("countersign-local: {stopped}");
+    eprintln!("countersign-local: stopping the rest");
+    for also in parts.stop(AFTER_FAILURE).await {
+        eprintln!("countersign-local: meanwhile {also}");
+    }
+    ExitCode::FAILURE
 }
 
 /// NATS and Redis as child processes, each unless `NATS_URL` / `REDIS_URL` names a server
-/// already running; `infra` is pointed at them.
-fn start_servers(state: &std::path::Path, infra: &mut InfraConfig) -> anyhow::Result<Vec<Child>> {
-    let mut children = Vec::new();
+/// already running; `infra` is pointed at them. Each writes its output to a log in the data
+/// folder, whose end is shown should it stop.
+fn start_servers(place: &Place, infra: &mut InfraConfig, parts: &mut Parts) -> anyhow::Result<()> {
+    let state = &place.dir;
     if std::env::var("NATS_URL").is_err() {
         let dir = state.join("nats");
         std::fs::create_dir_all(&dir)?;
-        let port = NATS_PORT.to_string();
+        let port = place.nats.to_string();
         let sd = dir.to_string_lossy().to_string();
-        children.push(spawn_server(
+        let log = state.join("nats-server.log");
+        let child = spawn_server(
             "nats-server",
             &["-js", "-a", "127.0.0.1", "-p", &port, "-sd", &sd],
-        )?);
-        infra.nats_url = format!("nats://127.0.0.1:{NATS_PORT}");
+            &log,
+        )?;
+        parts.server("nats-server", child, log);
+        infra.nats_url = format!("nats://127.0.0.1:{}", place.nats);
     }
     if std::env::var("REDIS_URL").is_err() {
         let dir = state.join("redis");
         std::fs::create_dir_all(&dir)?;
-        let port = REDIS_PORT.to_string();
+        let port = place.redis.to_string();
         let args = [
             "--bind",
             "127.0.0.1",
@@ -90,10 +184,12 @@ fn start_servers(state: &std::path::Path, infra: &mut InfraConfig) -> anyhow::Re
         let dir = dir.to_string_lossy().to_string();
         let mut args = args.to_vec();
         args.push(&dir);
-        children.push(spawn_server("redis-server", &args)?);
-        infra.redis_url = format!("redis://127.0.0.1:{REDIS_PORT}");
+        let log = state.join("redis-server.log");
+        let child = spawn_server("redis-server", &args, &log)?;
+        parts.server("redis-server", child, log);
+        infra.redis_url = format!("redis://127.0.0.1:{}", place.redis);
     }
-    Ok(children)
+    Ok(())
 }
 
 /// The gateway's and the worker's configuration, and the requester's and your keys.
@@ -141,8 +237,9 @@ fn configs(
     Ok((gateway, worker, requester_key, key))
 }
 
-/// Starts a server binary, installing it with apt-get first when it is missing and we are root.
-fn spawn_server(binary: &str, args: &[&str]) -> anyhow::Result<Child> {
+/// Starts a server binary, its output going to `log`, installing it with apt-get first when it
+/// is missing and we are root.
+fn spawn_server(binary: &str, args: &[&str], log: &Path) -> anyhow::Result<Child> {
     let path = find_binary(binary).or_else(|| {
         install_packages().ok()?;
         find_binary(binary)
@@ -153,10 +250,12 @@ fn spawn_server(binary: &str, args: &[&str]) -> anyhow::Result<Child> {
              or set NATS_URL and REDIS_URL to servers you run (NATS with JetStream on)."
         );
     };
+    let output =
+        std::fs::File::create(log).with_context(|| format!("create the log {}", log.display()))?;
     Command::new(path)
         .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stdout(output.try_clone()?)
+        .stderr(output)
         .kill_on_drop(true)
         .spawn()
         .with_context(|| format!("start {binary}"))
@@ -195,8 +294,9 @@ async fn wait_port(url: &str) -> anyhow::Result<()> {
     bail!("nothing answers at {url}")
 }
 
-/// Copies the example agents, switching the model to a real provider when its key is set.
-fn write_agents(examples: &Path, out: &Path) -> anyhow::Result<&'static str> {
+/// Copies the example agents, their tools at `tools`, switching the model to a real provider
+/// when its key is set.
+fn write_agents(examples: &Path, out: &Path, tools: &str) -> anyhow::Result<&'static str> {
     std::fs::create_dir_all(out)?;
     let provider = if std::env::var("ANTHROPIC_API_KEY").is_ok_and(|k| !k.is_empty()) {
         ("anthropic", "claude-sonnet-4-5")
@@ -208,7 +308,7 @@ fn write_agents(examples: &Path, out: &Path) -> anyhow::Result<&'static str> {
     for entry in std::fs::read_dir(examples)? {
         let path = entry?.path();
         let name = path.file_name().unwrap().to_string_lossy().to_string();
-        let text = std::fs::read_to_string(&path)?;
+        let text = std::fs::read_to_string(&path)?.replace(EXAMPLE_TOOLS, tools);
         let text = if provider.0 != "scripted"
             && !name.ends_with(countersign_shared::agent::SCRIPT_SUFFIX)
         {
@@ -227,18 +327,18 @@ fn write_agents(examples: &Path, out: &Path) -> anyhow::Result<&'static str> {
     Ok(provider.0)
 }
 
-fn print_demo(requester_key: &str, key: &str, provider: &str) {
+fn print_demo(gateway: &str, requester_key: &str, key: &str, provider: &str) {
     let repository = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
     let cli = repository.join("cli");
     let cli = cli.display();
     println!(
         r#"
-countersign is running: gateway http://{GATEWAY}, model: {provider}. Ctrl-C stops it.
+countersign is running: gateway http://{gateway}, model: {provider}. Ctrl-C stops it.
 
 # In another terminal: install the command line once (or run it as
 # `cargo run -q -p countersign-cli --`) and point it at this gateway with your key:
 cargo install --path {cli}
-export COUNTERSIGN_URL=http://{GATEWAY} COUNTERSIGN_API_KEY={key}
+export COUNTERSIGN_URL=http://{gateway} COUNTERSIGN_API_KEY={key}
 
 # 1. The support desk starts a run of the refund agent (it prints the run's id):
 RUN=$(COUNTERSIGN_API_KEY={requester_key} countersign runs start refunds \

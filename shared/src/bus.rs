@@ -11,11 +11,15 @@
 use crate::events::{Envelope, Event};
 use crate::infra::InfraConfig;
 use crate::names::Names;
+use async_nats::jetstream::ErrorCode;
 use async_nats::jetstream::{self, consumer::PullConsumer, message::PublishMessage, stream};
 use std::time::Duration;
 
 /// How long a `Nats-Msg-Id` is remembered for deduplication.
 const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
+/// How many times a stream or consumer is read and created or updated, when processes
+/// starting together keep crossing, before it counts as an error.
+const RECONCILE_ATTEMPTS: u32 = 10;
 /// How long approval and run events are kept.
 const EVENTS_MAX_AGE: Duration = Duration::from_secs(14 * 24 * 3600);
 /// How long the global audit log keeps an element.
@@ -216,36 +220,93 @@ impl Bus {
             },
         ];
         for config in configs {
-            let wanted = stream::Config {
+            self.ensure_stream(stream::Config {
                 storage: stream::StorageType::File,
                 duplicate_window: DUPLICATE_WINDOW,
                 num_replicas: replicas,
                 ..config
-            };
-            let mut stream = match self.js.get_stream(&wanted.name).await {
-                Ok(stream) => stream,
-                Err(_) => {
-                    self.js.create_stream(wanted).await.map_err(js_err)?;
+            })
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Makes one stream as `wanted` says, however many processes do the same at once: a
+    /// create that loses a race ("already exists", "subjects overlap" with the stream being
+    /// created) and an update that crosses another are followed by reading the stream again
+    /// and comparing. Only what cannot be made so is an error: retention or storage that
+    /// JetStream cannot change, subjects another stream holds, or a server that keeps
+    /// refusing.
+    async fn ensure_stream(&self, wanted: stream::Config) -> Result<(), BusError> {
+        let name = &wanted.name;
+        let mut last = String::new();
+        for attempt in 0..RECONCILE_ATTEMPTS {
+            if attempt > 0 {
+                tokio::time::sleep(retry_delay(attempt)).await;
+            }
+            let have = match self.js.get_stream(name).await {
+                Ok(stream) => stream.cached_info().config.clone(),
+                Err(e) if stream_missing(&e) => match self.js.create_stream(wanted.clone()).await {
+                    Ok(_) => return Ok(()),
+                    Err(e) => {
+                        if let Some(owner) = self.subjects_owner(&e, &wanted).await {
+                            return Err(BusError::JetStream(format!(
+                                "stream {name} cannot be created: its subjects ({}) belong to stream {owner}; delete that stream, or give this deployment another namespace",
+                                wanted.subjects.join(" ")
+                            )));
+                        }
+                        last = format!("creating it: {e}");
+                        continue;
+                    }
+                },
+                Err(e) => {
+                    last = format!("reading it: {e}");
                     continue;
                 }
             };
-            let have = stream.info().await.map_err(js_err)?.config.clone();
             let changed = changes(&have, &wanted);
             if changed.is_empty() {
-                continue;
+                return Ok(());
             }
             if have.retention != wanted.retention || have.storage != wanted.storage {
                 return Err(BusError::JetStream(format!(
-                    "stream {} has retention {:?} and storage {:?}, which JetStream cannot change to {:?} and {:?}: move its messages to a new stream or delete it",
-                    wanted.name, have.retention, have.storage, wanted.retention, wanted.storage
+                    "stream {name} differs from its configuration in what JetStream cannot change ({}): move its messages to a new stream or delete it",
+                    changed.join(", ")
                 )));
             }
-            tracing::warn!(stream = %wanted.name, changed = %changed.join(", "), "updating the stream to its configuration");
-            self.js.update_stream(wanted.clone()).await.map_err(|e| {
-                BusError::JetStream(format!("updating stream {}: {e}", wanted.name))
-            })?;
+            tracing::warn!(stream = %name, changed = %changed.join(", "), "updating the stream to its configuration");
+            match self.js.update_stream(&wanted).await {
+                Ok(_) => return Ok(()),
+                // Another process may be updating it too: read it again and compare.
+                Err(e) => last = format!("updating it ({}): {e}", changed.join(", ")),
+            }
         }
-        Ok(())
+        Err(BusError::JetStream(format!(
+            "stream {name} is still not as configured after {RECONCILE_ATTEMPTS} tries; last: {last}"
+        )))
+    }
+
+    /// After a create refused because its subjects overlap: the stream holding them, when it
+    /// is another one (a real conflict, not a race with a process creating the same stream).
+    async fn subjects_owner(
+        &self,
+        refused: &jetstream::context::CreateStreamError,
+        wanted: &stream::Config,
+    ) -> Option<String> {
+        let jetstream::context::CreateStreamErrorKind::JetStream(e) = refused.kind() else {
+            return None;
+        };
+        if e.error_code() != ErrorCode::STREAM_SUBJECT_OVERLAP {
+            return None;
+        }
+        for subject in &wanted.subjects {
+            if let Ok(owner) = self.js.stream_by_subject(subject.clone()).await
+                && owner != wanted.name
+            {
+                return Some(owner);
+            }
+        }
+        None
     }
 
     /// Publishes an event and waits until JetStream has stored it. `msg_id` makes a retry of
@@ -296,6 +357,8 @@ impl Bus {
     }
 
     /// A durable pull consumer shared by every worker (each message goes to one of them).
+    /// Any number of processes may ask for it at once: a create that loses the race is
+    /// followed by reading the consumer the winner made.
     pub async fn shared_consumer(
         &self,
         stream: &str,
@@ -303,21 +366,51 @@ impl Bus {
         filter_subject: String,
         settings: &ConsumerSettings,
     ) -> Result<PullConsumer, BusError> {
-        let stream = self.js.get_stream(stream).await.map_err(js_err)?;
-        stream
-            .get_or_create_consumer(
-                durable,
-                jetstream::consumer::pull::Config {
-                    durable_name: Some(durable.to_string()),
-                    filter_subject,
-                    ack_wait: settings.ack_wait,
-                    max_ack_pending: settings.max_ack_pending,
-                    ..Default::default()
-                },
-            )
-            .await
-            .map_err(js_err)
+        let config = jetstream::consumer::pull::Config {
+            durable_name: Some(durable.to_string()),
+            filter_subject,
+            ack_wait: settings.ack_wait,
+            max_ack_pending: settings.max_ack_pending,
+            ..Default::default()
+        };
+        let mut last = String::new();
+        for attempt in 0..RECONCILE_ATTEMPTS {
+            if attempt > 0 {
+                tokio::time::sleep(retry_delay(attempt)).await;
+            }
+            let stream = match self.js.get_stream(stream).await {
+                Ok(stream) => stream,
+                Err(e) => {
+                    last = format!("reading stream {stream}: {e}");
+                    continue;
+                }
+            };
+            match stream.get_or_create_consumer(durable, config.clone()).await {
+                Ok(consumer) => return Ok(consumer),
+                Err(e) => last = format!("creating it: {e}"),
+            }
+            if let Ok(consumer) = stream.get_consumer(durable).await {
+                return Ok(consumer);
+            }
+        }
+        Err(BusError::JetStream(format!(
+            "consumer {durable} of stream {stream} could not be made after {RECONCILE_ATTEMPTS} tries; last: {last}"
+        )))
     }
+}
+
+/// Whether reading a stream failed because it does not exist.
+fn stream_missing(e: &jetstream::context::GetStreamError) -> bool {
+    matches!(e.kind(), jetstream::context::GetStreamErrorKind::JetStream(e)
+        if e.error_code() == ErrorCode::STREAM_NOT_FOUND)
+}
+
+/// The pause before try `attempt` (from 1): 20 ms doubling to at most a second, so processes
+/// that collided do not collide again in step.
+fn retry_delay(attempt: u32) -> Duration {
+    let base = Duration::from_millis(10 << attempt.min(7)).min(Duration::from_secs(1));
+    let jitter = (uuid::Uuid::new_v4().as_u128() % 20) as u64;
+    base + Duration::from_millis(jitter)
 }
 
 #[cfg(test)]

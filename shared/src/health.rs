@@ -1,15 +1,40 @@
 //! Readiness, the same for both services: Redis answers PING, the NATS client is connected,
-//! and every JetStream stream of the deployment answers a stream-info request. Each check is
-//! bounded, so a probe answers within about a second even when a server does not.
+//! every JetStream stream of the deployment answers a stream-info request, and the service's
+//! shared consumers exist and it is pulling from them (so a ready worker is one that takes
+//! work). Each check is bounded, so a probe answers within about a second even when a server
+//! does not.
 
 use crate::bus::Bus;
 use crate::store::Store;
 use futures::future::join_all;
 use serde_json::{Map, Value, json};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// How long one check may take before it counts as failed.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Whether a service pulls from its shared consumers: not until they exist and its pulls
+/// have started, and not while it pulls anew after NATS went away. Clones share the state.
+#[derive(Clone, Default)]
+pub struct Consumers(Arc<AtomicBool>);
+
+impl Consumers {
+    /// The consumers exist and the service pulls from them.
+    pub fn pulling(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+
+    /// The service no longer pulls (its message streams ended).
+    pub fn stopped(&self) {
+        self.0.store(false, Ordering::Relaxed);
+    }
+
+    pub fn is_pulling(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+}
 
 /// What each check found: its name and `None` when it passed, else why not.
 pub struct Readiness {
@@ -18,7 +43,7 @@ pub struct Readiness {
 
 impl Readiness {
     /// Runs every check at once.
-    pub async fn check(store: &Store, bus: &Bus) -> Self {
+    pub async fn check(store: &Store, bus: &Bus, consumers: &Consumers) -> Self {
         let redis = bounded("redis".to_string(), async {
             store.ping().await.map_err(|e| e.to_string())
         });
@@ -38,8 +63,13 @@ impl Readiness {
             })
         }));
         let (redis, nats, streams) = tokio::join!(redis, nats, streams);
+        let pulling = (
+            "consumers".to_string(),
+            (!consumers.is_pulling()).then(|| "not pulling from its consumers yet".to_string()),
+        );
         let mut checks = vec![redis, nats];
         checks.extend(streams);
+        checks.push(pulling);
         Self { checks }
     }
 

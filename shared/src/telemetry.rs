@@ -1,5 +1,6 @@
 //! Logging and traces. Logs: `RUST_LOG` filters (default `info`); `LOG_FORMAT=json` gives one
-//! JSON object a line. Traces: when `OTEL_EXPORTER_OTLP_ENDPOINT` (or
+//! JSON object a line; the text lines are coloured only on a terminal and when `NO_COLOR` is
+//! unset or empty. Traces: when `OTEL_EXPORTER_OTLP_ENDPOINT` (or
 //! `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) is set, the services' spans are exported over OTLP/HTTP
 //! (protobuf), configured by the standard `OTEL_*` variables; [`crate::trace_context`] carries
 //! a run's trace across NATS and Redis.
@@ -87,7 +88,12 @@ pub fn init_with(service: &str, endpoint: Option<Endpoint>) -> Telemetry {
             .with_filter(filter)
             .boxed()
     } else {
-        tracing_subscriber::fmt::layer().with_filter(filter).boxed()
+        let terminal = std::io::IsTerminal::is_terminal(&std::io::stdout());
+        let no_color = std::env::var_os("NO_COLOR");
+        tracing_subscriber::fmt::layer()
+            .with_ansi(colour(terminal, no_color.as_deref()))
+            .with_filter(filter)
+            .boxed()
     };
     let provider = endpoint.and_then(|endpoint| match tracer_provider(service, endpoint) {
         Ok(provider) => Some(provider),
@@ -117,6 +123,13 @@ pub fn init_with(service: &str, endpoint: Option<Endpoint>) -> Telemetry {
     }
 }
 
+/// Whether log lines get colour codes: only for a person at a terminal who did not ask for
+/// none (`NO_COLOR` set and not empty, as no-color.org says). A file, a pipe or a log
+/// collector gets plain text.
+fn colour(terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    terminal && no_color.is_none_or(|v| v.is_empty())
+}
+
 fn tracer_provider(
     service: &str,
     endpoint: Endpoint,
@@ -133,4 +146,19 @@ fn tracer_provider(
         .with_batch_exporter(exporter.build()?)
         .with_resource(resource.build())
         .build())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::colour;
+    use std::ffi::OsStr;
+
+    #[test]
+    fn logs_are_coloured_only_on_a_terminal_without_no_color() {
+        assert!(colour(true, None));
+        assert!(colour(true, Some(OsStr::new(""))));
+        assert!(!colour(true, Some(OsStr::new("1"))));
+        assert!(!colour(false, None));
+        assert!(!colour(false, Some(OsStr::new(""))));
+    }
 }

@@ -48,6 +48,58 @@ pub fn people() -> Vec<Person> {
         .collect()
 }
 
+/// The gateway's configuration of a test app: its API keys and people, on `infra`'s servers
+/// in `namespace`, with the agents of `agents_dir`.
+pub fn gateway_config(
+    infra: &Infra,
+    namespace: &str,
+    agents_dir: &std::path::Path,
+) -> approval_gateway::config::Config {
+    let mut config = approval_gateway::config::Config::default();
+    config.infra = infra.config(namespace);
+    config.agents_dir = agents_dir.to_path_buf();
+    config.api_keys = [
+        (ADMIN_KEY, Role::Admin, "admin"),
+        (REVIEWER_KEY, Role::Reviewer, "rita"),
+        (REQUESTER_KEY, Role::Requester, "rick"),
+        (READER_KEY, Role::Reader, "reed"),
+        (INTEGRATION_KEY, Role::Reviewer, "ops-bot"),
+    ]
+    .into_iter()
+    .map(|(key, role, principal)| ApiKey {
+        key: key.into(),
+        role,
+        principal: principal.into(),
+        speaks_for: if key == INTEGRATION_KEY || key == REQUESTER_KEY {
+            PEOPLE.iter().map(|(id, _)| id.to_string()).collect()
+        } else {
+            Vec::new()
+        },
+    })
+    .collect();
+    config.people = people();
+    config
+}
+
+/// A test app's worker configuration: short leases and ack waits, so redelivery tests are
+/// quick.
+pub fn worker_config(
+    infra: countersign_shared::infra::InfraConfig,
+    agents_dir: &std::path::Path,
+) -> agent_worker::config::Config {
+    let mut config = agent_worker::config::Config {
+        infra,
+        agents_dir: agents_dir.to_path_buf(),
+        lease_secs: 3,
+        ack_wait_secs: 3,
+        shutdown_grace_secs: 5,
+        people: people(),
+        ..Default::default()
+    };
+    config.validate().unwrap();
+    config
+}
+
 /// How long a test waits for anything before it fails.
 pub const PATIENCE: Duration = Duration::from_secs(60);
 
@@ -144,29 +196,7 @@ impl TestApp {
         )
         .unwrap();
 
-        let mut config = approval_gateway::config::Config::default();
-        config.infra = infra.config(&namespace);
-        config.agents_dir = agents_dir.clone();
-        config.api_keys = [
-            (ADMIN_KEY, Role::Admin, "admin"),
-            (REVIEWER_KEY, Role::Reviewer, "rita"),
-            (REQUESTER_KEY, Role::Requester, "rick"),
-            (READER_KEY, Role::Reader, "reed"),
-            (INTEGRATION_KEY, Role::Reviewer, "ops-bot"),
-        ]
-        .into_iter()
-        .map(|(key, role, principal)| ApiKey {
-            key: key.into(),
-            role,
-            principal: principal.into(),
-            speaks_for: if key == INTEGRATION_KEY || key == REQUESTER_KEY {
-                PEOPLE.iter().map(|(id, _)| id.to_string()).collect()
-            } else {
-                Vec::new()
-            },
-        })
-        .collect();
-        config.people = people();
+        let mut config = gateway_config(&infra, &namespace, &agents_dir);
         configure(&mut config);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let gateway_url = format!("http://{}", listener.local_addr().unwrap());
@@ -300,17 +330,7 @@ impl TestApp {
     }
 
     pub fn worker_config(&self) -> agent_worker::config::Config {
-        let mut config = agent_worker::config::Config {
-            infra: self.infra_config(),
-            agents_dir: self.agents_dir.clone(),
-            lease_secs: 3,
-            ack_wait_secs: 3,
-            shutdown_grace_secs: 5,
-            people: people(),
-            ..Default::default()
-        };
-        config.validate().unwrap();
-        config
+        worker_config(self.infra_config(), &self.agents_dir)
     }
 
     /// Rewrites the refund agent the next workers load (the gateway keeps what it loaded).

@@ -1,6 +1,6 @@
 //! Probes, no key needed. `/livez`: the process answers (it touches nothing, so a restart is
 //! not ordered because Redis or NATS is away). `/readyz`: Redis, NATS and every stream answer
-//! for real (see [`countersign_shared::health`]); `/healthz` is the same, kept for callers
+//! for real and the notifier pulls from its consumers (see [`countersign_shared::health`]); `/healthz` is the same, kept for callers
 //! that know it. `/metrics`: the gateway's metrics in Prometheus's text format (see
 //! [`countersign_shared::metrics`]).
 
@@ -33,7 +33,7 @@ async fn live() -> Json<Value> {
 }
 
 async fn ready(State(state): State<AppState>) -> (StatusCode, Json<Value>) {
-    let readiness = Readiness::check(&state.store, &state.bus).await;
+    let readiness = Readiness::check(&state.store, &state.bus, &state.consumers).await;
     let status = StatusCode::from_u16(readiness.status()).expect("200 or 503");
     (status, Json(readiness.body()))
 }

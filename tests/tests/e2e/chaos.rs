@@ -218,3 +218,40 @@ async fn sigkilled_workers_lose_no_run_and_apply_no_refund_twice() {
     assert_eq!(kills, WAVES - 1);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A worker that finished its runs counts none in flight when it stops, and its log lines,
+/// written to a pipe, carry no colour codes.
+#[tokio::test]
+async fn a_stopped_worker_with_nothing_running_says_none_in_flight_in_plain_text() {
+    let app = TestApp::spawn_with("anthropic", 0, refund_brain).await;
+    let (dir, config) = worker_process_config(&app);
+    let mut worker = worker_command(&config)
+        .env("RUST_LOG", "agent_worker=info")
+        .env_remove("NO_COLOR")
+        .env_remove("LOG_FORMAT")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let run = app.start_run("Refund order A-1.").await;
+    app.wait_status(&run, "awaiting_approval").await;
+    let pid = worker.id().unwrap().to_string();
+    let signalled = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(signalled.success());
+    let mut log = String::new();
+    let mut stdout = worker.stdout.take().unwrap();
+    tokio::io::AsyncReadExt::read_to_string(&mut stdout, &mut log)
+        .await
+        .unwrap();
+    let exit = worker.wait().await.unwrap();
+    assert!(exit.success(), "{exit:?}\n{log}");
+    assert!(!log.contains('\u{1b}'), "colour codes in a pipe:\n{log}");
+    let stopping = log
+        .lines()
+        .find(|l| l.contains("stopping: no new work taken"))
+        .unwrap_or_else(|| panic!("no stopping line in:\n{log}"));
+    assert!(stopping.contains("in_flight=0"), "{stopping}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
