@@ -23,6 +23,7 @@ mod probes;
 mod providers_and_tools;
 mod redis_deployments;
 mod restarts;
+mod run_start;
 mod reviewers;
 mod slack;
 mod traces;
