@@ -24,16 +24,22 @@ async fn a_runs_start_published_straight_to_nats_creates_no_run_whoever_it_names
         metadata: json!({}),
     });
     let js = async_nats::jetstream::new(async_nats::connect(&app.infra.nats_url).await.unwrap());
-    js.publish(names.runs_start(), serde_json::to_vec(&forged).unwrap().into())
-        .await
-        .unwrap()
-        .await
-        .unwrap();
+    js.publish(
+        names.runs_start(),
+        serde_json::to_vec(&forged).unwrap().into(),
+    )
+    .await
+    .unwrap()
+    .await
+    .unwrap();
 
     // The worker took it, counted it and acked it: the work queue is empty again.
     wait_for("the worker to count the forged start", PATIENCE, || async {
         let n = app
-            .workers_metric(1, r#"countersign_unknown_run_messages_total{stream="RUNS"}"#)
+            .workers_metric(
+                1,
+                r#"countersign_unknown_run_messages_total{stream="RUNS"}"#,
+            )
             .await;
         (n == 1.0).then_some(())
     })
