@@ -14,6 +14,7 @@ use agents::Agents;
 use config::Config;
 use countersign_shared::agent::Catalog;
 use countersign_shared::bus::{Bus, ConsumerSettings};
+use countersign_shared::metrics_http;
 use countersign_shared::names::Names;
 use countersign_shared::outbox::Outbox;
 use countersign_shared::people::Directory;
@@ -150,10 +151,18 @@ pub async fn run(
     check_roles(&catalog, &people)?;
     let store = Store::connect_waiting(&config.infra, names.clone()).await?;
     let bus = Bus::connect(&config.infra, names.clone()).await?;
+    let mut metrics = metrics_http::Placed::new(
+        store.metrics().clone(),
+        config.metrics_listen.as_deref(),
+        config.metrics_token.as_ref(),
+        shutdown.clone(),
+    )
+    .await?;
     let probes = tokio::spawn(health::serve(
         health,
         store.clone(),
         bus.clone(),
+        metrics.route.take(),
         shutdown.clone(),
     ));
     let ack_wait = Duration::from_secs(config.ack_wait_secs);
@@ -194,6 +203,7 @@ pub async fn run(
     sweeper.await?;
     outbox.await?;
     probes.await??;
+    metrics.stopped().await?;
     bus.client.drain().await?;
     info!("worker stopped");
     Ok(())

@@ -35,6 +35,7 @@ pub use channels::slack;
 use config::Config;
 use countersign_shared::agent::Catalog;
 use countersign_shared::bus::Bus;
+use countersign_shared::metrics_http::Placed;
 use countersign_shared::names::Names;
 use countersign_shared::store::Store;
 use state::AppState;
@@ -56,10 +57,18 @@ pub async fn run(
     let state = AppState::new(store, bus, catalog, config)?;
     let notifier = tokio::spawn(notify::run(state.clone(), shutdown.clone()));
     let outbox = tokio::spawn(state.outbox.clone().run_sweeper(shutdown.clone()));
-    let app = routes::router(state.clone());
+    let mut metrics = Placed::new(
+        state.store.metrics().clone(),
+        state.config.metrics_listen.as_deref(),
+        state.config.metrics_token.as_ref(),
+        shutdown.clone(),
+    )
+    .await?;
+    let app = routes::router(state.clone(), metrics.route.take());
     tracing::info!(addr = %listener.local_addr()?, "gateway listening");
     server::serve(listener, app, &state.config, shutdown.clone()).await;
     shutdown.cancel();
+    metrics.stopped().await?;
     notifier.await??;
     outbox.await?;
     state.bus.client.drain().await?;

@@ -313,16 +313,22 @@ impl TestApp {
 
     /// Starts another worker, its probes on a free port; returns its index.
     pub fn spawn_worker(&mut self) -> usize {
+        self.spawn_worker_with(|_| {})
+    }
+
+    /// Like `spawn_worker`, with the worker's config adjusted by `configure`.
+    pub fn spawn_worker_with(
+        &mut self,
+        configure: impl FnOnce(&mut agent_worker::config::Config),
+    ) -> usize {
+        let mut config = self.worker_config();
+        configure(&mut config);
         let token = CancellationToken::new();
         let probes = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         probes.set_nonblocking(true).unwrap();
         let probes = tokio::net::TcpListener::from_std(probes).unwrap();
         let url = format!("http://{}", probes.local_addr().unwrap());
-        let task = tokio::spawn(agent_worker::run(
-            self.worker_config(),
-            probes,
-            token.clone(),
-        ));
+        let task = tokio::spawn(agent_worker::run(config, probes, token.clone()));
         self.workers.push(Some(Running {
             token,
             task,

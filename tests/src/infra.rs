@@ -27,8 +27,9 @@ pub struct Infra {
     pub redis_others: Vec<ContainerAsync<GenericImage>>,
 }
 
-/// A free port on the loopback, for a container that must keep its address across restarts.
-fn free_port() -> u16 {
+/// A free port on the loopback, for a container that must keep its address across restarts
+/// or a listener a service binds itself.
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
