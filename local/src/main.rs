@@ -5,6 +5,7 @@
 
 use anyhow::{Context, bail};
 use countersign_local::demo_tools::DemoTools;
+use countersign_local::nats_users::NatsUsers;
 use countersign_shared::infra::InfraConfig;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -27,7 +28,7 @@ async fn main() -> anyhow::Result<()> {
     let state = root.join(STATE_DIR);
     let mut infra = InfraConfig::default();
     infra.apply_env()?;
-    let children = start_servers(&state, &mut infra)?;
+    let (children, nats_users) = start_servers(&state, &mut infra)?;
     wait_port(&infra.nats_url).await?;
     wait_port(&infra.redis_url).await?;
 
@@ -39,7 +40,11 @@ async fn main() -> anyhow::Result<()> {
             .context("bind the demo tools on 127.0.0.1:9100")?,
     )?;
 
-    let (gateway, worker, requester_key, key) = configs(infra, agents_dir)?;
+    let (mut gateway, mut worker, requester_key, key) = configs(infra, agents_dir)?;
+    if let Some(users) = &nats_users {
+        users.log_in_gateway(&mut gateway.infra);
+        users.log_in_worker(&mut worker.infra);
+    }
 
     let shutdown = CancellationToken::new();
     tokio::spawn(countersign_shared::shutdown::on_signal(shutdown.clone()));
@@ -60,19 +65,38 @@ async fn main() -> anyhow::Result<()> {
 }
 
 /// NATS and Redis as child processes, each unless `NATS_URL` / `REDIS_URL` names a server
-/// already running; `infra` is pointed at them.
-fn start_servers(state: &std::path::Path, infra: &mut InfraConfig) -> anyhow::Result<Vec<Child>> {
+/// already running; `infra` is pointed at them. NATS runs with the shipped permissions file
+/// and fresh passwords for its users, returned for the services to log in with.
+fn start_servers(
+    state: &std::path::Path,
+    infra: &mut InfraConfig,
+) -> anyhow::Result<(Vec<Child>, Option<NatsUsers>)> {
     let mut children = Vec::new();
+    let mut nats_users = None;
     if std::env::var("NATS_URL").is_err() {
         let dir = state.join("nats");
         std::fs::create_dir_all(&dir)?;
+        let users = NatsUsers::random();
+        let conf = users.write_config(&dir, &infra.namespace)?;
+        let conf = conf.to_string_lossy().to_string();
         let port = NATS_PORT.to_string();
         let sd = dir.to_string_lossy().to_string();
         children.push(spawn_server(
             "nats-server",
-            &["-js", "-a", "127.0.0.1", "-p", &port, "-sd", &sd],
+            &[
+                "-c",
+                &conf,
+                "-js",
+                "-a",
+                "127.0.0.1",
+                "-p",
+                &port,
+                "-sd",
+                &sd,
+            ],
         )?);
         infra.nats_url = format!("nats://127.0.0.1:{NATS_PORT}");
+        nats_users = Some(users);
     }
     if std::env::var("REDIS_URL").is_err() {
         let dir = state.join("redis");
@@ -93,7 +117,7 @@ fn start_servers(state: &std::path::Path, infra: &mut InfraConfig) -> anyhow::Re
         children.push(spawn_server("redis-server", &args)?);
         infra.redis_url = format!("redis://127.0.0.1:{REDIS_PORT}");
     }
-    Ok(children)
+    Ok((children, nats_users))
 }
 
 /// The gateway's and the worker's configuration, and the requester's and your keys.
