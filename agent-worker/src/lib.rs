@@ -15,7 +15,7 @@ use config::Config;
 use countersign_shared::agent::Catalog;
 use countersign_shared::bus::{Bus, ConsumerSettings};
 use countersign_shared::metrics_http;
-use countersign_shared::names::Names;
+use countersign_shared::names::{Names, Service};
 use countersign_shared::outbox::Outbox;
 use countersign_shared::people::Directory;
 use countersign_shared::store::Store;
@@ -191,8 +191,9 @@ pub async fn run(
     ));
     info!(worker_id = %config.worker_id, agents = catalog.iter().count(), "worker started");
 
-    let outbox =
-        tokio::spawn(Outbox::new(store.clone(), bus.clone()).run_sweeper(shutdown.clone()));
+    let outbox = tokio::spawn(
+        Outbox::new(store.clone(), bus.clone()).run_sweeper(Service::Worker, shutdown.clone()),
+    );
     let sweeper = tokio::spawn(sweep(
         engine.clone(),
         Duration::from_millis(config.sweep_interval_ms),

@@ -36,7 +36,7 @@ use config::Config;
 use countersign_shared::agent::Catalog;
 use countersign_shared::bus::Bus;
 use countersign_shared::metrics_http::Placed;
-use countersign_shared::names::Names;
+use countersign_shared::names::{Names, Service};
 use countersign_shared::store::Store;
 use state::AppState;
 use tokio::net::TcpListener;
@@ -56,7 +56,12 @@ pub async fn run(
     let bus = Bus::connect(&config.infra, names).await?;
     let state = AppState::new(store, bus, catalog, config)?;
     let notifier = tokio::spawn(notify::run(state.clone(), shutdown.clone()));
-    let outbox = tokio::spawn(state.outbox.clone().run_sweeper(shutdown.clone()));
+    let outbox = tokio::spawn(
+        state
+            .outbox
+            .clone()
+            .run_sweeper(Service::Gateway, shutdown.clone()),
+    );
     let mut metrics = Placed::new(
         state.store.metrics().clone(),
         state.config.metrics_listen.as_deref(),
