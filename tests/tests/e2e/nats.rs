@@ -235,8 +235,14 @@ async fn with_the_shipped_nats_users_runs_go_through_and_no_service_publishes_wh
     .await;
     app.spawn_worker_with(|c| users.log_in_worker(&mut c.infra));
 
-    // Everything a run does: start, pause, approval, completion; and a cancel.
+    // Everything a run does: start, pause, approval, completion; a decision left to the
+    // outbox sweepers (published by a gateway's: a worker's would be refused); and a cancel.
     app.refund_cycle().await;
+    let late = app.start_run("Refund A-1001 please.").await;
+    let paused = app.wait_status(&late, "awaiting_approval").await;
+    app.approve_without_announcing(&late, "toolu_2", &paused["pending"][0]["digest"])
+        .await;
+    app.wait_status(&late, "completed").await;
     let run = app.start_run("Refund A-1002 please.").await;
     app.wait_status(&run, "awaiting_approval").await;
     let (status, body) = app
