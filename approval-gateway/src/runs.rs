@@ -1,7 +1,8 @@
-//! Starting and cancelling runs: what is stored, audited and announced. A run is stored
-//! queued before `runs.start` is published, so a worker never takes a job for a run it
-//! cannot find; a replayed start finds its run stored and announces it again only while it
-//! is still queued. A cancel is recorded, audited and its nudge queued in one script; a
+//! Starting and cancelling runs: what is stored, audited and announced. Runs are created
+//! only here, with the requester the caller's door established: a run is stored queued
+//! before `runs.start` is published (a worker creates no run from a message). A replayed
+//! start (the same `Idempotency-Key` and request) finds its run stored and announces it
+//! again only while it is still queued; the key with another request is refused. A cancel is recorded, audited and its nudge queued in one script; a
 //! worker then finishes the run as `cancelled` at its next step.
 
 use crate::state::AppState;
