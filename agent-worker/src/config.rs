@@ -2,6 +2,7 @@
 //! then environment variables, then `validate()`.
 
 use countersign_shared::infra::{InfraConfig, config_path_from_args, load_toml, override_from_env};
+use countersign_shared::secret::Secret;
 use serde::Deserialize;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -42,9 +43,15 @@ pub struct Config {
     /// services can read one file): a held call's `role:NAME` approvers are resolved to the
     /// people holding the role when it is held. Default none.
     pub people: Vec<countersign_shared::people::Person>,
-    /// Address of the small HTTP server answering `/livez` and `/readyz`. Env:
+    /// Address of the small HTTP server answering `/livez`, `/readyz` and `/metrics`. Env:
     /// `WORKER_HEALTH_LISTEN`. Default `127.0.0.1:9090`; port 0 picks a free one.
     pub health_listen: String,
+    /// A separate address for `GET /metrics`, which `health_listen` then does not serve.
+    /// Env: `WORKER_METRICS_LISTEN`. Default none: `/metrics` is on `health_listen`.
+    pub metrics_listen: Option<String>,
+    /// A bearer token `GET /metrics` requires (at least 16 characters). Env:
+    /// `WORKER_METRICS_TOKEN`. Default none: whoever reaches the address may read it.
+    pub metrics_token: Option<Secret>,
 }
 
 impl Default for Config {
@@ -63,6 +70,8 @@ impl Default for Config {
             sweep_interval_ms: 250,
             people: Vec::new(),
             health_listen: "127.0.0.1:9090".into(),
+            metrics_listen: None,
+            metrics_token: None,
         }
     }
 }
@@ -77,6 +86,12 @@ impl Config {
         }
         override_from_env(&mut config.worker_id, "WORKER_ID");
         override_from_env(&mut config.health_listen, "WORKER_HEALTH_LISTEN");
+        if let Ok(addr) = std::env::var("WORKER_METRICS_LISTEN") {
+            config.metrics_listen = Some(addr);
+        }
+        if let Ok(token) = std::env::var("WORKER_METRICS_TOKEN") {
+            config.metrics_token = Some(token.into());
+        }
         config.validate()?;
         Ok(config)
     }
@@ -86,6 +101,7 @@ impl Config {
         anyhow::ensure!(self.lease_secs >= 3, "lease_secs must be at least 3");
         anyhow::ensure!(self.ack_wait_secs >= 3, "ack_wait_secs must be at least 3");
         anyhow::ensure!(self.max_attempts >= 1, "max_attempts must be at least 1");
+        countersign_shared::metrics_http::check_token(self.metrics_token.as_ref())?;
         if self.worker_id.is_empty() {
             let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "worker".into());
             self.worker_id = format!("{host}-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);

@@ -7,7 +7,7 @@
 //! message is redelivered to another worker, and that one takes the run over once the dead
 //! worker's lease lapses.
 
-use crate::engine::{Engine, Next};
+use crate::engine::{Engine, Job, Next};
 use async_nats::jetstream::consumer::pull;
 use async_nats::jetstream::{AckKind, Message};
 use countersign_shared::bus::{Bus, ConsumerSettings};
@@ -104,20 +104,20 @@ pub async fn handle(engine: Arc<Engine>, msg: Message, ack_wait: Duration) {
             return;
         }
     };
-    let run_id = match &envelope.event {
-        Event::RunStart { run_id, .. } | Event::ApprovalDecided { run_id, .. } => run_id.clone(),
+    // Only the run id is read: the run itself is what the gateway stored.
+    let (run_id, job) = match envelope.event {
+        Event::RunStart { run_id, .. } => (run_id, Job::Start),
+        Event::ApprovalDecided { run_id, .. } => (run_id, Job::Decided),
         _ => {
             let _ = msg.ack().await;
             return;
         }
     };
-    let start = matches!(envelope.event, Event::RunStart { .. }).then_some(&envelope.event);
     if attempt > 1 {
-        let stream = if start.is_some() { "RUNS" } else { "APPROVALS" };
-        engine.metrics().redelivered(stream);
+        engine.metrics().redelivered(job.stream());
     }
     let parent = trace_context::from_nats(msg.headers.as_ref());
-    let work = engine.process(&run_id, start, attempt, parent);
+    let work = engine.process(&run_id, job, attempt, parent);
     tokio::pin!(work);
     let mut progress = tokio::time::interval(ack_wait / 3);
     progress.tick().await;

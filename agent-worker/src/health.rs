@@ -1,17 +1,16 @@
 //! The worker's probes on a small HTTP server of their own: `/livez` (the process answers)
 //! and `/readyz` (Redis, NATS and every stream answer, and the worker pulls from its shared
-//! consumers, as [`countersign_shared::health`] checks them), and
-//! `/metrics`, the worker's metrics in Prometheus's text format.
+//! consumers, as [`countersign_shared::health`] checks them), and `/metrics`, the worker's
+//! metrics in Prometheus's text format, unless it is served on an address of its own (see
+//! [`countersign_shared::metrics_http`]).
 
 use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::http::header::CONTENT_TYPE;
 use axum::response::Json;
 use axum::routing::get;
 use countersign_shared::bus::Bus;
 use countersign_shared::health::{Consumers, Readiness};
-use countersign_shared::metrics::Metrics;
 use countersign_shared::store::Store;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
@@ -24,23 +23,24 @@ struct Probes {
     consumers: Consumers,
 }
 
-/// Serves the probes on `listener` until `shutdown`.
+/// Serves the probes, and `metrics` when given, on `listener` until `shutdown`.
 pub async fn serve(
     listener: TcpListener,
     store: Store,
     bus: Bus,
     consumers: Consumers,
+    metrics: Option<Router>,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
     let app = Router::new()
         .route("/livez", get(live))
         .route("/readyz", get(ready))
-        .route("/metrics", get(metrics))
         .with_state(Probes {
             store,
             bus,
             consumers,
-        });
+        })
+        .merge(metrics.unwrap_or_default());
     tracing::info!(addr = %listener.local_addr()?, "health probes listening");
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown.cancelled_owned())
@@ -55,9 +55,4 @@ async fn ready(State(probes): State<Probes>) -> (StatusCode, Json<Value>) {
     let readiness = Readiness::check(&probes.store, &probes.bus, &probes.consumers).await;
     let status = StatusCode::from_u16(readiness.status()).expect("200 or 503");
     (status, Json(readiness.body()))
-}
-
-async fn metrics(State(probes): State<Probes>) -> impl axum::response::IntoResponse {
-    let metrics = probes.store.metrics();
-    ([(CONTENT_TYPE, Metrics::CONTENT_TYPE)], metrics.encode())
 }

@@ -15,7 +15,8 @@ use config::Config;
 use countersign_shared::agent::Catalog;
 use countersign_shared::bus::{Bus, ConsumerSettings};
 use countersign_shared::health::Consumers;
-use countersign_shared::names::Names;
+use countersign_shared::metrics_http;
+use countersign_shared::names::{Names, Service};
 use countersign_shared::outbox::Outbox;
 use countersign_shared::people::Directory;
 use countersign_shared::store::Store;
@@ -154,11 +155,19 @@ pub async fn run(
     let store = Store::connect_waiting(&config.infra, names.clone()).await?;
     let bus = Bus::connect(&config.infra, names.clone()).await?;
     let consumers = Consumers::default();
+    let mut metrics = metrics_http::Placed::new(
+        store.metrics().clone(),
+        config.metrics_listen.as_deref(),
+        config.metrics_token.as_ref(),
+        shutdown.clone(),
+    )
+    .await?;
     let probes = tokio::spawn(health::serve(
         health,
         store.clone(),
         bus.clone(),
         consumers.clone(),
+        metrics.route.take(),
         shutdown.clone(),
     ));
     let ack_wait = Duration::from_secs(config.ack_wait_secs);
@@ -188,8 +197,9 @@ pub async fn run(
     ));
     info!(worker_id = %config.worker_id, agents = catalog.iter().count(), "worker started");
 
-    let outbox =
-        tokio::spawn(Outbox::new(store.clone(), bus.clone()).run_sweeper(shutdown.clone()));
+    let outbox = tokio::spawn(
+        Outbox::new(store.clone(), bus.clone()).run_sweeper(Service::Worker, shutdown.clone()),
+    );
     let sweeper = tokio::spawn(sweep(
         engine.clone(),
         Duration::from_millis(config.sweep_interval_ms),
@@ -200,6 +210,7 @@ pub async fn run(
     sweeper.await?;
     outbox.await?;
     probes.await??;
+    metrics.stopped().await?;
     bus.client.drain().await?;
     info!("worker stopped");
     Ok(())

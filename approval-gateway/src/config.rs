@@ -20,6 +20,12 @@ pub struct Config {
     pub infra: InfraConfig,
     /// Address to listen on. Env: `COUNTERSIGN_LISTEN`. Default `127.0.0.1:8080`.
     pub listen: String,
+    /// A separate address for `GET /metrics`, which `listen` then does not serve. Env:
+    /// `COUNTERSIGN_METRICS_LISTEN`. Default none: `/metrics` is on `listen`.
+    pub metrics_listen: Option<String>,
+    /// A bearer token `GET /metrics` requires (at least 16 characters). Env:
+    /// `COUNTERSIGN_METRICS_TOKEN`. Default none: whoever reaches the address may read it.
+    pub metrics_token: Option<Secret>,
     /// Folder of agent definitions (the same the workers load). Env:
     /// `COUNTERSIGN_AGENTS_DIR`. Default `agents`.
     pub agents_dir: PathBuf,
@@ -69,6 +75,8 @@ impl Default for Config {
         Self {
             infra: InfraConfig::default(),
             listen: "127.0.0.1:8080".into(),
+            metrics_listen: None,
+            metrics_token: None,
             agents_dir: "agents".into(),
             api_keys: Vec::new(),
             people: Vec::new(),
@@ -245,6 +253,12 @@ impl Config {
         config.infra = infra;
         config.infra.apply_env()?;
         override_from_env(&mut config.listen, "COUNTERSIGN_LISTEN");
+        if let Ok(addr) = std::env::var("COUNTERSIGN_METRICS_LISTEN") {
+            config.metrics_listen = Some(addr);
+        }
+        if let Ok(token) = std::env::var("COUNTERSIGN_METRICS_TOKEN") {
+            config.metrics_token = Some(token.into());
+        }
         if let Ok(dir) = std::env::var("COUNTERSIGN_AGENTS_DIR") {
             config.agents_dir = dir.into();
         }
@@ -268,6 +282,7 @@ impl Config {
             self.max_connections > 0,
             "max_connections must be at least 1"
         );
+        countersign_shared::metrics_http::check_token(self.metrics_token.as_ref())?;
         for key in &self.api_keys {
             anyhow::ensure!(
                 key.key.expose().len() >= 16,

@@ -204,6 +204,11 @@ impl From<RunError> for ApiError {
         match e {
             RunError::NoRun(m) => Self::not_found(m),
             RunError::Finished(m) => Self::conflict("finished", m),
+            RunError::IdempotencyKeyReused(m) => Self::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "idempotency_key_reused",
+                m,
+            ),
             RunError::Backend(cause) => Self::unavailable(cause),
         }
     }

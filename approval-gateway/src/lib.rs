@@ -35,7 +35,8 @@ pub use channels::slack;
 use config::Config;
 use countersign_shared::agent::Catalog;
 use countersign_shared::bus::Bus;
-use countersign_shared::names::Names;
+use countersign_shared::metrics_http::Placed;
+use countersign_shared::names::{Names, Service};
 use countersign_shared::store::Store;
 use state::AppState;
 use tokio::net::TcpListener;
@@ -68,11 +69,24 @@ pub async fn run(
             notified
         }
     });
-    let outbox = tokio::spawn(state.outbox.clone().run_sweeper(stop.clone()));
-    let app = routes::router(state.clone());
+    let outbox = tokio::spawn(
+        state
+            .outbox
+            .clone()
+            .run_sweeper(Service::Gateway, stop.clone()),
+    );
+    let mut metrics = Placed::new(
+        state.store.metrics().clone(),
+        state.config.metrics_listen.as_deref(),
+        state.config.metrics_token.as_ref(),
+        stop.clone(),
+    )
+    .await?;
+    let app = routes::router(state.clone(), metrics.route.take());
     tracing::info!(addr = %listener.local_addr()?, "gateway listening");
     server::serve(listener, app, &state.config, stop.clone()).await;
     stop.cancel();
+    metrics.stopped().await?;
     notifier.await??;
     outbox.await?;
     state.bus.client.drain().await?;

@@ -1,7 +1,8 @@
-//! Starting and cancelling runs: what is stored, audited and announced. A run is stored
-//! queued before `runs.start` is published, so a worker never takes a job for a run it
-//! cannot find; a replayed start finds its run stored and announces it again only while it
-//! is still queued. A cancel is recorded, audited and its nudge queued in one script; a
+//! Starting and cancelling runs: what is stored, audited and announced. Runs are created
+//! only here, with the requester the caller's door established: a run is stored queued
+//! before `runs.start` is published (a worker creates no run from a message). A replayed
+//! start (the same `Idempotency-Key` and request) finds its run stored and announces it
+//! again only while it is still queued; the key with another request is refused. A cancel is recorded, audited and its nudge queued in one script; a
 //! worker then finishes the run as `cancelled` at its next step.
 
 use crate::state::AppState;
@@ -23,6 +24,9 @@ pub(crate) enum RunError {
     /// The run finished before it could be cancelled.
     #[error("{0}")]
     Finished(String),
+    /// The idempotency key started another request's run.
+    #[error("{0}")]
+    IdempotencyKeyReused(String),
     /// Redis or NATS failed.
     #[error("{0}")]
     Backend(String),
@@ -69,7 +73,16 @@ pub(crate) struct NewRun<'a> {
     pub(crate) requested_by: String,
     pub(crate) metadata: Value,
     /// The caller's idempotency key, scoped to the caller: a retry gets the same run.
-    pub(crate) idempotency: Option<String>,
+    pub(crate) idempotency: Option<Idempotency>,
+}
+
+/// An idempotency key as stored, and the request it came with.
+pub(crate) struct Idempotency {
+    /// The key's hash, scoped to the caller.
+    pub(crate) key_digest: String,
+    /// The hash of the request's canonical JSON, so the same key with another request is
+    /// refused rather than answered with the first request's run.
+    pub(crate) request_hash: String,
 }
 
 /// Stores the run and announces it; the run's id and its status now.
@@ -78,14 +91,21 @@ pub(crate) async fn start(
     new: NewRun<'_>,
 ) -> Result<(RunId, RunStatus), RunError> {
     let mut run_id = RunId::new();
-    if let Some(digest) = &new.idempotency {
+    if let Some(key) = &new.idempotency {
         let ttl = Duration::from_secs(state.config.idempotency_ttl_secs);
-        if let Some(existing) = state
+        let bound = state
             .store
-            .bind_idempotency_key(digest, &run_id, ttl)
-            .await?
-        {
-            run_id = existing;
+            .bind_idempotency_key(&key.key_digest, &run_id, &key.request_hash, ttl)
+            .await?;
+        if let Some(existing) = bound {
+            if !existing.made_by(&key.request_hash) {
+                return Err(RunError::IdempotencyKeyReused(format!(
+                    "this Idempotency-Key started run {} with another request; \
+                     use a new key for a new request",
+                    existing.run
+                )));
+            }
+            run_id = existing.run;
         }
     }
     let run = Run::new(

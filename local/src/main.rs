@@ -8,6 +8,7 @@
 
 use anyhow::{Context, bail};
 use countersign_local::demo_tools::DemoTools;
+use countersign_local::nats_users::NatsUsers;
 use countersign_local::place::{EXAMPLE_TOOLS, Place};
 use countersign_local::ready::wait_ready;
 use countersign_local::supervise::{Parts, Stopped};
@@ -57,7 +58,7 @@ async fn run() -> anyhow::Result<ExitCode> {
     let shutdown = CancellationToken::new();
     tokio::spawn(countersign_shared::shutdown::on_signal(shutdown.clone()));
     let mut parts = Parts::new(shutdown.clone());
-    start_servers(&place, &mut infra, &mut parts)?;
+    let nats_users = start_servers(&place, &mut infra, &mut parts)?;
     let servers = async {
         wait_port(&infra.nats_url).await?;
         wait_port(&infra.redis_url).await
@@ -85,7 +86,11 @@ async fn run() -> anyhow::Result<ExitCode> {
         }
     });
 
-    let (gateway, mut worker, requester_key, key) = configs(infra, agents_dir)?;
+    let (mut gateway, mut worker, requester_key, key) = configs(infra, agents_dir)?;
+    if let Some(users) = &nats_users {
+        users.log_in_gateway(&mut gateway.infra);
+        users.log_in_worker(&mut worker.infra);
+    }
     worker.health_listen = Place::addr(place.worker);
     let grace = Duration::from_secs(worker.shutdown_grace_secs) + Duration::from_secs(15);
     let gateway_addr = Place::addr(place.gateway);
@@ -151,22 +156,42 @@ async fn failed(parts: Parts, stopped: Stopped) -> ExitCode {
 
 /// NATS and Redis as child processes, each unless `NATS_URL` / `REDIS_URL` names a server
 /// already running; `infra` is pointed at them. Each writes its output to a log in the data
-/// folder, whose end is shown should it stop.
-fn start_servers(place: &Place, infra: &mut InfraConfig, parts: &mut Parts) -> anyhow::Result<()> {
+/// folder, whose end is shown should it stop. NATS runs with the shipped permissions file and
+/// fresh passwords for its users, returned for the services to log in with.
+fn start_servers(
+    place: &Place,
+    infra: &mut InfraConfig,
+    parts: &mut Parts,
+) -> anyhow::Result<Option<NatsUsers>> {
     let state = &place.dir;
+    let mut nats_users = None;
     if std::env::var("NATS_URL").is_err() {
         let dir = state.join("nats");
         std::fs::create_dir_all(&dir)?;
+        let users = NatsUsers::random();
+        let conf = users.write_config(&dir, &infra.namespace)?;
+        let conf = conf.to_string_lossy().to_string();
         let port = place.nats.to_string();
         let sd = dir.to_string_lossy().to_string();
         let log = state.join("nats-server.log");
         let child = spawn_server(
             "nats-server",
-            &["-js", "-a", "127.0.0.1", "-p", &port, "-sd", &sd],
+            &[
+                "-c",
+                &conf,
+                "-js",
+                "-a",
+                "127.0.0.1",
+                "-p",
+                &port,
+                "-sd",
+                &sd,
+            ],
             &log,
         )?;
         parts.server("nats-server", child, log);
         infra.nats_url = format!("nats://127.0.0.1:{}", place.nats);
+        nats_users = Some(users);
     }
     if std::env::var("REDIS_URL").is_err() {
         let dir = state.join("redis");
@@ -189,7 +214,7 @@ fn start_servers(place: &Place, infra: &mut InfraConfig, parts: &mut Parts) -> a
         parts.server("redis-server", child, log);
         infra.redis_url = format!("redis://127.0.0.1:{}", place.redis);
     }
-    Ok(())
+    Ok(nats_users)
 }
 
 /// The gateway's and the worker's configuration, and the requester's and your keys.

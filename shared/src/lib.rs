@@ -10,6 +10,7 @@ pub mod events;
 pub mod health;
 pub mod infra;
 pub mod metrics;
+pub mod metrics_http;
 pub mod names;
 pub mod outbox;
 pub mod people;

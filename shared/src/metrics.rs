@@ -14,6 +14,9 @@
 //!   `countersign_redis_command_seconds{command}`, `countersign_jetstream_publish_seconds`.
 //! - `countersign_jetstream_redeliveries_total{stream}` and
 //!   `countersign_delivery_failures_total{channel}`.
+//! - `countersign_unknown_run_messages_total{stream}`: messages a worker acked without
+//!   effect because the run they name is not stored (a `runs.start` published by someone
+//!   other than a gateway, a decision about a run long gone).
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -54,6 +57,7 @@ struct Inner {
     publish: Histogram,
     redeliveries: Family<Labels, Counter>,
     delivery_failures: Family<Labels, Counter>,
+    unknown_runs: Family<Labels, Counter>,
 }
 
 impl Default for Metrics {
@@ -72,6 +76,7 @@ impl Default for Metrics {
             publish: buckets(),
             redeliveries: Family::default(),
             delivery_failures: Family::default(),
+            unknown_runs: Family::default(),
         };
         let r = &mut inner.registry;
         r.register("runs", "Runs by what happened to them", inner.runs.clone());
@@ -121,6 +126,11 @@ impl Default for Metrics {
             "delivery_failures",
             "Channel deliveries that failed",
             inner.delivery_failures.clone(),
+        );
+        r.register(
+            "unknown_run_messages",
+            "Messages naming a run that is not stored, acked without effect",
+            inner.unknown_runs.clone(),
         );
         Self(Arc::new(inner))
     }
@@ -191,6 +201,13 @@ impl Metrics {
     pub fn redelivered(&self, stream: &str) {
         self.0
             .redeliveries
+            .get_or_create(&label("stream", stream))
+            .inc();
+    }
+
+    pub fn unknown_run(&self, stream: &str) {
+        self.0
+            .unknown_runs
             .get_or_create(&label("stream", stream))
             .inc();
     }

@@ -10,6 +10,13 @@ pub struct Names {
     namespace: String,
 }
 
+/// countersign's two services, as far as what they announce on NATS goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Service {
+    Gateway,
+    Worker,
+}
+
 /// Error for a namespace that cannot be part of a subject, stream name or key.
 #[derive(Debug, thiserror::Error)]
 #[error("namespace {0:?} may hold only ASCII letters, digits, '-' and '_'")]
@@ -41,6 +48,23 @@ impl Names {
             name.to_string()
         } else {
             format!("{}_{name}", self.namespace)
+        }
+    }
+
+    /// The one service that announces on `subject` (a subject of this namespace), or `None`
+    /// for those both do (`approval.expired.*`, `audit.*`). `deploy/nats-server.conf` lets
+    /// each service's NATS user publish only its own and the shared ones.
+    pub fn announcer(&self, subject: &str) -> Option<Service> {
+        let prefix = self.subject("");
+        let rest = subject.strip_prefix(prefix.as_str()).unwrap_or(subject);
+        let starts = |prefixes: &[&str]| prefixes.iter().any(|p| rest.starts_with(p));
+        if rest == "runs.start" || starts(&["approval.decided.", "approval.cancelled.", "deliver."])
+        {
+            Some(Service::Gateway)
+        } else if starts(&["approval.requested.", "approval.reminder.", "run."]) {
+            Some(Service::Worker)
+        } else {
+            None
         }
     }
 
@@ -340,6 +364,26 @@ impl Shard {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn each_subject_has_the_service_that_announces_it() {
+        let run = RunId::parse("run_1").unwrap();
+        for namespace in ["", "t1"] {
+            let n = Names::new(namespace).unwrap();
+            for (subject, announcer) in [
+                (n.runs_start(), Some(Service::Gateway)),
+                (n.approval_decided(&run), Some(Service::Gateway)),
+                (n.approval_requested(&run), Some(Service::Worker)),
+                (n.approval_reminder(&run), Some(Service::Worker)),
+                (n.approval_cancelled(&run), Some(Service::Gateway)),
+                (n.run_completed(&run), Some(Service::Worker)),
+                (n.run_cancelled(&run), Some(Service::Worker)),
+                (n.approval_expired(&run), None),
+            ] {
+                assert_eq!(n.announcer(&subject), announcer, "{subject}");
+            }
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -6,9 +6,14 @@
 //! more than [`GRACE`] ago and publishes what is still there. So a fact stored in Redis is
 //! always announced, late at worst, and the message ids make a repeated publish harmless
 //! within JetStream's duplicate window (consumers treat any later repeat as a redelivery).
+//!
+//! A sweeper publishes only what its own service announces (and what both do): NATS users
+//! with the shipped permissions may publish nothing else, so a gateway's late decision waits
+//! for a gateway's sweep and a worker's late pause for a worker's. A sweeper leaves a run
+//! whose outbox holds only the other service's announcements without touching its mark.
 
 use crate::bus::{Bus, BusError};
-use crate::names::Shard;
+use crate::names::{Service, Shard};
 use crate::run::RunId;
 use crate::store::{Announcement, Store, StoreError};
 use futures::future::join_all;
@@ -52,6 +57,14 @@ impl Outbox {
         self.send(run, queued).await.map(|_| ())
     }
 
+    /// Whether a sweeper of `service` publishes `entry`.
+    fn sweeps(&self, service: Service, entry: &Announcement) -> bool {
+        self.bus
+            .names
+            .announcer(&entry.subject)
+            .is_none_or(|a| a == service)
+    }
+
     /// Publishes, deletes the acknowledged entries, and returns how many the outbox still
     /// holds; the first publish error if any failed.
     async fn send(&self, run: &RunId, queued: &[Announcement]) -> Result<usize, OutboxError> {
@@ -78,9 +91,9 @@ impl Outbox {
         }
     }
 
-    /// Publishes what waits in the outboxes of the shard's runs marked more than [`GRACE`]
-    /// ago; returns how many runs it looked at.
-    pub async fn sweep(&self, shard: Shard) -> Result<usize, OutboxError> {
+    /// Publishes what waits for `service` in the outboxes of the shard's runs marked more
+    /// than [`GRACE`] ago; returns how many runs it looked at.
+    pub async fn sweep(&self, service: Service, shard: Shard) -> Result<usize, OutboxError> {
         let due = self.store.outbox_due(shard, GRACE, SWEEP_BATCH).await?;
         for (run, mark) in &due {
             let span = tracing::info_span!("outbox.sweep", run_id = %run);
@@ -90,21 +103,32 @@ impl Outbox {
             {
                 crate::trace_context::adopt(&span, stored.trace.as_deref());
             }
-            self.sweep_run(run, *mark).instrument(span).await?;
+            self.sweep_run(service, run, *mark).instrument(span).await?;
         }
         Ok(due.len())
     }
 
-    /// Publishes what waits in one run's outbox, if no other sweeper took it first.
-    async fn sweep_run(&self, run: &RunId, mark: i64) -> Result<(), OutboxError> {
+    /// Publishes what waits for `service` in one run's outbox, if no other sweeper took it
+    /// first.
+    async fn sweep_run(&self, service: Service, run: &RunId, mark: i64) -> Result<(), OutboxError> {
+        let waiting = self.store.outbox_entries(run).await?;
+        if !waiting.is_empty() && !waiting.iter().any(|a| self.sweeps(service, a)) {
+            return Ok(()); // the other service's sweepers publish these
+        }
         let Some(mark) = self.store.take_outbox(run, mark).await? else {
             return Ok(()); // another sweeper has it
         };
-        let queued = self.store.outbox_entries(run).await?;
-        let left = if queued.is_empty() {
-            0
+        let (ours, others): (Vec<_>, Vec<_>) = self
+            .store
+            .outbox_entries(run)
+            .await?
+            .into_iter()
+            .partition(|a| self.sweeps(service, a));
+        // The other service's entries keep the mark, for its sweepers.
+        let left = if ours.is_empty() {
+            others.len()
         } else {
-            match self.send(run, &queued).await {
+            match self.send(run, &ours).await {
                 Ok(left) => left,
                 Err(e) => {
                     warn!(run_id = %run, error = %e, "outbox not yet published; will try again");
@@ -118,8 +142,9 @@ impl Outbox {
         Ok(())
     }
 
-    /// Sweeps every second until `shutdown`, each time until nothing more is due.
-    pub async fn run_sweeper(self, shutdown: CancellationToken) {
+    /// Sweeps every second, for `service`, until `shutdown`, each time until nothing more
+    /// is due.
+    pub async fn run_sweeper(self, service: Service, shutdown: CancellationToken) {
         let mut tick = tokio::time::interval(SWEEP_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -129,7 +154,7 @@ impl Outbox {
                     for shard in Shard::all() {
                         // A full batch means more may be due: keep going until one is not full.
                         loop {
-                            match self.sweep(shard).await {
+                            match self.sweep(service, shard).await {
                                 Ok(n) if n == SWEEP_BATCH && !shutdown.is_cancelled() => {}
                                 Ok(_) => break,
                                 Err(e) => {

@@ -44,6 +44,7 @@ pub use decide::{
 };
 pub use exec::ExecBegin;
 pub use inbox::Awaiting;
+pub use keys::IdempotencyRecord;
 pub use timers::{Due, DueTimer, Timer};
 
 use crate::audit::{AuditEntry, prepare};

@@ -100,6 +100,11 @@ pub fn worker_config(
     config
 }
 
+/// A namespace of its own for one app's subjects, streams and keys.
+pub fn new_namespace() -> String {
+    format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..12])
+}
+
 /// How long a test waits for anything before it fails.
 pub const PATIENCE: Duration = Duration::from_secs(60);
 
@@ -179,12 +184,29 @@ impl TestApp {
         configure: impl FnOnce(&mut approval_gateway::config::Config),
         brain: impl Fn(&Value) -> Value + Send + Sync + 'static,
     ) -> Self {
+        let namespace = new_namespace();
+        Self::spawn_in(
+            namespace, infra, provider, workers, policy, configure, brain,
+        )
+        .await
+    }
+
+    /// Like `spawn_on`, in a namespace the caller chose (from [`new_namespace`]), for
+    /// servers configured for it beforehand.
+    pub async fn spawn_in(
+        namespace: String,
+        infra: Infra,
+        provider: &str,
+        workers: usize,
+        policy: &str,
+        configure: impl FnOnce(&mut approval_gateway::config::Config),
+        brain: impl Fn(&Value) -> Value + Send + Sync + 'static,
+    ) -> Self {
         let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into());
         let _ = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
             .with_test_writer()
             .try_init();
-        let namespace = format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
         let model = FakeModel::start(brain).await;
         let tools =
             DemoTools::serve(tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap()).unwrap();
@@ -342,16 +364,22 @@ impl TestApp {
 
     /// Starts another worker, its probes on a free port; returns its index.
     pub fn spawn_worker(&mut self) -> usize {
+        self.spawn_worker_with(|_| {})
+    }
+
+    /// Like `spawn_worker`, with the worker's config adjusted by `configure`.
+    pub fn spawn_worker_with(
+        &mut self,
+        configure: impl FnOnce(&mut agent_worker::config::Config),
+    ) -> usize {
+        let mut config = self.worker_config();
+        configure(&mut config);
         let token = CancellationToken::new();
         let probes = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         probes.set_nonblocking(true).unwrap();
         let probes = tokio::net::TcpListener::from_std(probes).unwrap();
         let url = format!("http://{}", probes.local_addr().unwrap());
-        let task = tokio::spawn(agent_worker::run(
-            self.worker_config(),
-            probes,
-            token.clone(),
-        ));
+        let task = tokio::spawn(agent_worker::run(config, probes, token.clone()));
         self.workers.push(Some(Running {
             token,
             task,

@@ -27,8 +27,9 @@ pub struct Infra {
     pub redis_others: Vec<ContainerAsync<GenericImage>>,
 }
 
-/// A free port on the loopback, for a container that must keep its address across restarts.
-fn free_port() -> u16 {
+/// A free port on the loopback, for a container that must keep its address across restarts
+/// or a listener a service binds itself.
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -47,8 +48,19 @@ impl Infra {
         Self::start_on(Some((free_port(), free_port()))).await
     }
 
+    /// Servers with NATS started from the configuration file `conf` (users, permissions).
+    pub async fn start_with_nats_config(conf: &str) -> Self {
+        let nats = nats_image()
+            .with_copy_to("/data/nats.conf", conf.as_bytes().to_vec())
+            .with_cmd(["-c", "/data/nats.conf", "-js", "-sd", "/data"]);
+        Self::start_with(nats, None).await
+    }
+
     async fn start_on(ports: Option<(u16, u16)>) -> Self {
-        let nats = nats_image();
+        Self::start_with(nats_image(), ports).await
+    }
+
+    async fn start_with(nats: ContainerRequest<GenericImage>, ports: Option<(u16, u16)>) -> Self {
         let redis = redis_image(&[]);
         let (nats, redis) = match ports {
             None => tokio::join!(nats.start(), redis.start()),

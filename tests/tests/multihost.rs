@@ -313,6 +313,20 @@ async fn three_hundred_runs_survive_killed_leaders_lost_workers_a_network_cut_an
             "COUNTERSIGN_API_KEYS",
             format!("{REQUESTER_KEY}:requester:desk,{REVIEWER_KEY}:reviewer:rita"),
         ),
+        // The NATS users' passwords (deploy/nats-server.conf), new for each run; each starts
+        // with a letter, as NATS reads them as configuration values.
+        (
+            "NATS_GATEWAY_PASSWORD",
+            format!("pw{}", uuid::Uuid::new_v4().simple()),
+        ),
+        (
+            "NATS_WORKER_PASSWORD",
+            format!("pw{}", uuid::Uuid::new_v4().simple()),
+        ),
+        (
+            "NATS_ADMIN_PASSWORD",
+            format!("pw{}", uuid::Uuid::new_v4().simple()),
+        ),
         ("GATEWAY_1_PUBLISH", "127.0.0.1:".to_string()),
         ("GATEWAY_2_PUBLISH", "127.0.0.1:".to_string()),
         ("NATS_MONITOR_PUBLISH", "127.0.0.1:".to_string()),

@@ -37,6 +37,25 @@ use std::sync::Arc;
 use std::time::Duration;
 use tracing::{Instrument, info, warn};
 
+/// Which shared consumer's message brought a step of work.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Job {
+    /// `runs.start`: a run the gateway stored, or the nudge of a cancel.
+    Start,
+    /// `approval.decided.<run_id>`.
+    Decided,
+}
+
+impl Job {
+    /// The stream the message came from, as metrics label it.
+    pub fn stream(self) -> &'static str {
+        match self {
+            Self::Start => "RUNS",
+            Self::Decided => "APPROVALS",
+        }
+    }
+}
+
 /// What to do with the message that brought the work.
 #[derive(Debug, PartialEq)]
 pub enum Next {
@@ -107,24 +126,23 @@ impl Engine {
         self.store.metrics()
     }
 
-    /// One step of work for a run, brought by a `runs.start` job (`start`) or an
-    /// `approval.decided` event: claim the run and drive it as far as it goes. Safe to call
-    /// for any message any number of times: what is already done is not done again. The
-    /// step is a span of the trace `parent` (the message's `traceparent`) names.
-    pub async fn process(
-        &self,
-        id: &RunId,
-        start: Option<&Event>,
-        attempt: u64,
-        parent: Option<&str>,
-    ) -> Next {
+    /// One step of work for a run, brought by a `runs.start` job or an `approval.decided`
+    /// event: claim the run and drive it as far as it goes. Safe to call for any message any
+    /// number of times: what is already done is not done again. The step is a span of the
+    /// trace `parent` (the message's `traceparent`) names.
+    ///
+    /// A message never creates a run: runs are stored by the gateway, with the requester its
+    /// door established, before their `runs.start` is published. A message naming a run that
+    /// is not stored (whoever could publish it chose its requester) is counted, logged and
+    /// acked, and changes nothing.
+    pub async fn process(&self, id: &RunId, job: Job, attempt: u64, parent: Option<&str>) -> Next {
         let span = tracing::info_span!("run.step", run_id = %id, attempt);
         trace_context::adopt(&span, parent);
-        self.step(id, start, attempt).instrument(span).await
+        self.step(id, job, attempt).instrument(span).await
     }
 
-    async fn step(&self, id: &RunId, start: Option<&Event>, attempt: u64) -> Next {
-        match self.try_process(id, start, attempt).await {
+    async fn step(&self, id: &RunId, job: Job, attempt: u64) -> Next {
+        match self.try_process(id, job, attempt).await {
             Ok(next) => next,
             Err(e) if e.worth_retrying() => {
                 warn!(error = %e, "step failed; the message will be delivered again");
@@ -164,23 +182,15 @@ impl Engine {
         }
     }
 
-    async fn try_process(
-        &self,
-        id: &RunId,
-        start: Option<&Event>,
-        attempt: u64,
-    ) -> Result<Next, StepError> {
+    async fn try_process(&self, id: &RunId, job: Job, attempt: u64) -> Result<Next, StepError> {
         let owner = &self.settings.owner;
-        let mut claim = self.store.claim(id, owner, self.settings.lease).await?;
-        if matches!(claim, Claim::Missing)
-            && let Some(run) = self.new_run(start)
-        {
-            self.store.create(&run).await?;
-            claim = self.store.claim(id, owner, self.settings.lease).await?;
-        }
-        match claim {
+        match self.store.claim(id, owner, self.settings.lease).await? {
             Claim::Missing => {
-                warn!("no such run; message dropped");
+                self.metrics().unknown_run(job.stream());
+                warn!(
+                    stream = job.stream(),
+                    "a message names a run that is not stored; acked, nothing created"
+                );
                 Ok(Next::Ack)
             }
             Claim::Busy(left) => Ok(Next::Retry(left + Duration::from_millis(250))),
@@ -206,32 +216,6 @@ impl Engine {
                 }
             },
         }
-    }
-
-    fn new_run(&self, start: Option<&Event>) -> Option<Run> {
-        let Some(Event::RunStart {
-            run_id,
-            agent,
-            input,
-            requested_by,
-            metadata,
-        }) = start
-        else {
-            return None;
-        };
-        let version = self
-            .agents
-            .get(agent)
-            .map(|a| a.agent.version.clone())
-            .unwrap_or_default();
-        Some(Run::new(
-            run_id.clone(),
-            agent.clone(),
-            version,
-            input.clone(),
-            requested_by.clone(),
-            metadata.clone(),
-        ))
     }
 
     /// Drives the run while renewing the lease every third of its length.

@@ -1,18 +1,16 @@
 //! Probes, no key needed. `/livez`: the process answers (it touches nothing, so a restart is
 //! not ordered because Redis or NATS is away). `/readyz`: Redis, NATS and every stream answer
-//! for real and the notifier pulls from its consumers (see [`countersign_shared::health`]); `/healthz` is the same, kept for callers
-//! that know it. `/metrics`: the gateway's metrics in Prometheus's text format (see
-//! [`countersign_shared::metrics`]).
+//! for real and the notifier pulls from its consumers (see [`countersign_shared::health`]);
+//! `/healthz` is the same, kept for callers that know it. (`/metrics` is
+//! [`countersign_shared::metrics_http`]'s.)
 
 use crate::state::AppState;
 use axum::Json;
 use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::http::header::CONTENT_TYPE;
 use axum::routing::get;
 use countersign_shared::health::Readiness;
-use countersign_shared::metrics::Metrics;
 use serde_json::{Value, json};
 
 pub(super) fn router() -> Router<AppState> {
@@ -20,12 +18,6 @@ pub(super) fn router() -> Router<AppState> {
         .route("/livez", get(live))
         .route("/readyz", get(ready))
         .route("/healthz", get(ready))
-        .route("/metrics", get(metrics))
-}
-
-async fn metrics(State(state): State<AppState>) -> impl axum::response::IntoResponse {
-    let metrics = state.store.metrics();
-    ([(CONTENT_TYPE, Metrics::CONTENT_TYPE)], metrics.encode())
 }
 
 async fn live() -> Json<Value> {

@@ -20,9 +20,11 @@ use axum::http::{Method, Uri, header};
 use axum::middleware::from_fn_with_state;
 use axum::response::{IntoResponse, Response};
 
-pub(crate) fn router(state: AppState) -> Router {
+/// Every route, with `metrics` (`/metrics`) unless it is served on an address of its own.
+pub(crate) fn router(state: AppState, metrics: Option<Router<AppState>>) -> Router {
     let limit = state.config.max_body_bytes;
     Router::new()
+        .merge(metrics.unwrap_or_default())
         .merge(runs::router())
         .merge(decisions::router())
         .merge(audit::router())

@@ -5,14 +5,14 @@ use super::view::RunView;
 use crate::auth::{Caller, JsonBody, Permission};
 use crate::decide;
 use crate::error::ApiError;
-use crate::runs::{self, NewRun};
+use crate::runs::{self, Idempotency, NewRun};
 use crate::state::AppState;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use countersign_shared::digest::sha256_hex;
+use countersign_shared::digest::{canonical_json, sha256_hex};
 use countersign_shared::run::Run;
 use countersign_shared::trace_context;
 use serde::Deserialize;
@@ -92,7 +92,19 @@ async fn start(
                     )
                 })?;
             // Keys are per caller, so two clients cannot collide on the same key.
-            Some(sha256_hex(format!("{}\n{key}", caller.principal)))
+            let key_digest = sha256_hex(format!("{}\n{key}", caller.principal));
+            // The request as it will be stored: the same JSON written otherwise (key order,
+            // spacing) is the same request.
+            let request = json!({
+                "agent": agent.def.name,
+                "input": body.input,
+                "requested_by": requested_by,
+                "metadata": metadata,
+            });
+            Some(Idempotency {
+                key_digest,
+                request_hash: sha256_hex(canonical_json(&request)),
+            })
         }
     };
     let new = NewRun {

@@ -1,6 +1,6 @@
 //! Records of one key each, kept outside the run scripts: where a channel's message about a
 //! call is, email link tokens (in the run's slot: the decision script spends them),
-//! idempotency keys of started runs, and the `webhook-id`s of signed requests.
+//! idempotency keys of started runs (with the hash of the request that started each), and the `webhook-id`s of signed requests.
 
 use super::{Store, StoreError};
 use crate::run::RunId;
@@ -64,26 +64,25 @@ impl Store {
             .query_async(&mut self.conn.clone())
             .await?)
     }
-    /// Binds an idempotency key to a run id unless it is bound already; returns the run it
-    /// was bound to before, if any.
+    /// Binds an idempotency key to a run id and the hash of the request that started it,
+    /// unless the key is bound already; returns what it was bound to before, if anything.
     pub async fn bind_idempotency_key(
         &self,
         key_digest: &str,
         run: &RunId,
+        request_hash: &str,
         ttl: Duration,
-    ) -> Result<Option<RunId>, StoreError> {
+    ) -> Result<Option<IdempotencyRecord>, StoreError> {
         let previous: Option<String> = redis::cmd("SET")
             .arg(self.names.idempotency_key(key_digest))
-            .arg(run.as_str())
+            .arg(format!("{run} {request_hash}"))
             .arg("NX")
             .arg("GET")
             .arg("EX")
             .arg(ttl.as_secs().max(1))
             .query_async(&mut self.conn.clone())
             .await?;
-        previous
-            .map(|p| RunId::parse(&p).ok_or_else(|| StoreError::Corrupt(format!("run id {p:?}"))))
-            .transpose()
+        previous.map(|p| IdempotencyRecord::parse(&p)).transpose()
     }
     /// Remembers a signed request's `webhook-id` (per sender) with the hash of its body, for
     /// `ttl`; returns the body hash it was first seen with, if it was seen before.
@@ -103,5 +102,37 @@ impl Store {
             .arg(ttl.as_secs().max(1))
             .query_async(&mut self.conn.clone())
             .await?)
+    }
+}
+
+/// What an idempotency key is bound to: the run it started and the hash of that request
+/// (stored as `{run_id} {request_hash}`).
+#[derive(Debug, PartialEq)]
+pub struct IdempotencyRecord {
+    pub run: RunId,
+    /// `None` for a record stored by a version that kept the run id alone.
+    pub request_hash: Option<String>,
+}
+
+impl IdempotencyRecord {
+    fn parse(stored: &str) -> Result<Self, StoreError> {
+        let (run, hash) = match stored.split_once(' ') {
+            Some((run, hash)) => (run, Some(hash.to_string())),
+            None => (stored, None),
+        };
+        let run = RunId::parse(run)
+            .ok_or_else(|| StoreError::Corrupt(format!("idempotency record {stored:?}")))?;
+        Ok(Self {
+            run,
+            request_hash: hash,
+        })
+    }
+
+    /// Whether the record was made by a request with this hash (an old record, which has
+    /// none, is taken to be).
+    pub fn made_by(&self, request_hash: &str) -> bool {
+        self.request_hash
+            .as_deref()
+            .is_none_or(|h| h == request_hash)
     }
 }

@@ -275,6 +275,64 @@ async fn deciding_a_run_that_is_not_waiting_is_refused() {
 }
 
 #[tokio::test]
+async fn an_idempotency_key_reused_for_another_request_is_refused_and_starts_nothing() {
+    let app = TestApp::spawn(refund_brain).await;
+    let start = |body: String| {
+        app.http
+            .post(format!("{}/v1/runs", app.gateway_url))
+            .bearer_auth(REQUESTER_KEY)
+            .header("Idempotency-Key", "desk-ticket-42")
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+    let first = start(
+        json!({"agent": "refunds", "input": "Refund A-1001.", "metadata": {"ticket": 42}})
+            .to_string(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(first.status(), 202);
+    let first: Value = first.json().await.unwrap();
+
+    for other in [
+        json!({"agent": "refunds", "input": "Refund A-1002 instead."}),
+        json!({"agent": "refunds", "input": "Refund A-1001.", "metadata": {"ticket": 43}}),
+        json!({"agent": "refunds", "input": "Refund A-1001.", "metadata": {"ticket": 42}, "requested_by": "alice"}),
+    ] {
+        let answer = start(other.to_string()).await.unwrap();
+        let status = answer.status();
+        let body: Value = answer.json().await.unwrap();
+        assert_error(status, &body, 422, "idempotency_key_reused");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains(first["run_id"].as_str().unwrap()),
+            "{body}"
+        );
+    }
+    // The same request, its keys in another order and spaced otherwise, is a retry.
+    let again = start(
+        r#"{ "metadata": {"ticket": 42},  "input": "Refund A-1001.", "agent": "refunds" }"#.into(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(again.status(), 202);
+    let again: Value = again.json().await.unwrap();
+    assert_eq!(again["run_id"], first["run_id"]);
+
+    app.wait_status(first["run_id"].as_str().unwrap(), "awaiting_approval")
+        .await;
+    let started = countersign_tests::metric_value(
+        &app.gateway_metrics().await,
+        r#"countersign_runs_total{event="started"}"#,
+    );
+    assert_eq!(started, Some(1.0), "one run started");
+    assert!(app.model.requests_for("Refund A-1002 instead.").is_empty());
+}
+
+#[tokio::test]
 async fn an_idempotency_key_makes_a_retried_start_return_the_same_run() {
     let app = TestApp::spawn(refund_brain).await;
     let start = || {

@@ -408,7 +408,7 @@ async fn json_output_is_the_gateways_json() {
     let start = "runs start refunds --input 'Refund A-1002.' --json --idempotency-key desk-42";
     let with_metadata = format!("{start} --metadata '{{\"ticket\": 42}}'");
     let started = parse(ok(&app, REQUESTER_KEY, &with_metadata).await);
-    let again = parse(ok(&app, REQUESTER_KEY, start).await);
+    let again = parse(ok(&app, REQUESTER_KEY, &with_metadata).await);
     assert_eq!(
         started["run_id"], again["run_id"],
         "a retry is the same run"

@@ -27,6 +27,7 @@ mod providers_and_tools;
 mod redis_deployments;
 mod restarts;
 mod reviewers;
+mod run_start;
 mod slack;
 mod start_race;
 mod traces;

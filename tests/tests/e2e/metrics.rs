@@ -1,8 +1,10 @@
 //! `/metrics` on the gateway and on a worker's health port: after one refund cycle and one
 //! refused decision, each shows what it did (and only that: each service counts its own).
+//! Behind a bearer token, or on an address of its own, as operators choose.
 
 use countersign_tests::app::{PATIENCE, TestApp};
 use countersign_tests::fake_model::refund_brain;
+use countersign_tests::infra::free_port;
 use countersign_tests::metric_value as value;
 use countersign_tests::wait_for;
 use serde_json::json;
@@ -127,4 +129,90 @@ async fn a_model_refusing_with_overloaded_is_asked_again_and_the_redelivery_is_c
     let worker = scrape(&app, &format!("{}/metrics", app.worker_probes_url(0))).await;
     let series = r#"countersign_jetstream_redeliveries_total{stream="RUNS"}"#;
     assert_eq!(value(&worker, series), Some(1.0), "{worker}");
+}
+
+const METRICS_TOKEN: &str = "prometheus-scrape-token-0123";
+
+/// The status and body of a GET, with `token` as a bearer token if given.
+async fn get(app: &TestApp, url: &str, token: Option<&str>) -> (u16, String) {
+    let mut request = app.http.get(url);
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    let response = request.send().await.unwrap();
+    (response.status().as_u16(), response.text().await.unwrap())
+}
+
+#[tokio::test]
+async fn with_a_metrics_token_metrics_answer_only_its_bearer() {
+    let mut app = TestApp::spawn_configured(
+        "anthropic",
+        0,
+        "",
+        |c| c.metrics_token = Some(METRICS_TOKEN.into()),
+        refund_brain,
+    )
+    .await;
+    let worker = app.spawn_worker_with(|c| c.metrics_token = Some(METRICS_TOKEN.into()));
+    app.refund_cycle().await;
+    let worker = app.worker_probes_url(worker).to_string();
+    for base in [app.gateway_url.clone(), worker.clone()] {
+        let url = format!("{base}/metrics");
+        for refused in [
+            None,
+            Some("prometheus-scrape-token-0124"),
+            Some("test-admin-key-0123456789"),
+        ] {
+            let (status, body) = get(&app, &url, refused).await;
+            assert_eq!(status, 401, "{url} with {refused:?}: {body}");
+            assert!(!body.contains("countersign_"), "{body}");
+        }
+        let (status, body) = get(&app, &url, Some(METRICS_TOKEN)).await;
+        assert_eq!(status, 200, "{url}: {body}");
+        assert!(body.contains("countersign_runs_total"), "{body}");
+    }
+    // The probes stay open: the orchestrator that calls them has no token.
+    assert_eq!(get(&app, &format!("{worker}/readyz"), None).await.0, 200);
+    assert_eq!(
+        get(&app, &format!("{}/readyz", app.gateway_url), None)
+            .await
+            .0,
+        200
+    );
+}
+
+#[tokio::test]
+async fn with_a_metrics_listen_address_metrics_are_served_there_alone() {
+    let gateway_metrics = format!("127.0.0.1:{}", free_port());
+    let worker_metrics = format!("127.0.0.1:{}", free_port());
+    let mut app = TestApp::spawn_configured(
+        "anthropic",
+        0,
+        "",
+        |c| c.metrics_listen = Some(gateway_metrics.clone()),
+        refund_brain,
+    )
+    .await;
+    let worker = app.spawn_worker_with(|c| c.metrics_listen = Some(worker_metrics.clone()));
+    app.refund_cycle().await;
+    let worker = app.worker_probes_url(worker).to_string();
+    for (main, apart) in [
+        (app.gateway_url.clone(), gateway_metrics),
+        (worker, worker_metrics),
+    ] {
+        let (status, body) = get(&app, &format!("{main}/metrics"), None).await;
+        assert_eq!(status, 404, "{main}: {body}");
+        assert!(!body.contains("countersign_"), "{body}");
+        let apart = format!("http://{apart}");
+        let (status, body) = wait_for("the metrics listener", PATIENCE, || async {
+            let answer = get(&app, &format!("{apart}/metrics"), None).await;
+            (answer.0 == 200).then_some(answer)
+        })
+        .await;
+        assert_eq!(status, 200);
+        assert!(body.contains("countersign_runs_total"), "{body}");
+        // Only /metrics there.
+        assert_eq!(get(&app, &format!("{apart}/readyz"), None).await.0, 404);
+        assert_eq!(get(&app, &format!("{apart}/v1/runs"), None).await.0, 404);
+    }
 }

@@ -1,12 +1,14 @@
 //! NATS as operators run it: a list of seed servers (a dead one skipped), services started
-//! before NATS waiting for it, streams brought back to their configuration at start, and
+//! before NATS waiting for it, streams brought back to their configuration at start,
 //! servers that require a user and password, a token, an NKey, or TLS with a client
-//! certificate.
+//! certificate, and the shipped users and permissions (`deploy/nats-server.conf`, as the
+//! local runner renders it).
 
+use countersign_local::nats_users::NatsUsers;
 use countersign_shared::bus::Bus;
 use countersign_shared::infra::InfraConfig;
 use countersign_shared::names::Names;
-use countersign_tests::app::{TestApp, gateway_waits_for};
+use countersign_tests::app::{PATIENCE, REQUESTER_KEY, TestApp, gateway_waits_for, new_namespace};
 use countersign_tests::fake_model::refund_brain;
 use countersign_tests::images::NATS;
 use countersign_tests::infra::Infra;
@@ -186,4 +188,106 @@ async fn a_nats_server_that_requires_tls_and_a_client_certificate_is_reached_wit
         ..Default::default()
     };
     reached_only_with(&url, infra).await;
+}
+
+/// Publishes `subject` as `user` and waits for the server to refuse it.
+async fn refused_to_publish(url: &str, user: &str, password: &str, subject: String) {
+    let (tx, mut events) = tokio::sync::mpsc::unbounded_channel();
+    let client = async_nats::ConnectOptions::with_user_and_password(user.into(), password.into())
+        .event_callback(move |event| {
+            let tx = tx.clone();
+            async move {
+                let _ = tx.send(format!("{event:?}"));
+            }
+        })
+        .connect(url)
+        .await
+        .unwrap();
+    client.publish(subject.clone(), "{}".into()).await.unwrap();
+    client.flush().await.unwrap();
+    let refusal = tokio::time::timeout(PATIENCE, async {
+        while let Some(event) = events.recv().await {
+            if event.to_lowercase().contains("permissions violation") {
+                return event;
+            }
+        }
+        panic!("the connection ended without a refusal")
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{user} was let publish {subject}"));
+    assert!(refusal.contains(&subject), "{refusal}");
+}
+
+#[tokio::test]
+async fn with_the_shipped_nats_users_runs_go_through_and_no_service_publishes_what_is_the_others() {
+    let namespace = new_namespace();
+    let users = NatsUsers::random();
+    let infra = Infra::start_with_nats_config(&users.config(&namespace)).await;
+    let mut app = TestApp::spawn_in(
+        namespace.clone(),
+        infra,
+        "anthropic",
+        0,
+        "",
+        |c| users.log_in_gateway(&mut c.infra),
+        refund_brain,
+    )
+    .await;
+    app.spawn_worker_with(|c| users.log_in_worker(&mut c.infra));
+
+    // Everything a run does: start, pause, approval, completion; a decision left to the
+    // outbox sweepers (published by a gateway's: a worker's would be refused); and a cancel.
+    app.refund_cycle().await;
+    let late = app.start_run("Refund A-1001 please.").await;
+    let paused = app.wait_status(&late, "awaiting_approval").await;
+    app.approve_without_announcing(&late, "toolu_2", &paused["pending"][0]["digest"])
+        .await;
+    app.wait_status(&late, "completed").await;
+    let run = app.start_run("Refund A-1002 please.").await;
+    app.wait_status(&run, "awaiting_approval").await;
+    let (status, body) = app
+        .request(
+            reqwest::Method::POST,
+            &format!("/v1/runs/{run}/cancel"),
+            Some(REQUESTER_KEY),
+            Some(serde_json::json!({"reason": "asked twice"})),
+        )
+        .await;
+    assert_eq!(status, 202, "{body}");
+    app.wait_status(&run, "cancelled").await;
+
+    // Nobody gets in without a user; a worker cannot start a run (and so choose its
+    // requester) nor announce a decision; a gateway cannot announce what a run did.
+    let url = app.infra.nats_url.clone();
+    assert!(
+        async_nats::ConnectOptions::new()
+            .connection_timeout(Duration::from_secs(2))
+            .connect(&url)
+            .await
+            .is_err(),
+        "a client without a user is refused"
+    );
+    let admin = async_nats::ConnectOptions::with_user_and_password(
+        "admin".into(),
+        users.admin.expose().into(),
+    )
+    .connect(&url)
+    .await
+    .unwrap();
+    let js = async_nats::jetstream::new(admin);
+    let names = Names::new(&namespace).unwrap();
+    let runs_stored = || async {
+        let mut stream = js.get_stream(names.runs_stream()).await.unwrap();
+        stream.info().await.unwrap().state.last_sequence
+    };
+    let before = runs_stored().await;
+    let worker = users.worker.expose();
+    let gateway = users.gateway.expose();
+    refused_to_publish(&url, "worker", worker, names.runs_start()).await;
+    let some_run = countersign_shared::run::RunId::new();
+    let decided = names.approval_decided(&some_run);
+    refused_to_publish(&url, "worker", worker, decided).await;
+    let completed = names.run_completed(&some_run);
+    refused_to_publish(&url, "gateway", gateway, completed).await;
+    assert_eq!(runs_stored().await, before, "nothing reached RUNS");
 }

@@ -110,3 +110,64 @@ async fn a_decision_recorded_by_a_gateway_that_died_before_publishing_is_announc
         );
     }
 }
+
+#[tokio::test]
+async fn a_worker_sweeping_leaves_a_gateways_late_decision_to_a_gateway() {
+    use countersign_shared::bus::Bus;
+    use countersign_shared::names::{Names, Service, Shard};
+    use countersign_shared::outbox::Outbox;
+    use countersign_shared::run::{RunId, RunStatus};
+    use countersign_shared::store::Store;
+
+    let app = TestApp::spawn(refund_brain).await;
+    let run = app.start_run("Refund A-1001 please.").await;
+    let paused = app.wait_status(&run, "awaiting_approval").await;
+    // The gateway's own sweeper must not publish it first: this test sweeps by hand.
+    app.stop_gateway();
+    app.approve_without_announcing(&run, "toolu_2", &paused["pending"][0]["digest"])
+        .await;
+
+    let names = Names::new(&app.namespace).unwrap();
+    let store = Store::connect(&app.infra_config(), names.clone())
+        .await
+        .unwrap();
+    let bus = Bus::connect(&app.infra_config(), names.clone())
+        .await
+        .unwrap();
+    let outbox = Outbox::new(store.clone(), bus);
+    let id = RunId::parse(&run).unwrap();
+    let waiting = || async {
+        let entries = store.outbox_entries(&id).await.unwrap();
+        entries.into_iter().map(|a| a.subject).collect::<Vec<_>>()
+    };
+    // Once the outbox is due, a worker's sweep publishes what both services announce (the
+    // audit element) and leaves the decision, which only gateways may announce.
+    wait_for(
+        "a worker's sweep to publish the audit element",
+        PATIENCE,
+        || async {
+            outbox.sweep(Service::Worker, Shard::of(&id)).await.unwrap();
+            (waiting().await == vec![names.approval_decided(&id)]).then_some(())
+        },
+    )
+    .await;
+    let status = || async { store.load(&id).await.unwrap().unwrap().status };
+    assert_eq!(status().await, RunStatus::AwaitingApproval);
+    // A gateway's sweep publishes it, once due again, and the run goes on.
+    wait_for(
+        "a gateway's sweep to publish the decision",
+        PATIENCE,
+        || async {
+            outbox
+                .sweep(Service::Gateway, Shard::of(&id))
+                .await
+                .unwrap();
+            waiting().await.is_empty().then_some(())
+        },
+    )
+    .await;
+    wait_for("the run to complete", PATIENCE, || async {
+        (status().await == RunStatus::Completed).then_some(())
+    })
+    .await;
+}
