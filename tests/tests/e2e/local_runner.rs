@@ -267,8 +267,20 @@ async fn a_worker_that_fails_inside_the_runner_is_reported_and_the_runner_exits_
     let offset = free_offset();
     let (first, _) = start(&dir, offset).await;
     // In the runner's NATS, a push consumer takes the name of the workers' pull consumer.
+    // As the runner's NATS admin, whose password it wrote beside the server's data.
     let nats = format!("127.0.0.1:{}", 14222 + offset);
-    let js = async_nats::jetstream::new(async_nats::connect(nats).await.unwrap());
+    let conf = std::fs::read_to_string(dir.join("nats/nats-server.conf")).unwrap();
+    let password = conf
+        .lines()
+        .find_map(|l| l.strip_prefix("NATS_ADMIN_PASSWORD: \""))
+        .and_then(|rest| rest.strip_suffix('"'))
+        .expect("the admin's password in the runner's NATS configuration");
+    let client =
+        async_nats::ConnectOptions::with_user_and_password("admin".into(), password.into())
+            .connect(nats)
+            .await
+            .unwrap();
+    let js = async_nats::jetstream::new(client);
     let names = Names::new("").unwrap();
     let runs = js.get_stream(names.runs_stream()).await.unwrap();
     runs.delete_consumer(&names.start_consumer()).await.unwrap();
