@@ -235,7 +235,7 @@ pub(crate) fn proposal(
     let schema = view.schema(state);
     let (action, input) = read(typed, schema, &view.input)?;
     if let (Some(input), Some(agent)) = (&input, state.catalog.get(&view.agent)) {
-        let problems = agent.input_problems(&view.tool, input);
+        let problems = agent.edit_problems(&view.tool, &view.input, input);
         if !problems.is_empty() {
             return Err(schema_errors(&problems, schema));
         }
@@ -258,7 +258,8 @@ pub(crate) fn proposal(
 
 /// What the reviewer asked for: an action, and for an edit the new input, read from the
 /// fields against the tool's schema (properties the schema does not name are kept from the
-/// call's input). Every problem is listed by field; nothing is decided here.
+/// call's input; fields the form does not have are read as text, for the edit's check to
+/// refuse). Every problem is listed by field; nothing is decided here.
 fn read(
     typed: &Typed,
     schema: Option<&Value>,
@@ -362,6 +363,15 @@ fn edited(
                 input.insert(name.clone(), value);
             }
             Err(message) => problems.push((field, format!("{name}: {message}"))),
+        }
+    }
+    // A field the form does not have (typed by hand into the request) is kept, so that the
+    // edit's check refuses it by name rather than the edit silently leaving it out.
+    for (field, raw) in typed {
+        if let Some(name) = field.strip_prefix("input.")
+            && !properties.contains_key(name)
+        {
+            input.insert(name.to_string(), Value::String(raw.clone()));
         }
     }
     if problems.is_empty() {

@@ -643,7 +643,7 @@ async fn a_decision_or_a_sign_out_sent_from_another_site_is_refused_and_changes_
 }
 
 #[tokio::test]
-async fn an_edit_outside_the_schema_or_without_a_note_is_shown_beside_its_field_and_records_nothing()
+async fn an_edit_outside_the_schema_or_of_an_unknown_field_or_without_a_note_is_shown_and_records_nothing()
  {
     let opened = alice_opens_a_request().await;
     let edit = |amount: &'static str, note: &'static str| {
@@ -672,6 +672,22 @@ async fn an_edit_outside_the_schema_or_without_a_note_is_shown_beside_its_field_
     let not_a_number = edit("12,50", "Half.").await;
     assert_eq!(not_a_number.status, StatusCode::UNPROCESSABLE_ENTITY);
     assert_shows(&not_a_number, &["amount: must be a number"]);
+    // A field the form does not have, sent by hand: refused by name, not left out.
+    let misspelt = opened
+        .submit(&[
+            ("action", "edit"),
+            ("input.order_id", "A-1001"),
+            ("input.amount", "129"),
+            ("input.amout", "50"),
+            ("input.reason", "arrived broken"),
+            ("note", "typo"),
+        ])
+        .await;
+    assert_eq!(misspelt.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_shows(
+        &misspelt,
+        &["amout: is not a field of issue_refund (its fields: amount, order_id, reason)"],
+    );
     let no_note = edit("49", " ").await;
     assert_eq!(no_note.status, StatusCode::UNPROCESSABLE_ENTITY);
     assert_shows(&no_note, &["<p class=\"field-error\">Write a note"]);
