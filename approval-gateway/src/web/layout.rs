@@ -124,6 +124,9 @@ button.approve{background:#1b7a3e}button.reject{background:#b42318}
 button.link{background:none;color:inherit;padding:0;margin:0;text-decoration:underline}
 button:disabled,input:disabled,textarea:disabled,select:disabled{opacity:.55;cursor:not-allowed}
 .field-error{color:#b42318;margin:.2em 0;font-weight:500}
+.hint{color:#5b6475;font-size:.9em;margin:0 0 .2em}
+label .name{font-weight:400;color:#5b6475;font-size:.9em}
+[aria-invalid=true]{border-color:#b42318;outline-color:#b42318}
 .error,.outcome,.notice{border-radius:8px;padding:.7em 1em;margin:.8em 0}
 .error{background:#fdecea;border:1px solid #f3b8b2}
 .outcome{background:#e8f3ec;border:1px solid #a9d3b7;font-weight:500}

@@ -98,30 +98,46 @@ async fn send_edit(browser: &Browser, amount: &str) {
     browser.click("form#edit button[type=submit]").await;
 }
 
-/// Waits for the edit form to come back with an error beside the amount's field; asserts
-/// that it names the schema's maximum, is on the screen without scrolling, and that what
-/// was typed is kept.
-async fn assert_amount_refused(browser: &Browser, typed: &str) {
+/// Waits for the edit form to come back with an error tied to the amount's field (named by
+/// its `aria-describedby`, the field `aria-invalid`); asserts that it says `says`, is on the
+/// screen without scrolling, and that what was typed is kept.
+async fn assert_amount_refused(browser: &Browser, typed: &str, says: &str) {
     let script = format!(
         "const field = document.querySelector({AMOUNT:?}); if (!field) return null; \
-         const beside = [field.previousElementSibling, field.nextElementSibling] \
-           .find(e => e && e.matches('p.field-error')); \
-         if (!beside) return null; const at = beside.getBoundingClientRect(); \
-         return [beside.innerText, field.value, \
+         const ids = (field.getAttribute('aria-describedby') || '').split(' '); \
+         const tied = ids.map(id => document.getElementById(id)) \
+           .find(e => e && e.querySelector('p.field-error')); \
+         if (!tied) return null; const at = tied.getBoundingClientRect(); \
+         return [tied.innerText, field.value, \
            document.querySelector('form#edit textarea[name=note]').value, \
-           at.top >= 0 && at.bottom <= window.innerHeight];"
+           at.top >= 0 && at.bottom <= window.innerHeight, \
+           field.getAttribute('aria-invalid')];"
     );
     let shown = browser
-        .wait_until("an error beside the amount", &script)
+        .wait_until("an error tied to the amount", &script)
         .await;
     let error = shown[0].as_str().unwrap();
-    assert!(
-        error.contains("500"),
-        "the schema's maximum is named: {error}"
-    );
+    assert!(error.contains(says), "the error says {says:?}: {error}");
     assert_eq!(shown[1], typed, "what was typed is kept");
     assert_eq!(shown[2], "The customer asked for more.");
     assert_eq!(shown[3], true, "the error is on the screen");
+    assert_eq!(shown[4], "true", "the field is marked invalid");
+}
+
+/// Waits until the browser refused to send the edit form because the amount is above the
+/// field's own maximum (the schema's), pointing at the amount.
+async fn assert_stopped_by_the_browser(browser: &Browser) {
+    let script = format!(
+        "const field = document.querySelector({AMOUNT:?}); \
+         return field && document.activeElement === field && field.validity.rangeOverflow \
+           && field.max === '500';"
+    );
+    browser
+        .wait_until(
+            "the browser to point at the amount over its maximum",
+            &script,
+        )
+        .await;
 }
 
 /// A paused run whose request was mailed to alice, its id, the mail's links (approve, reject,
@@ -174,14 +190,20 @@ async fn approve_from_the_mailed_link(name: &str, screen: Screen) {
 }
 
 #[tokio::test]
-async fn an_email_edit_link_on_a_phone_shows_the_schema_error_beside_the_field_and_stays_usable() {
+async fn an_email_edit_link_on_a_phone_stops_5000_in_the_browser_shows_the_schemas_error_tied_to_the_field_and_stays_usable()
+ {
     let (app, run_id, links, browser) = mailed_links_on("email_edit_phone", Screen::Phone).await;
 
     browser.goto(&links[2]).await;
     browser.find(AMOUNT).await;
     browser.assert_fits_the_screen().await;
+    mark(&browser).await;
     send_edit(&browser, "5000").await;
-    assert_amount_refused(&browser, "5000").await;
+    assert_stopped_by_the_browser(&browser).await;
+    assert_not_reloaded(&browser).await;
+    // 0 passes the field (HTML has no exclusive minimum) and is refused by the schema check.
+    send_edit(&browser, "0").await;
+    assert_amount_refused(&browser, "0", "amount: must be more than 0").await;
     browser.assert_fits_the_screen().await;
     browser.screenshot("edit-error").await;
     assert_eq!(app.get_run_status(&run_id).await, "awaiting_approval");
@@ -286,12 +308,25 @@ async fn a_reject_without_a_reason_is_stopped_by_the_browser_and_one_with_a_reas
 }
 
 #[tokio::test]
-async fn an_edit_above_the_schemas_maximum_shows_the_error_beside_the_amount_and_decides_nothing() {
+async fn an_edit_above_the_schemas_maximum_is_stopped_by_the_browsers_own_constraint_and_decides_nothing()
+ {
     let (app, run_id, browser) = a_paused_request_open("inbox_edit_error", Screen::Desktop).await;
+    let hint = browser
+        .eval(
+            "const f = document.querySelector(\"form#edit [name='input.amount']\"); \
+             return document.getElementById(f.getAttribute('aria-describedby')).innerText",
+        )
+        .await;
+    assert_eq!(
+        hint, "In US dollars. More than 0, at most 500.",
+        "the schema's description and limits are the field's hint"
+    );
 
+    mark(&browser).await;
     send_edit(&browser, "5000").await;
-    assert_amount_refused(&browser, "5000").await;
-    browser.screenshot("edit-error").await;
+    assert_stopped_by_the_browser(&browser).await;
+    assert_not_reloaded(&browser).await;
+    browser.screenshot("edit-stopped").await;
     assert_eq!(app.get_run_status(&run_id).await, "awaiting_approval");
     assert!(decisions(&app, &run_id).await.is_empty());
 
