@@ -265,8 +265,15 @@ impl Browser {
         field.send_keys(text).await.unwrap();
     }
 
+    /// Clicks the element matching `css`, scrolled to the middle of the window first, as a
+    /// person scrolls to what they tap: at the window's edge it may be under a fixed bar.
     pub async fn click(&self, css: &str) {
         let element = self.find(css).await;
+        let script = format!(
+            "document.querySelector({}).scrollIntoView({{block: 'center'}}); return true",
+            json!(css)
+        );
+        self.eval(&script).await;
         if let Err(e) = element.click().await {
             self.fail(&format!("cannot click `{css}`: {e}")).await;
         }

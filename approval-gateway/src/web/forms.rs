@@ -48,6 +48,38 @@ impl Forms<'_> {
         }
     }
 
+    /// The action bar of the inbox's request page: Approve at once, Edit and Reject leading
+    /// to their forms below ([`Self::below`]), and `status`, the live region that says when
+    /// the request was decided elsewhere, beside them.
+    pub(crate) fn bar(&self, status: Markup) -> Markup {
+        html! {
+            nav.actions aria-label="Decide" {
+                div.buttons {
+                    @if self.actions.contains(&Action::Approve) {
+                        form #approve .decide method="post" {
+                            (self.hidden("approve"))
+                            button.approve type="submit" { "Approve" }
+                        }
+                    }
+                    @if self.actions.contains(&Action::Edit) { a.action href="#edit" { "Edit…" } }
+                    @if self.actions.contains(&Action::Reject) { a.action.reject href="#reject" { "Reject…" } }
+                }
+                (status)
+            }
+        }
+    }
+
+    /// The edit and reject forms the action bar leads to.
+    pub(crate) fn below(&self) -> Markup {
+        html! {
+            @if let Some(errors) = self.errors.get("form") {
+                @for e in errors { p.error role="alert" { (e) } }
+            }
+            @if self.actions.contains(&Action::Edit) { (self.edit()) }
+            @if self.actions.contains(&Action::Reject) { (self.reject()) }
+        }
+    }
+
     fn hidden(&self, action: &str) -> Markup {
         html! {
             @if let Some(csrf) = self.csrf {

@@ -7,6 +7,7 @@
 //! policy lets them approve their own request.
 
 use super::layout::{Page, PageError};
+use super::next::{self, Recorded};
 use super::session::Session;
 use crate::error::ApiError;
 use crate::runs;
@@ -33,8 +34,8 @@ pub(super) fn router() -> Router<AppState> {
 const MAX_RUNS: usize = 1000;
 const BATCH: usize = 200;
 
-#[derive(Deserialize)]
-struct Filters {
+#[derive(Default, Deserialize)]
+pub(super) struct Filters {
     agent: Option<String>,
     tool: Option<String>,
 }
@@ -49,9 +50,9 @@ impl Filters {
 }
 
 /// One line of the inbox.
-struct Line {
-    run_id: String,
-    call_id: String,
+pub(super) struct Line {
+    pub(super) run_id: String,
+    pub(super) call_id: String,
     summary: String,
     agent: String,
     tool: String,
@@ -61,7 +62,7 @@ struct Line {
 }
 
 /// The calls `principal` may approve now, nearest deadline first (none last), then oldest.
-async fn waiting(
+pub(super) async fn waiting(
     state: &AppState,
     principal: Principal<'_>,
     filters: &Filters,
@@ -153,8 +154,10 @@ async fn page(
     State(state): State<AppState>,
     session: Session,
     Query(filters): Query<Filters>,
+    Query(recorded): Query<Recorded>,
 ) -> Result<Response, PageError> {
     let lines = waiting(&state, session.principal(), &filters).await?;
+    let recorded = next::note(&state, &recorded).await?;
     let agents: Vec<&str> = state.catalog.iter().map(|a| a.def.name.as_str()).collect();
     let mut tools: Vec<&str> = state
         .catalog
@@ -168,6 +171,7 @@ async fn page(
     page.signed_in = Some((&session.principal, &session.csrf));
     page.script = Some(LIVE);
     Ok(page.render(html! {
+        (recorded)
         form #filters .filters method="get" action="/inbox" {
             label { "Agent "
                 select name="agent" {

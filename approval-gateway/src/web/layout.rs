@@ -137,6 +137,30 @@ label .name{font-weight:400;color:#5b6475;font-size:.9em}
 .turn{border-left:3px solid #d9dce3;padding-left:.7em;margin:.6em 0}
 .turn .who{font-size:.85em;color:#5b6475;text-transform:uppercase;letter-spacing:.03em}
 .turn .who code{text-transform:none}
+h1,dd,.run-id{overflow-wrap:anywhere}
+.prose{white-space:pre-wrap;overflow-wrap:anywhere;margin:.3em 0}
+nav.actions{position:sticky;top:0;z-index:5;display:flex;flex-wrap:wrap;align-items:center;gap:.4em 1em;margin:0 -1em .4em;padding:.5em 1em;background:#f5f6f8;border-bottom:1px solid #d9dce3}
+nav.actions .buttons{display:flex;flex-wrap:wrap;gap:.5em;align-items:center}
+nav.actions form.decide{margin:0;padding:0;border:0;background:none}
+nav.actions button{margin:0}
+a.action{display:inline-block;padding:.45em 1em;border:1px solid #1a56c4;border-radius:6px;background:#fff;text-decoration:none}
+a.action.reject{color:#b42318;border-color:#b42318}
+#status:empty{display:none}
+nav.actions #status{flex:1 1 16em}nav.actions #status p{margin:0}
+form.decide{scroll-margin-top:4.5em}
+.reason{margin:.2em 0 .6em}
+figure.asked{margin:.6em 0}
+figure.asked figcaption{color:#5b6475;font-size:.9em}
+blockquote.prose{padding:.4em .8em;border-left:3px solid #1a56c4;background:#f5f6f8;max-height:9em;overflow:auto}
+.left.short{color:#b42318;background:#fdecea;padding:0 .3em;border-radius:4px}
+details.evidence{background:#fff;border:1px solid #d9dce3;border-radius:8px;padding:.6em 1em;margin:.8em 0}
+details.evidence summary{cursor:pointer;font-weight:600}
+.recorded{background:#e8f3ec;border:1px solid #a9d3b7;border-radius:8px;padding:.7em 1em;margin:.8em 0}
+@media (max-width:40em){
+nav.actions{position:fixed;top:auto;bottom:0;left:0;right:0;margin:0;padding:.5em .6em;border-bottom:0;border-top:1px solid #d9dce3;box-shadow:0 -2px 8px rgba(0,0,0,.1)}
+body:has(nav.actions){padding-bottom:6em}
+form.decide{scroll-margin-top:.5em}
+form.decide button,form.decide input,form.decide textarea,form.decide select{scroll-margin-bottom:7em}}
 @media (max-width:30em){main{padding:.6em}dl{grid-template-columns:1fr}dt{margin-top:.4em}}
 ";
 

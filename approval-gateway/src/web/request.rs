@@ -2,26 +2,28 @@
 //! [`CallView`]) with the forms the reviewer may use; `POST` to the same path decides through
 //! `crate::decide`, as channel `web`, quoting the digest the page was rendered from, so a
 //! call that changed in between is refused, never approved blind. A decision recorded is
-//! answered 303 back to the page, which then says who did what. `…/state` tells the page's
+//! answered 303 to the next request waiting for the reviewer (see `super::next`), which says
+//! what was recorded. `…/state` tells the page's
 //! script whether the call was decided elsewhere meanwhile.
 
 use super::form_fields;
 use super::forms::{self, FieldErrors, Forms, Typed};
 use super::layout::{Page, PageError};
+use super::next::{self, Recorded};
 use super::request_view::{CallView, refusal_words};
 use super::session::Session;
 use crate::decide::{self, Decider};
 use crate::error::ApiError;
 use crate::state::AppState;
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use countersign_shared::authority::{self, RunFacts};
 use countersign_shared::run::Action;
-use maud::html;
+use maud::{Markup, html};
 use serde_json::json;
 
 pub(super) fn router() -> Router<AppState> {
@@ -39,38 +41,46 @@ pub(super) fn router() -> Router<AppState> {
 /// The channel inbox decisions are recorded as coming from.
 const CHANNEL: &str = "web";
 
-/// Every few seconds, asks whether the call is still open; once it is not, shows how it
-/// ended above the forms and disables them, leaving what was typed in place.
+/// Every few seconds, asks whether the call is still open; once it is not, says how it ended
+/// in the action bar's live region (beside the buttons, announced to screen readers) and
+/// disables the forms, leaving what was typed in place.
 const LIVE: &str = r#"
 (function () {
   var main = document.querySelector('main');
   var shown = main.getAttribute('data-digest');
-  if (!document.querySelector('form.decide')) return;
+  var status = document.getElementById('status');
+  if (!status || !document.querySelector('form.decide')) return;
   var timer = setInterval(function () {
     fetch(location.pathname + '/state', {credentials: 'same-origin', cache: 'no-store'})
       .then(function (r) { return r.ok ? r.json() : null; })
       .then(function (s) {
         if (!s || (s.open && s.digest === shown)) return;
         clearInterval(timer);
-        var banner = document.querySelector('p.outcome');
-        if (!banner) {
-          banner = document.createElement('p');
-          banner.className = 'outcome';
-          main.insertBefore(banner, main.children[1] || null);
-        }
-        banner.textContent = s.open
+        var note = document.createElement('p');
+        note.className = 'outcome';
+        note.textContent = s.open
           ? 'This request changed since this page was opened. Reload the page to see it as it is now.'
           : s.outcome;
+        status.replaceChildren(note);
         document.querySelectorAll('form.decide input, form.decide textarea, form.decide select, form.decide button')
           .forEach(function (el) { el.disabled = true; });
+        document.querySelectorAll('nav.actions a.action').forEach(function (a) { a.hidden = true; });
+        document.querySelectorAll('form.decide').forEach(function (f) {
+          var again = document.createElement('p');
+          again.className = 'outcome';
+          again.textContent = note.textContent;
+          f.insertBefore(again, f.firstChild);
+        });
       })
       .catch(function () {});
   }, 2500);
 })();
 "#;
 
-/// The page: the call, and the forms of what this reviewer may do while it is open; `error`
-/// above them, field errors beside their fields, what was typed kept.
+/// The page, built around the decision: the action bar first (at the top on a wide screen,
+/// fixed at the bottom of a phone's), then what the decision needs, the edit and reject
+/// forms, and the evidence folded below; `error` above the forms, field errors beside their
+/// fields, what was typed kept; `recorded` says what the reviewer's last decision was.
 fn render(
     state: &AppState,
     session: &Session,
@@ -78,6 +88,7 @@ fn render(
     status: StatusCode,
     typed: &Typed,
     errors: &FieldErrors,
+    recorded: Markup,
 ) -> Response {
     let actions = match &view.open {
         // A call is open only while its run waits and nobody asked to cancel it.
@@ -95,24 +106,31 @@ fn render(
     page.signed_in = Some((&session.principal, &session.csrf));
     page.digest = Some(&view.digest);
     page.script = view.open.is_some().then_some(LIVE);
-    page.render(html! {
-        (view.render(true))
-        @if view.open.is_some() {
-            @if actions.is_empty() {
+    let forms = Forms {
+        csrf: Some(&session.csrf),
+        digest: &view.digest,
+        actions: &actions,
+        schema: view.schema(state),
+        input: &view.input,
+        typed,
+        errors,
+    };
+    let said = html! {
+        div #status aria-live="polite" {
+            @if let Some(outcome) = &view.outcome { p.outcome { (outcome) } }
+            @else if actions.is_empty() {
                 p.notice { "You are not among the approvers of this request, so you can only look." }
             } @else if !actions.contains(&Action::Approve) {
                 p.notice { "You asked for this run, so you may reject it but not approve it." }
             }
-            (Forms {
-                csrf: Some(&session.csrf),
-                digest: &view.digest,
-                actions: &actions,
-                schema: view.schema(state),
-                input: &view.input,
-                typed,
-                errors,
-            }.render())
         }
+    };
+    page.render(html! {
+        (recorded)
+        @if view.open.is_some() && !actions.is_empty() { (forms.bar(said)) } @else { (said) }
+        (view.facts(true))
+        @if view.open.is_some() { (forms.below()) }
+        (view.evidence())
     })
 }
 
@@ -131,8 +149,10 @@ async fn show(
     State(state): State<AppState>,
     session: Session,
     Path((run_id, call_id)): Path<(String, String)>,
+    Query(recorded): Query<Recorded>,
 ) -> Result<Response, PageError> {
     let view = view_of(&state, &run_id, &call_id).await?;
+    let recorded = next::note(&state, &recorded).await?;
     Ok(render(
         &state,
         &session,
@@ -140,6 +160,7 @@ async fn show(
         StatusCode::OK,
         &Typed::new(),
         &FieldErrors::new(),
+        recorded,
     ))
 }
 
@@ -154,8 +175,9 @@ async fn submit(
         return Ok(refused.into_response());
     }
     let view = view_of(&state, &run_id, &call_id).await?;
-    let again =
-        |status, errors: FieldErrors| render(&state, &session, &view, status, &typed, &errors);
+    let again = |status, errors: FieldErrors| {
+        render(&state, &session, &view, status, &typed, &errors, html! {})
+    };
     let one = |message: String| FieldErrors::from([("form".to_string(), vec![message])]);
     if view.open.is_none() {
         // Decided meanwhile: the page says how, and nothing is recorded.
@@ -174,8 +196,8 @@ async fn submit(
     };
     let refused = match decide::decide_one(&state, &run_id, proposed, &by).await {
         Ok(_) => {
-            let back = format!("/inbox/runs/{run_id}/calls/{call_id}");
-            return Ok(Redirect::to(&back).into_response());
+            let next = next::after_decision(&state, session.principal(), &run_id, &call_id).await?;
+            return Ok(Redirect::to(&next).into_response());
         }
         Err(e) => e,
     };
@@ -191,6 +213,7 @@ async fn submit(
         status,
         &typed,
         &one(message),
+        html! {},
     ))
 }
 

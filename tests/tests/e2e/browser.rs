@@ -63,6 +63,28 @@ async fn assert_decided_page(browser: &Browser) {
     assert_eq!(forms, 0, "a decided request offers no forms");
 }
 
+/// Waits until the page after an inbox decision says it was recorded and how (`says`, any
+/// case); that text.
+async fn assert_recorded(browser: &Browser, says: &str) -> String {
+    browser.wait_for_text("p.recorded", says).await
+}
+
+/// Where the Approve button is on the page as first shown (CSS px from the top of the
+/// window), the window's height, and whether the button is wholly on the screen.
+async fn approve_at(browser: &Browser) -> (f64, f64, bool) {
+    let at = browser
+        .eval(
+            "const b = document.querySelector('form#approve button[type=submit]').getBoundingClientRect(); \
+             return [b.top, innerHeight, b.top >= 0 && b.bottom <= innerHeight && b.width > 0];",
+        )
+        .await;
+    (
+        at[0].as_f64().unwrap(),
+        at[1].as_f64().unwrap(),
+        at[2] == true,
+    )
+}
+
 /// Marks the page, so that `assert_not_reloaded` can tell it is still the same one.
 async fn mark(browser: &Browser) {
     browser
@@ -259,7 +281,10 @@ async fn a_reviewer_signs_in_finds_the_paused_run_in_the_inbox_and_approves_it()
     browser.screenshot("request").await;
 
     browser.click("form#approve button[type=submit]").await;
-    assert_decided_page(&browser).await;
+    // On to the other waiting request, which says what was recorded.
+    assert_recorded(&browser, "approved by rita").await;
+    let next = browser.eval("return location.pathname").await;
+    assert!(next.as_str().unwrap().contains(&second), "{next}");
     app.wait_status(&run_id, "completed").await;
     assert_eq!(app.tools.refunds().len(), 1);
     let decided = decisions(&app, &run_id).await;
@@ -295,7 +320,7 @@ async fn a_reject_without_a_reason_is_stopped_by_the_browser_and_one_with_a_reas
         )
         .await;
     browser.click("form#reject button[type=submit]").await;
-    assert_decided_page(&browser).await;
+    assert_recorded(&browser, "rejected by rita").await;
     app.wait_status(&run_id, "completed").await;
     assert!(
         app.tools.refunds().is_empty(),
@@ -331,7 +356,7 @@ async fn an_edit_above_the_schemas_maximum_is_stopped_by_the_browsers_own_constr
     assert!(decisions(&app, &run_id).await.is_empty());
 
     send_edit(&browser, "49").await;
-    assert_decided_page(&browser).await;
+    assert_recorded(&browser, "approved with changes by rita").await;
     app.wait_status(&run_id, "completed").await;
     assert_eq!(app.tools.refunds()[0]["amount"], 49);
 }
@@ -349,7 +374,10 @@ async fn a_request_decided_in_slack_while_its_page_is_open_shows_as_decided_with
 
     let (status, _) = interact(&app, &click("U_ALICE", "approve", &approve)).await;
     assert_eq!(status, 200);
-    browser.wait_for_text("p.outcome", "alice").await;
+    // Said in the action bar's live region, beside the buttons it disables.
+    browser
+        .wait_for_text("nav.actions #status[aria-live=polite] p.outcome", "alice")
+        .await;
     let usable = browser
         .eval(
             "return [...document.querySelectorAll('form#approve button, form#edit button, \
@@ -501,4 +529,84 @@ async fn a_page_of_another_site_cannot_sign_a_visitor_in_as_the_attacker() {
             sign_in(&browser, &app, REVIEWER_KEY).await;
         }
     }
+}
+
+#[tokio::test]
+async fn on_a_desktop_approve_is_on_the_first_screen_every_page_fits_and_a_decision_leads_to_the_next_request()
+ {
+    work_through_two_requests("inbox_desktop", Screen::Desktop).await;
+}
+
+#[tokio::test]
+async fn on_a_phone_approve_is_on_the_first_screen_every_page_fits_and_a_decision_leads_to_the_next_request()
+ {
+    work_through_two_requests("inbox_phone", Screen::Phone).await;
+}
+
+/// Two refunds wait; on `screen` the reviewer opens the queue, then the first request, whose
+/// Approve button is on the first screen with what the decision needs; approving it leads to
+/// the second, which says what was recorded. No page is wider than the screen. The fold
+/// position is written to the artifacts as `<name>-fold.txt`.
+async fn work_through_two_requests(name: &str, screen: Screen) {
+    let app = TestApp::spawn(refund_brain).await;
+    let first = app.start_run("Refund A-1001 please.").await;
+    let (first_call, _) = held_call(&app, &first).await;
+    let second = app
+        .start_run("The mug from A-1001 arrived in pieces, please refund it.")
+        .await;
+    held_call(&app, &second).await;
+    let browser = Browser::start(name, screen).await;
+    sign_in(&browser, &app, REVIEWER_KEY).await;
+    browser.find("li.request").await;
+    browser.assert_fits_the_screen().await;
+    browser.screenshot("queue").await;
+
+    open_request(&browser, &app, &first, &first_call).await;
+    browser.assert_fits_the_screen().await;
+    let (top, height, visible) = approve_at(&browser).await;
+    assert!(
+        visible,
+        "Approve is on the first screen: its top at {top} px of {height}"
+    );
+    // What the decision needs is above the fold too: the policy's reason, what the person
+    // asked, the exact input and the time left.
+    let above = browser
+        .eval(
+            "const bar = document.querySelector('nav.actions').getBoundingClientRect(); \
+             const limit = getComputedStyle(document.querySelector('nav.actions')).position === 'fixed' \
+               ? bar.top : innerHeight; \
+             return ['p.reason', 'figure.asked', 'pre.input', '.left'].filter(css => { \
+               const r = document.querySelector(css).getBoundingClientRect(); \
+               return !(r.top >= 0 && r.top < limit); });",
+        )
+        .await;
+    assert_eq!(above, serde_json::json!([]), "not on the first screen");
+    let text = browser.text().await;
+    assert!(text.contains("Refund A-1001 please."), "{text}");
+    std::fs::write(
+        countersign_tests::browser::artifacts_dir().join(format!("{name}-fold.txt")),
+        format!("top of Approve: {top} px of a {height} px window\n"),
+    )
+    .unwrap();
+    browser.screenshot("request").await;
+
+    browser.click("form#approve button[type=submit]").await;
+    assert_recorded(&browser, "approved by rita").await;
+    let path = browser.eval("return location.pathname").await;
+    assert!(path.as_str().unwrap().contains(&second), "{path}");
+    assert!(
+        approve_at(&browser).await.2,
+        "the next one's Approve is shown too"
+    );
+    browser.assert_fits_the_screen().await;
+    browser.screenshot("next").await;
+
+    browser
+        .goto(&format!("{}/inbox/runs/{first}", app.gateway_url))
+        .await;
+    browser.find("main").await;
+    browser.assert_fits_the_screen().await;
+    app.wait_status(&first, "completed").await;
+    assert_eq!(decisions(&app, &first).await.len(), 1);
+    assert!(decisions(&app, &second).await.is_empty());
 }

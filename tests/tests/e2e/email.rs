@@ -119,7 +119,7 @@ async fn an_email_link_opened_decides_nothing_its_form_decides_once() {
             for expected in [
                 "Asked by",
                 "rick",
-                "Deadline",
+                "Time left",
                 "get_order",
                 "name=\"viewport\"",
             ] {

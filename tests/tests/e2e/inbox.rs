@@ -496,7 +496,7 @@ async fn the_inbox_lists_a_paused_call_only_for_reviewers_who_may_approve_it() {
 }
 
 #[tokio::test]
-async fn approving_from_the_request_page_completes_the_run_and_the_page_then_says_who_did() {
+async fn approving_from_the_request_page_completes_the_run_and_the_next_page_and_the_request_say_who_did() {
     let opened = alice_opens_a_request().await;
     let (app, run_id, digest) = (&opened.app, &opened.run_id, opened.page.input("digest"));
     assert!(digest.starts_with("sha256:"));
@@ -520,7 +520,16 @@ async fn approving_from_the_request_page_completes_the_run_and_the_page_then_say
 
     let done = opened.submit(&[("action", "approve")]).await;
     assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.html);
-    assert_eq!(done.location.as_deref(), Some(opened.path.as_str()));
+    // Nothing else waits for alice: back to the queue, which says what was recorded.
+    let next = done.location.clone().unwrap_or_default();
+    assert_eq!(
+        next,
+        format!("/inbox?recorded_run={run_id}&recorded_call=toolu_2")
+    );
+    assert_shows(
+        &opened.alice.get(&next).await,
+        &["<strong>Recorded: </strong>Refund $129 for order A-1001. Approved by alice via web at "],
+    );
     app.wait_status(run_id, "completed").await;
     assert_eq!(app.tools.refunds().len(), 1);
     let decided = decided_entries(app, run_id).await;
