@@ -109,9 +109,20 @@ section,.card{background:#fff;border:1px solid #d9dce3;border-radius:8px;padding
 dl{display:grid;grid-template-columns:max-content 1fr;gap:.2em 1em;margin:.4em 0}
 dt{color:#5b6475}dd{margin:0;word-break:break-word}
 ul.requests{list-style:none;padding:0;margin:0}
-li.request{background:#fff;border:1px solid #d9dce3;border-radius:8px;padding:.7em 1em;margin:.6em 0}
+li.request{display:flex;gap:.6em 1em;align-items:center;background:#fff;border:1px solid #d9dce3;border-radius:8px;padding:.7em 1em;margin:.6em 0}
+li.request .row-main{flex:1 1 auto;min-width:0}
 li.request .summary{font-weight:600}
+li.request p{margin:.15em 0;overflow-wrap:anywhere}
+li.request .asked{font-style:italic}
+li.request .values{font-size:.9em}
 li.request .meta{color:#5b6475;font-size:.9em}
+li.request form.row-approve{margin:0}li.request form.row-approve button{margin:0}
+li.request.selected{outline:3px solid #1a56c4;outline-offset:1px}
+li.request.new{border-left:5px solid #1a56c4}
+li.request .run-id{white-space:nowrap}
+.badge{display:inline-block;font-size:.75em;font-weight:600;text-transform:uppercase;color:#fff;background:#1a56c4;border-radius:4px;padding:0 .35em;margin-right:.4em;vertical-align:middle}
+.keys-hint{color:#5b6475;font-size:.85em;margin:.3em 0}
+kbd{font-family:ui-monospace,monospace;font-size:.85em;border:1px solid #b8bdc9;border-radius:4px;padding:0 .3em;background:#fff}
 .empty{color:#5b6475}
 form.decide{background:#fff;border:1px solid #d9dce3;border-radius:8px;padding:.8em 1em;margin:.8em 0}
 form.decide h2{margin-top:0}
@@ -137,7 +148,7 @@ label .name{font-weight:400;color:#5b6475;font-size:.9em}
 .turn{border-left:3px solid #d9dce3;padding-left:.7em;margin:.6em 0}
 .turn .who{font-size:.85em;color:#5b6475;text-transform:uppercase;letter-spacing:.03em}
 .turn .who code{text-transform:none}
-h1,dd,.run-id{overflow-wrap:anywhere}
+h1,dd{overflow-wrap:anywhere}
 .prose{white-space:pre-wrap;overflow-wrap:anywhere;margin:.3em 0}
 nav.actions{position:sticky;top:0;z-index:5;display:flex;flex-wrap:wrap;align-items:center;gap:.4em 1em;margin:0 -1em .4em;padding:.5em 1em;background:#f5f6f8;border-bottom:1px solid #d9dce3}
 nav.actions .buttons{display:flex;flex-wrap:wrap;gap:.5em;align-items:center}
@@ -161,7 +172,7 @@ nav.actions{position:fixed;top:auto;bottom:0;left:0;right:0;margin:0;padding:.5e
 body:has(nav.actions){padding-bottom:6em}
 form.decide{scroll-margin-top:.5em}
 form.decide button,form.decide input,form.decide textarea,form.decide select{scroll-margin-bottom:7em}}
-@media (max-width:30em){main{padding:.6em}dl{grid-template-columns:1fr}dt{margin-top:.4em}}
+@media (max-width:30em){main{padding:.6em}li.request{flex-wrap:wrap}.keys-hint{display:none}dl{grid-template-columns:1fr}dt{margin-top:.4em}}
 ";
 
 /// An error of a page's handler, answered as a page (the API's are JSON).

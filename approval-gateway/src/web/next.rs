@@ -18,14 +18,20 @@ pub(super) struct Recorded {
     recorded_call: Option<String>,
 }
 
-/// Where a reviewer goes once their decision on `run_id`'s `call_id` is recorded.
+/// Where a reviewer goes once their decision on `run_id`'s `call_id` is recorded: the next
+/// request, or the queue when they decided from it (`to_queue`) or nothing else waits.
 pub(super) async fn after_decision(
     state: &AppState,
     principal: Principal<'_>,
     run_id: &str,
     call_id: &str,
+    to_queue: bool,
 ) -> Result<String, ApiError> {
-    let lines = waiting(state, principal, &Filters::default()).await?;
+    let lines = if to_queue {
+        Vec::new()
+    } else {
+        waiting(state, principal, &Filters::default()).await?
+    };
     let next = lines
         .iter()
         .find(|l| !(l.run_id == run_id && l.call_id == call_id));

@@ -196,7 +196,10 @@ async fn submit(
     };
     let refused = match decide::decide_one(&state, &run_id, proposed, &by).await {
         Ok(_) => {
-            let next = next::after_decision(&state, session.principal(), &run_id, &call_id).await?;
+            let to_queue = typed.get("then").is_some_and(|t| t == "queue");
+            let next =
+                next::after_decision(&state, session.principal(), &run_id, &call_id, to_queue)
+                    .await?;
             return Ok(Redirect::to(&next).into_response());
         }
         Err(e) => e,

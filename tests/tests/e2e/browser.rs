@@ -610,3 +610,101 @@ async fn work_through_two_requests(name: &str, screen: Screen) {
     assert_eq!(decisions(&app, &first).await.len(), 1);
     assert!(decisions(&app, &second).await.is_empty());
 }
+
+#[tokio::test]
+async fn the_queue_tells_requests_apart_counts_them_and_is_worked_from_the_keyboard_with_a_confirmation()
+ {
+    let app = TestApp::spawn(refund_brain).await;
+    let first = app.start_run("Refund A-1001 please.").await;
+    held_call(&app, &first).await;
+    let second = app
+        .start_run("The mug from A-1001 arrived in pieces, please refund it.")
+        .await;
+    held_call(&app, &second).await;
+    let browser = Browser::start("queue_keyboard", Screen::Desktop).await;
+    sign_in(&browser, &app, REVIEWER_KEY).await;
+    browser.find("li.request").await;
+    let title = browser.eval("return document.title").await;
+    assert_eq!(title, "Waiting for you (2) · countersign");
+
+    // Each row says what its person asked, the input's values and which run it is.
+    let rows = browser
+        .eval(
+            "return [...document.querySelectorAll('li.request')].map(r => \
+               [r.getAttribute('data-run'), r.querySelector('.asked').innerText, \
+                r.querySelector('.values').innerText, r.querySelector('.run-id').innerText, \
+                r.querySelector('.meta').innerText]);",
+        )
+        .await;
+    let rows = rows.as_array().unwrap();
+    for (run, asked) in [
+        (&first, "Refund A-1001 please."),
+        (&second, "The mug from A-1001 arrived in pieces"),
+    ] {
+        let row = rows.iter().find(|r| r[0] == run.as_str()).unwrap();
+        assert!(row[1].as_str().unwrap().contains(asked), "{row}");
+        assert!(row[2].as_str().unwrap().contains("amount 129"), "{row}");
+        assert!(
+            run.ends_with(row[3].as_str().unwrap().trim_start_matches('…')),
+            "{row}"
+        );
+        assert!(row[4].as_str().unwrap().contains("waited"), "{row}");
+        assert!(row[4].as_str().unwrap().contains("left"), "{row}");
+    }
+    assert_ne!(rows[0][3], rows[1][3], "short run ids tell the runs apart");
+
+    // A request that arrives while the queue is open is marked new and counted.
+    mark(&browser).await;
+    let third = app.start_run("Refund A-1001 again.").await;
+    browser
+        .find(&format!("li.request.new[data-run='{third}']"))
+        .await;
+    browser
+        .wait_until(
+            "the count to follow",
+            "return document.title === 'Waiting for you (3) · countersign' \
+               && document.querySelector('main h1').innerText === 'Waiting for you (3)'",
+        )
+        .await;
+    assert_not_reloaded(&browser).await;
+    browser.screenshot("queue").await;
+
+    // ? shows the keys; j selects the first row; a asks first, and No decides nothing.
+    browser.press("?").await;
+    browser
+        .wait_until("the keys", "return !document.getElementById('keys').hidden")
+        .await;
+    browser.press("j").await;
+    let selected = browser
+        .wait_until(
+            "a selected row",
+            "const r = document.querySelector('li.request.selected'); \
+             return r && document.activeElement === r.querySelector('a.open') && r.getAttribute('data-run')",
+        )
+        .await;
+    let chosen = selected.as_str().unwrap().to_string();
+    browser.press("j").await;
+    browser.press("k").await;
+    let again = browser
+        .eval("return document.querySelector('li.request.selected').getAttribute('data-run')")
+        .await;
+    assert_eq!(again, chosen.as_str(), "k comes back to the first row");
+    browser.press("a").await;
+    let asked = browser.answer_confirm(false).await;
+    assert!(asked.starts_with("Approve"), "{asked}");
+    assert_not_reloaded(&browser).await;
+    assert!(decisions(&app, &chosen).await.is_empty());
+
+    browser.press("a").await;
+    browser.answer_confirm(true).await;
+    assert_recorded(&browser, "approved by rita").await;
+    let path = browser.eval("return location.pathname").await;
+    assert_eq!(path, "/inbox", "deciding from the queue stays in the queue");
+    app.wait_status(&chosen, "completed").await;
+    let decided = decisions(&app, &chosen).await;
+    assert_eq!(decided.len(), 1, "{decided:?}");
+    assert_eq!(decided[0]["detail"]["action"], "approve");
+    assert_eq!(decided[0]["channel"], "web");
+    let title = browser.eval("return document.title").await;
+    assert_eq!(title, "Waiting for you (2) · countersign");
+}

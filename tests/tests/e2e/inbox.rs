@@ -450,7 +450,14 @@ async fn the_inbox_lists_a_paused_call_only_for_reviewers_who_may_approve_it() {
     let inbox = alice.get("/inbox").await;
     assert!(inbox.html.contains(&line), "{}", inbox.html);
     assert!(inbox.html.contains("Refund $129 for order A-1001"));
-    assert!(inbox.html.contains("asked by rick"));
+    assert!(
+        inbox
+            .html
+            .contains("“Refund A-1001, it arrived broken.” — rick"),
+        "{}",
+        inbox.html
+    );
+    assert!(inbox.html.contains("<h1>Waiting for you (1)</h1>"));
     assert!(inbox.html.contains(&format!(
         "class=\"open\" href=\"{}\"",
         request_path(&run_id)
@@ -496,7 +503,8 @@ async fn the_inbox_lists_a_paused_call_only_for_reviewers_who_may_approve_it() {
 }
 
 #[tokio::test]
-async fn approving_from_the_request_page_completes_the_run_and_the_next_page_and_the_request_say_who_did() {
+async fn approving_from_the_request_page_completes_the_run_and_the_next_page_and_the_request_say_who_did()
+ {
     let opened = alice_opens_a_request().await;
     let (app, run_id, digest) = (&opened.app, &opened.run_id, opened.page.input("digest"));
     assert!(digest.starts_with("sha256:"));
