@@ -42,11 +42,14 @@ pub async fn edit(gateway: &Gateway, args: EditArgs, json: bool) -> Result<(), C
         "an edit needs a note saying what changed and why: the agent is told it",
     )?;
     digest(&args.call)?;
-    let input = match (args.input, args.set.is_empty()) {
-        (Some(text), _) => json_object("--input", &text)?,
+    let (input, changed) = match (args.input, args.set.is_empty()) {
+        (Some(text), _) => (json_object("--input", &text)?, None),
         (None, false) => {
             let held = held_call(gateway, &args.call).await?;
-            with_changes(held, &args.set)?
+            let before = held.call.input.clone();
+            let input = with_changes(held, &args.set)?;
+            let changed = edit::described(&edit::changes(&before, &input));
+            (input, Some(changed))
         }
         (None, true) => {
             return Err(CliError::Usage(
@@ -55,7 +58,14 @@ pub async fn edit(gateway: &Gateway, args: EditArgs, json: bool) -> Result<(), C
         }
     };
     let decision = json!({"action": "edit", "input": input, "note": note});
-    send(gateway, args.call, decision, json).await
+    send(gateway, args.call, decision, json).await?;
+    if let (Some(changed), false) = (changed, json) {
+        println!("It runs with this change (field: before → after):");
+        for line in changed.lines() {
+            println!("  {line}");
+        }
+    }
+    Ok(())
 }
 
 /// Posts `decision` on the call, quoting its digest, and says what the gateway recorded.
@@ -72,7 +82,17 @@ async fn send(
         body["decided_by"] = by.clone().into();
     }
     let url = gateway.url(&["v1", "runs", &call.run, "decisions"]);
-    let answer = gateway.post(url, &body).await?;
+    let answer = gateway.post(url, &body).await.map_err(|e| match e {
+        CliError::Refused(mut refusal) if refusal.code == "stale_digest" => {
+            refusal.hint = Some(format!(
+                "The call changed since you saw it. Look again with `countersign show {}` \
+                 and decide on what it shows now.",
+                call.run
+            ));
+            CliError::Refused(refusal)
+        }
+        other => other,
+    })?;
     if json {
         print_json(&answer);
         return Ok(());
@@ -91,7 +111,7 @@ async fn send(
         ),
         Some("already_recorded") => {
             format!(
-                "{by} had already {done} call {} so: nothing changed",
+                "{by} had already {done} call {}: nothing changed",
                 call.call
             )
         }

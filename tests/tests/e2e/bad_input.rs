@@ -83,6 +83,10 @@ async fn every_bad_decision_is_refused_and_the_run_stays_paused() {
     for (decisions, expected, code) in cases {
         let (status, body) = app.decide(&run_id, decisions.clone()).await;
         assert_error(status, &body, expected, code);
+        // A stale digest's refusal does not tell the current one: a script could quote it
+        // and approve what nobody looked at.
+        let digest = digest.as_str().unwrap();
+        assert!(!body.to_string().contains(digest), "{body}");
     }
 
     // An edit that fails the schema: 422 with the schema's errors.

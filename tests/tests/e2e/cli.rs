@@ -233,7 +233,7 @@ async fn a_stale_digest_is_refused_and_a_reject_without_a_reason_or_a_decision_w
         &[
             "does not match what is pending now",
             "409 stale_digest",
-            "countersign show RUN",
+            &format!("countersign show {run}`"),
         ],
     );
     countersign(&app, REVIEWER_KEY, &format!("approve {run} toolu_2"))
@@ -326,7 +326,8 @@ async fn an_edit_with_set_changes_only_the_named_existing_field_and_speaks_for_t
     );
 
     let fix = "--set amount=20 --note 'Only the broken part.'";
-    ok(&app, INTEGRATION_KEY, &format!("{edit} {fix}")).await;
+    let said = ok(&app, INTEGRATION_KEY, &format!("{edit} {fix}")).await;
+    assert!(said.contains("amount: 129 → 20"), "{said}");
     let done = app.wait_status(&run, "completed").await;
     let refunds = app.tools.refunds();
     assert_eq!(refunds.len(), 1);
