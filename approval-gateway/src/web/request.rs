@@ -3,8 +3,9 @@
 //! `crate::decide`, as channel `web`, quoting the digest the page was rendered from, so a
 //! call that changed in between is refused, never approved blind. A decision recorded is
 //! answered 303 to the next request waiting for the reviewer (see `super::next`), which says
-//! what was recorded. `…/state` tells the page's
-//! script whether the call was decided elsewhere meanwhile.
+//! what was recorded. `…/state` tells the page's script whether the call was decided
+//! elsewhere meanwhile, and who else has it open (a presence note in Redis that lapses within
+//! seconds of a page closing).
 
 use super::form_fields;
 use super::forms::{self, FieldErrors, Forms, Typed};
@@ -22,9 +23,10 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use countersign_shared::authority::{self, RunFacts};
-use countersign_shared::run::Action;
+use countersign_shared::run::{Action, RunId};
 use maud::{Markup, html};
 use serde_json::json;
+use std::time::Duration;
 
 pub(super) fn router() -> Router<AppState> {
     Router::new()
@@ -54,6 +56,11 @@ const LIVE: &str = r#"
     fetch(location.pathname + '/state', {credentials: 'same-origin', cache: 'no-store'})
       .then(function (r) { return r.ok ? r.json() : null; })
       .then(function (s) {
+        var presence = document.getElementById('presence');
+        if (s && presence) {
+          var text = s.others && s.others.length ? 'Also looking at this: ' + s.others.join(', ') : '';
+          if (presence.textContent !== text) presence.textContent = text;
+        }
         if (!s || (s.open && s.digest === shown)) return;
         clearInterval(timer);
         var note = document.createElement('p');
@@ -134,6 +141,35 @@ fn render(
     })
 }
 
+/// How long a reviewer counts as looking at a request after their page last asked: a few
+/// of the page's polls.
+const PRESENCE_TTL: Duration = Duration::from_secs(15);
+
+/// Notes `session`'s reviewer on the call's page and returns who else has it open; nobody
+/// once it is decided (it matters only while it is open).
+async fn others_looking(
+    state: &AppState,
+    session: &Session,
+    view: &CallView,
+) -> Result<Vec<String>, ApiError> {
+    let Some(run_id) = RunId::parse(&view.run_id).filter(|_| view.open.is_some()) else {
+        return Ok(Vec::new());
+    };
+    Ok(state
+        .store
+        .present(&run_id, &view.call_id, &session.principal, PRESENCE_TTL)
+        .await?)
+}
+
+/// "Also looking at this: alice, bob", in a live region the page's script keeps current.
+fn presence(others: &[String]) -> Markup {
+    html! {
+        p #presence .presence aria-live="polite" {
+            @if !others.is_empty() { "Also looking at this: " (others.join(", ")) }
+        }
+    }
+}
+
 /// The call a page is about; a 404 page if there is no such call.
 async fn view_of(state: &AppState, run_id: &str, call_id: &str) -> Result<CallView, PageError> {
     CallView::load(state, run_id, call_id)
@@ -152,7 +188,11 @@ async fn show(
     Query(recorded): Query<Recorded>,
 ) -> Result<Response, PageError> {
     let view = view_of(&state, &run_id, &call_id).await?;
-    let recorded = next::note(&state, &recorded).await?;
+    let mut recorded = next::note(&state, &recorded).await?;
+    if view.open.is_some() {
+        let others = others_looking(&state, &session, &view).await?;
+        recorded = html! { (recorded) (presence(&others)) };
+    }
     Ok(render(
         &state,
         &session,
@@ -220,25 +260,28 @@ async fn submit(
     ))
 }
 
-/// Whether the call is still open, with the digest it is held with, or how it ended.
+/// Whether the call is still open, with the digest it is held with, or how it ended; and
+/// who else has its page open (the asking page's reviewer is noted as looking).
 async fn call_state(
     State(state): State<AppState>,
     session: Option<Session>,
     Path((run_id, call_id)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
-    if session.is_none() {
+    let Some(session) = session else {
         return Err(ApiError::for_status(
             StatusCode::UNAUTHORIZED,
             "sign in again",
         ));
-    }
+    };
     let view = CallView::load(&state, &run_id, &call_id)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("no call {call_id:?} in run {run_id:?}")))?;
+    let others = others_looking(&state, &session, &view).await?;
     Ok(Json(json!({
         "open": view.open.is_some(),
         "digest": view.digest,
         "outcome": view.outcome,
+        "others": others,
     }))
     .into_response())
 }

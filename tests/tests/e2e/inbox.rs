@@ -611,6 +611,41 @@ async fn an_open_page_learns_that_its_call_was_decided_elsewhere() {
 }
 
 #[tokio::test]
+async fn a_request_page_says_who_else_has_it_open_and_nobody_once_it_is_decided() {
+    let opened = alice_opens_a_request().await;
+    let state_path = format!("{}/state", opened.path);
+    let state = |page: Page| serde_json::from_str::<Value>(&page.html).unwrap();
+    assert_eq!(
+        state(opened.alice.get(&state_path).await)["others"],
+        serde_json::json!([])
+    );
+
+    // carol opens it too: her page names alice, and alice's next poll names carol.
+    let carol = Browser::signed_in(&opened.app, CAROL_KEY).await;
+    let carols = carol.get(&opened.path).await;
+    assert_shows(&carols, &["Also looking at this: alice"]);
+    assert_eq!(
+        state(opened.alice.get(&state_path).await)["others"],
+        serde_json::json!(["carol"])
+    );
+    assert!(
+        !opened
+            .reload()
+            .await
+            .html
+            .contains("Also looking at this: alice")
+    );
+
+    let done = opened.submit(&[("action", "approve")]).await;
+    assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.html);
+    assert_eq!(
+        state(carol.get(&state_path).await)["others"],
+        serde_json::json!([]),
+        "a decided request has nobody to look out for"
+    );
+}
+
+#[tokio::test]
 async fn a_form_without_the_sessions_csrf_token_is_refused_and_decides_nothing() {
     let opened = alice_opens_a_request().await;
     let carol = Browser::signed_in(&opened.app, CAROL_KEY).await;
