@@ -122,7 +122,7 @@ impl Forms<'_> {
 
     fn edit(&self) -> Markup {
         html! {
-            form #edit .decide method="post" action="#edit" {
+            form #edit .decide method="post" action="#edit" data-before=[self.before()] {
                 h2 { "Edit, then approve" }
                 (self.hidden("edit"))
                 @let input = Tie::new(self.errors, "input", "input", false);
@@ -146,9 +146,24 @@ impl Forms<'_> {
                 label for="note" { "Note (the agent is told what you changed and why)" }
                 (note.errors())
                 textarea #note name="note" required aria-describedby=[note.described_by()] aria-invalid=[note.invalid()] { (self.typed("note")) }
+                // What the fields change, said as they are typed in (by the inbox's script).
+                output #change .change for="edit" aria-live="polite" {}
                 button type="submit" { "Approve with these changes" }
             }
         }
+    }
+
+    /// The call's values as the edit form's fields first show them, by property (JSON), for
+    /// the script that says what the fields change.
+    fn before(&self) -> Option<String> {
+        let shown: Map<String, Value> = properties(self.schema)?
+            .iter()
+            .map(|(name, property)| {
+                let value = shown(&self.input[name], kind(property));
+                (name.clone(), Value::String(value))
+            })
+            .collect();
+        Some(Value::Object(shown).to_string())
     }
 
     /// One property's field, showing what was typed, else the call's value: labelled by the

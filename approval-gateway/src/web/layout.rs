@@ -160,6 +160,7 @@ a.action.reject{color:#b42318;border-color:#b42318}
 nav.actions #status{flex:1 1 16em}nav.actions #status p{margin:0}
 form.decide{scroll-margin-top:4.5em}
 .reason{margin:.2em 0 .6em}
+output.change{display:block;margin:.5em 0 0;font-weight:500}
 .presence{color:#5b6475;font-size:.9em;margin:.2em 0}.presence:empty{display:none}
 figure.asked{margin:.6em 0}
 figure.asked figcaption{color:#5b6475;font-size:.9em}

@@ -45,7 +45,8 @@ const CHANNEL: &str = "web";
 
 /// Every few seconds, asks whether the call is still open; once it is not, says how it ended
 /// in the action bar's live region (beside the buttons, announced to screen readers) and
-/// disables the forms, leaving what was typed in place.
+/// disables the forms, leaving what was typed in place. Keeps the presence note current, and
+/// says under the edit form what its fields change (`amount: 129 → 50`).
 const LIVE: &str = r#"
 (function () {
   var main = document.querySelector('main');
@@ -81,6 +82,27 @@ const LIVE: &str = r#"
       })
       .catch(function () {});
   }, 2500);
+})();
+(function () {
+  var edit = document.getElementById('edit');
+  var change = document.getElementById('change');
+  if (!edit || !change || !edit.getAttribute('data-before')) return;
+  var before = JSON.parse(edit.getAttribute('data-before'));
+  function show() {
+    var lines = [];
+    Object.keys(before).forEach(function (name) {
+      var field = edit.elements['input.' + name];
+      if (!field) return;
+      var now = field.type === 'checkbox' ? String(field.checked) : field.value.trim();
+      if (now !== before[name]) {
+        lines.push(name + ': ' + (before[name] || '(none)') + ' → ' + (now || '(none)'));
+      }
+    });
+    change.textContent = lines.length ? 'Your change: ' + lines.join('; ') : '';
+  }
+  edit.addEventListener('input', show);
+  edit.addEventListener('change', show);
+  show();
 })();
 "#;
 

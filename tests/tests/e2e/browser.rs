@@ -351,6 +351,11 @@ async fn an_edit_above_the_schemas_maximum_is_stopped_by_the_browsers_own_constr
     send_edit(&browser, "5000").await;
     assert_stopped_by_the_browser(&browser).await;
     assert_not_reloaded(&browser).await;
+    // The form says what the edit changes before it is sent.
+    let change = browser
+        .wait_for_text("form#edit output#change", "amount: 129 → 5000")
+        .await;
+    assert_eq!(change, "Your change: amount: 129 → 5000");
     browser.screenshot("edit-stopped").await;
     assert_eq!(app.get_run_status(&run_id).await, "awaiting_approval");
     assert!(decisions(&app, &run_id).await.is_empty());
