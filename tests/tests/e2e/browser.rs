@@ -561,6 +561,11 @@ async fn work_through_two_requests(name: &str, screen: Screen) {
         .await;
     held_call(&app, &second).await;
     let browser = Browser::start(name, screen).await;
+    browser
+        .goto(&format!("{}/inbox/sign-in", app.gateway_url))
+        .await;
+    browser.find("form#sign-in").await;
+    browser.assert_fits_the_screen().await;
     sign_in(&browser, &app, REVIEWER_KEY).await;
     browser.find("li.request").await;
     browser.assert_fits_the_screen().await;
@@ -606,6 +611,10 @@ async fn work_through_two_requests(name: &str, screen: Screen) {
     browser.assert_fits_the_screen().await;
     browser.screenshot("next").await;
 
+    // The decided request, and its run's page, whose heading is the long run id.
+    browser.click("p.recorded a").await;
+    browser.find("main #status p.outcome").await;
+    browser.assert_fits_the_screen().await;
     browser
         .goto(&format!("{}/inbox/runs/{first}", app.gateway_url))
         .await;
