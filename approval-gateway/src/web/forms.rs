@@ -1,8 +1,11 @@
 //! The three decision forms (approve, edit, reject), shared by the inbox and the email
 //! pages, and the reading of what a reviewer sent back. The edit form is built from the
 //! tool's input schema: one field per property, by type (text, number, checkbox, a list for
-//! an `enum`, JSON for objects and arrays). Whatever is wrong comes back beside its field in
-//! a reviewer's words, with what they typed kept.
+//! an `enum`, JSON for objects and arrays), labelled by the schema's titles, its limits the
+//! fields' own constraints. Whatever is wrong comes back beside its field in a reviewer's
+//! words (the same words every channel uses), tied to it for screen readers, with what they
+//! typed kept. On the inbox's request page the approve form sits in an action bar
+//! ([`Forms::bar`]) and the other two below it ([`Forms::below`]).
 
 use super::request_view::{CallView, pretty};
 use crate::decide::Proposed;
@@ -226,7 +229,7 @@ impl Forms<'_> {
 
 /// How a field is tied to its hint and its errors, for screen readers: `aria-describedby`
 /// names both, `aria-invalid` says whether it has errors.
-pub(crate) struct Tie<'a> {
+struct Tie<'a> {
     errors: &'a [String],
     hint_id: String,
     error_id: String,
@@ -234,7 +237,7 @@ pub(crate) struct Tie<'a> {
 }
 
 impl<'a> Tie<'a> {
-    pub(crate) fn new(errors: &'a FieldErrors, field: &str, id: &str, has_hint: bool) -> Self {
+    fn new(errors: &'a FieldErrors, field: &str, id: &str, has_hint: bool) -> Self {
         Self {
             errors: errors.get(field).map(Vec::as_slice).unwrap_or_default(),
             hint_id: format!("{id}-hint"),
@@ -243,7 +246,7 @@ impl<'a> Tie<'a> {
         }
     }
 
-    pub(crate) fn described_by(&self) -> Option<String> {
+    fn described_by(&self) -> Option<String> {
         let ids: Vec<&str> = [
             (self.has_hint, self.hint_id.as_str()),
             (!self.errors.is_empty(), self.error_id.as_str()),
@@ -254,12 +257,12 @@ impl<'a> Tie<'a> {
         (!ids.is_empty()).then(|| ids.join(" "))
     }
 
-    pub(crate) fn invalid(&self) -> Option<&'static str> {
+    fn invalid(&self) -> Option<&'static str> {
         (!self.errors.is_empty()).then_some("true")
     }
 
     /// The field's errors, in one element the field names.
-    pub(crate) fn errors(&self) -> Markup {
+    fn errors(&self) -> Markup {
         html! {
             @if !self.errors.is_empty() {
                 div.field-errors id=(self.error_id) {
