@@ -20,11 +20,21 @@ pub(crate) fn time_left(deadline: i64, now: i64) -> String {
     if deadline <= now {
         return "past its deadline".to_string();
     }
-    match (deadline - now) / 60_000 {
-        0 => "less than a minute left".to_string(),
-        m if m < 60 => format!("{m} min left"),
-        m if m < 48 * 60 => format!("{} h {} min left", m / 60, m % 60),
-        m => format!("{} days left", m / (24 * 60)),
+    format!("{} left", span(deadline - now))
+}
+
+/// How long since `since` (ms since the epoch) at `now`, roughly: `waited 12 min`.
+pub(crate) fn waited(since: i64, now: i64) -> String {
+    format!("waited {}", span((now - since).max(0)))
+}
+
+/// A span of milliseconds, roughly: `less than a minute`, `25 min`, `2 h 5 min`, `3 days`.
+fn span(ms: i64) -> String {
+    match ms / 60_000 {
+        0 => "less than a minute".to_string(),
+        m if m < 60 => format!("{m} min"),
+        m if m < 48 * 60 => format!("{} h {} min", m / 60, m % 60),
+        m => format!("{} days", m / (24 * 60)),
     }
 }
 
@@ -40,5 +50,6 @@ mod tests {
         assert_eq!(time_left(25 * min, 0), "25 min left");
         assert_eq!(time_left(125 * min, 0), "2 h 5 min left");
         assert_eq!(time_left(3 * 24 * 60 * min, 0), "3 days left");
+        assert_eq!(waited(0, 12 * min), "waited 12 min");
     }
 }

@@ -96,6 +96,7 @@ impl Gateway {
             code: code.to_string(),
             message: message.to_string(),
             details: error.and_then(|e| e.get("details")).cloned(),
+            hint: None,
         }))
     }
 }

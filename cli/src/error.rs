@@ -26,6 +26,8 @@ pub struct Refusal {
     pub code: String,
     pub message: String,
     pub details: Option<Value>,
+    /// What to do about it, when the command knows better than the gateway.
+    pub hint: Option<String>,
 }
 
 impl CliError {
@@ -60,11 +62,8 @@ impl fmt::Display for Refusal {
                 None => write!(f, "\n  {item}")?,
             }
         }
-        if self.code == "stale_digest" {
-            f.write_str(
-                "\nThe call changed since you saw it. Look again with `countersign show RUN` \
-                 and decide on what it shows now.",
-            )?;
+        if let Some(hint) = &self.hint {
+            write!(f, "\n{hint}")?;
         }
         Ok(())
     }

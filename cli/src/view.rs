@@ -43,6 +43,8 @@ impl RunView {
 pub struct PendingView {
     #[serde(flatten)]
     pub call: PendingCall,
+    /// The input fields an edit may change; absent from a gateway that does not say.
+    pub fields: Option<Vec<String>>,
     pub decision: Option<Decision>,
 }
 

@@ -27,7 +27,7 @@ approval = "never"
 [[tools]]
 name = "issue_refund"
 description = "Refund an amount in USD for an order."
-input_schema = {{ type = "object", properties = {{ order_id = {{ type = "string" }}, amount = {{ type = "number", exclusiveMinimum = 0, maximum = 500 }}, reason = {{ type = "string" }} }}, required = ["order_id", "amount", "reason"] }}
+input_schema = {{ type = "object", properties = {{ order_id = {{ type = "string", title = "Order" }}, amount = {{ type = "number", title = "Amount", description = "In US dollars.", exclusiveMinimum = 0, maximum = 500 }}, reason = {{ type = "string", title = "Reason", description = "What the customer is told.", maxLength = 500 }} }}, required = ["order_id", "amount", "reason"] }}
 http = {{ url = "{tools_url}/refunds" }}
 [tools.approval]
 when = "input.amount > 20.0"

@@ -374,9 +374,9 @@ RUN=$(COUNTERSIGN_API_KEY={requester_key} countersign runs start refunds \
 countersign pending
 countersign show $RUN
 
-# 3. Approve the refund, quoting the call's id and the digest `show` displayed (the scripted
-#    model's call is call_1_0); a call that changed since is refused, never approved unseen:
-countersign approve $RUN CALL --digest DIGEST
+# 3. Approve the refund: run the `decide:` line `show` printed under the call, which quotes
+#    the call's id and the digest you were shown; a call that changed since is refused,
+#    never approved unseen.
 
 # 4. Follow the run to its end, and check its audit trail's hash chain:
 countersign watch --run $RUN

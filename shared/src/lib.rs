@@ -6,6 +6,7 @@ pub mod audit;
 pub mod authority;
 pub mod bus;
 pub mod digest;
+pub mod edit;
 pub mod events;
 pub mod health;
 pub mod infra;

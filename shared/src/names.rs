@@ -240,6 +240,11 @@ impl Names {
         let id = crate::digest::sha256_hex(format!("{sender}\n{webhook_id}"));
         self.key(&format!("webhook-id:{id}"))
     }
+    /// Sorted set: the principals who have a call's page open, scored by when their page
+    /// last asked (ms); it expires soon after the last one leaves.
+    pub fn presence_key(&self, run: &RunId, call_id: &str) -> String {
+        self.key(&format!("presence:{{{run}}}:{call_id}"))
+    }
     /// String: the run an idempotency key started.
     pub fn idempotency_key(&self, digest: &str) -> String {
         self.key(&format!("idem:{digest}"))

@@ -36,6 +36,7 @@ mod exec;
 mod inbox;
 mod keys;
 mod outbox;
+mod presence;
 mod sessions;
 mod timers;
 

@@ -265,10 +265,47 @@ impl Browser {
         field.send_keys(text).await.unwrap();
     }
 
+    /// Clicks the element matching `css`, scrolled to the middle of the window first, as a
+    /// person scrolls to what they tap: at the window's edge it may be under a fixed bar.
     pub async fn click(&self, css: &str) {
         let element = self.find(css).await;
+        let script = format!(
+            "document.querySelector({}).scrollIntoView({{block: 'center'}}); return true",
+            json!(css)
+        );
+        self.eval(&script).await;
         if let Err(e) = element.click().await {
             self.fail(&format!("cannot click `{css}`: {e}")).await;
+        }
+    }
+
+    /// Types `keys` as a person at the keyboard does: into whatever has the focus.
+    pub async fn press(&self, keys: &str) {
+        let focused = self.client.active_element().await.unwrap();
+        if let Err(e) = focused.send_keys(keys).await {
+            self.fail(&format!("cannot press {keys:?}: {e}")).await;
+        }
+    }
+
+    /// Waits for the page's `confirm` dialog, answers it (`yes` accepts) and returns what it
+    /// asked.
+    pub async fn answer_confirm(&self, yes: bool) -> String {
+        let deadline = tokio::time::Instant::now() + BROWSER_PATIENCE;
+        loop {
+            if let Ok(text) = self.client.get_alert_text().await {
+                let answered = if yes {
+                    self.client.accept_alert().await
+                } else {
+                    self.client.dismiss_alert().await
+                };
+                answered.unwrap();
+                return text;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                self.fail("timed out waiting for a confirmation dialog")
+                    .await;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 

@@ -7,6 +7,7 @@ use crate::agents::RunnableAgent;
 use crate::policy::Gate;
 use countersign_shared::audit::{AuditEntry, AuditKind};
 use countersign_shared::digest::call_digest;
+use countersign_shared::edit;
 use countersign_shared::run::{Action, CallResult, Decision, Outcome, PendingCall, Run, TurnCall};
 use countersign_shared::store::StoreError;
 use serde_json::Value;
@@ -165,8 +166,8 @@ impl Engine {
                         }
                     };
                     result.content = format!(
-                        "A reviewer ({by}) edited this call before it ran.\nYou asked for: {}\nIt ran with: {}\nTheir note: {}\nResult: {}",
-                        call.input,
+                        "A reviewer ({by}) edited this call before it ran.\nThey changed (field: yours → theirs):\n{}\nIt ran with: {}\nTheir note: {}\nResult: {}",
+                        edit::described(&edit::changes(&call.input, &input)),
                         input,
                         decision.note.as_deref().unwrap_or("none given"),
                         result.content

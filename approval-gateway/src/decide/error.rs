@@ -70,8 +70,10 @@ impl DecideError {
             RefusalCode::NoCall => {
                 format!("run {run_id:?} has no call {call:?} waiting for a decision")
             }
+            // The current digest is not told: a careless script could quote it and approve
+            // what nobody looked at. The reader looks again.
             RefusalCode::StaleDigest => format!(
-                "the digest for call {call:?} does not match what is pending now ({detail}); reload the run"
+                "the digest for call {call:?} does not match what is pending now: the call changed since it was shown; look at it again"
             ),
             RefusalCode::PastDeadline => format!(
                 "the deadline of call {call:?} passed at {}; it can no longer be decided",

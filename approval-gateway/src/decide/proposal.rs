@@ -1,11 +1,13 @@
 //! A checked decision turned into what the decision script records: the decision and its
 //! audit entry. An edit is checked against the schema of the tool of the call as this copy
-//! of the run holds it, and the script makes sure that is the call it decides.
+//! of the run holds it, and the script makes sure that is the call it decides. An edit may
+//! change only the fields the tool takes; its audit entry records what it changed.
 
 use super::error::DecideError;
 use super::input::{Decider, Proposed};
 use countersign_shared::agent::Catalog;
 use countersign_shared::audit::{AuditEntry, AuditKind};
+use countersign_shared::edit;
 use countersign_shared::run::{Action, Decision, Run};
 use countersign_shared::store::Proposal;
 use serde_json::json;
@@ -18,18 +20,21 @@ pub(super) fn proposal(
 ) -> Result<Proposal, DecideError> {
     let pending = run.pending().find(|c| c.call_id == p.call_id);
     let mut checked_digest = None;
+    let mut changes = None;
     if let (Action::Edit, Some(input), Some(pending)) = (p.action, &p.input, pending) {
-        if let Some(agent) = catalog.get(&run.agent)
-            && let Err(errors) = agent.validate_input(&pending.tool, input)
-        {
-            return Err(DecideError::InvalidEdit {
-                message: format!(
-                    "the edited input for call {:?} does not match the schema of {}",
-                    pending.call_id, pending.tool
-                ),
-                errors,
-            });
+        if let Some(agent) = catalog.get(&run.agent) {
+            let problems = agent.edit_problems(&pending.tool, &pending.input, input);
+            if !problems.is_empty() {
+                return Err(DecideError::InvalidEdit {
+                    message: format!(
+                        "the edited input for call {:?} does not fit {}",
+                        pending.call_id, pending.tool
+                    ),
+                    errors: problems.iter().map(ToString::to_string).collect(),
+                });
+            }
         }
+        changes = Some(edit::changes(&pending.input, input));
         checked_digest = Some(pending.digest.clone());
     }
     let digest = p.digest.unwrap_or_default();
@@ -41,6 +46,9 @@ pub(super) fn proposal(
     entry.detail = json!({
         "action": p.action, "input": p.input, "note": p.note, "reason": p.reason,
     });
+    if let Some(changes) = changes {
+        entry.detail["changes"] = json!(changes);
+    }
     let fingerprint = Decision::fingerprint_of(
         p.action,
         p.input.as_ref(),

@@ -170,7 +170,7 @@ async fn get_run(
     caller.require(Permission::Read)?;
     let run = load_run(&state, &run_id).await?;
     let decisions = state.store.decisions(&run.run_id).await?;
-    Ok(Json(RunView::new(run, decisions)))
+    Ok(Json(RunView::new(run, decisions, &state.catalog)))
 }
 
 /// The run named in a path, or a 404 that says so.

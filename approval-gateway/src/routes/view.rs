@@ -1,6 +1,8 @@
 //! How runs and pending calls look in the API's answers.
 
 use crate::time::rfc3339;
+use countersign_shared::agent::Catalog;
+use countersign_shared::edit;
 use countersign_shared::run::{Cancellation, Decision, Message, PendingCall, Run};
 use serde::Serialize;
 use serde_json::Value;
@@ -35,11 +37,19 @@ pub(super) struct PendingView {
     /// The id the model gave the call, when the call has one of ours (see `Run::calls_asked`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) model_call_id: Option<String>,
+    /// The input fields an edit may change (see `countersign_shared::edit`), so a client can
+    /// refuse a misspelt one before sending.
+    pub(super) fields: Vec<String>,
     pub(super) decision: Option<Decision>,
 }
 
 impl RunView {
-    pub(super) fn new(run: Run, mut decisions: HashMap<String, Decision>) -> Self {
+    pub(super) fn new(
+        run: Run,
+        mut decisions: HashMap<String, Decision>,
+        catalog: &Catalog,
+    ) -> Self {
+        let agent = catalog.get(&run.agent);
         let pending = run
             .held
             .iter()
@@ -48,6 +58,12 @@ impl RunView {
                 Some(PendingView {
                     decision: decisions.remove(&call.call_id),
                     model_call_id: held.model_call_id.clone(),
+                    fields: edit::editable_fields(
+                        agent
+                            .and_then(|a| a.tool(&call.tool))
+                            .map_or(&Value::Null, |t| &t.input_schema),
+                        &call.input,
+                    ),
                     call: call.clone(),
                 })
             })

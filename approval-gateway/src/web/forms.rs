@@ -1,8 +1,11 @@
 //! The three decision forms (approve, edit, reject), shared by the inbox and the email
 //! pages, and the reading of what a reviewer sent back. The edit form is built from the
 //! tool's input schema: one field per property, by type (text, number, checkbox, a list for
-//! an `enum`, JSON for objects and arrays). Whatever is wrong comes back beside its field in
-//! a reviewer's words, with what they typed kept.
+//! an `enum`, JSON for objects and arrays), labelled by the schema's titles, its limits the
+//! fields' own constraints. Whatever is wrong comes back beside its field in a reviewer's
+//! words (the same words every channel uses), tied to it for screen readers, with what they
+//! typed kept. On the inbox's request page the approve form sits in an action bar
+//! ([`Forms::bar`]) and the other two below it ([`Forms::below`]).
 
 use super::request_view::{CallView, pretty};
 use crate::decide::Proposed;
@@ -48,6 +51,38 @@ impl Forms<'_> {
         }
     }
 
+    /// The action bar of the inbox's request page: Approve at once, Edit and Reject leading
+    /// to their forms below ([`Self::below`]), and `status`, the live region that says when
+    /// the request was decided elsewhere, beside them.
+    pub(crate) fn bar(&self, status: Markup) -> Markup {
+        html! {
+            nav.actions aria-label="Decide" {
+                div.buttons {
+                    @if self.actions.contains(&Action::Approve) {
+                        form #approve .decide method="post" {
+                            (self.hidden("approve"))
+                            button.approve type="submit" { "Approve" }
+                        }
+                    }
+                    @if self.actions.contains(&Action::Edit) { a.action href="#edit" { "Edit…" } }
+                    @if self.actions.contains(&Action::Reject) { a.action.reject href="#reject" { "Reject…" } }
+                }
+                (status)
+            }
+        }
+    }
+
+    /// The edit and reject forms the action bar leads to.
+    pub(crate) fn below(&self) -> Markup {
+        html! {
+            @if let Some(errors) = self.errors.get("form") {
+                @for e in errors { p.error role="alert" { (e) } }
+            }
+            @if self.actions.contains(&Action::Edit) { (self.edit()) }
+            @if self.actions.contains(&Action::Reject) { (self.reject()) }
+        }
+    }
+
     fn hidden(&self, action: &str) -> Markup {
         html! {
             @if let Some(csrf) = self.csrf {
@@ -79,9 +114,10 @@ impl Forms<'_> {
             form #reject .decide method="post" action="#reject" {
                 h2 { "Reject" }
                 (self.hidden("reject"))
+                @let tie = Tie::new(self.errors, "reason", "reason", false);
                 label for="reason" { "Reason (the agent is told)" }
-                (field_errors(self.errors, "reason"))
-                textarea #reason name="reason" required { (self.typed("reason")) }
+                (tie.errors())
+                textarea #reason name="reason" required aria-describedby=[tie.described_by()] aria-invalid=[tie.invalid()] { (self.typed("reason")) }
                 button.reject type="submit" { "Reject" }
             }
         }
@@ -89,34 +125,54 @@ impl Forms<'_> {
 
     fn edit(&self) -> Markup {
         html! {
-            form #edit .decide method="post" action="#edit" {
+            form #edit .decide method="post" action="#edit" data-before=[self.before()] {
                 h2 { "Edit, then approve" }
                 (self.hidden("edit"))
+                @let input = Tie::new(self.errors, "input", "input", false);
                 @match properties(self.schema) {
                     Some(properties) => {
                         @for (name, property) in properties {
                             (self.property(name, property))
                         }
-                        (field_errors(self.errors, "input"))
+                        (input.errors())
                     }
                     None => {
                         label for="input" { "Input (JSON)" }
-                        (field_errors(self.errors, "input"))
-                        textarea #input name="input" rows="10" required {
+                        (input.errors())
+                        textarea #input name="input" rows="10" required aria-describedby=[input.described_by()] aria-invalid=[input.invalid()] {
                             @if self.typed.contains_key("input") { (self.typed("input")) }
                             @else { (pretty(self.input)) }
                         }
                     }
                 }
+                @let note = Tie::new(self.errors, "note", "note", false);
                 label for="note" { "Note (the agent is told what you changed and why)" }
-                (field_errors(self.errors, "note"))
-                textarea #note name="note" required { (self.typed("note")) }
+                (note.errors())
+                textarea #note name="note" required aria-describedby=[note.described_by()] aria-invalid=[note.invalid()] { (self.typed("note")) }
+                // What the fields change, said as they are typed in (by the inbox's script).
+                output #change .change for="edit" aria-live="polite" {}
                 button type="submit" { "Approve with these changes" }
             }
         }
     }
 
-    /// One property's field, showing what was typed, else the call's value.
+    /// The call's values as the edit form's fields first show them, by property (JSON), for
+    /// the script that says what the fields change.
+    fn before(&self) -> Option<String> {
+        let shown: Map<String, Value> = properties(self.schema)?
+            .iter()
+            .map(|(name, property)| {
+                let value = shown(&self.input[name], kind(property));
+                (name.clone(), Value::String(value))
+            })
+            .collect();
+        Some(Value::Object(shown).to_string())
+    }
+
+    /// One property's field, showing what was typed, else the call's value: labelled by the
+    /// schema's title, its description and limits as a hint, the limits also as the field's
+    /// own constraints (so the browser stops what the schema would refuse), and its errors
+    /// tied to it for screen readers.
     fn property(&self, name: &str, property: &Value) -> Markup {
         let field = format!("input.{name}");
         let id = format!("input-{name}");
@@ -127,16 +183,18 @@ impl Forms<'_> {
         };
         let label = property["title"].as_str().unwrap_or(name);
         let required = is_required(self.schema, name);
+        let hint = hint(property);
+        let tie = Tie::new(self.errors, &field, &id, !hint.is_empty());
+        let c = Constraints::of(property);
         html! {
             label for=(id) {
                 (label)
-                @if let Some(description) = property["description"].as_str() {
-                    " — " span.hint { (description) }
-                }
+                @if label != name { " " span.name { "(" (name) ")" } }
             }
-            (field_errors(self.errors, &field))
+            @if !hint.is_empty() { p.hint id=(tie.hint_id) { (hint) } }
+            (tie.errors())
             @if let Some(options) = property["enum"].as_array() {
-                select id=(id) name=(field) required[required] {
+                select id=(id) name=(field) required[required] aria-describedby=[tie.described_by()] aria-invalid=[tie.invalid()] {
                     @if !required { option value="" { "" } }
                     @for option in options {
                         @let text = shown(option, kind(property));
@@ -151,24 +209,135 @@ impl Forms<'_> {
                             None if self.typed.contains_key("action") => false,
                             None => current.as_bool().unwrap_or(false),
                         };
-                        input id=(id) type="checkbox" name=(field) value="true" checked[checked];
+                        input id=(id) type="checkbox" name=(field) value="true" checked[checked] aria-describedby=[tie.described_by()] aria-invalid=[tie.invalid()];
                     }
-                    Kind::Number => input id=(id) type="number" step="any" name=(field) value=(value) required[required];,
-                    Kind::Integer => input id=(id) type="number" step="1" name=(field) value=(value) required[required];,
-                    Kind::Json => textarea id=(id) name=(field) rows="6" required[required] { (value) },
-                    Kind::String => input id=(id) type="text" name=(field) value=(value) required[required];,
+                    Kind::Number | Kind::Integer => {
+                        @let step = if kind(property) == Kind::Integer { "1" } else { "any" };
+                        input id=(id) type="number" step=(step) name=(field) value=(value)
+                            min=[c.min.as_deref()] max=[c.max.as_deref()] required[required]
+                            aria-describedby=[tie.described_by()] aria-invalid=[tie.invalid()];
+                    }
+                    Kind::Json => textarea id=(id) name=(field) rows="6" required[required] aria-describedby=[tie.described_by()] aria-invalid=[tie.invalid()] { (value) },
+                    Kind::String => input id=(id) type="text" name=(field) value=(value)
+                        minlength=[c.min_length] maxlength=[c.max_length] pattern=[c.pattern.as_deref()]
+                        required[required] aria-describedby=[tie.described_by()] aria-invalid=[tie.invalid()];,
                 }
             }
         }
     }
 }
 
-fn field_errors(errors: &FieldErrors, field: &str) -> Markup {
-    html! {
-        @for e in errors.get(field).into_iter().flatten() {
-            p.field-error { (e) }
+/// How a field is tied to its hint and its errors, for screen readers: `aria-describedby`
+/// names both, `aria-invalid` says whether it has errors.
+struct Tie<'a> {
+    errors: &'a [String],
+    hint_id: String,
+    error_id: String,
+    has_hint: bool,
+}
+
+impl<'a> Tie<'a> {
+    fn new(errors: &'a FieldErrors, field: &str, id: &str, has_hint: bool) -> Self {
+        Self {
+            errors: errors.get(field).map(Vec::as_slice).unwrap_or_default(),
+            hint_id: format!("{id}-hint"),
+            error_id: format!("{id}-error"),
+            has_hint,
         }
     }
+
+    fn described_by(&self) -> Option<String> {
+        let ids: Vec<&str> = [
+            (self.has_hint, self.hint_id.as_str()),
+            (!self.errors.is_empty(), self.error_id.as_str()),
+        ]
+        .into_iter()
+        .filter_map(|(present, id)| present.then_some(id))
+        .collect();
+        (!ids.is_empty()).then(|| ids.join(" "))
+    }
+
+    fn invalid(&self) -> Option<&'static str> {
+        (!self.errors.is_empty()).then_some("true")
+    }
+
+    /// The field's errors, in one element the field names.
+    fn errors(&self) -> Markup {
+        html! {
+            @if !self.errors.is_empty() {
+                div.field-errors id=(self.error_id) {
+                    @for e in self.errors { p.field-error { (e) } }
+                }
+            }
+        }
+    }
+}
+
+/// A property's limits as an HTML field's constraints. HTML has no exclusive bound, so an
+/// exclusive one is given as inclusive (the browser lets the bound itself through, the
+/// schema check refuses it); a JSON Schema pattern matches anywhere in the text, an HTML one
+/// the whole text, hence the `.*` either side.
+struct Constraints {
+    min: Option<String>,
+    max: Option<String>,
+    min_length: Option<u64>,
+    max_length: Option<u64>,
+    pattern: Option<String>,
+}
+
+impl Constraints {
+    fn of(property: &Value) -> Self {
+        let bound = |inclusive: &str, exclusive: &str| {
+            property[inclusive]
+                .as_number()
+                .or_else(|| property[exclusive].as_number())
+                .map(ToString::to_string)
+        };
+        Self {
+            min: bound("minimum", "exclusiveMinimum"),
+            max: bound("maximum", "exclusiveMaximum"),
+            min_length: property["minLength"].as_u64(),
+            max_length: property["maxLength"].as_u64(),
+            pattern: property["pattern"].as_str().map(|p| format!(".*(?:{p}).*")),
+        }
+    }
+}
+
+/// The schema's description of a property and its limits, in words: "Refund amount in USD.
+/// More than 0, at most 500."
+fn hint(property: &Value) -> String {
+    let number = |key: &str| property[key].as_number().map(ToString::to_string);
+    let limits: Vec<String> = [
+        ("minimum", "at least"),
+        ("exclusiveMinimum", "more than"),
+        ("maximum", "at most"),
+        ("exclusiveMaximum", "less than"),
+    ]
+    .into_iter()
+    .filter_map(|(key, words)| number(key).map(|n| format!("{words} {n}")))
+    .chain(number("minLength").map(|n| format!("at least {n} characters")))
+    .chain(number("maxLength").map(|n| format!("at most {n} characters")))
+    .collect();
+    let mut hint = property["description"]
+        .as_str()
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    if !limits.is_empty() {
+        let mut limits = limits.join(", ");
+        if let Some(first) = limits.get(..1) {
+            limits = first.to_uppercase() + &limits[1..];
+        }
+        if !hint.is_empty() && !hint.ends_with('.') {
+            hint.push('.');
+        }
+        if !hint.is_empty() {
+            hint.push(' ');
+        }
+        hint.push_str(&limits);
+        hint.push('.');
+    }
+    hint
 }
 
 /// How a property is typed in.
@@ -235,7 +404,7 @@ pub(crate) fn proposal(
     let schema = view.schema(state);
     let (action, input) = read(typed, schema, &view.input)?;
     if let (Some(input), Some(agent)) = (&input, state.catalog.get(&view.agent)) {
-        let problems = agent.input_problems(&view.tool, input);
+        let problems = agent.edit_problems(&view.tool, &view.input, input);
         if !problems.is_empty() {
             return Err(schema_errors(&problems, schema));
         }
@@ -258,7 +427,8 @@ pub(crate) fn proposal(
 
 /// What the reviewer asked for: an action, and for an edit the new input, read from the
 /// fields against the tool's schema (properties the schema does not name are kept from the
-/// call's input). Every problem is listed by field; nothing is decided here.
+/// call's input; fields the form does not have are read as text, for the edit's check to
+/// refuse). Every problem is listed by field; nothing is decided here.
 fn read(
     typed: &Typed,
     schema: Option<&Value>,
@@ -362,6 +532,15 @@ fn edited(
                 input.insert(name.clone(), value);
             }
             Err(message) => problems.push((field, format!("{name}: {message}"))),
+        }
+    }
+    // A field the form does not have (typed by hand into the request) is kept, so that the
+    // edit's check refuses it by name rather than the edit silently leaving it out.
+    for (field, raw) in typed {
+        if let Some(name) = field.strip_prefix("input.")
+            && !properties.contains_key(name)
+        {
+            input.insert(name.to_string(), Value::String(raw.clone()));
         }
     }
     if problems.is_empty() {

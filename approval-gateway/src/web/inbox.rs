@@ -2,16 +2,25 @@
 //! agent and tool; `GET /inbox/list` is the same list alone, which the page's script fetches
 //! every few seconds to replace only the list (the filter form is left alone).
 //!
+//! Each row is meant to be decided from: the summary, the requester's own words, the input's
+//! values, how long it has waited, the time left (highlighted when short), a short run id,
+//! and an Approve button (a plain form, as the request page's, with a confirmation when the
+//! script runs). The script adds the keyboard: j/k to move, Enter to open, a/e/r to approve
+//! (after a confirmation), edit or reject, ? for help; it keeps the count in the heading and
+//! the tab's title, and marks rows that arrived since the page was opened.
+//!
 //! A call is listed when the reviewer may approve it, by the rules the decision script
 //! applies (see [`super::actions_for`]), so the requester of a run does not see it unless the
 //! policy lets them approve their own request.
 
 use super::layout::{Page, PageError};
+use super::next::{self, Recorded};
+use super::request_view::SHORT_TIME_LEFT_MS;
 use super::session::Session;
 use crate::error::ApiError;
 use crate::runs;
 use crate::state::AppState;
-use crate::time::time_left;
+use crate::time::{time_left, waited};
 use axum::Router;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
@@ -33,8 +42,8 @@ pub(super) fn router() -> Router<AppState> {
 const MAX_RUNS: usize = 1000;
 const BATCH: usize = 200;
 
-#[derive(Deserialize)]
-struct Filters {
+#[derive(Default, Deserialize)]
+pub(super) struct Filters {
     agent: Option<String>,
     tool: Option<String>,
 }
@@ -49,10 +58,14 @@ impl Filters {
 }
 
 /// One line of the inbox.
-struct Line {
-    run_id: String,
-    call_id: String,
+pub(super) struct Line {
+    pub(super) run_id: String,
+    pub(super) call_id: String,
+    digest: String,
     summary: String,
+    /// The run's input: what the person asked the agent.
+    asked: String,
+    input: serde_json::Value,
     agent: String,
     tool: String,
     requested_by: String,
@@ -61,7 +74,7 @@ struct Line {
 }
 
 /// The calls `principal` may approve now, nearest deadline first (none last), then oldest.
-async fn waiting(
+pub(super) async fn waiting(
     state: &AppState,
     principal: Principal<'_>,
     filters: &Filters,
@@ -85,7 +98,10 @@ async fn waiting(
                 lines.push(Line {
                     run_id: run.run_id.to_string(),
                     call_id: call.call_id,
+                    digest: call.digest,
                     summary: call.summary,
+                    asked: run.input.clone(),
+                    input: call.input,
                     agent: run.agent.clone(),
                     tool: call.tool,
                     requested_by: run.requested_by.clone().unwrap_or_else(|| "unknown".into()),
@@ -103,23 +119,86 @@ async fn waiting(
     Ok(lines)
 }
 
-fn render_list(lines: &[Line]) -> Markup {
+/// The first line of what the person asked, cut to a row's length.
+fn first_line(text: &str) -> String {
+    let line = text
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or_default();
+    cut(line.trim(), 140)
+}
+
+fn cut(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_string(),
+    }
+}
+
+/// The input's top-level values that fit a row: `amount 129 · order_id A-1001`.
+fn key_values(input: &serde_json::Value) -> String {
+    let Some(fields) = input.as_object() else {
+        return cut(&input.to_string(), 80);
+    };
+    fields
+        .iter()
+        .filter_map(|(name, value)| {
+            let shown = match value {
+                serde_json::Value::String(s) => s.clone(),
+                serde_json::Value::Number(_) | serde_json::Value::Bool(_) => value.to_string(),
+                _ => return None,
+            };
+            Some(format!("{name} {}", cut(&shown, 40)))
+        })
+        .take(4)
+        .collect::<Vec<_>>()
+        .join(" · ")
+}
+
+/// The end of a run id, enough to tell runs apart on a screen.
+fn short_run_id(run_id: &str) -> &str {
+    run_id
+        .char_indices()
+        .rev()
+        .nth(5)
+        .map_or(run_id, |(at, _)| &run_id[at..])
+}
+
+/// The heading, with the count the tab's title repeats.
+fn heading(count: usize) -> String {
+    format!("Waiting for you ({count})")
+}
+
+fn render_list(lines: &[Line], csrf: &str) -> Markup {
     let now = now_ms();
     html! {
-        ul #requests .requests aria-live="polite" {
+        ul #requests .requests aria-live="polite" data-count=(lines.len()) data-heading=(heading(lines.len())) {
             @for line in lines {
+                @let path = format!("/inbox/runs/{}/calls/{}", line.run_id, line.call_id);
                 li.request data-run=(line.run_id) data-call=(line.call_id) {
-                    a.open href=(format!("/inbox/runs/{}/calls/{}", line.run_id, line.call_id)) {
-                        span.summary { (line.summary) }
-                    }
-                    div.meta {
-                        (line.agent) " · " (line.tool) " · asked by " (line.requested_by) " · "
-                        span.left {
-                            @match line.deadline {
-                                Some(d) => (time_left(d, now)),
-                                None => "no deadline",
-                            }
+                    div.row-main {
+                        a.open href=(path) { span.summary { (line.summary) } }
+                        @let asked = first_line(&line.asked);
+                        @if !asked.is_empty() {
+                            p.asked { "“" (asked) "” — " (line.requested_by) }
                         }
+                        p.values { (key_values(&line.input)) }
+                        div.meta {
+                            @match line.deadline {
+                                Some(d) => span.left.short[d - now < SHORT_TIME_LEFT_MS] { (time_left(d, now)) },
+                                None => span.left { "no deadline" },
+                            }
+                            " · " (waited(line.paused_at, now))
+                            " · " (line.agent) " · " (line.tool)
+                            " · run " span.run-id title=(line.run_id) { "…" (short_run_id(&line.run_id)) }
+                        }
+                    }
+                    form.row-approve method="post" action=(path) {
+                        input type="hidden" name="csrf" value=(csrf);
+                        input type="hidden" name="digest" value=(line.digest);
+                        input type="hidden" name="action" value="approve";
+                        input type="hidden" name="then" value="queue";
+                        button.approve type="submit" aria-label=(format!("Approve: {}", line.summary)) { "Approve" }
                     }
                 }
             }
@@ -130,21 +209,81 @@ fn render_list(lines: &[Line]) -> Markup {
     }
 }
 
-/// Replaces the list (and its empty note) with a fresh copy every few seconds; forms on the
-/// page are not touched.
+/// Replaces the list (and its empty note) with a fresh copy every few seconds, keeping the
+/// count in the heading and the title and marking rows that were not there before; forms on
+/// the page are not touched. Adds the keyboard (see the module's comment).
 const LIVE: &str = r#"
 (function () {
   var url = '/inbox/list' + location.search;
+  var seen = {}, fresh = {};
+  var chosen = null;
+  function key(row) { return row.getAttribute('data-run') + '/' + row.getAttribute('data-call'); }
+  function rows() { return Array.prototype.slice.call(document.querySelectorAll('li.request')); }
+  rows().forEach(function (row) { seen[key(row)] = true; });
+  function counted() {
+    var list = document.getElementById('requests');
+    if (!list) return;
+    var heading = list.getAttribute('data-heading');
+    document.querySelector('main h1').textContent = heading;
+    document.title = heading + ' · countersign';
+  }
+  function select(row) {
+    rows().forEach(function (r) { r.classList.toggle('selected', r === row); });
+    chosen = row ? key(row) : null;
+    if (row) row.querySelector('a.open').focus();
+  }
+  function current() {
+    return rows().filter(function (r) { return key(r) === chosen; })[0] || null;
+  }
   function refresh() {
     fetch(url, {credentials: 'same-origin', cache: 'no-store'})
       .then(function (r) { return r.ok ? r.text() : null; })
       .then(function (html) {
         if (html === null) return;
         var box = document.getElementById('list');
-        if (box && box.innerHTML !== html) box.innerHTML = html;
+        if (!box || box.innerHTML === html) return;
+        var focused = document.activeElement && box.contains(document.activeElement);
+        box.innerHTML = html;
+        rows().forEach(function (row) {
+          if (!seen[key(row)]) { seen[key(row)] = true; fresh[key(row)] = true; }
+          if (!fresh[key(row)]) return;
+          row.classList.add('new');
+          var badge = document.createElement('span');
+          badge.className = 'badge';
+          badge.textContent = 'new';
+          row.querySelector('a.open').before(badge);
+        });
+        var row = current();
+        if (row) { row.classList.add('selected'); if (focused) row.querySelector('a.open').focus(); }
+        counted();
       })
       .catch(function () {});
   }
+  function approve(row) {
+    var summary = row.querySelector('.summary').textContent;
+    if (confirm('Approve “' + summary + '”?')) row.querySelector('form.row-approve').submit();
+  }
+  document.addEventListener('submit', function (e) {
+    var row = e.target.closest && e.target.closest('li.request');
+    if (row && e.target.matches('form.row-approve')) { e.preventDefault(); approve(row); }
+  });
+  document.addEventListener('keydown', function (e) {
+    if (e.ctrlKey || e.metaKey || e.altKey) return;
+    if (e.target.matches && e.target.matches('input, textarea, select')) return;
+    var all = rows(), row = current(), at = all.indexOf(row);
+    var open = row && row.querySelector('a.open').getAttribute('href');
+    switch (e.key) {
+      case 'j': select(all[Math.min(at + 1, all.length - 1)] || null); break;
+      case 'k': select(all[Math.max(at - 1, 0)] || null); break;
+      case 'Enter': if (!open) return; location.href = open; break;
+      case 'a': if (row) approve(row); break;
+      case 'e': if (open) location.href = open + '#edit'; break;
+      case 'r': if (open) location.href = open + '#reject'; break;
+      case '?': var help = document.getElementById('keys'); help.hidden = !help.hidden; break;
+      default: return;
+    }
+    e.preventDefault();
+  });
   setInterval(refresh, 2500);
 })();
 "#;
@@ -153,8 +292,10 @@ async fn page(
     State(state): State<AppState>,
     session: Session,
     Query(filters): Query<Filters>,
+    Query(recorded): Query<Recorded>,
 ) -> Result<Response, PageError> {
     let lines = waiting(&state, session.principal(), &filters).await?;
+    let recorded = next::note(&state, &recorded).await?;
     let agents: Vec<&str> = state.catalog.iter().map(|a| a.def.name.as_str()).collect();
     let mut tools: Vec<&str> = state
         .catalog
@@ -164,10 +305,12 @@ async fn page(
     tools.sort_unstable();
     tools.dedup();
     let chosen = |f: &Option<String>, v: &str| f.as_deref() == Some(v);
-    let mut page = Page::new(StatusCode::OK, "Waiting for you");
+    let title = heading(lines.len());
+    let mut page = Page::new(StatusCode::OK, &title);
     page.signed_in = Some((&session.principal, &session.csrf));
     page.script = Some(LIVE);
     Ok(page.render(html! {
+        (recorded)
         form #filters .filters method="get" action="/inbox" {
             label { "Agent "
                 select name="agent" {
@@ -183,7 +326,19 @@ async fn page(
             }
             button type="submit" { "Filter" }
         }
-        div #list { (render_list(&lines)) }
+        p.keys-hint { "Keys: " kbd { "j" } " " kbd { "k" } " move, " kbd { "Enter" } " opens, " kbd { "a" } " approves, " kbd { "?" } " all keys." }
+        div #keys .card hidden {
+            h2 { "Keys" }
+            dl {
+                dt { kbd { "j" } " / " kbd { "k" } } dd { "next / previous request" }
+                dt { kbd { "Enter" } } dd { "open it" }
+                dt { kbd { "a" } } dd { "approve it as it is, after you confirm" }
+                dt { kbd { "e" } } dd { "open its edit form" }
+                dt { kbd { "r" } } dd { "open its reject form" }
+                dt { kbd { "?" } } dd { "show or hide these keys" }
+            }
+        }
+        div #list { (render_list(&lines, &session.csrf)) }
     }))
 }
 
@@ -198,7 +353,7 @@ async fn list(
     let lines = waiting(&state, session.principal(), &filters).await?;
     Ok((
         [(axum::http::header::CACHE_CONTROL, "no-store")],
-        render_list(&lines),
+        render_list(&lines, &session.csrf),
     )
         .into_response())
 }

@@ -109,9 +109,20 @@ section,.card{background:#fff;border:1px solid #d9dce3;border-radius:8px;padding
 dl{display:grid;grid-template-columns:max-content 1fr;gap:.2em 1em;margin:.4em 0}
 dt{color:#5b6475}dd{margin:0;word-break:break-word}
 ul.requests{list-style:none;padding:0;margin:0}
-li.request{background:#fff;border:1px solid #d9dce3;border-radius:8px;padding:.7em 1em;margin:.6em 0}
+li.request{display:flex;gap:.6em 1em;align-items:center;background:#fff;border:1px solid #d9dce3;border-radius:8px;padding:.7em 1em;margin:.6em 0}
+li.request .row-main{flex:1 1 auto;min-width:0}
 li.request .summary{font-weight:600}
+li.request p{margin:.15em 0;overflow-wrap:anywhere}
+li.request .asked{font-style:italic}
+li.request .values{font-size:.9em}
 li.request .meta{color:#5b6475;font-size:.9em}
+li.request form.row-approve{margin:0}li.request form.row-approve button{margin:0}
+li.request.selected{outline:3px solid #1a56c4;outline-offset:1px}
+li.request.new{border-left:5px solid #1a56c4}
+li.request .run-id{white-space:nowrap}
+.badge{display:inline-block;font-size:.75em;font-weight:600;text-transform:uppercase;color:#fff;background:#1a56c4;border-radius:4px;padding:0 .35em;margin-right:.4em;vertical-align:middle}
+.keys-hint{color:#5b6475;font-size:.85em;margin:.3em 0}
+kbd{font-family:ui-monospace,monospace;font-size:.85em;border:1px solid #b8bdc9;border-radius:4px;padding:0 .3em;background:#fff}
 .empty{color:#5b6475}
 form.decide{background:#fff;border:1px solid #d9dce3;border-radius:8px;padding:.8em 1em;margin:.8em 0}
 form.decide h2{margin-top:0}
@@ -124,6 +135,9 @@ button.approve{background:#1b7a3e}button.reject{background:#b42318}
 button.link{background:none;color:inherit;padding:0;margin:0;text-decoration:underline}
 button:disabled,input:disabled,textarea:disabled,select:disabled{opacity:.55;cursor:not-allowed}
 .field-error{color:#b42318;margin:.2em 0;font-weight:500}
+.hint{color:#5b6475;font-size:.9em;margin:0 0 .2em}
+label .name{font-weight:400;color:#5b6475;font-size:.9em}
+[aria-invalid=true]{border-color:#b42318;outline-color:#b42318}
 .error,.outcome,.notice{border-radius:8px;padding:.7em 1em;margin:.8em 0}
 .error{background:#fdecea;border:1px solid #f3b8b2}
 .outcome{background:#e8f3ec;border:1px solid #a9d3b7;font-weight:500}
@@ -134,7 +148,33 @@ button:disabled,input:disabled,textarea:disabled,select:disabled{opacity:.55;cur
 .turn{border-left:3px solid #d9dce3;padding-left:.7em;margin:.6em 0}
 .turn .who{font-size:.85em;color:#5b6475;text-transform:uppercase;letter-spacing:.03em}
 .turn .who code{text-transform:none}
-@media (max-width:30em){main{padding:.6em}dl{grid-template-columns:1fr}dt{margin-top:.4em}}
+h1,dd{overflow-wrap:anywhere}
+.prose{white-space:pre-wrap;overflow-wrap:anywhere;margin:.3em 0}
+nav.actions{position:sticky;top:0;z-index:5;display:flex;flex-wrap:wrap;align-items:center;gap:.4em 1em;margin:0 -1em .4em;padding:.5em 1em;background:#f5f6f8;border-bottom:1px solid #d9dce3}
+nav.actions .buttons{display:flex;flex-wrap:wrap;gap:.5em;align-items:center}
+nav.actions form.decide{margin:0;padding:0;border:0;background:none}
+nav.actions button{margin:0}
+a.action{display:inline-block;padding:.45em 1em;border:1px solid #1a56c4;border-radius:6px;background:#fff;text-decoration:none}
+a.action.reject{color:#b42318;border-color:#b42318}
+#status:empty{display:none}
+nav.actions #status{flex:1 1 16em}nav.actions #status p{margin:0}
+form.decide{scroll-margin-top:4.5em}
+.reason{margin:.2em 0 .6em}
+output.change{display:block;margin:.5em 0 0;font-weight:500}
+.presence{color:#5b6475;font-size:.9em;margin:.2em 0}.presence:empty{display:none}
+figure.asked{margin:.6em 0}
+figure.asked figcaption{color:#5b6475;font-size:.9em}
+blockquote.prose{padding:.4em .8em;border-left:3px solid #1a56c4;background:#f5f6f8;max-height:9em;overflow:auto}
+.left.short{color:#b42318;background:#fdecea;padding:0 .3em;border-radius:4px}
+details.evidence{background:#fff;border:1px solid #d9dce3;border-radius:8px;padding:.6em 1em;margin:.8em 0}
+details.evidence summary{cursor:pointer;font-weight:600}
+.recorded{background:#e8f3ec;border:1px solid #a9d3b7;border-radius:8px;padding:.7em 1em;margin:.8em 0}
+@media (max-width:40em){
+nav.actions{position:fixed;top:auto;bottom:0;left:0;right:0;margin:0;padding:.5em .6em;border-bottom:0;border-top:1px solid #d9dce3;box-shadow:0 -2px 8px rgba(0,0,0,.1)}
+body:has(nav.actions){padding-bottom:6em}
+form.decide{scroll-margin-top:.5em}
+form.decide button,form.decide input,form.decide textarea,form.decide select{scroll-margin-bottom:7em}}
+@media (max-width:30em){main{padding:.6em}li.request{flex-wrap:wrap}.keys-hint{display:none}dl{grid-template-columns:1fr}dt{margin-top:.4em}}
 ";
 
 /// An error of a page's handler, answered as a page (the API's are JSON).

@@ -9,6 +9,7 @@
 pub(crate) mod forms;
 mod inbox;
 pub(crate) mod layout;
+mod next;
 mod pre_session;
 mod request;
 pub(crate) mod request_view;

@@ -2,27 +2,31 @@
 //! [`CallView`]) with the forms the reviewer may use; `POST` to the same path decides through
 //! `crate::decide`, as channel `web`, quoting the digest the page was rendered from, so a
 //! call that changed in between is refused, never approved blind. A decision recorded is
-//! answered 303 back to the page, which then says who did what. `…/state` tells the page's
-//! script whether the call was decided elsewhere meanwhile.
+//! answered 303 to the next request waiting for the reviewer (see `super::next`), which says
+//! what was recorded. `…/state` tells the page's script whether the call was decided
+//! elsewhere meanwhile, and who else has it open (a presence note in Redis that lapses within
+//! seconds of a page closing).
 
 use super::form_fields;
 use super::forms::{self, FieldErrors, Forms, Typed};
 use super::layout::{Page, PageError};
+use super::next::{self, Recorded};
 use super::request_view::{CallView, refusal_words};
 use super::session::Session;
 use crate::decide::{self, Decider};
 use crate::error::ApiError;
 use crate::state::AppState;
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use countersign_shared::authority::{self, RunFacts};
-use countersign_shared::run::Action;
-use maud::html;
+use countersign_shared::run::{Action, RunId};
+use maud::{Markup, html};
 use serde_json::json;
+use std::time::Duration;
 
 pub(super) fn router() -> Router<AppState> {
     Router::new()
@@ -39,38 +43,73 @@ pub(super) fn router() -> Router<AppState> {
 /// The channel inbox decisions are recorded as coming from.
 const CHANNEL: &str = "web";
 
-/// Every few seconds, asks whether the call is still open; once it is not, shows how it
-/// ended above the forms and disables them, leaving what was typed in place.
+/// Every few seconds, asks whether the call is still open; once it is not, says how it ended
+/// in the action bar's live region (beside the buttons, announced to screen readers) and
+/// disables the forms, leaving what was typed in place. Keeps the presence note current, and
+/// says under the edit form what its fields change (`amount: 129 → 50`).
 const LIVE: &str = r#"
 (function () {
   var main = document.querySelector('main');
   var shown = main.getAttribute('data-digest');
-  if (!document.querySelector('form.decide')) return;
+  var status = document.getElementById('status');
+  if (!status || !document.querySelector('form.decide')) return;
   var timer = setInterval(function () {
     fetch(location.pathname + '/state', {credentials: 'same-origin', cache: 'no-store'})
       .then(function (r) { return r.ok ? r.json() : null; })
       .then(function (s) {
+        var presence = document.getElementById('presence');
+        if (s && presence) {
+          var text = s.others && s.others.length ? 'Also looking at this: ' + s.others.join(', ') : '';
+          if (presence.textContent !== text) presence.textContent = text;
+        }
         if (!s || (s.open && s.digest === shown)) return;
         clearInterval(timer);
-        var banner = document.querySelector('p.outcome');
-        if (!banner) {
-          banner = document.createElement('p');
-          banner.className = 'outcome';
-          main.insertBefore(banner, main.children[1] || null);
-        }
-        banner.textContent = s.open
+        var note = document.createElement('p');
+        note.className = 'outcome';
+        note.textContent = s.open
           ? 'This request changed since this page was opened. Reload the page to see it as it is now.'
           : s.outcome;
+        status.replaceChildren(note);
         document.querySelectorAll('form.decide input, form.decide textarea, form.decide select, form.decide button')
           .forEach(function (el) { el.disabled = true; });
+        document.querySelectorAll('nav.actions a.action').forEach(function (a) { a.hidden = true; });
+        document.querySelectorAll('form.decide').forEach(function (f) {
+          var again = document.createElement('p');
+          again.className = 'outcome';
+          again.textContent = note.textContent;
+          f.insertBefore(again, f.firstChild);
+        });
       })
       .catch(function () {});
   }, 2500);
 })();
+(function () {
+  var edit = document.getElementById('edit');
+  var change = document.getElementById('change');
+  if (!edit || !change || !edit.getAttribute('data-before')) return;
+  var before = JSON.parse(edit.getAttribute('data-before'));
+  function show() {
+    var lines = [];
+    Object.keys(before).forEach(function (name) {
+      var field = edit.elements['input.' + name];
+      if (!field) return;
+      var now = field.type === 'checkbox' ? String(field.checked) : field.value.trim();
+      if (now !== before[name]) {
+        lines.push(name + ': ' + (before[name] || '(none)') + ' → ' + (now || '(none)'));
+      }
+    });
+    change.textContent = lines.length ? 'Your change: ' + lines.join('; ') : '';
+  }
+  edit.addEventListener('input', show);
+  edit.addEventListener('change', show);
+  show();
+})();
 "#;
 
-/// The page: the call, and the forms of what this reviewer may do while it is open; `error`
-/// above them, field errors beside their fields, what was typed kept.
+/// The page, built around the decision: the action bar first (at the top on a wide screen,
+/// fixed at the bottom of a phone's), then what the decision needs, the edit and reject
+/// forms, and the evidence folded below; `error` above the forms, field errors beside their
+/// fields, what was typed kept; `recorded` says what the reviewer's last decision was.
 fn render(
     state: &AppState,
     session: &Session,
@@ -78,6 +117,7 @@ fn render(
     status: StatusCode,
     typed: &Typed,
     errors: &FieldErrors,
+    recorded: Markup,
 ) -> Response {
     let actions = match &view.open {
         // A call is open only while its run waits and nobody asked to cancel it.
@@ -95,25 +135,61 @@ fn render(
     page.signed_in = Some((&session.principal, &session.csrf));
     page.digest = Some(&view.digest);
     page.script = view.open.is_some().then_some(LIVE);
-    page.render(html! {
-        (view.render(true))
-        @if view.open.is_some() {
-            @if actions.is_empty() {
+    let forms = Forms {
+        csrf: Some(&session.csrf),
+        digest: &view.digest,
+        actions: &actions,
+        schema: view.schema(state),
+        input: &view.input,
+        typed,
+        errors,
+    };
+    let said = html! {
+        div #status aria-live="polite" {
+            @if let Some(outcome) = &view.outcome { p.outcome { (outcome) } }
+            @else if actions.is_empty() {
                 p.notice { "You are not among the approvers of this request, so you can only look." }
             } @else if !actions.contains(&Action::Approve) {
                 p.notice { "You asked for this run, so you may reject it but not approve it." }
             }
-            (Forms {
-                csrf: Some(&session.csrf),
-                digest: &view.digest,
-                actions: &actions,
-                schema: view.schema(state),
-                input: &view.input,
-                typed,
-                errors,
-            }.render())
         }
+    };
+    page.render(html! {
+        (recorded)
+        @if view.open.is_some() && !actions.is_empty() { (forms.bar(said)) } @else { (said) }
+        (view.facts(true))
+        @if view.open.is_some() { (forms.below()) }
+        (view.evidence())
     })
+}
+
+/// How long a reviewer counts as looking at a request after their page last asked: a few
+/// of the page's polls.
+const PRESENCE_TTL: Duration = Duration::from_secs(15);
+
+/// Notes `session`'s reviewer on the call's page and returns who else has it open; nobody
+/// once it is decided (it matters only while it is open).
+async fn others_looking(
+    state: &AppState,
+    session: &Session,
+    view: &CallView,
+) -> Result<Vec<String>, ApiError> {
+    let Some(run_id) = RunId::parse(&view.run_id).filter(|_| view.open.is_some()) else {
+        return Ok(Vec::new());
+    };
+    Ok(state
+        .store
+        .present(&run_id, &view.call_id, &session.principal, PRESENCE_TTL)
+        .await?)
+}
+
+/// "Also looking at this: alice, bob", in a live region the page's script keeps current.
+fn presence(others: &[String]) -> Markup {
+    html! {
+        p #presence .presence aria-live="polite" {
+            @if !others.is_empty() { "Also looking at this: " (others.join(", ")) }
+        }
+    }
 }
 
 /// The call a page is about; a 404 page if there is no such call.
@@ -131,8 +207,14 @@ async fn show(
     State(state): State<AppState>,
     session: Session,
     Path((run_id, call_id)): Path<(String, String)>,
+    Query(recorded): Query<Recorded>,
 ) -> Result<Response, PageError> {
     let view = view_of(&state, &run_id, &call_id).await?;
+    let mut recorded = next::note(&state, &recorded).await?;
+    if view.open.is_some() {
+        let others = others_looking(&state, &session, &view).await?;
+        recorded = html! { (recorded) (presence(&others)) };
+    }
     Ok(render(
         &state,
         &session,
@@ -140,6 +222,7 @@ async fn show(
         StatusCode::OK,
         &Typed::new(),
         &FieldErrors::new(),
+        recorded,
     ))
 }
 
@@ -154,8 +237,9 @@ async fn submit(
         return Ok(refused.into_response());
     }
     let view = view_of(&state, &run_id, &call_id).await?;
-    let again =
-        |status, errors: FieldErrors| render(&state, &session, &view, status, &typed, &errors);
+    let again = |status, errors: FieldErrors| {
+        render(&state, &session, &view, status, &typed, &errors, html! {})
+    };
     let one = |message: String| FieldErrors::from([("form".to_string(), vec![message])]);
     if view.open.is_none() {
         // Decided meanwhile: the page says how, and nothing is recorded.
@@ -174,8 +258,11 @@ async fn submit(
     };
     let refused = match decide::decide_one(&state, &run_id, proposed, &by).await {
         Ok(_) => {
-            let back = format!("/inbox/runs/{run_id}/calls/{call_id}");
-            return Ok(Redirect::to(&back).into_response());
+            let to_queue = typed.get("then").is_some_and(|t| t == "queue");
+            let next =
+                next::after_decision(&state, session.principal(), &run_id, &call_id, to_queue)
+                    .await?;
+            return Ok(Redirect::to(&next).into_response());
         }
         Err(e) => e,
     };
@@ -191,28 +278,32 @@ async fn submit(
         status,
         &typed,
         &one(message),
+        html! {},
     ))
 }
 
-/// Whether the call is still open, with the digest it is held with, or how it ended.
+/// Whether the call is still open, with the digest it is held with, or how it ended; and
+/// who else has its page open (the asking page's reviewer is noted as looking).
 async fn call_state(
     State(state): State<AppState>,
     session: Option<Session>,
     Path((run_id, call_id)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
-    if session.is_none() {
+    let Some(session) = session else {
         return Err(ApiError::for_status(
             StatusCode::UNAUTHORIZED,
             "sign in again",
         ));
-    }
+    };
     let view = CallView::load(&state, &run_id, &call_id)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("no call {call_id:?} in run {run_id:?}")))?;
+    let others = others_looking(&state, &session, &view).await?;
     Ok(Json(json!({
         "open": view.open.is_some(),
         "digest": view.digest,
         "outcome": view.outcome,
+        "others": others,
     }))
     .into_response())
 }

@@ -35,6 +35,8 @@ pub(crate) struct CallView {
     pub(crate) reason: String,
     /// The agent's words in the turn that made the call.
     pub(crate) said: String,
+    /// What the person asked the agent: the run's input.
+    pub(crate) asked: String,
     pub(crate) deadline: Option<i64>,
     /// The conversation up to the call.
     pub(crate) messages: Vec<Message>,
@@ -76,6 +78,7 @@ impl CallView {
                 summary: call.summary.clone(),
                 reason: call.reason.clone(),
                 said: run.held_turn_text(),
+                asked: run.input.clone(),
                 deadline: call.deadline,
                 open: outcome.is_none().then(|| call.clone()),
                 ran: run
@@ -129,6 +132,7 @@ impl CallView {
             summary: text("summary"),
             reason: text("reason"),
             said: asked_in.map(|i| run.messages[i].text()).unwrap_or_default(),
+            asked: run.input.clone(),
             deadline: detail["deadline"].as_i64(),
             messages: match asked_in {
                 Some(i) => run.messages[..=i].to_vec(),
@@ -152,26 +156,47 @@ impl CallView {
     /// The page's account of the request, under a heading that names it; `run_link` links
     /// its run page (for a reader who is signed in).
     pub(crate) fn render(&self, run_link: bool) -> Markup {
-        let now = now_ms();
         html! {
             @if let Some(outcome) = &self.outcome {
                 p.outcome { (outcome) }
             }
+            (self.facts(run_link))
+            (self.evidence())
+        }
+    }
+
+    /// What a decision needs, meant to fit the first screen: the policy's reason, what the
+    /// person asked the agent, the exact input, the time left, who asked, and the digest.
+    pub(crate) fn facts(&self, run_link: bool) -> Markup {
+        let now = now_ms();
+        let short = |d: i64| d - now < SHORT_TIME_LEFT_MS;
+        html! {
             section.request {
-                dl {
-                    dt { "Why it needs a person" } dd { (self.reason) }
-                    dt { "Agent" } dd { (self.agent) }
-                    dt { "Asked by" } dd { (self.requested_by.as_deref().unwrap_or("unknown")) }
-                    dt { "Deadline" }
+                p.reason { strong { "Why it needs a person: " } (self.reason) }
+                @if !self.asked.is_empty() {
+                    figure.asked {
+                        figcaption { (self.requested_by.as_deref().unwrap_or("The requester")) " asked the agent:" }
+                        blockquote.prose { (self.asked) }
+                    }
+                }
+                h2 { "The exact input" }
+                pre.input { (pretty(&self.input)) }
+                dl.facts {
+                    dt { "Time left" }
                     dd {
-                        @match self.deadline {
-                            Some(d) => { (readable(d)) @if self.open.is_some() { " (" (time_left(d, now)) ")" } }
-                            None => "none",
+                        @match (self.deadline, self.open.is_some()) {
+                            (Some(d), true) => {
+                                strong.left.short[short(d)] { (time_left(d, now)) }
+                                " (until " (readable(d)) ")"
+                            }
+                            (Some(d), false) => { "deadline " (readable(d)) }
+                            (None, _) => "no deadline",
                         }
                     }
-                    dt { "Tool" } dd { (self.tool) }
+                    dt { "Asked by" } dd { (self.requested_by.as_deref().unwrap_or("unknown")) }
+                    dt { "Agent · tool" } dd { (self.agent) " · " (self.tool) }
                     dt { "Run" }
-                    dd {
+                    dd.run-id {
                         @if run_link {
                             a href=(format!("/inbox/runs/{}", self.run_id)) { (self.run_id) }
                         } @else {
@@ -179,16 +204,22 @@ impl CallView {
                         }
                     }
                 }
-                @if !self.said.is_empty() {
-                    h2 { "What the agent said" }
-                    pre.said { (self.said) }
-                }
-                h2 { "The exact input" }
-                pre.input { (pretty(&self.input)) }
                 p.digest { "Digest shown: " (self.digest) }
             }
-            section.evidence {
-                h2 { "What the agent had seen" }
+        }
+    }
+
+    /// What the agent said and had seen, below the decision and folded: the reviewer opens it
+    /// when the facts above are not enough.
+    pub(crate) fn evidence(&self) -> Markup {
+        html! {
+            details.evidence {
+                summary { "What the agent said and had seen" }
+                @if !self.said.is_empty() {
+                    h2 { "What the agent said" }
+                    div.said.prose { (self.said) }
+                }
+                h2 { "The conversation" }
                 (conversation(&self.messages))
                 @for call in &self.ran {
                     @if let Some(result) = &call.result {
@@ -203,6 +234,9 @@ impl CallView {
         }
     }
 }
+
+/// Less time left than this is shown highlighted.
+pub(crate) const SHORT_TIME_LEFT_MS: i64 = 60 * 60 * 1000;
 
 /// The run's trail entries about one call, oldest first.
 async fn entries_of(
@@ -341,7 +375,7 @@ pub(crate) fn conversation(messages: &[Message]) -> Markup {
                 }
                 @for block in &message.content {
                     @match block {
-                        Block::Text { text } => pre { (text) },
+                        Block::Text { text } => div.prose { (text) },
                         Block::ToolUse { id, name, input } => {
                             @let _ = tools.insert(id.as_str(), name.as_str());
                             p { "Asked to run " strong { (name) } ":" }

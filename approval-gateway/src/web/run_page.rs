@@ -73,7 +73,12 @@ async fn show(
         section.audit {
             h2 { "Audit trail" }
             @match broken_at {
-                None => p { "The hash chain of these " (entries.len()) " entries verifies." },
+                None => p {
+                    @match entries.len() {
+                        1 => "The hash chain of its one entry verifies.",
+                        n => { "The hash chain of these " (n) " entries verifies." }
+                    }
+                },
                 Some(at) => p.error { "The hash chain does not verify from entry " (at) " on." },
             }
             ol.audit {

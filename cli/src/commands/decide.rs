@@ -7,7 +7,8 @@ use crate::args::{Decide, EditArgs};
 use crate::client::Gateway;
 use crate::error::CliError;
 use crate::render::print_json;
-use crate::view::{RunView, read};
+use crate::view::{PendingView, RunView, read};
+use countersign_shared::edit;
 use serde_json::{Value, json};
 
 pub async fn approve(gateway: &Gateway, call: Decide, json: bool) -> Result<(), CliError> {
@@ -41,11 +42,14 @@ pub async fn edit(gateway: &Gateway, args: EditArgs, json: bool) -> Result<(), C
         "an edit needs a note saying what changed and why: the agent is told it",
     )?;
     digest(&args.call)?;
-    let input = match (args.input, args.set.is_empty()) {
-        (Some(text), _) => json_object("--input", &text)?,
+    let (input, changed) = match (args.input, args.set.is_empty()) {
+        (Some(text), _) => (json_object("--input", &text)?, None),
         (None, false) => {
-            let shown = held_input(gateway, &args.call).await?;
-            with_changes(shown, &args.set)?
+            let held = held_call(gateway, &args.call).await?;
+            let before = held.call.input.clone();
+            let input = with_changes(held, &args.set)?;
+            let changed = edit::described(&edit::changes(&before, &input));
+            (input, Some(changed))
         }
         (None, true) => {
             return Err(CliError::Usage(
@@ -54,7 +58,14 @@ pub async fn edit(gateway: &Gateway, args: EditArgs, json: bool) -> Result<(), C
         }
     };
     let decision = json!({"action": "edit", "input": input, "note": note});
-    send(gateway, args.call, decision, json).await
+    send(gateway, args.call, decision, json).await?;
+    if let (Some(changed), false) = (changed, json) {
+        println!("It runs with this change (field: before → after):");
+        for line in changed.lines() {
+            println!("  {line}");
+        }
+    }
+    Ok(())
 }
 
 /// Posts `decision` on the call, quoting its digest, and says what the gateway recorded.
@@ -71,7 +82,17 @@ async fn send(
         body["decided_by"] = by.clone().into();
     }
     let url = gateway.url(&["v1", "runs", &call.run, "decisions"]);
-    let answer = gateway.post(url, &body).await?;
+    let answer = gateway.post(url, &body).await.map_err(|e| match e {
+        CliError::Refused(mut refusal) if refusal.code == "stale_digest" => {
+            refusal.hint = Some(format!(
+                "The call changed since you saw it. Look again with `countersign show {}` \
+                 and decide on what it shows now.",
+                call.run
+            ));
+            CliError::Refused(refusal)
+        }
+        other => other,
+    })?;
     if json {
         print_json(&answer);
         return Ok(());
@@ -90,7 +111,7 @@ async fn send(
         ),
         Some("already_recorded") => {
             format!(
-                "{by} had already {done} call {} so: nothing changed",
+                "{by} had already {done} call {}: nothing changed",
                 call.call
             )
         }
@@ -123,14 +144,13 @@ fn required(value: Option<String>, flag: &str, why: &str) -> Result<String, CliE
         .ok_or_else(|| CliError::Usage(format!("{flag} is required: {why}")))
 }
 
-/// The input of the held call, which `--set` changes. Should the call have changed since the
+/// The held call, whose input `--set` changes. Should the call have changed since the
 /// person saw it, the gateway refuses the edit: it quotes the digest they were shown.
-async fn held_input(gateway: &Gateway, call: &Decide) -> Result<Value, CliError> {
+async fn held_call(gateway: &Gateway, call: &Decide) -> Result<PendingView, CliError> {
     let run: RunView = read(gateway.get(gateway.url(&["v1", "runs", &call.run])).await?)?;
     run.pending
         .into_iter()
         .find(|p| p.call.call_id == call.call && p.decision.is_none())
-        .map(|held| held.call.input)
         .ok_or_else(|| {
             CliError::Failed(format!(
                 "run {} has no call {} waiting for a decision (see `countersign show {}`)",
@@ -139,36 +159,65 @@ async fn held_input(gateway: &Gateway, call: &Decide) -> Result<Value, CliError>
         })
 }
 
-/// `input` with each `FIELD=VALUE` of `changes` set; a value is JSON if it parses as JSON,
-/// else text.
-fn with_changes(input: Value, changes: &[String]) -> Result<Value, CliError> {
-    let Value::Object(mut fields) = input else {
+/// `FIELD=VALUE` read: a value is JSON if it parses as JSON, else text.
+fn parse_change(change: &str) -> Result<(&str, Value), CliError> {
+    let (field, value) = change
+        .split_once('=')
+        .filter(|(field, _)| !field.is_empty())
+        .ok_or_else(|| CliError::Usage(format!("--set {change:?} is not FIELD=VALUE")))?;
+    let value = serde_json::from_str(value).unwrap_or_else(|_| Value::String(value.into()));
+    Ok((field, value))
+}
+
+/// The held call's input with each `FIELD=VALUE` of `changes` set, once every field is one
+/// its tool takes: a misspelt field would be sent beside the one meant, which keeps its old
+/// value.
+fn with_changes(held: PendingView, changes: &[String]) -> Result<Value, CliError> {
+    let parsed = changes
+        .iter()
+        .map(|c| parse_change(c))
+        .collect::<Result<Vec<_>, _>>()?;
+    if let Some(fields) = &held.fields {
+        let unknown = edit::unknown_fields(&held.call.tool, fields, parsed.iter().map(|(f, _)| *f));
+        if !unknown.is_empty() {
+            let lines: Vec<String> = unknown.iter().map(|p| format!("  {p}")).collect();
+            return Err(CliError::Usage(format!(
+                "--set names a field the tool does not take, so nothing was sent:\n{}",
+                lines.join("\n")
+            )));
+        }
+    }
+    let Value::Object(mut input) = held.call.input else {
         return Err(CliError::Usage(
             "the call's input is not a JSON object, so --set cannot change a field of it; \
              give the whole input with --input"
                 .into(),
         ));
     };
-    for change in changes {
-        let (field, value) = change
-            .split_once('=')
-            .filter(|(field, _)| !field.is_empty())
-            .ok_or_else(|| CliError::Usage(format!("--set {change:?} is not FIELD=VALUE")))?;
-        let value = serde_json::from_str(value).unwrap_or_else(|_| Value::String(value.into()));
-        fields.insert(field.to_string(), value);
+    for (field, value) in parsed {
+        input.insert(field.to_string(), value);
     }
-    Ok(Value::Object(fields))
+    Ok(Value::Object(input))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn held(input: Value, fields: Option<&[&str]>) -> PendingView {
+        serde_json::from_value(json!({
+            "call_id": "t1.1", "tool": "issue_refund", "input": input,
+            "digest": "sha256:00", "summary": "s", "reason": "r",
+            "fields": fields, "decision": null,
+        }))
+        .unwrap()
+    }
+
     #[test]
     fn set_values_are_json_when_they_parse_and_text_otherwise() {
         let input = json!({"order_id": "A-1", "amount": 129.0});
         let changed = with_changes(
-            input,
+            held(input, None),
             &[
                 "amount=20".into(),
                 "order_id=A-1001".into(),
@@ -185,8 +234,24 @@ mod tests {
     #[test]
     fn a_change_without_a_field_is_a_usage_error() {
         for bad in ["amount", "=5"] {
-            let err = with_changes(json!({}), &[bad.into()]).unwrap_err();
+            let err = with_changes(held(json!({}), None), &[bad.into()]).unwrap_err();
             assert!(matches!(err, CliError::Usage(_)), "{bad}: {err}");
         }
+    }
+
+    #[test]
+    fn a_field_the_tool_does_not_take_is_refused_by_name_before_sending() {
+        let call = held(
+            json!({"order_id": "A-1", "amount": 129}),
+            Some(&["amount", "order_id", "reason"]),
+        );
+        let err = with_changes(call, &["amout=50".into()]).unwrap_err();
+        assert!(matches!(err, CliError::Usage(_)), "{err}");
+        assert!(
+            err.to_string().contains(
+                "amout: is not a field of issue_refund (its fields: amount, order_id, reason)"
+            ),
+            "{err}"
+        );
     }
 }

@@ -83,6 +83,10 @@ async fn every_bad_decision_is_refused_and_the_run_stays_paused() {
     for (decisions, expected, code) in cases {
         let (status, body) = app.decide(&run_id, decisions.clone()).await;
         assert_error(status, &body, expected, code);
+        // A stale digest's refusal does not tell the current one: a script could quote it
+        // and approve what nobody looked at.
+        let digest = digest.as_str().unwrap();
+        assert!(!body.to_string().contains(digest), "{body}");
     }
 
     // An edit that fails the schema: 422 with the schema's errors.
@@ -91,11 +95,9 @@ async fn every_bad_decision_is_refused_and_the_run_stays_paused() {
                                  "input": {"order_id": "A-1001", "amount": "lots", "reason": "r"}}]))
         .await;
     assert_error(status, &body, 422, "invalid_input");
-    assert!(
-        body["error"]["details"]["errors"][0]
-            .as_str()
-            .unwrap()
-            .contains("/amount"),
+    assert_eq!(
+        body["error"]["details"]["errors"],
+        json!(["amount: must be a number"]),
         "{body}"
     );
 
@@ -355,4 +357,73 @@ async fn an_idempotency_key_makes_a_retried_start_return_the_same_run() {
         1,
         "one run, one model call"
     );
+}
+
+#[tokio::test]
+async fn an_edit_of_a_field_the_tool_does_not_take_is_refused_by_name_and_a_valid_edit_is_told_as_its_change()
+ {
+    let app = TestApp::spawn(refund_brain).await;
+    let (run_id, digest) = paused_run(&app).await;
+    // The reviewer meant `amount`; without the check the tool ran with amount 129.
+    let misspelt =
+        json!({"order_id": "A-1001", "amount": 129, "amout": 50, "reason": "arrived broken"});
+    let (status, body) = app
+        .decide(
+            &run_id,
+            json!([{"call_id": "toolu_2", "digest": digest, "action": "edit",
+                                 "input": misspelt, "note": "typo"}]),
+        )
+        .await;
+    assert_error(status, &body, 422, "invalid_input");
+    assert_eq!(
+        body["error"]["details"]["errors"],
+        json!(["amout: is not a field of issue_refund (its fields: amount, order_id, reason)"]),
+        "{body}"
+    );
+    // Nothing recorded, nothing audited as decided, the run still waits.
+    let (_, run) = app.get(&format!("/v1/runs/{run_id}")).await;
+    assert_eq!(run["status"], "awaiting_approval");
+    assert_eq!(run["pending"][0]["decision"], Value::Null);
+    assert_eq!(
+        run["pending"][0]["fields"],
+        json!(["amount", "order_id", "reason"])
+    );
+    let (_, trail) = app.get(&format!("/v1/runs/{run_id}/audit")).await;
+    let decided = |trail: &Value| {
+        trail["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["entry"].clone())
+            .find(|e| e["kind"] == "decided")
+    };
+    assert_eq!(decided(&trail), None);
+
+    let meant = json!({"order_id": "A-1001", "amount": 50, "reason": "arrived broken"});
+    let (status, body) = app
+        .decide(
+            &run_id,
+            json!([{"call_id": "toolu_2", "digest": digest, "action": "edit",
+                                 "input": meant, "note": "typo"}]),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    app.wait_status(&run_id, "completed").await;
+    assert_eq!(app.tools.refunds()[0]["amount"], 50);
+    let (_, trail) = app.get(&format!("/v1/runs/{run_id}/audit")).await;
+    let entry = decided(&trail).expect("the edit is audited");
+    assert_eq!(
+        entry["detail"]["changes"],
+        json!([{"field": "amount", "before": 129, "after": 50}]),
+        "{entry}"
+    );
+    // The model is told the change, field by field.
+    let told = countersign_tests::fake_model::last_results(app.model.requests().last().unwrap());
+    let content = told
+        .iter()
+        .find(|r| r["tool_use_id"] == "toolu_2")
+        .and_then(|r| r["content"].as_str())
+        .unwrap_or_default()
+        .to_string();
+    assert!(content.contains("amount: 129 → 50"), "{told:?}");
 }

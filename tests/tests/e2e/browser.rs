@@ -63,6 +63,28 @@ async fn assert_decided_page(browser: &Browser) {
     assert_eq!(forms, 0, "a decided request offers no forms");
 }
 
+/// Waits until the page after an inbox decision says it was recorded and how (`says`, any
+/// case); that text.
+async fn assert_recorded(browser: &Browser, says: &str) -> String {
+    browser.wait_for_text("p.recorded", says).await
+}
+
+/// Where the Approve button is on the page as first shown (CSS px from the top of the
+/// window), the window's height, and whether the button is wholly on the screen.
+async fn approve_at(browser: &Browser) -> (f64, f64, bool) {
+    let at = browser
+        .eval(
+            "const b = document.querySelector('form#approve button[type=submit]').getBoundingClientRect(); \
+             return [b.top, innerHeight, b.top >= 0 && b.bottom <= innerHeight && b.width > 0];",
+        )
+        .await;
+    (
+        at[0].as_f64().unwrap(),
+        at[1].as_f64().unwrap(),
+        at[2] == true,
+    )
+}
+
 /// Marks the page, so that `assert_not_reloaded` can tell it is still the same one.
 async fn mark(browser: &Browser) {
     browser
@@ -98,30 +120,46 @@ async fn send_edit(browser: &Browser, amount: &str) {
     browser.click("form#edit button[type=submit]").await;
 }
 
-/// Waits for the edit form to come back with an error beside the amount's field; asserts
-/// that it names the schema's maximum, is on the screen without scrolling, and that what
-/// was typed is kept.
-async fn assert_amount_refused(browser: &Browser, typed: &str) {
+/// Waits for the edit form to come back with an error tied to the amount's field (named by
+/// its `aria-describedby`, the field `aria-invalid`); asserts that it says `says`, is on the
+/// screen without scrolling, and that what was typed is kept.
+async fn assert_amount_refused(browser: &Browser, typed: &str, says: &str) {
     let script = format!(
         "const field = document.querySelector({AMOUNT:?}); if (!field) return null; \
-         const beside = [field.previousElementSibling, field.nextElementSibling] \
-           .find(e => e && e.matches('p.field-error')); \
-         if (!beside) return null; const at = beside.getBoundingClientRect(); \
-         return [beside.innerText, field.value, \
+         const ids = (field.getAttribute('aria-describedby') || '').split(' '); \
+         const tied = ids.map(id => document.getElementById(id)) \
+           .find(e => e && e.querySelector('p.field-error')); \
+         if (!tied) return null; const at = tied.getBoundingClientRect(); \
+         return [tied.innerText, field.value, \
            document.querySelector('form#edit textarea[name=note]').value, \
-           at.top >= 0 && at.bottom <= window.innerHeight];"
+           at.top >= 0 && at.bottom <= window.innerHeight, \
+           field.getAttribute('aria-invalid')];"
     );
     let shown = browser
-        .wait_until("an error beside the amount", &script)
+        .wait_until("an error tied to the amount", &script)
         .await;
     let error = shown[0].as_str().unwrap();
-    assert!(
-        error.contains("500"),
-        "the schema's maximum is named: {error}"
-    );
+    assert!(error.contains(says), "the error says {says:?}: {error}");
     assert_eq!(shown[1], typed, "what was typed is kept");
     assert_eq!(shown[2], "The customer asked for more.");
     assert_eq!(shown[3], true, "the error is on the screen");
+    assert_eq!(shown[4], "true", "the field is marked invalid");
+}
+
+/// Waits until the browser refused to send the edit form because the amount is above the
+/// field's own maximum (the schema's), pointing at the amount.
+async fn assert_stopped_by_the_browser(browser: &Browser) {
+    let script = format!(
+        "const field = document.querySelector({AMOUNT:?}); \
+         return field && document.activeElement === field && field.validity.rangeOverflow \
+           && field.max === '500';"
+    );
+    browser
+        .wait_until(
+            "the browser to point at the amount over its maximum",
+            &script,
+        )
+        .await;
 }
 
 /// A paused run whose request was mailed to alice, its id, the mail's links (approve, reject,
@@ -174,14 +212,20 @@ async fn approve_from_the_mailed_link(name: &str, screen: Screen) {
 }
 
 #[tokio::test]
-async fn an_email_edit_link_on_a_phone_shows_the_schema_error_beside_the_field_and_stays_usable() {
+async fn an_email_edit_link_on_a_phone_stops_5000_in_the_browser_shows_the_schemas_error_tied_to_the_field_and_stays_usable()
+ {
     let (app, run_id, links, browser) = mailed_links_on("email_edit_phone", Screen::Phone).await;
 
     browser.goto(&links[2]).await;
     browser.find(AMOUNT).await;
     browser.assert_fits_the_screen().await;
+    mark(&browser).await;
     send_edit(&browser, "5000").await;
-    assert_amount_refused(&browser, "5000").await;
+    assert_stopped_by_the_browser(&browser).await;
+    assert_not_reloaded(&browser).await;
+    // 0 passes the field (HTML has no exclusive minimum) and is refused by the schema check.
+    send_edit(&browser, "0").await;
+    assert_amount_refused(&browser, "0", "amount: must be more than 0").await;
     browser.assert_fits_the_screen().await;
     browser.screenshot("edit-error").await;
     assert_eq!(app.get_run_status(&run_id).await, "awaiting_approval");
@@ -237,7 +281,10 @@ async fn a_reviewer_signs_in_finds_the_paused_run_in_the_inbox_and_approves_it()
     browser.screenshot("request").await;
 
     browser.click("form#approve button[type=submit]").await;
-    assert_decided_page(&browser).await;
+    // On to the other waiting request, which says what was recorded.
+    assert_recorded(&browser, "approved by rita").await;
+    let next = browser.eval("return location.pathname").await;
+    assert!(next.as_str().unwrap().contains(&second), "{next}");
     app.wait_status(&run_id, "completed").await;
     assert_eq!(app.tools.refunds().len(), 1);
     let decided = decisions(&app, &run_id).await;
@@ -273,7 +320,7 @@ async fn a_reject_without_a_reason_is_stopped_by_the_browser_and_one_with_a_reas
         )
         .await;
     browser.click("form#reject button[type=submit]").await;
-    assert_decided_page(&browser).await;
+    assert_recorded(&browser, "rejected by rita").await;
     app.wait_status(&run_id, "completed").await;
     assert!(
         app.tools.refunds().is_empty(),
@@ -286,17 +333,35 @@ async fn a_reject_without_a_reason_is_stopped_by_the_browser_and_one_with_a_reas
 }
 
 #[tokio::test]
-async fn an_edit_above_the_schemas_maximum_shows_the_error_beside_the_amount_and_decides_nothing() {
+async fn an_edit_above_the_schemas_maximum_is_stopped_by_the_browsers_own_constraint_and_decides_nothing()
+ {
     let (app, run_id, browser) = a_paused_request_open("inbox_edit_error", Screen::Desktop).await;
+    let hint = browser
+        .eval(
+            "const f = document.querySelector(\"form#edit [name='input.amount']\"); \
+             return document.getElementById(f.getAttribute('aria-describedby')).innerText",
+        )
+        .await;
+    assert_eq!(
+        hint, "In US dollars. More than 0, at most 500.",
+        "the schema's description and limits are the field's hint"
+    );
 
+    mark(&browser).await;
     send_edit(&browser, "5000").await;
-    assert_amount_refused(&browser, "5000").await;
-    browser.screenshot("edit-error").await;
+    assert_stopped_by_the_browser(&browser).await;
+    assert_not_reloaded(&browser).await;
+    // The form says what the edit changes before it is sent.
+    let change = browser
+        .wait_for_text("form#edit output#change", "amount: 129 → 5000")
+        .await;
+    assert_eq!(change, "Your change: amount: 129 → 5000");
+    browser.screenshot("edit-stopped").await;
     assert_eq!(app.get_run_status(&run_id).await, "awaiting_approval");
     assert!(decisions(&app, &run_id).await.is_empty());
 
     send_edit(&browser, "49").await;
-    assert_decided_page(&browser).await;
+    assert_recorded(&browser, "approved with changes by rita").await;
     app.wait_status(&run_id, "completed").await;
     assert_eq!(app.tools.refunds()[0]["amount"], 49);
 }
@@ -314,7 +379,10 @@ async fn a_request_decided_in_slack_while_its_page_is_open_shows_as_decided_with
 
     let (status, _) = interact(&app, &click("U_ALICE", "approve", &approve)).await;
     assert_eq!(status, 200);
-    browser.wait_for_text("p.outcome", "alice").await;
+    // Said in the action bar's live region, beside the buttons it disables.
+    browser
+        .wait_for_text("nav.actions #status[aria-live=polite] p.outcome", "alice")
+        .await;
     let usable = browser
         .eval(
             "return [...document.querySelectorAll('form#approve button, form#edit button, \
@@ -466,4 +534,191 @@ async fn a_page_of_another_site_cannot_sign_a_visitor_in_as_the_attacker() {
             sign_in(&browser, &app, REVIEWER_KEY).await;
         }
     }
+}
+
+#[tokio::test]
+async fn on_a_desktop_approve_is_on_the_first_screen_every_page_fits_and_a_decision_leads_to_the_next_request()
+ {
+    work_through_two_requests("inbox_desktop", Screen::Desktop).await;
+}
+
+#[tokio::test]
+async fn on_a_phone_approve_is_on_the_first_screen_every_page_fits_and_a_decision_leads_to_the_next_request()
+ {
+    work_through_two_requests("inbox_phone", Screen::Phone).await;
+}
+
+/// Two refunds wait; on `screen` the reviewer opens the queue, then the first request, whose
+/// Approve button is on the first screen with what the decision needs; approving it leads to
+/// the second, which says what was recorded. No page is wider than the screen. The fold
+/// position is written to the artifacts as `<name>-fold.txt`.
+async fn work_through_two_requests(name: &str, screen: Screen) {
+    let app = TestApp::spawn(refund_brain).await;
+    let first = app.start_run("Refund A-1001 please.").await;
+    let (first_call, _) = held_call(&app, &first).await;
+    let second = app
+        .start_run("The mug from A-1001 arrived in pieces, please refund it.")
+        .await;
+    held_call(&app, &second).await;
+    let browser = Browser::start(name, screen).await;
+    browser
+        .goto(&format!("{}/inbox/sign-in", app.gateway_url))
+        .await;
+    browser.find("form#sign-in").await;
+    browser.assert_fits_the_screen().await;
+    sign_in(&browser, &app, REVIEWER_KEY).await;
+    browser.find("li.request").await;
+    browser.assert_fits_the_screen().await;
+    browser.screenshot("queue").await;
+
+    open_request(&browser, &app, &first, &first_call).await;
+    browser.assert_fits_the_screen().await;
+    let (top, height, visible) = approve_at(&browser).await;
+    assert!(
+        visible,
+        "Approve is on the first screen: its top at {top} px of {height}"
+    );
+    // What the decision needs is above the fold too: the policy's reason, what the person
+    // asked, the exact input and the time left.
+    let above = browser
+        .eval(
+            "const bar = document.querySelector('nav.actions').getBoundingClientRect(); \
+             const limit = getComputedStyle(document.querySelector('nav.actions')).position === 'fixed' \
+               ? bar.top : innerHeight; \
+             return ['p.reason', 'figure.asked', 'pre.input', '.left'].filter(css => { \
+               const r = document.querySelector(css).getBoundingClientRect(); \
+               return !(r.top >= 0 && r.top < limit); });",
+        )
+        .await;
+    assert_eq!(above, serde_json::json!([]), "not on the first screen");
+    let text = browser.text().await;
+    assert!(text.contains("Refund A-1001 please."), "{text}");
+    std::fs::write(
+        countersign_tests::browser::artifacts_dir().join(format!("{name}-fold.txt")),
+        format!("top of Approve: {top} px of a {height} px window\n"),
+    )
+    .unwrap();
+    browser.screenshot("request").await;
+
+    browser.click("form#approve button[type=submit]").await;
+    assert_recorded(&browser, "approved by rita").await;
+    let path = browser.eval("return location.pathname").await;
+    assert!(path.as_str().unwrap().contains(&second), "{path}");
+    assert!(
+        approve_at(&browser).await.2,
+        "the next one's Approve is shown too"
+    );
+    browser.assert_fits_the_screen().await;
+    browser.screenshot("next").await;
+
+    // The decided request, and its run's page, whose heading is the long run id.
+    browser.click("p.recorded a").await;
+    browser.find("main #status p.outcome").await;
+    browser.assert_fits_the_screen().await;
+    browser
+        .goto(&format!("{}/inbox/runs/{first}", app.gateway_url))
+        .await;
+    browser.find("main").await;
+    browser.assert_fits_the_screen().await;
+    app.wait_status(&first, "completed").await;
+    assert_eq!(decisions(&app, &first).await.len(), 1);
+    assert!(decisions(&app, &second).await.is_empty());
+}
+
+#[tokio::test]
+async fn the_queue_tells_requests_apart_counts_them_and_is_worked_from_the_keyboard_with_a_confirmation()
+ {
+    let app = TestApp::spawn(refund_brain).await;
+    let first = app.start_run("Refund A-1001 please.").await;
+    held_call(&app, &first).await;
+    let second = app
+        .start_run("The mug from A-1001 arrived in pieces, please refund it.")
+        .await;
+    held_call(&app, &second).await;
+    let browser = Browser::start("queue_keyboard", Screen::Desktop).await;
+    sign_in(&browser, &app, REVIEWER_KEY).await;
+    browser.find("li.request").await;
+    let title = browser.eval("return document.title").await;
+    assert_eq!(title, "Waiting for you (2) · countersign");
+
+    // Each row says what its person asked, the input's values and which run it is.
+    let rows = browser
+        .eval(
+            "return [...document.querySelectorAll('li.request')].map(r => \
+               [r.getAttribute('data-run'), r.querySelector('.asked').innerText, \
+                r.querySelector('.values').innerText, r.querySelector('.run-id').innerText, \
+                r.querySelector('.meta').innerText]);",
+        )
+        .await;
+    let rows = rows.as_array().unwrap();
+    for (run, asked) in [
+        (&first, "Refund A-1001 please."),
+        (&second, "The mug from A-1001 arrived in pieces"),
+    ] {
+        let row = rows.iter().find(|r| r[0] == run.as_str()).unwrap();
+        assert!(row[1].as_str().unwrap().contains(asked), "{row}");
+        assert!(row[2].as_str().unwrap().contains("amount 129"), "{row}");
+        assert!(
+            run.ends_with(row[3].as_str().unwrap().trim_start_matches('…')),
+            "{row}"
+        );
+        assert!(row[4].as_str().unwrap().contains("waited"), "{row}");
+        assert!(row[4].as_str().unwrap().contains("left"), "{row}");
+    }
+    assert_ne!(rows[0][3], rows[1][3], "short run ids tell the runs apart");
+
+    // A request that arrives while the queue is open is marked new and counted.
+    mark(&browser).await;
+    let third = app.start_run("Refund A-1001 again.").await;
+    browser
+        .find(&format!("li.request.new[data-run='{third}']"))
+        .await;
+    browser
+        .wait_until(
+            "the count to follow",
+            "return document.title === 'Waiting for you (3) · countersign' \
+               && document.querySelector('main h1').innerText === 'Waiting for you (3)'",
+        )
+        .await;
+    assert_not_reloaded(&browser).await;
+    browser.screenshot("queue").await;
+
+    // ? shows the keys; j selects the first row; a asks first, and No decides nothing.
+    browser.press("?").await;
+    browser
+        .wait_until("the keys", "return !document.getElementById('keys').hidden")
+        .await;
+    browser.press("j").await;
+    let selected = browser
+        .wait_until(
+            "a selected row",
+            "const r = document.querySelector('li.request.selected'); \
+             return r && document.activeElement === r.querySelector('a.open') && r.getAttribute('data-run')",
+        )
+        .await;
+    let chosen = selected.as_str().unwrap().to_string();
+    browser.press("j").await;
+    browser.press("k").await;
+    let again = browser
+        .eval("return document.querySelector('li.request.selected').getAttribute('data-run')")
+        .await;
+    assert_eq!(again, chosen.as_str(), "k comes back to the first row");
+    browser.press("a").await;
+    let asked = browser.answer_confirm(false).await;
+    assert!(asked.starts_with("Approve"), "{asked}");
+    assert_not_reloaded(&browser).await;
+    assert!(decisions(&app, &chosen).await.is_empty());
+
+    browser.press("a").await;
+    browser.answer_confirm(true).await;
+    assert_recorded(&browser, "approved by rita").await;
+    let path = browser.eval("return location.pathname").await;
+    assert_eq!(path, "/inbox", "deciding from the queue stays in the queue");
+    app.wait_status(&chosen, "completed").await;
+    let decided = decisions(&app, &chosen).await;
+    assert_eq!(decided.len(), 1, "{decided:?}");
+    assert_eq!(decided[0]["detail"]["action"], "approve");
+    assert_eq!(decided[0]["channel"], "web");
+    let title = browser.eval("return document.title").await;
+    assert_eq!(title, "Waiting for you (2) · countersign");
 }

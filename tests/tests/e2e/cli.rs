@@ -233,7 +233,7 @@ async fn a_stale_digest_is_refused_and_a_reject_without_a_reason_or_a_decision_w
         &[
             "does not match what is pending now",
             "409 stale_digest",
-            "countersign show RUN",
+            &format!("countersign show {run}`"),
         ],
     );
     countersign(&app, REVIEWER_KEY, &format!("approve {run} toolu_2"))
@@ -274,7 +274,7 @@ async fn a_stale_digest_is_refused_and_a_reject_without_a_reason_or_a_decision_w
 }
 
 #[tokio::test]
-async fn an_edit_with_set_changes_only_the_named_field_and_speaks_for_the_person_named() {
+async fn an_edit_with_set_changes_only_the_named_existing_field_and_speaks_for_the_person_named() {
     let app = TestApp::spawn(refund_brain).await;
     let run = paused_run(&app).await;
     let digest = shown_digest(&ok(&app, REVIEWER_KEY, &format!("show {run}")).await);
@@ -289,10 +289,45 @@ async fn an_edit_with_set_changes_only_the_named_field_and_speaks_for_the_person
         &format!("{edit} --set amount=lots --note n"),
     )
     .await
-    .failed(3, &["422", "/amount"]);
+    .failed(3, &["422", "amount: must be a number"]);
+    // A misspelt field is refused before anything is sent, and by the gateway for --input.
+    countersign(
+        &app,
+        INTEGRATION_KEY,
+        &format!("{edit} --set amout=50 --note typo"),
+    )
+    .await
+    .failed(
+        2,
+        &[
+            "nothing was sent",
+            "amout: is not a field of issue_refund (its fields: amount, order_id, reason)",
+        ],
+    );
+    let whole = r#"--input '{"order_id":"A-1001","amount":129,"amout":50,"reason":"r"}'"#;
+    countersign(
+        &app,
+        INTEGRATION_KEY,
+        &format!("{edit} {whole} --note typo"),
+    )
+    .await
+    .failed(
+        3,
+        &[
+            "422",
+            "amout: is not a field of issue_refund (its fields: amount, order_id, reason)",
+        ],
+    );
+    let (_, held) = app.get(&format!("/v1/runs/{run}")).await;
+    assert_eq!(
+        held["pending"][0]["decision"],
+        Value::Null,
+        "nothing recorded"
+    );
 
     let fix = "--set amount=20 --note 'Only the broken part.'";
-    ok(&app, INTEGRATION_KEY, &format!("{edit} {fix}")).await;
+    let said = ok(&app, INTEGRATION_KEY, &format!("{edit} {fix}")).await;
+    assert!(said.contains("amount: 129 → 20"), "{said}");
     let done = app.wait_status(&run, "completed").await;
     let refunds = app.tools.refunds();
     assert_eq!(refunds.len(), 1);
@@ -309,6 +344,10 @@ async fn an_edit_with_set_changes_only_the_named_field_and_speaks_for_the_person
         .find(|e| e["entry"]["kind"] == "decided")
         .expect("the edit is audited");
     assert_eq!(decided["entry"]["actor"], "alice", "{done}");
+    assert_eq!(
+        decided["entry"]["detail"]["changes"],
+        json!([{"field": "amount", "before": 129, "after": 20}])
+    );
 }
 
 #[tokio::test]

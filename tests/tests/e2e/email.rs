@@ -119,7 +119,7 @@ async fn an_email_link_opened_decides_nothing_its_form_decides_once() {
             for expected in [
                 "Asked by",
                 "rick",
-                "Deadline",
+                "Time left",
                 "get_order",
                 "name=\"viewport\"",
             ] {
@@ -240,6 +240,16 @@ async fn the_reject_and_edit_forms_keep_the_link_until_they_are_filled_in_right(
     assert!(
         html.contains("value=\"900\""),
         "what was typed is kept: {html}"
+    );
+    let mut misspelt = edit("129").to_vec();
+    misspelt.push(("input.amout", "50"));
+    let (status, html) = post_form(&app, &links[2], &misspelt).await;
+    assert_eq!(status, 422);
+    assert!(
+        html.contains(
+            "amout: is not a field of issue_refund (its fields: amount, order_id, reason)"
+        ),
+        "{html}"
     );
     let (status, html) = post_form(&app, &links[2], &edit("49")).await;
     assert_eq!(status, 200, "{html}");

@@ -450,7 +450,14 @@ async fn the_inbox_lists_a_paused_call_only_for_reviewers_who_may_approve_it() {
     let inbox = alice.get("/inbox").await;
     assert!(inbox.html.contains(&line), "{}", inbox.html);
     assert!(inbox.html.contains("Refund $129 for order A-1001"));
-    assert!(inbox.html.contains("asked by rick"));
+    assert!(
+        inbox
+            .html
+            .contains("“Refund A-1001, it arrived broken.” — rick"),
+        "{}",
+        inbox.html
+    );
+    assert!(inbox.html.contains("<h1>Waiting for you (1)</h1>"));
     assert!(inbox.html.contains(&format!(
         "class=\"open\" href=\"{}\"",
         request_path(&run_id)
@@ -496,7 +503,8 @@ async fn the_inbox_lists_a_paused_call_only_for_reviewers_who_may_approve_it() {
 }
 
 #[tokio::test]
-async fn approving_from_the_request_page_completes_the_run_and_the_page_then_says_who_did() {
+async fn approving_from_the_request_page_completes_the_run_and_the_next_page_and_the_request_say_who_did()
+ {
     let opened = alice_opens_a_request().await;
     let (app, run_id, digest) = (&opened.app, &opened.run_id, opened.page.input("digest"));
     assert!(digest.starts_with("sha256:"));
@@ -520,7 +528,16 @@ async fn approving_from_the_request_page_completes_the_run_and_the_page_then_say
 
     let done = opened.submit(&[("action", "approve")]).await;
     assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.html);
-    assert_eq!(done.location.as_deref(), Some(opened.path.as_str()));
+    // Nothing else waits for alice: back to the queue, which says what was recorded.
+    let next = done.location.clone().unwrap_or_default();
+    assert_eq!(
+        next,
+        format!("/inbox?recorded_run={run_id}&recorded_call=toolu_2")
+    );
+    assert_shows(
+        &opened.alice.get(&next).await,
+        &["<strong>Recorded: </strong>Refund $129 for order A-1001. Approved by alice via web at "],
+    );
     app.wait_status(run_id, "completed").await;
     assert_eq!(app.tools.refunds().len(), 1);
     let decided = decided_entries(app, run_id).await;
@@ -594,6 +611,41 @@ async fn an_open_page_learns_that_its_call_was_decided_elsewhere() {
 }
 
 #[tokio::test]
+async fn a_request_page_says_who_else_has_it_open_and_nobody_once_it_is_decided() {
+    let opened = alice_opens_a_request().await;
+    let state_path = format!("{}/state", opened.path);
+    let state = |page: Page| serde_json::from_str::<Value>(&page.html).unwrap();
+    assert_eq!(
+        state(opened.alice.get(&state_path).await)["others"],
+        serde_json::json!([])
+    );
+
+    // carol opens it too: her page names alice, and alice's next poll names carol.
+    let carol = Browser::signed_in(&opened.app, CAROL_KEY).await;
+    let carols = carol.get(&opened.path).await;
+    assert_shows(&carols, &["Also looking at this: alice"]);
+    assert_eq!(
+        state(opened.alice.get(&state_path).await)["others"],
+        serde_json::json!(["carol"])
+    );
+    assert!(
+        !opened
+            .reload()
+            .await
+            .html
+            .contains("Also looking at this: alice")
+    );
+
+    let done = opened.submit(&[("action", "approve")]).await;
+    assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.html);
+    assert_eq!(
+        state(carol.get(&state_path).await)["others"],
+        serde_json::json!([]),
+        "a decided request has nobody to look out for"
+    );
+}
+
+#[tokio::test]
 async fn a_form_without_the_sessions_csrf_token_is_refused_and_decides_nothing() {
     let opened = alice_opens_a_request().await;
     let carol = Browser::signed_in(&opened.app, CAROL_KEY).await;
@@ -643,7 +695,7 @@ async fn a_decision_or_a_sign_out_sent_from_another_site_is_refused_and_changes_
 }
 
 #[tokio::test]
-async fn an_edit_outside_the_schema_or_without_a_note_is_shown_beside_its_field_and_records_nothing()
+async fn an_edit_outside_the_schema_or_of_an_unknown_field_or_without_a_note_is_shown_and_records_nothing()
  {
     let opened = alice_opens_a_request().await;
     let edit = |amount: &'static str, note: &'static str| {
@@ -672,6 +724,22 @@ async fn an_edit_outside_the_schema_or_without_a_note_is_shown_beside_its_field_
     let not_a_number = edit("12,50", "Half.").await;
     assert_eq!(not_a_number.status, StatusCode::UNPROCESSABLE_ENTITY);
     assert_shows(&not_a_number, &["amount: must be a number"]);
+    // A field the form does not have, sent by hand: refused by name, not left out.
+    let misspelt = opened
+        .submit(&[
+            ("action", "edit"),
+            ("input.order_id", "A-1001"),
+            ("input.amount", "129"),
+            ("input.amout", "50"),
+            ("input.reason", "arrived broken"),
+            ("note", "typo"),
+        ])
+        .await;
+    assert_eq!(misspelt.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_shows(
+        &misspelt,
+        &["amout: is not a field of issue_refund (its fields: amount, order_id, reason)"],
+    );
     let no_note = edit("49", " ").await;
     assert_eq!(no_note.status, StatusCode::UNPROCESSABLE_ENTITY);
     assert_shows(&no_note, &["<p class=\"field-error\">Write a note"]);

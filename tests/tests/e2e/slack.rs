@@ -311,7 +311,7 @@ async fn the_reject_modal_needs_a_reason_and_its_submission_rejects() {
 }
 
 #[tokio::test]
-async fn the_edit_modal_shows_schema_errors_and_its_submission_runs_the_edit() {
+async fn the_edit_modal_shows_schema_and_unknown_field_errors_and_its_submission_runs_the_edit() {
     let (app, slack) = app_with_slack().await;
     let (run_id, posted, _) = posted_run(&app, &slack).await;
     let edit = button(&posted.body, "edit");
@@ -345,9 +345,29 @@ async fn the_edit_modal_shows_schema_errors_and_its_submission_runs_the_edit() {
         body["errors"]["input"]
             .as_str()
             .unwrap()
-            .contains("/amount"),
+            .contains("amount: must be a number"),
         "{body}"
     );
+    let misspelt = r#"{"order_id": "A-1001", "amount": 129, "amout": 50, "reason": "lid"}"#;
+    let (_, body) = interact(
+        &app,
+        &submit(
+            "U_ALICE",
+            "edit",
+            meta,
+            &[("input", misspelt), ("note", "typo")],
+        ),
+    )
+    .await;
+    let body: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(body["response_action"], "errors", "{body}");
+    assert!(
+        body["errors"]["input"].as_str().unwrap().contains(
+            "amout: is not a field of issue_refund (its fields: amount, order_id, reason)"
+        ),
+        "{body}"
+    );
+    assert_eq!(app.get_run_status(&run_id).await, "awaiting_approval");
     let (_, body) = interact(
         &app,
         &submit(
