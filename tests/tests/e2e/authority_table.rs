@@ -1,6 +1,6 @@
 //! The one rule of who may act, held against the decision script: every door a principal can
-//! arrive through (each gives them a role), every policy shape (open or listed approvers,
-//! quorum, self-approval, a cancel requested), every action. For each combination a fresh run
+//! arrive through (each gives them a role), every policy shape (open, listed or escalated
+//! approvers, quorum, self-approval, a cancel requested), every action. For each combination a fresh run
 //! is paused in a real Redis and the decision is sent to the script as that door would send
 //! it; what the script accepts must be exactly what `authority::may_decide` allows, what a
 //! surface made for one person offers (`actions_for`) exactly what it accepts, and what a
@@ -24,6 +24,17 @@ use std::time::Duration;
 const REQUESTER: &str = "rita";
 /// The approvers a listed policy names.
 const LISTED: [&str; 2] = ["alice", "rita"];
+/// Whom its escalation adds.
+const ESCALATED_TO: &str = "admin";
+
+/// Who decides a call: anyone whose role decides, the listed approvers, or those and whom
+/// an escalation added.
+#[derive(Clone, Copy, Debug)]
+enum Approvers {
+    Open,
+    Listed,
+    Escalated,
+}
 
 /// The gateway's configuration the doors read roles from: alice and bob are people without
 /// keys, rhea a person whose only key reads, quinn a person whose key starts runs, rita the
@@ -86,7 +97,7 @@ fn arrivals(config: &Config) -> Vec<(String, String, Role)> {
 
 #[derive(Clone, Copy, Debug)]
 struct Policy {
-    listed: bool,
+    approvers: Approvers,
     quorum: u32,
     self_ok: bool,
     cancelling: bool,
@@ -94,12 +105,12 @@ struct Policy {
 
 fn policies() -> Vec<Policy> {
     let mut out = Vec::new();
-    for listed in [false, true] {
+    for approvers in [Approvers::Open, Approvers::Listed, Approvers::Escalated] {
         for quorum in [1, 2] {
             for self_ok in [false, true] {
                 for cancelling in [false, true] {
                     out.push(Policy {
-                        listed,
+                        approvers,
                         quorum,
                         self_ok,
                         cancelling,
@@ -124,13 +135,21 @@ fn held_call(policy: Policy) -> PendingCall {
             allow_self_approval: policy.self_ok,
             ..Reviewers::default()
         },
-        deciders: policy
-            .listed
-            .then(|| LISTED.iter().map(|s| s.to_string()).collect()),
+        deciders: match policy.approvers {
+            Approvers::Open => None,
+            Approvers::Listed => Some(LISTED.map(String::from).to_vec()),
+            Approvers::Escalated => Some(
+                LISTED
+                    .iter()
+                    .chain([&ESCALATED_TO])
+                    .map(|s| s.to_string())
+                    .collect(),
+            ),
+        },
         // Held calls always have a deadline; this one is an hour away.
         deadline: Some(countersign_shared::now_ms() + 3_600_000),
         remind_at: None,
-        escalated: false,
+        escalated: matches!(policy.approvers, Approvers::Escalated),
     }
 }
 
