@@ -455,6 +455,35 @@ async fn the_edit_modal_shows_errors_then_the_change_and_only_its_confirmation_r
 }
 
 #[tokio::test]
+async fn an_edit_too_long_for_slack_to_carry_to_its_confirmation_is_recorded_at_once() {
+    let (app, slack) = app_with_slack().await;
+    let (run_id, posted, _) = posted_run(&app, &slack).await;
+    interact(
+        &app,
+        &click("U_ALICE", "edit", &button(&posted.body, "edit")),
+    )
+    .await;
+    let opened = slack.calls("views.open").pop().expect("the edit modal");
+    let meta = opened.body["view"]["private_metadata"].as_str().unwrap();
+    // Each fits its own text field, but not both in one view's 3,000 characters of metadata.
+    let input = r#"{"order_id": "A-1001", "amount": 50, "reason": "arrived broken"}"#;
+    let note = "n".repeat(2950);
+    let (status, body) = interact(
+        &app,
+        &submit(
+            "U_ALICE",
+            "edit",
+            meta,
+            &[("input", input), ("note", &note)],
+        ),
+    )
+    .await;
+    assert_eq!((status, body.as_str()), (StatusCode::OK, ""));
+    app.wait_status(&run_id, "completed").await;
+    assert_eq!(app.tools.refunds()[0]["amount"], 50);
+}
+
+#[tokio::test]
 async fn slack_and_the_api_racing_on_one_call_record_exactly_one_decision_and_slack_shows_it() {
     let (app, slack) = app_with_slack().await;
     let (run_id, posted, approve) = posted_run(&app, &slack).await;
