@@ -15,6 +15,7 @@ pub(crate) use error::{DecideError, action_name};
 pub(crate) use input::{Decider, MAX_TEXT, Proposed};
 
 use crate::state::AppState;
+use countersign_shared::edit::FieldChange;
 use countersign_shared::now_ms;
 use countersign_shared::run::Run;
 use countersign_shared::store::{CallDecided, DecideRequest, Outcome};
@@ -109,6 +110,30 @@ async fn record(
         Outcome::Settled(_) | Outcome::NotDue => Err(DecideError::Backend(
             "the decision script answered as for an expiry".into(),
         )),
+    }
+}
+
+/// What an edit would change, checked as [`decide`] checks it (its shape, and the fields and
+/// schema of the tool of the held call) but recording nothing: for a channel that shows the
+/// change before the reviewer sends it. `None` when `run_id` holds no such call with that
+/// digest: deciding it says why, in the words of every other refusal.
+pub(crate) async fn edit_preview(
+    state: &AppState,
+    run_id: &str,
+    p: &Proposed,
+) -> Result<Option<Vec<FieldChange>>, DecideError> {
+    input::check_shape(p)?;
+    let Some(run) = state.run(run_id).await? else {
+        return Ok(None);
+    };
+    let held = run
+        .pending()
+        .find(|c| c.call_id == p.call_id && Some(&c.digest) == p.digest.as_ref());
+    match (held, &p.input) {
+        (Some(pending), Some(input)) => {
+            proposal::checked_edit(&state.catalog, &run, pending, input).map(Some)
+        }
+        _ => Ok(None),
     }
 }
 

@@ -7,10 +7,33 @@ use super::error::DecideError;
 use super::input::{Decider, Proposed};
 use countersign_shared::agent::Catalog;
 use countersign_shared::audit::{AuditEntry, AuditKind};
-use countersign_shared::edit;
-use countersign_shared::run::{Action, Decision, Run};
+use countersign_shared::edit::{self, FieldChange};
+use countersign_shared::run::{Action, Decision, PendingCall, Run};
 use countersign_shared::store::Proposal;
-use serde_json::json;
+use serde_json::{Value, json};
+
+/// What an edit of `pending` to `input` changes, once it passes the tool's checks: it may
+/// change only the fields the tool takes, and the result must fit the tool's schema.
+pub(super) fn checked_edit(
+    catalog: &Catalog,
+    run: &Run,
+    pending: &PendingCall,
+    input: &Value,
+) -> Result<Vec<FieldChange>, DecideError> {
+    if let Some(agent) = catalog.get(&run.agent) {
+        let problems = agent.edit_problems(&pending.tool, &pending.input, input);
+        if !problems.is_empty() {
+            return Err(DecideError::InvalidEdit {
+                message: format!(
+                    "the edited input for call {:?} does not fit {}",
+                    pending.call_id, pending.tool
+                ),
+                errors: problems.iter().map(ToString::to_string).collect(),
+            });
+        }
+    }
+    Ok(edit::changes(&pending.input, input))
+}
 
 pub(super) fn proposal(
     catalog: &Catalog,
@@ -22,19 +45,7 @@ pub(super) fn proposal(
     let mut checked_digest = None;
     let mut changes = None;
     if let (Action::Edit, Some(input), Some(pending)) = (p.action, &p.input, pending) {
-        if let Some(agent) = catalog.get(&run.agent) {
-            let problems = agent.edit_problems(&pending.tool, &pending.input, input);
-            if !problems.is_empty() {
-                return Err(DecideError::InvalidEdit {
-                    message: format!(
-                        "the edited input for call {:?} does not fit {}",
-                        pending.call_id, pending.tool
-                    ),
-                    errors: problems.iter().map(ToString::to_string).collect(),
-                });
-            }
-        }
-        changes = Some(edit::changes(&pending.input, input));
+        changes = Some(checked_edit(catalog, run, pending, input)?);
         checked_digest = Some(pending.digest.clone());
     }
     let digest = p.digest.unwrap_or_default();

@@ -311,7 +311,7 @@ async fn the_reject_modal_needs_a_reason_and_its_submission_rejects() {
 }
 
 #[tokio::test]
-async fn the_edit_modal_shows_schema_and_unknown_field_errors_and_its_submission_runs_the_edit() {
+async fn the_edit_modal_shows_errors_then_the_change_and_only_its_confirmation_runs_the_edit() {
     let (app, slack) = app_with_slack().await;
     let (run_id, posted, _) = posted_run(&app, &slack).await;
     let edit = button(&posted.body, "edit");
@@ -380,21 +380,107 @@ async fn the_edit_modal_shows_schema_and_unknown_field_errors_and_its_submission
     .await;
     assert!(body.contains("not valid JSON"), "{body}");
 
-    let good = r#"{"order_id": "A-1001", "amount": 49, "reason": "lid"}"#;
+    // A valid edit records nothing yet: it pushes a view that shows the change.
+    let mut good: Value = serde_json::from_str(initial).unwrap();
+    good["amount"] = json!(50);
     let (status, body) = interact(
         &app,
         &submit(
             "U_ALICE",
             "edit",
             meta,
-            &[("input", good), ("note", "Only the lid.")],
+            &[("input", &good.to_string()), ("note", "Only the lid.")],
+        ),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let pushed: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(pushed["response_action"], "push", "{pushed}");
+    let confirmation = &pushed["view"];
+    assert_eq!(confirmation["callback_id"], "confirm_edit");
+    let shown = all_text(confirmation);
+    assert!(
+        shown.contains("amount: 129 → 50") && shown.contains("Only the lid."),
+        "{shown}"
+    );
+    let (_, run) = app.get(&format!("/v1/runs/{run_id}")).await;
+    assert_eq!(run["status"], "awaiting_approval");
+    assert!(run["pending"][0]["decision"].is_null(), "{run}");
+
+    // Its submission records the edit as shown, and closes the modal.
+    let carried = confirmation["private_metadata"].as_str().unwrap();
+    let (status, body) = interact(&app, &submit("U_ALICE", "confirm_edit", carried, &[])).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["response_action"],
+        "clear"
+    );
+    app.wait_status(&run_id, "completed").await;
+    assert_eq!(app.tools.refunds().len(), 1);
+    assert_eq!(app.tools.refunds()[0]["amount"], 50);
+    assert!(all_text(&wait_update(&slack).await.body).contains("Approved with edits by alice"));
+
+    // Slack retrying the confirmation records nothing more; another reviewer confirming the
+    // same edit now records nothing, and the confirmation says why.
+    let (_, body) = interact(&app, &submit("U_ALICE", "confirm_edit", carried, &[])).await;
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["response_action"],
+        "clear"
+    );
+    let (_, body) = interact(&app, &submit("U_BOB", "confirm_edit", carried, &[])).await;
+    let body: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(body["response_action"], "update", "{body}");
+    assert!(
+        all_text(&body["view"]).contains("Nothing was recorded"),
+        "{body}"
+    );
+    let (_, trail) = app.get(&format!("/v1/runs/{run_id}/audit")).await;
+    let decided: Vec<Value> = trail["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["entry"].clone())
+        .filter(|e| e["kind"] == "decided")
+        .collect();
+    assert_eq!(decided.len(), 1, "{trail}");
+    assert_eq!(
+        (&decided[0]["actor"], &decided[0]["channel"]),
+        (&json!("alice"), &json!("slack"))
+    );
+    assert_eq!(
+        decided[0]["detail"]["changes"],
+        json!([{"field": "amount", "before": 129, "after": 50}])
+    );
+    assert_eq!(app.tools.refunds().len(), 1);
+}
+
+#[tokio::test]
+async fn an_edit_too_long_for_slack_to_carry_to_its_confirmation_is_recorded_at_once() {
+    let (app, slack) = app_with_slack().await;
+    let (run_id, posted, _) = posted_run(&app, &slack).await;
+    interact(
+        &app,
+        &click("U_ALICE", "edit", &button(&posted.body, "edit")),
+    )
+    .await;
+    let opened = slack.calls("views.open").pop().expect("the edit modal");
+    let meta = opened.body["view"]["private_metadata"].as_str().unwrap();
+    // Each fits its own text field, but not both in one view's 3,000 characters of metadata.
+    let input = r#"{"order_id": "A-1001", "amount": 50, "reason": "arrived broken"}"#;
+    let note = "n".repeat(2950);
+    let (status, body) = interact(
+        &app,
+        &submit(
+            "U_ALICE",
+            "edit",
+            meta,
+            &[("input", input), ("note", &note)],
         ),
     )
     .await;
     assert_eq!((status, body.as_str()), (StatusCode::OK, ""));
     app.wait_status(&run_id, "completed").await;
-    assert_eq!(app.tools.refunds()[0]["amount"], 49);
-    assert!(all_text(&wait_update(&slack).await.body).contains("Approved with edits by alice"));
+    assert_eq!(app.tools.refunds()[0]["amount"], 50);
 }
 
 #[tokio::test]

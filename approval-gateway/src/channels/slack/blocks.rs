@@ -1,7 +1,8 @@
 //! Slack Block Kit for approval requests: the message with its buttons, the short message
-//! posted when Slack refuses the full one, the message once decided (buttons gone), and the
-//! reject and edit modals. Buttons and modals carry the run, call and digest the reviewer was
-//! shown, so the decision is bound to exactly that.
+//! posted when Slack refuses the full one, the message once decided (buttons gone), the
+//! reject and edit modals, and the view that shows an edit's change before it is sent.
+//! Buttons and modals carry the run, call and digest the reviewer was shown, so the decision
+//! is bound to exactly that.
 //!
 //! Nothing the model, a tool or a requester wrote is markup. In `mrkdwn` text it is escaped
 //! (`&`, `<` and `>` are Slack's control characters), so `<!channel>`, `<@U…>` or
@@ -17,6 +18,7 @@
 //! they are escaped, so an escape is never cut in half.
 
 use countersign_shared::authority::{self, RunFacts};
+use countersign_shared::edit::{self, FieldChange};
 use countersign_shared::events::Evidence;
 use countersign_shared::run::{Action, PendingCall};
 use serde::{Deserialize, Serialize};
@@ -33,12 +35,26 @@ pub(crate) struct Target {
     pub(crate) digest: String,
 }
 
+/// An edit as the reviewer wrote it, carried by the view that shows its change until they
+/// confirm it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct EditToConfirm {
+    #[serde(flatten)]
+    pub(crate) target: Target,
+    #[serde(rename = "i")]
+    pub(crate) input: Value,
+    #[serde(rename = "n")]
+    pub(crate) note: String,
+}
+
 /// Slack's limit for a section's (and a context element's) text.
 pub(crate) const MAX_SECTION_TEXT: usize = 3000;
 /// Slack's limit for the blocks of one message.
 pub(crate) const MAX_BLOCKS: usize = 50;
 /// Slack's limit for what a `plain_text_input` holds (`max_length` at most 3,000).
 pub(crate) const MAX_INPUT: usize = 3000;
+/// Slack's limit for a view's `private_metadata`.
+const MAX_METADATA: usize = 3000;
 /// Tool results shown in a request; the others are counted in one line.
 pub(crate) const MAX_EVIDENCE_SHOWN: usize = 8;
 
@@ -295,6 +311,7 @@ pub(crate) fn decided_message(channel: &str, ts: &str, summary: &str, outcome: &
 
 pub(crate) const REJECT: &str = "reject";
 pub(crate) const EDIT: &str = "edit";
+pub(crate) const CONFIRM_EDIT: &str = "confirm_edit";
 /// Block and action ids of the modals' inputs.
 pub(crate) const REASON: &str = "reason";
 pub(crate) const INPUT: &str = "input";
@@ -338,10 +355,10 @@ pub(crate) fn reject_modal(trigger_id: &str, target: &Target) -> Value {
     )
 }
 
-/// Slack's `max_length` counts what its clients count; UTF-16 units are never fewer than
+/// Slack's limits count what its clients count; UTF-16 units are never fewer than
 /// characters, so counting them errs on the side of refusing.
-fn fits_input(text: &str) -> bool {
-    text.encode_utf16().count() <= MAX_INPUT
+fn fits(text: &str, max: usize) -> bool {
+    text.encode_utf16().count() <= max
 }
 
 /// The edit modal with the arguments as JSON; or, when they are too long for a text field,
@@ -349,11 +366,11 @@ fn fits_input(text: &str) -> bool {
 /// arguments would lose some of them).
 pub(crate) fn edit_modal(trigger_id: &str, target: &Target, input: &Value) -> Value {
     let pretty = serde_json::to_string_pretty(input).unwrap_or_default();
-    let json = if fits_input(&pretty) {
+    let json = if fits(&pretty, MAX_INPUT) {
         pretty
     } else {
         let compact = input.to_string();
-        if !fits_input(&compact) {
+        if !fits(&compact, MAX_INPUT) {
             return edit_by_api_modal(trigger_id, target, compact.chars().count());
         }
         compact
@@ -370,6 +387,44 @@ pub(crate) fn edit_modal(trigger_id: &str, target: &Target, input: &Value) -> Va
         target,
         blocks,
     )
+}
+
+/// What the edit modal's submission answers (Slack's `push` response action): a view that
+/// shows the edit as a change, field by field, and the note, and whose submission records it.
+/// `None` when the edit does not fit the view's `private_metadata`.
+pub(crate) fn confirm_edit_view(edit: &EditToConfirm, changes: &[FieldChange]) -> Option<Value> {
+    let metadata = serde_json::to_string(edit).expect("edits serialize");
+    if !fits(&metadata, MAX_METADATA) {
+        return None;
+    }
+    let blocks = vec![
+        section(
+            "*Your change:*\n",
+            &edit::described(changes),
+            MAX_SECTION_TEXT,
+        ),
+        section("*Note for the agent:* ", &edit.note, MAX_SECTION_TEXT),
+        mrkdwn_section("Approve to run the call with this change; Back to change it again.".into()),
+    ];
+    Some(json!({"response_action": "push", "view": {
+        "type": "modal", "callback_id": CONFIRM_EDIT,
+        "title": {"type": "plain_text", "text": "Confirm edit"},
+        "submit": {"type": "plain_text", "text": "Approve edited"},
+        "close": {"type": "plain_text", "text": "Back"},
+        "private_metadata": metadata,
+        "blocks": blocks,
+    }}))
+}
+
+/// What a submission of a view with no inputs answers when it records nothing (Slack shows
+/// `errors` only under inputs): the view, updated to say why. Closing it closes the modal.
+pub(crate) fn not_recorded_view(why: &str) -> Value {
+    json!({"response_action": "update", "view": {
+        "type": "modal", "callback_id": "not_recorded", "clear_on_close": true,
+        "title": {"type": "plain_text", "text": "Not recorded"},
+        "close": {"type": "plain_text", "text": "Close"},
+        "blocks": [section("*Nothing was recorded:* ", why, MAX_SECTION_TEXT)],
+    }})
 }
 
 /// Says where to edit a call whose arguments no Slack text field can hold. Nothing to submit.
@@ -512,6 +567,35 @@ mod tests {
             .as_str()
             .unwrap();
         assert!(text.contains("/v1/runs/run_1/decisions") && text.contains("&lt;!channel&gt;"));
+    }
+
+    #[test]
+    fn an_edit_confirmation_shows_the_change_inert_or_is_none_past_the_metadata_limit() {
+        let edit = |input: Value| EditToConfirm {
+            target: Target {
+                run_id: "run_1".into(),
+                call_id: "toolu_1".into(),
+                digest: "d".into(),
+            },
+            input,
+            note: "<!channel> lid only".into(),
+        };
+        let held = json!({"amount": 129});
+        let small = edit(json!({"amount": 50}));
+        let push = confirm_edit_view(&small, &edit::changes(&held, &small.input)).unwrap();
+        assert_eq!(push["response_action"], "push");
+        let view = &push["view"];
+        assert_eq!(view["callback_id"], CONFIRM_EDIT);
+        let carried: EditToConfirm =
+            serde_json::from_str(view["private_metadata"].as_str().unwrap()).unwrap();
+        assert_eq!(
+            (carried.input, carried.target.digest),
+            (small.input, "d".into())
+        );
+        let text = view["blocks"].to_string();
+        assert!(text.contains("amount: 129 → 50") && text.contains("&lt;!channel&gt;"));
+        let big = edit(json!({"amount": "9".repeat(3000)}));
+        assert!(confirm_edit_view(&big, &edit::changes(&held, &big.input)).is_none());
     }
 
     #[test]

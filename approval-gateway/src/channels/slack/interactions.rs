@@ -1,7 +1,8 @@
 //! `POST /slack/interactions`: button clicks and modal submissions from Slack. The signature
 //! is checked before anything in the body is read. Approve decides at once; Reject and Edit
-//! open a modal (within the trigger's three seconds) whose submission decides, with errors
-//! shown in the modal. A Slack user who is not a configured person is told so, privately.
+//! open a modal (within the trigger's three seconds), with errors shown in the modal. The
+//! reject modal's submission decides; the edit modal's, once the edit passes the checks the
+//! decision makes, pushes a view showing the change field by field, whose submission decides. A Slack user who is not a configured person is told so, privately.
 //! A payload from another workspace or app than the configured ones (`team_id`,
 //! `api_app_id`) is refused (403) before its user is looked up.
 
@@ -138,65 +139,107 @@ async fn block_action(
     Ok(StatusCode::OK.into_response())
 }
 
-/// A modal was submitted: decide, or answer with errors shown under the modal's inputs.
+/// A modal was submitted: decide, or answer with errors shown under the modal's inputs. A
+/// valid edit is not decided yet: the answer pushes a view showing its change, and that
+/// view's submission decides.
 async fn view_submission(state: &AppState, payload: &Value, principal: Option<String>) -> Response {
     let view = &payload["view"];
     let callback = view["callback_id"].as_str().unwrap_or_default();
-    let first_block = if callback == blocks::EDIT {
-        blocks::INPUT
-    } else {
-        blocks::REASON
-    };
     let errors = |block: &str, message: &str| {
         Json(json!({"response_action": "errors", "errors": {block: message}})).into_response()
     };
+    // Under the modal's first input; the confirmation has none, so it is updated to say why.
+    let refuse = |message: &str| match callback {
+        blocks::EDIT => errors(blocks::INPUT, message),
+        blocks::REJECT => errors(blocks::REASON, message),
+        _ => Json(blocks::not_recorded_view(message)).into_response(),
+    };
     let Some(principal) = principal else {
-        return errors(first_block, NOT_AN_APPROVER);
+        return refuse(NOT_AN_APPROVER);
     };
-    let Some(target) = view["private_metadata"]
-        .as_str()
-        .and_then(|m| serde_json::from_str::<Target>(m).ok())
-    else {
-        return errors(
-            first_block,
-            "this form lost track of its request; open it again",
-        );
-    };
+    let metadata = view["private_metadata"].as_str().unwrap_or_default();
+    let lost = "this form lost track of its request; open it again";
     let value = |block: &str| {
         view["state"]["values"][block][block]["value"]
             .as_str()
             .map(str::to_string)
     };
-    let proposed = match callback {
-        blocks::REJECT => proposal(&target, Action::Reject, None, None, value(blocks::REASON)),
-        blocks::EDIT => {
-            let text = value(blocks::INPUT).unwrap_or_default();
-            let input: Value = match serde_json::from_str(&text) {
-                Ok(input) => input,
-                Err(e) => return errors(blocks::INPUT, &format!("This is not valid JSON: {e}")),
+    let (run_id, proposed) = match callback {
+        blocks::CONFIRM_EDIT => {
+            let Ok(edit) = serde_json::from_str::<blocks::EditToConfirm>(metadata) else {
+                return refuse(lost);
             };
-            proposal(
-                &target,
+            let proposed = proposal(
+                &edit.target,
                 Action::Edit,
-                Some(input),
-                value(blocks::NOTE),
+                Some(edit.input),
+                Some(edit.note),
                 None,
-            )
+            );
+            (edit.target.run_id, proposed)
+        }
+        blocks::REJECT | blocks::EDIT => {
+            let Ok(target) = serde_json::from_str::<Target>(metadata) else {
+                return refuse(lost);
+            };
+            if callback == blocks::REJECT {
+                let reason = value(blocks::REASON);
+                let proposed = proposal(&target, Action::Reject, None, None, reason);
+                (target.run_id, proposed)
+            } else {
+                let text = value(blocks::INPUT).unwrap_or_default();
+                let input: Value = match serde_json::from_str(&text) {
+                    Ok(input) => input,
+                    Err(e) => {
+                        return errors(blocks::INPUT, &format!("This is not valid JSON: {e}"));
+                    }
+                };
+                let Some(note) = value(blocks::NOTE).filter(|n| !n.trim().is_empty()) else {
+                    return errors(blocks::NOTE, "Say why you changed it; the agent is told.");
+                };
+                let edit = blocks::EditToConfirm {
+                    target: target.clone(),
+                    input,
+                    note,
+                };
+                let proposed = proposal(
+                    &target,
+                    Action::Edit,
+                    Some(edit.input.clone()),
+                    Some(edit.note.clone()),
+                    None,
+                );
+                match decide::edit_preview(state, &target.run_id, &proposed).await {
+                    Err(e) => return refuse(&ApiError::from(e).explained()),
+                    Ok(Some(changes)) => {
+                        // An edit too long for the view's private_metadata (3,000
+                        // characters: long arguments and a long note) cannot be carried to
+                        // the confirmation, so it is decided at once, as it was checked.
+                        if let Some(push) = blocks::confirm_edit_view(&edit, &changes) {
+                            return Json(push).into_response();
+                        }
+                    }
+                    // The call is no longer held as shown: deciding it says why.
+                    Ok(None) => {}
+                }
+                (target.run_id, proposed)
+            }
         }
         _ => return StatusCode::OK.into_response(),
     };
-    if callback == blocks::EDIT && value(blocks::NOTE).is_none_or(|n| n.trim().is_empty()) {
-        return errors(blocks::NOTE, "Say why you changed it; the agent is told.");
-    }
     let by = Decider {
         principal: &principal,
         role: state.person_role(&principal),
         channel: CHANNEL,
         link: None,
     };
-    match decide::decide_one(state, &target.run_id, proposed, &by).await {
+    match decide::decide_one(state, &run_id, proposed, &by).await {
+        // The confirmation closes with the edit modal beneath it.
+        Ok(_) if callback == blocks::CONFIRM_EDIT => {
+            Json(json!({"response_action": "clear"})).into_response()
+        }
         Ok(_) => StatusCode::OK.into_response(),
-        Err(e) => errors(first_block, &ApiError::from(e).explained()),
+        Err(e) => refuse(&ApiError::from(e).explained()),
     }
 }
 
