@@ -11,7 +11,6 @@ use crate::runs::RunError;
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use countersign_shared::store::RefusalCode;
 use serde_json::{Value, json};
 
 #[derive(Debug)]
@@ -166,28 +165,13 @@ impl From<DecideError> for ApiError {
             DecideError::NoRun(m) => Self::not_found(m),
             DecideError::Backend(cause) => Self::unavailable(cause),
             DecideError::Refused {
-                code,
+                status,
+                api_code,
                 message,
                 recorded,
+                ..
             } => {
-                let (status, code_str) = match code {
-                    RefusalCode::Decided if recorded.as_ref().is_some_and(|d| d.expired) => {
-                        (StatusCode::GONE, "expired")
-                    }
-                    RefusalCode::Decided => (StatusCode::CONFLICT, "already_decided"),
-                    RefusalCode::NotWaiting => (StatusCode::CONFLICT, "not_awaiting_approval"),
-                    RefusalCode::NoCall => (StatusCode::NOT_FOUND, "not_found"),
-                    RefusalCode::StaleDigest => (StatusCode::CONFLICT, "stale_digest"),
-                    RefusalCode::PastDeadline => (StatusCode::GONE, "expired"),
-                    RefusalCode::RunCancelled => (StatusCode::CONFLICT, "run_cancelled"),
-                    RefusalCode::NotApprover
-                    | RefusalCode::OwnRequest
-                    | RefusalCode::RoleMayNotDecide => (StatusCode::FORBIDDEN, "not_an_approver"),
-                    RefusalCode::EditWithQuorum => (StatusCode::BAD_REQUEST, "bad_request"),
-                    RefusalCode::EditUnchecked => (StatusCode::CONFLICT, "not_checked"),
-                    RefusalCode::LinkUsed => (StatusCode::GONE, "link_used"),
-                };
-                let error = Self::new(status, code_str, message);
+                let error = Self::new(status, api_code, message);
                 match recorded {
                     Some(decision) if !decision.expired => {
                         error.with_details(json!({ "decision": decision }))

@@ -1,7 +1,9 @@
-//! Why a decision was not recorded, in the words a reviewer reads. Which status each answer
-//! gets is the API's business (`crate::error`).
+//! Why a decision was not recorded: for each refusal of the decision script, the words a
+//! reviewer reads and the status and code the API answers with, side by side, so a new
+//! refusal is one arm here (and its code in `lua/decide.lua` and `RefusalCode`).
 
 use crate::time::rfc3339;
+use axum::http::StatusCode;
 use countersign_shared::run::{Action, Decision};
 use countersign_shared::store::{Refusal, RefusalCode};
 
@@ -16,11 +18,13 @@ pub(crate) enum DecideError {
         message: String,
         errors: Vec<String>,
     },
-    /// The decision script refused, for `code`; `recorded` is the decision that stands
-    /// when the call was decided already.
+    /// The decision script refused, for `code`, answered with `status` and `api_code`;
+    /// `recorded` is the decision that stands when the call was decided already.
     #[error("{message}")]
     Refused {
         code: RefusalCode,
+        status: StatusCode,
+        api_code: &'static str,
         message: String,
         recorded: Option<Box<Decision>>,
     },
@@ -43,68 +47,106 @@ impl DecideError {
         let call = refusal.call_id.as_str();
         let detail = refusal.detail;
         let mut recorded = None;
-        let message = match refusal.code {
+        let (status, api_code, message) = match refusal.code {
             RefusalCode::Decided => match serde_json::from_str::<Decision>(&detail) {
-                Ok(existing) => {
-                    let message = if existing.expired {
-                        format!(
-                            "call {call:?} expired at {}: nobody decided before its deadline, so it did not run",
-                            rfc3339(existing.decided_at)
-                        )
-                    } else {
-                        format!(
-                            "call {call:?} was already decided: {} by {} at {}",
-                            action_name(existing.action),
-                            existing.decided_by,
-                            rfc3339(existing.decided_at)
-                        )
-                    };
+                Ok(existing) if existing.expired => {
+                    let message = format!(
+                        "call {call:?} expired at {}: nobody decided before its deadline, so it did not run",
+                        rfc3339(existing.decided_at)
+                    );
                     recorded = Some(Box::new(existing));
-                    message
+                    (StatusCode::GONE, "expired", message)
                 }
-                Err(_) => format!("call {call:?} was already decided"),
+                Ok(existing) => {
+                    let message = format!(
+                        "call {call:?} was already decided: {} by {} at {}",
+                        action_name(existing.action),
+                        existing.decided_by,
+                        rfc3339(existing.decided_at)
+                    );
+                    recorded = Some(Box::new(existing));
+                    (StatusCode::CONFLICT, "already_decided", message)
+                }
+                Err(_) => (
+                    StatusCode::CONFLICT,
+                    "already_decided",
+                    format!("call {call:?} was already decided"),
+                ),
             },
-            RefusalCode::NotWaiting => {
-                format!("run {run_id:?} is {detail}, not awaiting approval")
-            }
-            RefusalCode::NoCall => {
-                format!("run {run_id:?} has no call {call:?} waiting for a decision")
-            }
+            RefusalCode::NotWaiting => (
+                StatusCode::CONFLICT,
+                "not_awaiting_approval",
+                format!("run {run_id:?} is {detail}, not awaiting approval"),
+            ),
+            RefusalCode::NoCall => (
+                StatusCode::NOT_FOUND,
+                "not_found",
+                format!("run {run_id:?} has no call {call:?} waiting for a decision"),
+            ),
             // The current digest is not told: a careless script could quote it and approve
             // what nobody looked at. The reader looks again.
-            RefusalCode::StaleDigest => format!(
-                "the digest for call {call:?} does not match what is pending now: the call changed since it was shown; look at it again"
+            RefusalCode::StaleDigest => (
+                StatusCode::CONFLICT,
+                "stale_digest",
+                format!(
+                    "the digest for call {call:?} does not match what is pending now: the call changed since it was shown; look at it again"
+                ),
             ),
-            RefusalCode::PastDeadline => format!(
-                "the deadline of call {call:?} passed at {}; it can no longer be decided",
-                detail.parse().map(rfc3339).unwrap_or(detail)
+            RefusalCode::PastDeadline => (
+                StatusCode::GONE,
+                "expired",
+                format!(
+                    "the deadline of call {call:?} passed at {}; it can no longer be decided",
+                    detail.parse().map(rfc3339).unwrap_or(detail)
+                ),
             ),
             RefusalCode::NotApprover => {
                 let deciders: Vec<String> = serde_json::from_str(&detail).unwrap_or_default();
-                format!(
+                let message = format!(
                     "{principal} is not among the approvers of call {call:?} ({})",
                     deciders.join(", ")
-                )
+                );
+                (StatusCode::FORBIDDEN, "not_an_approver", message)
             }
-            RefusalCode::OwnRequest => {
-                format!("{principal} requested this run and may not approve their own request")
-            }
-            RefusalCode::EditWithQuorum => format!(
-                "call {call:?} needs {detail} approvals, and an edit cannot be approved by several people at once: approve it as it is, or reject it with a reason"
+            RefusalCode::OwnRequest => (
+                StatusCode::FORBIDDEN,
+                "not_an_approver",
+                format!("{principal} requested this run and may not approve their own request"),
             ),
-            RefusalCode::EditUnchecked => format!(
-                "call {call:?} was not waiting when the edit was checked against its tool's schema; send it again"
+            RefusalCode::RoleMayNotDecide => (
+                StatusCode::FORBIDDEN,
+                "not_an_approver",
+                format!("{principal} does not hold a role that decides held calls"),
             ),
-            RefusalCode::LinkUsed => "this link was already used or has expired".to_string(),
-            RefusalCode::RoleMayNotDecide => {
-                format!("{principal} does not hold a role that decides held calls")
-            }
-            RefusalCode::RunCancelled => {
-                format!("run {run_id:?} was cancelled: nothing in it is decided any more")
-            }
+            RefusalCode::EditWithQuorum => (
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                format!(
+                    "call {call:?} needs {detail} approvals, and an edit cannot be approved by several people at once: approve it as it is, or reject it with a reason"
+                ),
+            ),
+            RefusalCode::EditUnchecked => (
+                StatusCode::CONFLICT,
+                "not_checked",
+                format!(
+                    "call {call:?} was not waiting when the edit was checked against its tool's schema; send it again"
+                ),
+            ),
+            RefusalCode::LinkUsed => (
+                StatusCode::GONE,
+                "link_used",
+                "this link was already used or has expired".to_string(),
+            ),
+            RefusalCode::RunCancelled => (
+                StatusCode::CONFLICT,
+                "run_cancelled",
+                format!("run {run_id:?} was cancelled: nothing in it is decided any more"),
+            ),
         };
         Self::Refused {
             code: refusal.code,
+            status,
+            api_code,
             message,
             recorded,
         }
