@@ -66,3 +66,42 @@ pub fn metric_value(text: &str, series: &str) -> Option<f64> {
         (name == series).then(|| value.parse().ok())?
     })
 }
+
+/// Starts a refund run on the gateway at `base` with `key` (which must start runs) and waits,
+/// within `timeout`, until a worker has paused it; the run's id. `what` names the wait.
+pub async fn start_until_paused(
+    http: &reqwest::Client,
+    base: &str,
+    key: &str,
+    what: &str,
+    timeout: Duration,
+) -> String {
+    let started = http
+        .post(format!("{base}/v1/runs"))
+        .bearer_auth(key)
+        .json(&serde_json::json!({"agent": "refunds", "input": "Refund order A-1001."}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(started.status(), 202, "{what}: the run starts");
+    let run: serde_json::Value = started.json().await.unwrap();
+    let run_id = run["run_id"].as_str().unwrap().to_string();
+    wait_for(
+        &format!("{what}: run {run_id} to pause"),
+        timeout,
+        || async {
+            let run: serde_json::Value = http
+                .get(format!("{base}/v1/runs/{run_id}"))
+                .bearer_auth(key)
+                .send()
+                .await
+                .ok()?
+                .json()
+                .await
+                .ok()?;
+            (run["status"] == "awaiting_approval").then_some(())
+        },
+    )
+    .await;
+    run_id
+}

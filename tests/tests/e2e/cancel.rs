@@ -49,6 +49,19 @@ async fn paused_with_slack() -> (TestApp, FakeSlack, String, Value) {
     (app, slack, run_id, paused)
 }
 
+/// Waits for the call's Slack message to be updated to say it was cancelled.
+async fn slack_says_cancelled(slack: &FakeSlack) {
+    let update = wait_for("the Slack message to say cancelled", PATIENCE, || async {
+        slack.calls("chat.update").pop()
+    })
+    .await;
+    assert!(
+        update.body.to_string().contains("Cancelled"),
+        "{:?}",
+        update.body
+    );
+}
+
 #[tokio::test]
 async fn the_requester_cancels_a_paused_run_its_call_closes_and_nothing_runs() {
     let (app, slack, run_id, paused) = paused_with_slack().await;
@@ -76,15 +89,7 @@ async fn the_requester_cancels_a_paused_run_its_call_closes_and_nothing_runs() {
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
     assert_eq!(body["error"]["code"], "run_cancelled");
     assert!(app.tools.refunds().is_empty());
-    let update = wait_for("the Slack message to say cancelled", PATIENCE, || async {
-        slack.calls("chat.update").pop()
-    })
-    .await;
-    assert!(
-        update.body.to_string().contains("Cancelled"),
-        "{:?}",
-        update.body
-    );
+    slack_says_cancelled(&slack).await;
 
     let ended = app
         .stream_messages("RUN_EVENTS", &format!("run.cancelled.{run_id}"))
@@ -190,15 +195,7 @@ async fn with_no_worker_running_a_cancel_closes_the_call_at_once_and_a_later_app
         .stream_messages("APPROVALS", &format!("approval.decided.{run_id}"))
         .await;
     assert!(decided.is_empty(), "{decided:?}");
-    let update = wait_for("the Slack message to say cancelled", PATIENCE, || async {
-        slack.calls("chat.update").pop()
-    })
-    .await;
-    assert!(
-        update.body.to_string().contains("Cancelled"),
-        "{:?}",
-        update.body
-    );
+    slack_says_cancelled(&slack).await;
     let (_, run) = app.get(&format!("/v1/runs/{run_id}")).await;
     assert!(run["pending"][0]["decision"].is_null(), "{run}");
     let (_, approvals) = app.get("/v1/approvals").await;

@@ -6,8 +6,6 @@
 //! not a terminal, carries no colour codes.
 
 use countersign_shared::names::Names;
-use countersign_tests::wait_for;
-use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -18,7 +16,6 @@ const STARTS: usize = 50;
 /// How long a start may take to print its banner before the test fails.
 const BANNER_WITHIN: Duration = Duration::from_secs(30);
 const REQUESTER_KEY: &str = "local-requester-key-0000";
-const YOUR_KEY: &str = "local-demo-key-0000";
 const BANNER: &str = "countersign is running";
 
 /// A runner started on its own ports and data folder.
@@ -132,32 +129,12 @@ impl Runner {
 
     /// Starts a refund run as the support desk and waits until the worker has paused it.
     async fn run_a_refund(&self) {
-        let http = reqwest::Client::new();
-        let started = http
-            .post(format!("{}/v1/runs", self.gateway))
-            .bearer_auth(REQUESTER_KEY)
-            .json(&json!({"agent": "refunds", "input": "Order A-1001 arrived broken."}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(started.status(), 202, "a run starts right after the banner");
-        let run: Value = started.json().await.unwrap();
-        let run_id = run["run_id"].as_str().unwrap().to_string();
-        wait_for(
-            &format!("run {run_id} to pause"),
+        countersign_tests::start_until_paused(
+            &reqwest::Client::new(),
+            &self.gateway,
+            REQUESTER_KEY,
+            "a run started right after the banner",
             Duration::from_secs(20),
-            || async {
-                let run: Value = http
-                    .get(format!("{}/v1/runs/{run_id}", self.gateway))
-                    .bearer_auth(YOUR_KEY)
-                    .send()
-                    .await
-                    .ok()?
-                    .json()
-                    .await
-                    .ok()?;
-                (run["status"] == "awaiting_approval").then_some(())
-            },
         )
         .await;
     }

@@ -8,12 +8,10 @@
 use countersign_local::demo_tools::DemoTools;
 use countersign_shared::bus::Bus;
 use countersign_shared::names::Names;
-use countersign_tests::app::{
-    ADMIN_KEY, REQUESTER_KEY, gateway_config, refunds_agent, worker_config,
-};
+use countersign_tests::app::{REQUESTER_KEY, gateway_config, refunds_agent, worker_config};
 use countersign_tests::fake_model::{FakeModel, refund_brain};
 use countersign_tests::infra::Infra;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -120,31 +118,12 @@ async fn two_gateways_and_three_workers_started_at_once_on_empty_servers_are_all
         // Ready means working: a run started at once through either gateway is taken by a
         // worker, which pauses it before the refund.
         let gateway = services[round % GATEWAYS].readyz.replace("/readyz", "");
-        let started = http
-            .post(format!("{gateway}/v1/runs"))
-            .bearer_auth(REQUESTER_KEY)
-            .json(&json!({"agent": "refunds", "input": "Refund order A-1."}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(started.status(), 202, "round {round}");
-        let run: Value = started.json().await.unwrap();
-        let run_id = run["run_id"].as_str().unwrap();
-        countersign_tests::wait_for(
-            &format!("round {round}: run {run_id} to pause"),
+        countersign_tests::start_until_paused(
+            &http,
+            &gateway,
+            REQUESTER_KEY,
+            &format!("round {round}"),
             READY_WITHIN,
-            || async {
-                let run: Value = http
-                    .get(format!("{gateway}/v1/runs/{run_id}"))
-                    .bearer_auth(ADMIN_KEY)
-                    .send()
-                    .await
-                    .ok()?
-                    .json()
-                    .await
-                    .ok()?;
-                (run["status"] == "awaiting_approval").then_some(())
-            },
         )
         .await;
 
