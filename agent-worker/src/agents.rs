@@ -2,7 +2,7 @@
 
 use crate::model::Model;
 use crate::policy::Policy;
-use countersign_shared::agent::{Agent, Catalog};
+use countersign_model::agent::{Agent, Catalog};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 

@@ -1,8 +1,10 @@
 //! Worker configuration: defaults, then a TOML file (`--config` or `COUNTERSIGN_CONFIG`),
 //! then environment variables, then `validate()`.
 
-use countersign_shared::infra::{InfraConfig, config_path_from_args, load_toml, override_from_env};
-use countersign_shared::secret::Secret;
+use countersign_runtime::config::{
+    InfraConfig, config_path_from_args, load_toml, override_from_env,
+};
+use countersign_runtime::secret::Secret;
 use serde::Deserialize;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -42,7 +44,7 @@ pub struct Config {
     /// The people who review, as the gateway has them (the same `[[people]]` table, so both
     /// services can read one file): a held call's `role:NAME` approvers are resolved to the
     /// people holding the role when it is held. Default none.
-    pub people: Vec<countersign_shared::people::Person>,
+    pub people: Vec<countersign_model::people::Person>,
     /// Address of the small HTTP server answering `/livez`, `/readyz` and `/metrics`. Env:
     /// `WORKER_HEALTH_LISTEN`. Default `127.0.0.1:9090`; port 0 picks a free one.
     pub health_listen: String,
@@ -101,7 +103,7 @@ impl Config {
         anyhow::ensure!(self.lease_secs >= 3, "lease_secs must be at least 3");
         anyhow::ensure!(self.ack_wait_secs >= 3, "ack_wait_secs must be at least 3");
         anyhow::ensure!(self.max_attempts >= 1, "max_attempts must be at least 1");
-        countersign_shared::metrics_http::check_token(self.metrics_token.as_ref())?;
+        countersign_runtime::metrics_http::check_token(self.metrics_token.as_ref())?;
         if self.worker_id.is_empty() {
             let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "worker".into());
             self.worker_id = format!("{host}-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
@@ -121,11 +123,12 @@ mod tests {
     #[test]
     fn the_reference_configuration_loads_and_a_misspelled_key_is_named() {
         let (mut config, infra): (Config, _) =
-            countersign_shared::infra::parse_toml(include_str!("../config.example.toml")).unwrap();
+            countersign_runtime::config::parse_toml(include_str!("../config.example.toml"))
+                .unwrap();
         config.infra = infra;
         config.validate().unwrap();
         assert_eq!(config.people[0].roles, ["finance"]);
-        let err = countersign_shared::infra::parse_toml::<Config>("concurency = 4").unwrap_err();
+        let err = countersign_runtime::config::parse_toml::<Config>("concurency = 4").unwrap_err();
         assert!(err.to_string().contains("concurency"), "{err}");
     }
 }

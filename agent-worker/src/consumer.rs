@@ -10,10 +10,10 @@
 use crate::engine::{Engine, Job, Next};
 use async_nats::jetstream::consumer::pull;
 use async_nats::jetstream::{AckKind, Message};
-use countersign_shared::bus::{Bus, ConsumerSettings};
-use countersign_shared::events::{Envelope, Event};
-use countersign_shared::health::Consumers;
-use countersign_shared::trace_context;
+use countersign_model::events::{Envelope, Event};
+use countersign_runtime::bus::{Bus, ConsumerSettings};
+use countersign_runtime::health::Consumers;
+use countersign_runtime::trace_context;
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::warn;

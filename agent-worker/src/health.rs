@@ -1,17 +1,17 @@
 //! The worker's probes on a small HTTP server of their own: `/livez` (the process answers)
 //! and `/readyz` (Redis, NATS and every stream answer, and the worker pulls from its shared
-//! consumers, as [`countersign_shared::health`] checks them), and `/metrics`, the worker's
+//! consumers, as [`countersign_runtime::health`] checks them), and `/metrics`, the worker's
 //! metrics in Prometheus's text format, unless it is served on an address of its own (see
-//! [`countersign_shared::metrics_http`]).
+//! [`countersign_runtime::metrics_http`]).
 
 use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Json;
 use axum::routing::get;
-use countersign_shared::bus::Bus;
-use countersign_shared::health::{Consumers, Readiness};
-use countersign_shared::store::Store;
+use countersign_runtime::bus::Bus;
+use countersign_runtime::health::{Consumers, Readiness};
+use countersign_store::Store;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -52,7 +52,7 @@ async fn live() -> Json<Value> {
 }
 
 async fn ready(State(probes): State<Probes>) -> (StatusCode, Json<Value>) {
-    let readiness = Readiness::check(&probes.store, &probes.bus, &probes.consumers).await;
+    let readiness = Readiness::check(probes.store.ping(), &probes.bus, &probes.consumers).await;
     let status = StatusCode::from_u16(readiness.status()).expect("200 or 503");
     (status, Json(readiness.body()))
 }

@@ -12,14 +12,14 @@ pub mod tools;
 
 use agents::Agents;
 use config::Config;
-use countersign_shared::agent::Catalog;
-use countersign_shared::bus::{Bus, ConsumerSettings};
-use countersign_shared::health::Consumers;
-use countersign_shared::metrics_http;
-use countersign_shared::names::{Names, Service};
-use countersign_shared::outbox::Outbox;
-use countersign_shared::people::Directory;
-use countersign_shared::store::Store;
+use countersign_model::agent::Catalog;
+use countersign_model::people::Directory;
+use countersign_runtime::bus::{Bus, ConsumerSettings};
+use countersign_runtime::health::Consumers;
+use countersign_runtime::metrics_http;
+use countersign_runtime::names::{Names, Service};
+use countersign_store::Store;
+use countersign_store::relay::Outbox;
 use engine::{Engine, EngineSettings};
 use futures::StreamExt;
 use std::sync::Arc;
@@ -32,11 +32,11 @@ use tracing::{info, warn};
 
 /// The worker as a program: logging and traces, config from file and environment, signals.
 pub async fn main_from_env() -> anyhow::Result<()> {
-    let _telemetry = countersign_shared::telemetry::init("agent-worker");
+    let _telemetry = countersign_runtime::telemetry::init("agent-worker");
     let config = Config::load()?;
     let health = TcpListener::bind(&config.health_listen).await?;
     let shutdown = CancellationToken::new();
-    tokio::spawn(countersign_shared::shutdown::on_signal(shutdown.clone()));
+    tokio::spawn(countersign_runtime::shutdown::on_signal(shutdown.clone()));
     run(config, health, shutdown).await
 }
 

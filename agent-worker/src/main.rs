@@ -1,5 +1,5 @@
 fn main() -> anyhow::Result<()> {
-    countersign_shared::probe::exit_if_asked();
+    countersign_runtime::probe::exit_if_asked();
     serve()
 }
 

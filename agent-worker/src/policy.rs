@@ -4,7 +4,7 @@
 //! doubt the call waits rather than runs.
 
 use cel::{Context, Env, Program, Value as Cel};
-use countersign_shared::agent::{ApprovalDef, ApprovalMode, ToolDef};
+use countersign_model::agent::{ApprovalDef, ApprovalMode, ToolDef};
 use serde_json::Value;
 use std::sync::Arc;
 

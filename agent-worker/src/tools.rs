@@ -3,9 +3,9 @@
 //! calls for one (as it could if a model numbered its calls afresh each turn). A non-2xx
 //! answer or a timeout is an error result for the model, never a crash.
 
-use countersign_shared::agent::ToolDef;
-use countersign_shared::redact::redact_error;
-use countersign_shared::run::{CallResult, Outcome, RunId};
+use countersign_model::agent::ToolDef;
+use countersign_model::run::{CallResult, Outcome, RunId};
+use countersign_runtime::redact::redact_error;
 use std::time::Duration;
 
 /// The most of a tool's answer passed on to the model.

@@ -1,13 +1,15 @@
 //! Gateway configuration: defaults, then a TOML file (`--config` or `COUNTERSIGN_CONFIG`),
 //! then environment variables, then `validate()`.
 
-use countersign_shared::agent::{Catalog, Channel};
-pub use countersign_shared::authority::Role;
-use countersign_shared::infra::{InfraConfig, config_path_from_args, load_toml, override_from_env};
-pub use countersign_shared::people::Person;
-use countersign_shared::redact::redacted_url;
-use countersign_shared::secret::Secret;
-use countersign_shared::signing::WebhookSecret;
+use countersign_model::agent::{Catalog, Channel};
+pub use countersign_model::authority::Role;
+pub use countersign_model::people::Person;
+use countersign_runtime::config::{
+    InfraConfig, config_path_from_args, load_toml, override_from_env,
+};
+use countersign_runtime::redact::redacted_url;
+use countersign_runtime::secret::Secret;
+use countersign_runtime::signing::WebhookSecret;
 use serde::Deserialize;
 use std::fmt;
 use std::path::PathBuf;
@@ -282,7 +284,7 @@ impl Config {
             self.max_connections > 0,
             "max_connections must be at least 1"
         );
-        countersign_shared::metrics_http::check_token(self.metrics_token.as_ref())?;
+        countersign_runtime::metrics_http::check_token(self.metrics_token.as_ref())?;
         for key in &self.api_keys {
             anyhow::ensure!(
                 key.key.expose().len() >= 16,
@@ -471,7 +473,7 @@ mod unknown_keys {
 
     #[test]
     fn a_misspelled_key_is_refused_with_its_name() {
-        let parse = countersign_shared::infra::parse_toml::<Config>;
+        let parse = countersign_runtime::config::parse_toml::<Config>;
         let parse = |text| {
             parse(text).map(|(mut config, infra)| {
                 config.infra = infra;
@@ -489,7 +491,8 @@ mod unknown_keys {
     #[test]
     fn the_reference_configuration_loads_and_validates() {
         let (config, _): (Config, _) =
-            countersign_shared::infra::parse_toml(include_str!("../config.example.toml")).unwrap();
+            countersign_runtime::config::parse_toml(include_str!("../config.example.toml"))
+                .unwrap();
         config.validate().unwrap();
         assert_eq!(config.api_keys.len(), 2);
         assert!(config.slack.is_some() && config.email.is_some());
@@ -518,7 +521,8 @@ mod unknown_keys {
             assert!(err.contains(channel), "{err}");
         }
         let (full, _): (Config, _) =
-            countersign_shared::infra::parse_toml(include_str!("../config.example.toml")).unwrap();
+            countersign_runtime::config::parse_toml(include_str!("../config.example.toml"))
+                .unwrap();
         for channel in [
             "webhook:ops",
             "slack:#x",

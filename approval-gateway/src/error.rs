@@ -120,14 +120,14 @@ impl IntoResponse for ApiError {
     }
 }
 
-impl From<countersign_shared::store::StoreError> for ApiError {
-    fn from(e: countersign_shared::store::StoreError) -> Self {
+impl From<countersign_store::StoreError> for ApiError {
+    fn from(e: countersign_store::StoreError) -> Self {
         Self::unavailable(e)
     }
 }
 
-impl From<countersign_shared::bus::BusError> for ApiError {
-    fn from(e: countersign_shared::bus::BusError) -> Self {
+impl From<countersign_runtime::bus::BusError> for ApiError {
+    fn from(e: countersign_runtime::bus::BusError) -> Self {
         Self::unavailable(e)
     }
 }

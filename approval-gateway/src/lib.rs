@@ -33,11 +33,11 @@ pub(crate) mod web;
 pub use channels::slack;
 
 use config::Config;
-use countersign_shared::agent::Catalog;
-use countersign_shared::bus::Bus;
-use countersign_shared::metrics_http::Placed;
-use countersign_shared::names::{Names, Service};
-use countersign_shared::store::Store;
+use countersign_model::agent::Catalog;
+use countersign_runtime::bus::Bus;
+use countersign_runtime::metrics_http::Placed;
+use countersign_runtime::names::{Names, Service};
+use countersign_store::Store;
 use state::AppState;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;

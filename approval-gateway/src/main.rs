@@ -1,9 +1,9 @@
 use approval_gateway::config::Config;
-use countersign_shared::telemetry;
+use countersign_runtime::telemetry;
 use tokio_util::sync::CancellationToken;
 
 fn main() -> anyhow::Result<()> {
-    countersign_shared::probe::exit_if_asked();
+    countersign_runtime::probe::exit_if_asked();
     serve()
 }
 
@@ -13,6 +13,6 @@ async fn serve() -> anyhow::Result<()> {
     let config = Config::load()?;
     let listener = tokio::net::TcpListener::bind(&config.listen).await?;
     let shutdown = CancellationToken::new();
-    tokio::spawn(countersign_shared::shutdown::on_signal(shutdown.clone()));
+    tokio::spawn(countersign_runtime::shutdown::on_signal(shutdown.clone()));
     approval_gateway::run(config, listener, shutdown).await
 }

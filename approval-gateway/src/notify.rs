@@ -16,10 +16,10 @@ use crate::channels::webhook;
 use crate::state::AppState;
 use async_nats::jetstream::consumer::pull::MessagesError;
 use async_nats::jetstream::{AckKind, Message};
-use countersign_shared::agent::Channel;
-use countersign_shared::audit::{AuditEntry, AuditKind};
-use countersign_shared::bus::ConsumerSettings;
-use countersign_shared::events::{Envelope, Event};
+use countersign_model::agent::Channel;
+use countersign_model::audit::{AuditEntry, AuditKind};
+use countersign_model::events::{Envelope, Event};
+use countersign_runtime::bus::ConsumerSettings;
 use futures::StreamExt;
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -183,7 +183,7 @@ async fn fan_out(state: &AppState, msg: Message) {
             let delivery = Delivery {
                 id: format!(
                     "msg_{}",
-                    countersign_shared::digest::sha256_hex(format!(
+                    countersign_model::digest::sha256_hex(format!(
                         "{event_id}|{channel}|{call_id:?}"
                     ))
                 ),
@@ -195,7 +195,7 @@ async fn fan_out(state: &AppState, msg: Message) {
             // Channel names are not subject tokens; their hash is.
             let subject = state.bus.names.deliver(
                 channel.kind(),
-                &countersign_shared::digest::sha256_hex(channel.to_string())[..16],
+                &countersign_model::digest::sha256_hex(channel.to_string())[..16],
             );
             if let Err(e) = state
                 .bus

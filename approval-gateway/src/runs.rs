@@ -6,13 +6,13 @@
 //! worker then finishes the run as `cancelled` at its next step.
 
 use crate::state::AppState;
-use countersign_shared::agent::Agent;
-use countersign_shared::audit::{AuditEntry, AuditKind};
-use countersign_shared::events::Event;
-use countersign_shared::names::msg_id;
-use countersign_shared::run::{Cancellation, PendingCall, Run, RunId, RunStatus};
-use countersign_shared::store::{Announcement, CancelOutcome, StoreError};
-use countersign_shared::trace_context;
+use countersign_model::agent::Agent;
+use countersign_model::audit::{AuditEntry, AuditKind};
+use countersign_model::events::Event;
+use countersign_model::run::{Cancellation, PendingCall, Run, RunId, RunStatus};
+use countersign_runtime::names::msg_id;
+use countersign_runtime::trace_context;
+use countersign_store::{Announcement, CancelOutcome, StoreError};
 use serde_json::{Value, json};
 use std::time::Duration;
 use tracing::Instrument;
@@ -32,14 +32,14 @@ pub(crate) enum RunError {
     Backend(String),
 }
 
-impl From<countersign_shared::store::StoreError> for RunError {
-    fn from(e: countersign_shared::store::StoreError) -> Self {
+impl From<countersign_store::StoreError> for RunError {
+    fn from(e: countersign_store::StoreError) -> Self {
         Self::Backend(e.to_string())
     }
 }
 
-impl From<countersign_shared::bus::BusError> for RunError {
-    fn from(e: countersign_shared::bus::BusError) -> Self {
+impl From<countersign_runtime::bus::BusError> for RunError {
+    fn from(e: countersign_runtime::bus::BusError) -> Self {
         Self::Backend(e.to_string())
     }
 }
@@ -108,7 +108,7 @@ pub(crate) async fn start(
             run_id = existing.run;
         }
     }
-    let run = Run::new(
+    let mut run = Run::new(
         run_id.clone(),
         new.agent.def.name.clone(),
         new.agent.version.clone(),
@@ -116,6 +116,8 @@ pub(crate) async fn start(
         Some(new.requested_by),
         new.metadata.clone(),
     );
+    // Every later span of the run, on any gateway or worker, joins this request's trace.
+    run.trace = countersign_runtime::trace_context::current();
     // A replayed key finds its run already stored; it is announced again only while still
     // queued, in case the first attempt stopped between storing and publishing.
     let status = if state.store.create(&run).await? {
@@ -167,7 +169,7 @@ async fn request_cancel(
     let cancel = Cancellation {
         by: by.clone(),
         reason: reason.clone(),
-        at: countersign_shared::now_ms(),
+        at: countersign_model::now_ms(),
     };
     let mut entry = AuditEntry::new(&run.run_id, AuditKind::CancelRequested);
     entry.actor = Some(by);

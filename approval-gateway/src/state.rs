@@ -2,14 +2,14 @@
 //! configuration and the shared crate.
 
 use crate::config::{ApiKey, Config, EmailConfig, Role, SmtpTls};
-use countersign_shared::agent::Catalog;
-use countersign_shared::bus::Bus;
-use countersign_shared::digest::sha256_hex;
-use countersign_shared::health::Consumers;
-use countersign_shared::outbox::Outbox;
-use countersign_shared::people::Directory;
-use countersign_shared::run::{Run, RunId};
-use countersign_shared::store::{Store, StoreError};
+use countersign_model::agent::Catalog;
+use countersign_model::digest::sha256_hex;
+use countersign_model::people::Directory;
+use countersign_model::run::{Run, RunId};
+use countersign_runtime::bus::Bus;
+use countersign_runtime::health::Consumers;
+use countersign_store::relay::Outbox;
+use countersign_store::{Store, StoreError};
 use lettre::transport::smtp::authentication::Credentials;
 use lettre::{AsyncSmtpTransport, Tokio1Executor};
 use std::collections::HashMap;

@@ -17,8 +17,8 @@ pub mod servers;
 
 use anyhow::Context;
 use config::Options;
-use countersign_shared::names::Names;
-use countersign_shared::run::RunId;
+use countersign_model::run::RunId;
+use countersign_runtime::names::Names;
 use fakes::Fakes;
 use load::{Load, Times};
 use measure::Percentiles;

@@ -13,9 +13,9 @@ use crate::config::DigestFrom;
 use crate::fakes::{ANSWER, Fakes};
 use crate::servers::{AGENT, REQUESTER_KEY, REVIEWER_KEY};
 use anyhow::{Context, bail, ensure};
-use countersign_shared::events::{Envelope, Event};
-use countersign_shared::names::Names;
-use countersign_shared::run::PendingCall;
+use countersign_model::events::{Envelope, Event};
+use countersign_model::run::PendingCall;
+use countersign_runtime::names::Names;
 use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::json;
@@ -586,7 +586,7 @@ fn micros(d: Duration) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use countersign_shared::run::RunId;
+    use countersign_model::run::RunId;
 
     fn completed(run: &str) -> Seen {
         Seen {

@@ -90,7 +90,7 @@ pub fn parse_moment(text: &str) -> Option<i64> {
 
 /// How long until `deadline` (ms): `3h 20m left`, or `expired` once it has passed.
 pub fn time_left(deadline: i64) -> String {
-    let left = deadline - countersign_shared::now_ms();
+    let left = deadline - countersign_model::now_ms();
     if left <= 0 {
         "expired".to_string()
     } else {
@@ -102,7 +102,7 @@ pub fn time_left(deadline: i64) -> String {
 pub fn waiting(since: i64) -> String {
     format!(
         "waiting {}",
-        span((countersign_shared::now_ms() - since).max(0))
+        span((countersign_model::now_ms() - since).max(0))
     )
 }
 

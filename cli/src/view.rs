@@ -1,8 +1,8 @@
 //! The parts of the gateway's answers the tables show, read into the shared crate's types
 //! where it has them (`--json` prints the answers whole instead).
 
-use countersign_shared::audit::AuditEntry;
-use countersign_shared::run::{Cancellation, Decision, Message, PendingCall, Role};
+use countersign_model::audit::AuditEntry;
+use countersign_model::run::{Cancellation, Decision, Message, PendingCall, Role};
 use serde::Deserialize;
 use serde_json::Value;
 

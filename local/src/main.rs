@@ -12,7 +12,7 @@ use countersign_local::nats_users::NatsUsers;
 use countersign_local::place::{EXAMPLE_TOOLS, Place};
 use countersign_local::ready::wait_ready;
 use countersign_local::supervise::{Parts, Stopped};
-use countersign_shared::infra::InfraConfig;
+use countersign_runtime::config::InfraConfig;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -24,7 +24,7 @@ const AFTER_FAILURE: Duration = Duration::from_millis(500);
 
 #[tokio::main]
 pub async fn main() -> ExitCode {
-    let _telemetry = countersign_shared::telemetry::init("countersign-local");
+    let _telemetry = countersign_runtime::telemetry::init("countersign-local");
     match run().await {
         Ok(code) => code,
         Err(e) => {
@@ -56,7 +56,7 @@ async fn run() -> anyhow::Result<ExitCode> {
     let _claim = place.claim()?;
 
     let shutdown = CancellationToken::new();
-    tokio::spawn(countersign_shared::shutdown::on_signal(shutdown.clone()));
+    tokio::spawn(countersign_runtime::shutdown::on_signal(shutdown.clone()));
     let mut parts = Parts::new(shutdown.clone());
     let nats_users = start_servers(&place, &mut infra, &mut parts)?;
     let servers = async {
@@ -335,7 +335,7 @@ fn write_agents(examples: &Path, out: &Path, tools: &str) -> anyhow::Result<&'st
         let name = path.file_name().unwrap().to_string_lossy().to_string();
         let text = std::fs::read_to_string(&path)?.replace(EXAMPLE_TOOLS, tools);
         let text = if provider.0 != "scripted"
-            && !name.ends_with(countersign_shared::agent::SCRIPT_SUFFIX)
+            && !name.ends_with(countersign_model::agent::SCRIPT_SUFFIX)
         {
             let mut agent: toml::Table = toml::from_str(&text)?;
             if let Some(model) = agent.get_mut("model").and_then(|m| m.as_table_mut()) {

@@ -4,8 +4,8 @@
 //! subjects and stream names prefixed the way the services name them. The permissions are
 //! written once, in the shipped file; this only renders it.
 
-use countersign_shared::infra::InfraConfig;
-use countersign_shared::secret::Secret;
+use countersign_runtime::config::InfraConfig;
+use countersign_runtime::secret::Secret;
 use std::path::{Path, PathBuf};
 
 /// The shipped permissions file, as deployments use it.

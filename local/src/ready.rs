@@ -1,7 +1,7 @@
 //! Waiting for the services' readiness probes, so the runner says it is running only once
 //! the gateway answers and the worker takes work.
 
-use countersign_shared::probe::{ProbeError, probe};
+use countersign_runtime::probe::{ProbeError, probe};
 use std::time::{Duration, Instant};
 
 /// How often a probe is asked again.

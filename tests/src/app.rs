@@ -6,10 +6,10 @@ use crate::infra::Infra;
 use crate::wait_for;
 use approval_gateway::config::{ApiKey, Person, Role};
 use countersign_local::demo_tools::DemoTools;
-use countersign_shared::audit::{AuditEntry, AuditKind};
-use countersign_shared::names::Names;
-use countersign_shared::run::{Action, Decision, RunId};
-use countersign_shared::store::{DecideRequest, Outcome, Proposal, Store};
+use countersign_model::audit::{AuditEntry, AuditKind};
+use countersign_model::run::{Action, Decision, RunId};
+use countersign_runtime::names::Names;
+use countersign_store::{DecideRequest, Outcome, Proposal, Store};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use std::path::PathBuf;
@@ -84,7 +84,7 @@ pub fn gateway_config(
 /// A test app's worker configuration: short leases and ack waits, so redelivery tests are
 /// quick.
 pub fn worker_config(
-    infra: countersign_shared::infra::InfraConfig,
+    infra: countersign_runtime::config::InfraConfig,
     agents_dir: &std::path::Path,
 ) -> agent_worker::config::Config {
     let mut config = agent_worker::config::Config {
@@ -304,7 +304,7 @@ impl TestApp {
     /// The digest of a refund call as anyone who knows the agent's file and the run id can
     /// work it out in advance.
     pub fn refund_digest(&self, run_id: &str, input: &Value) -> String {
-        let catalog = countersign_shared::agent::Catalog::load_dir(&self.agents_dir).unwrap();
+        let catalog = countersign_model::agent::Catalog::load_dir(&self.agents_dir).unwrap();
         let agent = catalog.get("refunds").unwrap();
         let tool = agent
             .def
@@ -312,11 +312,11 @@ impl TestApp {
             .iter()
             .find(|t| t.name == "issue_refund")
             .unwrap();
-        countersign_shared::digest::call_digest(run_id, &tool.name, input, &tool.policy_version())
+        countersign_model::digest::call_digest(run_id, &tool.name, input, &tool.policy_version())
     }
 
     /// The connection settings the services of this app use.
-    pub fn infra_config(&self) -> countersign_shared::infra::InfraConfig {
+    pub fn infra_config(&self) -> countersign_runtime::config::InfraConfig {
         self.infra.config(&self.namespace)
     }
 
@@ -544,7 +544,7 @@ impl TestApp {
             reason: None,
             decided_by: "rita".into(),
             channel: "api".into(),
-            decided_at: countersign_shared::now_ms(),
+            decided_at: countersign_model::now_ms(),
             fingerprint: Decision::fingerprint_of(Action::Approve, None, None, None),
             expired: false,
         };
@@ -626,7 +626,7 @@ impl Drop for TestApp {
 /// for the server, not give up.
 pub async fn gateway_waits_for(
     what: &str,
-    infra: countersign_shared::infra::InfraConfig,
+    infra: countersign_runtime::config::InfraConfig,
     bring_up: impl std::future::Future<Output = ()>,
 ) {
     let agents = std::env::temp_dir().join(format!("cs-wait-{}", uuid::Uuid::new_v4().simple()));

@@ -2,7 +2,7 @@
 //! or a Sentinel or Cluster deployment (see `redis_deployments`).
 
 use crate::images::{NATS, REDIS};
-use countersign_shared::infra::{InfraConfig, RedisMode};
+use countersign_runtime::config::{InfraConfig, RedisMode};
 use std::time::Duration;
 use testcontainers::core::{IntoContainerPort, WaitFor};
 use testcontainers::runners::AsyncRunner;

@@ -7,7 +7,7 @@
 use crate::images::REDIS;
 use crate::infra::{Infra, nats_image, redis_image};
 use crate::wait_for;
-use countersign_shared::infra::RedisMode;
+use countersign_runtime::config::RedisMode;
 use std::time::Duration;
 use testcontainers::core::WaitFor;
 use testcontainers::runners::AsyncRunner;

@@ -5,11 +5,11 @@
 use super::{Engine, StepError, failed, results_message};
 use crate::agents::RunnableAgent;
 use crate::policy::Gate;
-use countersign_shared::audit::{AuditEntry, AuditKind};
-use countersign_shared::digest::call_digest;
-use countersign_shared::edit;
-use countersign_shared::run::{Action, CallResult, Decision, Outcome, PendingCall, Run, TurnCall};
-use countersign_shared::store::StoreError;
+use countersign_model::audit::{AuditEntry, AuditKind};
+use countersign_model::digest::call_digest;
+use countersign_model::edit;
+use countersign_model::run::{Action, CallResult, Decision, Outcome, PendingCall, Run, TurnCall};
+use countersign_store::StoreError;
 use serde_json::Value;
 use std::collections::HashMap;
 

@@ -2,11 +2,11 @@
 //! save that carries its audit entries and its announcements.
 
 use super::{Engine, StepError};
-use countersign_shared::audit::{AuditEntry, AuditKind};
-use countersign_shared::events::{Event, Evidence};
-use countersign_shared::names::msg_id;
-use countersign_shared::run::{Run, RunId, RunStatus};
-use countersign_shared::store::{Announcement, Save, StoreError};
+use countersign_model::audit::{AuditEntry, AuditKind};
+use countersign_model::events::{Event, Evidence};
+use countersign_model::run::{Run, RunId, RunStatus};
+use countersign_runtime::names::msg_id;
+use countersign_store::{Announcement, Save, StoreError};
 use tracing::{info, warn};
 
 impl Engine {

@@ -4,11 +4,11 @@
 
 use super::Engine;
 use crate::tools;
-use countersign_shared::agent::ToolDef;
-use countersign_shared::events::Event;
-use countersign_shared::names::msg_id;
-use countersign_shared::run::{CallResult, Outcome, RunId};
-use countersign_shared::store::{ExecBegin, StoreError};
+use countersign_model::agent::ToolDef;
+use countersign_model::events::Event;
+use countersign_model::run::{CallResult, Outcome, RunId};
+use countersign_runtime::names::msg_id;
+use countersign_store::{ExecBegin, StoreError};
 use serde_json::Value;
 use tracing::warn;
 

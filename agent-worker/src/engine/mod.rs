@@ -7,7 +7,7 @@
 //! Every write goes through the lease, so a worker that lost its run (it stalled and another
 //! took over) stops at its next write. Each write carries the audit entries of what changed
 //! and the announcements others must hear of, queued in the run's outbox by the same script
-//! and published from there (see [`countersign_shared::outbox`]).
+//! and published from there (see [`countersign_store::relay`]).
 //!
 //! Here: claiming and the turn loop. `calls`: what becomes of each call of a turn.
 //! `execute`: the execution record. `ending`: pausing and finishing. `timers`: reminders,
@@ -20,18 +20,18 @@ mod timers;
 
 use crate::agents::Agents;
 use crate::model::{ModelError, ModelRequest};
-use countersign_shared::audit::{AuditEntry, AuditKind};
-use countersign_shared::bus::{Bus, BusError};
-use countersign_shared::events::Event;
-use countersign_shared::names::msg_id;
-use countersign_shared::now_ms;
-use countersign_shared::outbox::Outbox;
-use countersign_shared::people::Directory;
-use countersign_shared::run::{
+use countersign_model::audit::{AuditEntry, AuditKind};
+use countersign_model::events::Event;
+use countersign_model::now_ms;
+use countersign_model::people::Directory;
+use countersign_model::run::{
     Block, CallResult, Message, Outcome, PendingCall, Role, Run, RunId, TurnCall,
 };
-use countersign_shared::store::{Announcement, Claim, Claimed, Save, Store, StoreError};
-use countersign_shared::trace_context;
+use countersign_runtime::bus::{Bus, BusError};
+use countersign_runtime::names::msg_id;
+use countersign_runtime::trace_context;
+use countersign_store::relay::Outbox;
+use countersign_store::{Announcement, Claim, Claimed, Save, Store, StoreError};
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
@@ -122,7 +122,7 @@ impl Engine {
     }
 
     /// This worker's figures.
-    pub fn metrics(&self) -> &countersign_shared::metrics::Metrics {
+    pub fn metrics(&self) -> &countersign_runtime::metrics::Metrics {
         self.store.metrics()
     }
 

@@ -8,12 +8,12 @@
 //! loses nothing.
 
 use super::{Engine, StepError};
-use countersign_shared::agent::{OnExpiry, ToolDef};
-use countersign_shared::audit::{AuditEntry, AuditKind};
-use countersign_shared::events::Event;
-use countersign_shared::names::{Shard, msg_id};
-use countersign_shared::run::{Action, Decision, PendingCall, Run};
-use countersign_shared::store::{
+use countersign_model::agent::{OnExpiry, ToolDef};
+use countersign_model::audit::{AuditEntry, AuditKind};
+use countersign_model::events::Event;
+use countersign_model::run::{Action, Decision, PendingCall, Run};
+use countersign_runtime::names::{Shard, msg_id};
+use countersign_store::{
     Announcement, DecideRequest, DueTimer, Outcome, Proposal, StoreError, Timer,
 };
 use std::time::Duration;
@@ -106,7 +106,7 @@ impl Engine {
 
     /// Publishes what a timer's script queued; what NATS does not take now waits in the
     /// outbox for the sweepers.
-    async fn publish(&self, run: &countersign_shared::run::RunId, queued: &[Announcement]) {
+    async fn publish(&self, run: &countersign_model::run::RunId, queued: &[Announcement]) {
         if let Err(e) = self.outbox.publish(run, queued).await {
             warn!(run_id = %run, error = %e, "announcements wait in the outbox");
         }

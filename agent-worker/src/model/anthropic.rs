@@ -2,7 +2,7 @@
 //! out as it is; the answer's `text` and `tool_use` blocks come back, others are dropped.
 
 use super::{Endpoint, ModelError, ModelRequest, post_json};
-use countersign_shared::run::Block;
+use countersign_model::run::Block;
 use serde_json::{Value, json};
 
 pub async fn complete(

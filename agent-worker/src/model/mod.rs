@@ -6,9 +6,9 @@ mod anthropic;
 mod openai;
 mod scripted;
 
-use countersign_shared::agent::{Agent, Provider, ToolDef};
-use countersign_shared::redact::redact_error;
-use countersign_shared::run::{Block, Message};
+use countersign_model::agent::{Agent, Provider, ToolDef};
+use countersign_model::run::{Block, Message};
+use countersign_runtime::redact::redact_error;
 
 pub use scripted::Script;
 

@@ -2,7 +2,7 @@
 //! each tool result is its own `tool` message (consecutive ones answer one assistant turn).
 
 use super::{Endpoint, ModelError, ModelRequest, post_json};
-use countersign_shared::run::{Block, Message, Role};
+use countersign_model::run::{Block, Message, Role};
 use serde_json::{Value, json};
 
 pub async fn complete(

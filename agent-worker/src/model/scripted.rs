@@ -2,7 +2,7 @@
 //! turn it plays is the number of assistant messages so far, so a resumed run carries on
 //! where it paused.
 
-use countersign_shared::run::{Block, Message, Role};
+use countersign_model::run::{Block, Message, Role};
 use serde::Deserialize;
 use std::path::Path;
 

@@ -19,5 +19,5 @@ pub(crate) enum AuthError {
     Body(StatusCode, String),
     /// Redis did not answer while a signed request's id was remembered.
     #[error("{0}")]
-    Backend(#[from] countersign_shared::store::StoreError),
+    Backend(#[from] countersign_store::StoreError),
 }

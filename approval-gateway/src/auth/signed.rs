@@ -8,8 +8,8 @@ use super::error::AuthError;
 use crate::config::Role;
 use crate::state::AppState;
 use axum::http::HeaderMap;
-use countersign_shared::digest::sha256_hex;
-use countersign_shared::signing::{SignatureError, TOLERANCE_SECS};
+use countersign_model::digest::sha256_hex;
+use countersign_runtime::signing::{SignatureError, TOLERANCE_SECS};
 
 /// The configured sender whose signature over `body` verifies, as a caller.
 pub(super) async fn signed_caller(

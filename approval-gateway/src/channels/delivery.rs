@@ -2,9 +2,9 @@
 //! DELIVERIES work queue, how a delivery fails, and the verbs a channel that shows each call
 //! on its own (Slack, email) answers. Webhooks have no verbs: they forward the event whole.
 
-use countersign_shared::agent::Channel;
-use countersign_shared::events::{Envelope, Evidence};
-use countersign_shared::run::{Action, PendingCall, RunId};
+use countersign_model::agent::Channel;
+use countersign_model::events::{Envelope, Evidence};
+use countersign_model::run::{Action, PendingCall, RunId};
 use serde::{Deserialize, Serialize};
 
 /// One notification for one channel target.
@@ -31,8 +31,8 @@ pub(crate) enum DeliveryError {
     GiveUp(String),
 }
 
-impl From<countersign_shared::store::StoreError> for DeliveryError {
-    fn from(e: countersign_shared::store::StoreError) -> Self {
+impl From<countersign_store::StoreError> for DeliveryError {
+    fn from(e: countersign_store::StoreError) -> Self {
         Self::Retry(e.to_string())
     }
 }

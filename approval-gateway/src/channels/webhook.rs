@@ -4,7 +4,7 @@
 
 use super::delivery::{Delivery, DeliveryError};
 use crate::state::AppState;
-use countersign_shared::redact::redact_error;
+use countersign_runtime::redact::redact_error;
 use serde_json::json;
 use std::time::Duration;
 

@@ -4,8 +4,8 @@
 
 use crate::time::rfc3339;
 use axum::http::StatusCode;
-use countersign_shared::run::{Action, Decision};
-use countersign_shared::store::{Refusal, RefusalCode};
+use countersign_model::run::{Action, Decision};
+use countersign_store::{Refusal, RefusalCode};
 
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum DecideError {
@@ -35,8 +35,8 @@ pub(crate) enum DecideError {
     Backend(String),
 }
 
-impl From<countersign_shared::store::StoreError> for DecideError {
-    fn from(e: countersign_shared::store::StoreError) -> Self {
+impl From<countersign_store::StoreError> for DecideError {
+    fn from(e: countersign_store::StoreError) -> Self {
         Self::Backend(e.to_string())
     }
 }

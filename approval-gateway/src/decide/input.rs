@@ -3,7 +3,7 @@
 
 use super::error::DecideError;
 use crate::config::Role;
-use countersign_shared::run::Action;
+use countersign_model::run::Action;
 use serde::Deserialize;
 use serde_json::Value;
 

@@ -15,11 +15,11 @@ pub(crate) use error::{DecideError, action_name};
 pub(crate) use input::{Decider, MAX_TEXT, Proposed};
 
 use crate::state::AppState;
-use countersign_shared::edit::FieldChange;
-use countersign_shared::now_ms;
-use countersign_shared::run::Run;
-use countersign_shared::store::{CallDecided, DecideRequest, Outcome};
-use countersign_shared::trace_context;
+use countersign_model::edit::FieldChange;
+use countersign_model::now_ms;
+use countersign_model::run::Run;
+use countersign_runtime::trace_context;
+use countersign_store::{CallDecided, DecideRequest, Outcome};
 use std::collections::HashSet;
 use tracing::Instrument;
 

@@ -5,11 +5,11 @@
 
 use super::error::DecideError;
 use super::input::{Decider, Proposed};
-use countersign_shared::agent::Catalog;
-use countersign_shared::audit::{AuditEntry, AuditKind};
-use countersign_shared::edit::{self, FieldChange};
-use countersign_shared::run::{Action, Decision, PendingCall, Run};
-use countersign_shared::store::Proposal;
+use countersign_model::agent::Catalog;
+use countersign_model::audit::{AuditEntry, AuditKind};
+use countersign_model::edit::{self, FieldChange};
+use countersign_model::run::{Action, Decision, PendingCall, Run};
+use countersign_store::Proposal;
 use serde_json::{Value, json};
 
 /// What an edit of `pending` to `input` changes, once it passes the tool's checks: it may

@@ -13,8 +13,8 @@ use crate::time::rfc3339;
 use axum::extract::State;
 use axum::routing::get;
 use axum::{Json, Router};
-use countersign_shared::run::RunId;
-use countersign_shared::store::Awaiting;
+use countersign_model::run::RunId;
+use countersign_store::Awaiting;
 use serde::Deserialize;
 use serde_json::{Value, json};
 

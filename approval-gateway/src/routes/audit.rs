@@ -8,8 +8,8 @@ use crate::state::AppState;
 use axum::extract::{Path, State};
 use axum::routing::get;
 use axum::{Json, Router};
-use countersign_shared::audit::verify;
-use countersign_shared::run::RunId;
+use countersign_model::audit::verify;
+use countersign_model::run::RunId;
 use serde_json::{Value, json};
 
 pub(super) fn router() -> Router<AppState> {

@@ -10,7 +10,7 @@ use crate::state::AppState;
 use axum::extract::{Path, State};
 use axum::routing::post;
 use axum::{Json, Router};
-use countersign_shared::store::DecidedStatus;
+use countersign_store::DecidedStatus;
 use serde::Deserialize;
 use serde_json::{Value, json};
 

@@ -1,8 +1,8 @@
 //! Probes, no key needed. `/livez`: the process answers (it touches nothing, so a restart is
 //! not ordered because Redis or NATS is away). `/readyz`: Redis, NATS and every stream answer
-//! for real and the notifier pulls from its consumers (see [`countersign_shared::health`]);
+//! for real and the notifier pulls from its consumers (see [`countersign_runtime::health`]);
 //! `/healthz` is the same, kept for callers that know it. (`/metrics` is
-//! [`countersign_shared::metrics_http`]'s.)
+//! [`countersign_runtime::metrics_http`]'s.)
 
 use crate::state::AppState;
 use axum::Json;
@@ -10,7 +10,7 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
-use countersign_shared::health::Readiness;
+use countersign_runtime::health::Readiness;
 use serde_json::{Value, json};
 
 pub(super) fn router() -> Router<AppState> {
@@ -25,7 +25,7 @@ async fn live() -> Json<Value> {
 }
 
 async fn ready(State(state): State<AppState>) -> (StatusCode, Json<Value>) {
-    let readiness = Readiness::check(&state.store, &state.bus, &state.consumers).await;
+    let readiness = Readiness::check(state.store.ping(), &state.bus, &state.consumers).await;
     let status = StatusCode::from_u16(readiness.status()).expect("200 or 503");
     (status, Json(readiness.body()))
 }

@@ -1,9 +1,9 @@
 //! How runs and pending calls look in the API's answers.
 
 use crate::time::rfc3339;
-use countersign_shared::agent::Catalog;
-use countersign_shared::edit;
-use countersign_shared::run::{Cancellation, Decision, Message, PendingCall, Run};
+use countersign_model::agent::Catalog;
+use countersign_model::edit;
+use countersign_model::run::{Cancellation, Decision, Message, PendingCall, Run};
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -37,7 +37,7 @@ pub(super) struct PendingView {
     /// The id the model gave the call, when the call has one of ours (see `Run::calls_asked`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) model_call_id: Option<String>,
-    /// The input fields an edit may change (see `countersign_shared::edit`), so a client can
+    /// The input fields an edit may change (see `countersign_model::edit`), so a client can
     /// refuse a misspelt one before sending.
     pub(super) fields: Vec<String>,
     pub(super) decision: Option<Decision>,

@@ -10,8 +10,8 @@
 use super::request_view::{CallView, pretty};
 use crate::decide::Proposed;
 use crate::state::AppState;
-use countersign_shared::agent::InputProblem;
-use countersign_shared::run::Action;
+use countersign_model::agent::InputProblem;
+use countersign_model::run::Action;
 use maud::{Markup, html};
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, HashMap};

@@ -26,9 +26,9 @@ use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use countersign_shared::authority::{self, Principal, RunFacts};
-use countersign_shared::now_ms;
-use countersign_shared::run::Action;
+use countersign_model::authority::{self, Principal, RunFacts};
+use countersign_model::now_ms;
+use countersign_model::run::Action;
 use maud::{Markup, html};
 use serde::Deserialize;
 

@@ -7,7 +7,7 @@ use super::inbox::{Filters, waiting};
 use super::request_view::CallView;
 use crate::error::ApiError;
 use crate::state::AppState;
-use countersign_shared::authority::Principal;
+use countersign_model::authority::Principal;
 use maud::{Markup, html};
 use serde::{Deserialize, Serialize};
 

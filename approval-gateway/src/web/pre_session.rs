@@ -14,7 +14,7 @@ use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use countersign_shared::digest::sha256_hex;
+use countersign_model::digest::sha256_hex;
 use maud::html;
 use std::collections::HashMap;
 

@@ -12,12 +12,12 @@ use crate::error::ApiError;
 use crate::state::AppState;
 use crate::time::{readable, time_left};
 use axum::http::StatusCode;
-use countersign_shared::audit::{AuditEntry, AuditKind};
-use countersign_shared::now_ms;
-use countersign_shared::run::{
+use countersign_model::audit::{AuditEntry, AuditKind};
+use countersign_model::now_ms;
+use countersign_model::run::{
     Action, Block, Decision, Message, PendingCall, Role, Run, RunStatus, TurnCall,
 };
-use countersign_shared::store::RefusalCode;
+use countersign_store::RefusalCode;
 use maud::{Markup, html};
 use serde_json::Value;
 use std::collections::HashMap;

@@ -13,7 +13,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::get;
-use countersign_shared::audit::{AuditEntry, verify};
+use countersign_model::audit::{AuditEntry, verify};
 use maud::html;
 use serde_json::Value;
 

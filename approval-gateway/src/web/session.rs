@@ -8,7 +8,7 @@
 //! the configuration as it is now: a key that is gone, a person who is gone, or a role that
 //! no longer decides ends the session there and then (so a restart with a changed
 //! configuration ends the sessions it no longer grants). The role it yields is what the
-//! session decides with; what that allows on a call is `countersign_shared::authority`'s
+//! session decides with; what that allows on a call is `countersign_model::authority`'s
 //! rule, applied by the decision script. Each principal's sessions are listed, so an admin
 //! can end them all.
 
@@ -20,7 +20,7 @@ use axum::extract::{FromRequestParts, OptionalFromRequestParts};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
-use countersign_shared::digest::sha256_hex;
+use countersign_model::digest::sha256_hex;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::time::Duration;
@@ -161,8 +161,8 @@ impl Session {
     }
 
     /// Who this session decides as.
-    pub(crate) fn principal(&self) -> countersign_shared::authority::Principal<'_> {
-        countersign_shared::authority::Principal {
+    pub(crate) fn principal(&self) -> countersign_model::authority::Principal<'_> {
+        countersign_model::authority::Principal {
             id: &self.principal,
             role: self.role,
         }

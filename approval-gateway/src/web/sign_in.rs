@@ -19,7 +19,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
-use countersign_shared::digest::sha256_hex;
+use countersign_model::digest::sha256_hex;
 use maud::{Markup, html};
 use std::collections::HashMap;
 use std::time::Duration;

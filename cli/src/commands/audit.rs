@@ -6,7 +6,7 @@ use crate::client::Gateway;
 use crate::error::CliError;
 use crate::render::{Table, clip, moment, print_json};
 use crate::view::{Trail, read};
-use countersign_shared::audit::{AuditEntry, verify};
+use countersign_model::audit::{AuditEntry, verify};
 use serde_json::Value;
 
 pub async fn run(gateway: &Gateway, run: &str, check: bool, json: bool) -> Result<(), CliError> {

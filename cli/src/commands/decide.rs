@@ -8,7 +8,7 @@ use crate::client::Gateway;
 use crate::error::CliError;
 use crate::render::print_json;
 use crate::view::{PendingView, RunView, read};
-use countersign_shared::edit;
+use countersign_model::edit;
 use serde_json::{Value, json};
 
 pub async fn approve(gateway: &Gateway, call: Decide, json: bool) -> Result<(), CliError> {

@@ -6,7 +6,7 @@ use crate::client::Gateway;
 use crate::error::CliError;
 use crate::render::{clip, fields, moment, print_json, time_left};
 use crate::view::{PendingView, RunView, read};
-use countersign_shared::run::{Action, Block, Decision, Message};
+use countersign_model::run::{Action, Block, Decision, Message};
 use std::collections::HashMap;
 
 pub async fn run(gateway: &Gateway, run: &str, json: bool) -> Result<(), CliError> {
@@ -167,7 +167,7 @@ fn indent(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use countersign_shared::run::Role;
+    use countersign_model::run::Role;
     use serde_json::json;
 
     #[test]

@@ -17,7 +17,7 @@ use crate::args::WatchArgs;
 use crate::client::Gateway;
 use crate::error::CliError;
 use crate::view::{Trail, read};
-use countersign_shared::audit::AuditKind;
+use countersign_model::audit::AuditKind;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;

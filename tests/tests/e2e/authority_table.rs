@@ -7,14 +7,12 @@
 //! shared surface offers (`offered`) exactly what someone may do.
 
 use approval_gateway::config::{ApiKey, Config, Person, Role};
-use countersign_shared::agent::Reviewers;
-use countersign_shared::audit::{AuditEntry, AuditKind};
-use countersign_shared::authority::{self, ALL_ACTIONS, Principal, RunFacts};
-use countersign_shared::names::Names;
-use countersign_shared::run::{Action, Cancellation, Decision, PendingCall, Run, RunId, TurnCall};
-use countersign_shared::store::{
-    Announcement, Claim, DecideRequest, Outcome, Proposal, Save, Store,
-};
+use countersign_model::agent::Reviewers;
+use countersign_model::audit::{AuditEntry, AuditKind};
+use countersign_model::authority::{self, ALL_ACTIONS, Principal, RunFacts};
+use countersign_model::run::{Action, Cancellation, Decision, PendingCall, Run, RunId, TurnCall};
+use countersign_runtime::names::Names;
+use countersign_store::{Announcement, Claim, DecideRequest, Outcome, Proposal, Save, Store};
 use countersign_tests::infra::Infra;
 use serde_json::json;
 use std::collections::BTreeSet;
@@ -147,7 +145,7 @@ fn held_call(policy: Policy) -> PendingCall {
             ),
         },
         // Held calls always have a deadline; this one is an hour away.
-        deadline: Some(countersign_shared::now_ms() + 3_600_000),
+        deadline: Some(countersign_model::now_ms() + 3_600_000),
         remind_at: None,
         escalated: matches!(policy.approvers, Approvers::Escalated),
     }
@@ -193,7 +191,7 @@ async fn paused(store: &Store, call: &PendingCall, policy: Policy) -> RunId {
         let nudge = Announcement::new(
             format!("cancel:{id}"),
             "table.nudge".into(),
-            countersign_shared::events::Event::RunCancelled {
+            countersign_model::events::Event::RunCancelled {
                 run_id: id.clone(),
                 cancelled_by: REQUESTER.into(),
                 reason: None,

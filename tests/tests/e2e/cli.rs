@@ -2,8 +2,8 @@
 //! a paused run from the terminal, decisions quote the digest `show` displayed, the audit
 //! chain is checked locally, `watch` follows runs, and the exit codes tell failures apart.
 
-use countersign_shared::names::Names;
-use countersign_shared::run::RunId;
+use countersign_model::run::RunId;
+use countersign_runtime::names::Names;
 use countersign_tests::app::{
     ADMIN_KEY, INTEGRATION_KEY, PATIENCE, REQUESTER_KEY, REVIEWER_KEY, TestApp,
 };

@@ -3,8 +3,8 @@
 //! a decided call never expires; and fifty conflicting decisions record exactly one.
 
 use approval_gateway::config::WebhookEndpoint;
-use countersign_shared::names::{Names, Shard};
-use countersign_shared::signing::WebhookSecret;
+use countersign_runtime::names::{Names, Shard};
+use countersign_runtime::signing::WebhookSecret;
 use countersign_tests::app::{INTEGRATION_KEY, PATIENCE, TestApp};
 use countersign_tests::audit_kinds as kinds;
 use countersign_tests::fake_model::{last_results, refund_brain};
@@ -151,7 +151,7 @@ async fn a_shard_whose_sweeper_vanished_is_swept_by_another_once_its_lease_lapse
     );
     let holder: String = redis::cmd("GET")
         .arg(names.sweep_lease_key(Shard::of(
-            &countersign_shared::run::RunId::parse(&run_id).unwrap(),
+            &countersign_model::run::RunId::parse(&run_id).unwrap(),
         )))
         .query_async(&mut conn)
         .await

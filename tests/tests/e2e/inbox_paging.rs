@@ -2,9 +2,9 @@
 //! newer runs, each call appears once however the pages are cut, and runs that moved on
 //! are left out.
 
-use countersign_shared::names::{Names, Shard};
-use countersign_shared::run::RunId;
-use countersign_shared::store::{Awaiting, Store};
+use countersign_model::run::RunId;
+use countersign_runtime::names::{Names, Shard};
+use countersign_store::{Awaiting, Store};
 use countersign_tests::app::TestApp;
 use countersign_tests::fake_model::refund_brain;
 use countersign_tests::wait_for;

@@ -5,7 +5,7 @@
 //! runner on the same ports says another one runs and how to stop it or move. Its output,
 //! not a terminal, carries no colour codes.
 
-use countersign_shared::names::Names;
+use countersign_runtime::names::Names;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::{Duration, Instant};

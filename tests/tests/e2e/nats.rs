@@ -5,9 +5,9 @@
 //! local runner renders it).
 
 use countersign_local::nats_users::NatsUsers;
-use countersign_shared::bus::Bus;
-use countersign_shared::infra::InfraConfig;
-use countersign_shared::names::Names;
+use countersign_runtime::bus::Bus;
+use countersign_runtime::config::InfraConfig;
+use countersign_runtime::names::Names;
 use countersign_tests::app::{PATIENCE, REQUESTER_KEY, TestApp, gateway_waits_for, new_namespace};
 use countersign_tests::fake_model::refund_brain;
 use countersign_tests::images::NATS;
@@ -284,7 +284,7 @@ async fn with_the_shipped_nats_users_runs_go_through_and_no_service_publishes_wh
     let worker = users.worker.expose();
     let gateway = users.gateway.expose();
     refused_to_publish(&url, "worker", worker, names.runs_start()).await;
-    let some_run = countersign_shared::run::RunId::new();
+    let some_run = countersign_model::run::RunId::new();
     let decided = names.approval_decided(&some_run);
     refused_to_publish(&url, "worker", worker, decided).await;
     let completed = names.run_completed(&some_run);

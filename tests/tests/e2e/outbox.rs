@@ -113,11 +113,11 @@ async fn a_decision_recorded_by_a_gateway_that_died_before_publishing_is_announc
 
 #[tokio::test]
 async fn a_worker_sweeping_leaves_a_gateways_late_decision_to_a_gateway() {
-    use countersign_shared::bus::Bus;
-    use countersign_shared::names::{Names, Service, Shard};
-    use countersign_shared::outbox::Outbox;
-    use countersign_shared::run::{RunId, RunStatus};
-    use countersign_shared::store::Store;
+    use countersign_model::run::{RunId, RunStatus};
+    use countersign_runtime::bus::Bus;
+    use countersign_runtime::names::{Names, Service, Shard};
+    use countersign_store::Store;
+    use countersign_store::relay::Outbox;
 
     let app = TestApp::spawn(refund_brain).await;
     let run = app.start_run("Refund A-1001 please.").await;

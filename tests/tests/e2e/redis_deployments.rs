@@ -6,9 +6,9 @@
 //! can be made to wait for replicas, and the services log in as an ACL user and over TLS
 //! with a client certificate.
 
-use countersign_shared::names::Names;
-use countersign_shared::run::RunId;
-use countersign_shared::store::Store;
+use countersign_model::run::RunId;
+use countersign_runtime::names::Names;
+use countersign_store::Store;
 use countersign_tests::app::{PATIENCE, TestApp};
 use countersign_tests::fake_model::refund_brain;
 use countersign_tests::infra::Infra;

@@ -195,10 +195,10 @@ async fn the_audit_chain_verifies_and_detects_an_edited_entry() {
 
 #[tokio::test]
 async fn entries_appended_by_processes_with_a_stale_view_of_the_chain_still_link() {
-    use countersign_shared::audit::{AuditEntry, AuditKind};
-    use countersign_shared::names::Names;
-    use countersign_shared::run::RunId;
-    use countersign_shared::store::Store;
+    use countersign_model::audit::{AuditEntry, AuditKind};
+    use countersign_model::run::RunId;
+    use countersign_runtime::names::Names;
+    use countersign_store::Store;
     let app = TestApp::spawn_with_policy("anthropic", 1, FINANCE, refund_brain).await;
     let (run_id, digest) = paused_run_requested_by(&app, "carol").await;
     app.decide_as("alice", &run_id, approve(&digest)).await;

@@ -6,8 +6,8 @@
 //! fails stops rather than serve with nobody notified.
 
 use countersign_local::demo_tools::DemoTools;
-use countersign_shared::bus::Bus;
-use countersign_shared::names::Names;
+use countersign_runtime::bus::Bus;
+use countersign_runtime::names::Names;
 use countersign_tests::app::{REQUESTER_KEY, gateway_config, refunds_agent, worker_config};
 use countersign_tests::fake_model::{FakeModel, refund_brain};
 use countersign_tests::infra::Infra;
@@ -302,7 +302,7 @@ async fn thirty_connections_making_the_streams_and_consumers_at_once_all_succeed
     const AT_ONCE: usize = 30;
     let infra = Infra::start().await;
     let js = async_nats::jetstream::new(async_nats::connect(&infra.nats_url).await.unwrap());
-    let settings = countersign_shared::bus::ConsumerSettings {
+    let settings = countersign_runtime::bus::ConsumerSettings {
         ack_wait: Duration::from_secs(30),
         max_ack_pending: 100,
     };
@@ -337,7 +337,7 @@ async fn thirty_connections_making_the_streams_and_consumers_at_once_all_succeed
                 &settings,
             )
             .await?;
-            Ok::<_, countersign_shared::bus::BusError>(())
+            Ok::<_, countersign_runtime::bus::BusError>(())
         }))
         .await;
         slowest = slowest.max(started.elapsed());

@@ -138,10 +138,10 @@ async fn a_run_whose_stored_state_cannot_be_read_asks_for_attention_instead_of_r
 
 #[tokio::test]
 async fn an_attempt_that_lost_the_reply_to_its_own_mark_may_still_make_its_call() {
-    use countersign_shared::run::RunId;
-    use countersign_shared::store::{ExecBegin, Store};
+    use countersign_model::run::RunId;
+    use countersign_store::{ExecBegin, Store};
     let app = TestApp::spawn(refund_brain).await;
-    let names = countersign_shared::names::Names::new(&app.namespace).unwrap();
+    let names = countersign_runtime::names::Names::new(&app.namespace).unwrap();
     let store = Store::connect(&app.infra_config(), names).await.unwrap();
     let run = RunId::new();
     // The first ask marks the call; asking again with the same token (its reply was lost)

@@ -3,7 +3,7 @@
 //! same way, for the people they may speak for.
 
 use approval_gateway::config::{SignedSender, WebhookEndpoint};
-use countersign_shared::signing::WebhookSecret;
+use countersign_runtime::signing::WebhookSecret;
 use countersign_tests::app::{PATIENCE, TestApp};
 use countersign_tests::fake_model::refund_brain;
 use countersign_tests::webhook_receiver::WebhookReceiver;

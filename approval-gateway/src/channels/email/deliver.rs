@@ -8,10 +8,10 @@ use super::send::send;
 use crate::channels::delivery::{Ask, Deliver, DeliveryError, Ending};
 use crate::config::{EmailConfig, Person};
 use crate::state::AppState;
-use countersign_shared::agent::Channel;
-use countersign_shared::authority::{self, Principal, RunFacts};
-use countersign_shared::digest::sha256_hex;
-use countersign_shared::run::{Action, RunId};
+use countersign_model::agent::Channel;
+use countersign_model::authority::{self, Principal, RunFacts};
+use countersign_model::digest::sha256_hex;
+use countersign_model::run::{Action, RunId};
 use std::time::Duration;
 
 /// An `email:` channel: an address, or `approvers`.

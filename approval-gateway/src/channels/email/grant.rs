@@ -3,8 +3,8 @@
 //! the run, the call and the digest, and it expires. The decision script spends it in the
 //! same step that records the decision.
 
-use countersign_shared::digest::sha256_hex;
-use countersign_shared::run::{Action, RunId};
+use countersign_model::digest::sha256_hex;
+use countersign_model::run::{Action, RunId};
 use serde::{Deserialize, Serialize};
 
 /// What one link token lets one person do.

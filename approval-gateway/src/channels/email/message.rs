@@ -5,7 +5,7 @@
 
 use super::html::escape;
 use crate::channels::delivery::Ask;
-use countersign_shared::run::{Action, PendingCall};
+use countersign_model::run::{Action, PendingCall};
 
 /// What a mail asks: the prefix of its subject (a reminder's), and whether the reader asked
 /// for the run themselves (then they may only reject).

@@ -23,8 +23,8 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::get;
-use countersign_shared::run::Action;
-use countersign_shared::store::RefusalCode;
+use countersign_model::run::Action;
+use countersign_store::RefusalCode;
 use maud::html;
 
 pub(crate) fn router() -> Router<AppState> {

@@ -3,7 +3,7 @@
 //! `Retry-After` (seconds) when a method is rate limited.
 
 use crate::config::SlackConfig;
-use countersign_shared::redact::redact_error;
+use countersign_runtime::redact::redact_error;
 use serde_json::Value;
 use std::time::Duration;
 

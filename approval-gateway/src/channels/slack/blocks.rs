@@ -17,10 +17,10 @@
 //! accepts in one message. Texts are clipped by characters, never inside one, and clipped as
 //! they are escaped, so an escape is never cut in half.
 
-use countersign_shared::authority::{self, RunFacts};
-use countersign_shared::edit::{self, FieldChange};
-use countersign_shared::events::Evidence;
-use countersign_shared::run::{Action, PendingCall};
+use countersign_model::authority::{self, RunFacts};
+use countersign_model::edit::{self, FieldChange};
+use countersign_model::events::Evidence;
+use countersign_model::run::{Action, PendingCall};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 

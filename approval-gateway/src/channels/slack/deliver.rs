@@ -12,8 +12,8 @@ use super::blocks::{self, Request, Target};
 use crate::channels::delivery::{Ask, Deliver, DeliveryError, Ending};
 use crate::config::SlackConfig;
 use crate::state::AppState;
-use countersign_shared::agent::Channel;
-use countersign_shared::run::{Action, PendingCall, RunId};
+use countersign_model::agent::Channel;
+use countersign_model::run::{Action, PendingCall, RunId};
 use serde_json::{Value, json};
 use tracing::warn;
 

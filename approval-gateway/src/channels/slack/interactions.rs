@@ -19,8 +19,8 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
-use countersign_shared::authority::{self, Principal, Refused, RunFacts};
-use countersign_shared::run::Action;
+use countersign_model::authority::{self, Principal, Refused, RunFacts};
+use countersign_model::run::Action;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 

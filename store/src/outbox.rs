@@ -5,8 +5,8 @@
 //! on its way, and may drop the mark if nobody marked the run again since.
 
 use super::{Announcement, Store, StoreError};
-use crate::names::Shard;
-use crate::run::RunId;
+use countersign_model::run::RunId;
+use countersign_runtime::names::Shard;
 use std::sync::LazyLock;
 
 /// Scores a run (ARGV[1]) in the outbox index (KEYS[1]) with Redis's time, later than any

@@ -4,8 +4,8 @@
 //! many calls wait and however many workers sweep.
 
 use super::{Store, StoreError};
-use crate::names::Shard;
-use crate::run::RunId;
+use countersign_model::run::RunId;
+use countersign_runtime::names::Shard;
 use std::sync::LazyLock;
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! has gone. A hint for reviewers, never a lock: nothing is decided by it.
 
 use super::{Store, StoreError};
-use crate::run::RunId;
+use countersign_model::run::RunId;
 use std::time::Duration;
 
 impl Store {
@@ -18,7 +18,7 @@ impl Store {
         ttl: Duration,
     ) -> Result<Vec<String>, StoreError> {
         let key = self.names.presence_key(run, call_id);
-        let now = crate::now_ms();
+        let now = countersign_model::now_ms();
         let ttl_ms = ttl.as_millis().max(1) as i64;
         let (present,): (Vec<String>,) = redis::pipe()
             .atomic()

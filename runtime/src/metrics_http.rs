@@ -4,7 +4,6 @@
 //! requests carrying `Authorization: Bearer <token>` (401 otherwise). Operators choose either
 //! or both, so the figures reach Prometheus and nobody else who can reach a port.
 
-use crate::digest::sha256_hex;
 use crate::metrics::Metrics;
 use crate::secret::Secret;
 use anyhow::Context;
@@ -14,6 +13,7 @@ use axum::http::header::{AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use countersign_model::digest::sha256_hex;
 use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;

@@ -8,11 +8,11 @@
 //! chain, kept for [`AUDIT_MAX_AGE`] and at most [`AUDIT_MAX_BYTES`] (the oldest go first),
 //! for operators to read or export. All are file-backed, so a NATS restart loses nothing acked.
 
-use crate::events::{Envelope, Event};
-use crate::infra::InfraConfig;
+use crate::config::InfraConfig;
 use crate::names::Names;
 use async_nats::jetstream::ErrorCode;
 use async_nats::jetstream::{self, consumer::PullConsumer, message::PublishMessage, stream};
+use countersign_model::events::{Envelope, Event};
 use std::time::Duration;
 
 /// How long a `Nats-Msg-Id` is remembered for deduplication.

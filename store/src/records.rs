@@ -3,7 +3,7 @@
 //! idempotency keys of started runs (with the hash of the request that started each), and the `webhook-id`s of signed requests.
 
 use super::{Store, StoreError};
-use crate::run::RunId;
+use countersign_model::run::RunId;
 use std::time::Duration;
 
 impl Store {

@@ -5,8 +5,8 @@
 //! the new slot owners after a failover). Every command the store sends goes through
 //! [`Connection`], which also makes writes wait for replicas when the deployment asks for it.
 
-use crate::infra::{InfraConfig, RedisMode};
-use crate::metrics::Metrics;
+use countersign_runtime::config::{InfraConfig, RedisMode};
+use countersign_runtime::metrics::Metrics;
 use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
@@ -54,7 +54,7 @@ impl Connection {
             .map(str::trim)
             .filter(|u| !u.is_empty())
             .collect();
-        crate::tls::install_crypto_provider();
+        countersign_runtime::tls::install_crypto_provider();
         let wait = (infra.redis_wait_replicas > 0)
             .then_some((infra.redis_wait_replicas, infra.redis_wait_timeout_ms));
         let response_timeout =

@@ -5,7 +5,6 @@
 //! does not.
 
 use crate::bus::Bus;
-use crate::store::Store;
 use futures::future::join_all;
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
@@ -42,10 +41,14 @@ pub struct Readiness {
 }
 
 impl Readiness {
-    /// Runs every check at once.
-    pub async fn check(store: &Store, bus: &Bus, consumers: &Consumers) -> Self {
+    /// Runs every check at once; `redis_ping` is the store's PING.
+    pub async fn check<E: std::fmt::Display>(
+        redis_ping: impl Future<Output = Result<(), E>>,
+        bus: &Bus,
+        consumers: &Consumers,
+    ) -> Self {
         let redis = bounded("redis".to_string(), async {
-            store.ping().await.map_err(|e| e.to_string())
+            redis_ping.await.map_err(|e| e.to_string())
         });
         let nats = async {
             let state = bus.client.connection_state();

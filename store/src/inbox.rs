@@ -3,9 +3,9 @@
 //! split into [`Shard`]s like every deployment-wide index; a page merges theirs.
 
 use super::{Store, StoreError};
-use crate::names::Shard;
-use crate::now_ms;
-use crate::run::RunId;
+use countersign_model::now_ms;
+use countersign_model::run::RunId;
+use countersign_runtime::names::Shard;
 use futures::future::try_join_all;
 use std::sync::LazyLock;
 

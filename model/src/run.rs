@@ -14,7 +14,7 @@
 //! A resumed run stays `resuming` until its drive's next save, which may be any of progress,
 //! pause or finish (the calls run on resuming are recorded by that save).
 //! A worker holds a lease while a run is `running` or `resuming` and writes only through it;
-//! the kind of save ([`crate::store::Save`]) decides the status written. Cancelling (by the
+//! the kind of save (the store's `Save`) decides the status written. Cancelling (by the
 //! requester or an admin) marks the run; the next claim or save of a worker sees the mark and
 //! finishes it as `cancelled` instead of going on. Terminal states never change again.
 
@@ -314,7 +314,7 @@ pub struct Run {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cancel: Option<Cancellation>,
     /// The `traceparent` of the request that started the run, which every later span of
-    /// the run joins (see [`crate::trace_context`]); none when traces are not exported.
+    /// the run joins; none when traces are not exported. Set by the gateway that starts the run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace: Option<String>,
     pub created_at: i64,
@@ -322,7 +322,7 @@ pub struct Run {
 }
 
 impl Run {
-    /// A queued run whose conversation starts with the user's input, in the current trace.
+    /// A queued run whose conversation starts with the user's input, in no trace yet.
     pub fn new(
         run_id: RunId,
         agent: String,
@@ -346,8 +346,7 @@ impl Run {
             answer: None,
             error: None,
             cancel: None,
-            // Made inside the span of the request or job that starts the run.
-            trace: crate::trace_context::current(),
+            trace: None,
             created_at: now,
             updated_at: now,
         }

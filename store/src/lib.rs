@@ -1,7 +1,7 @@
 //! Run state in Redis. Every change of state is one Lua script (in `lua/`) that checks the
 //! status, and the lease where a worker holds one, before it writes, so two gateways or two
 //! workers can never both win. A script that changes what others must hear of also appends
-//! the audit entries and queues the announcements in the same step (see [`crate::outbox`]).
+//! the audit entries and queues the announcements in the same step (see [`crate::relay`]).
 //!
 //! Layout, all keys of a run sharing the hash tag `{run_id}` so each script touches one slot:
 //! - `run:{id}` hash: `status`, `version` (bumped by every write), `turn`, `pending_count` and
@@ -16,7 +16,7 @@
 //! - `exec:{id}` hash: call id -> `started`, or the [`CallResult`] once it finished;
 //! - `votes:{id}` hash: the approvals collected so far for calls that need several;
 //! - `refs:{id}` hash: where each channel's message about a call is, to update it later;
-//! - `audit:{id}` list: the run's hash-chained audit trail (see [`crate::audit`]);
+//! - `audit:{id}` list: the run's hash-chained audit trail (see [`countersign_model::audit`]);
 //! - `outbox:{id}` hash: announcements not yet acknowledged by JetStream;
 //! - `refusals:{id}` list: the latest refused decisions, capped;
 //! - `link:{id}:{hash}` strings: email link tokens for the run's calls (once spent,
@@ -34,9 +34,10 @@ mod connection;
 mod decide;
 mod exec;
 mod inbox;
-mod keys;
 mod outbox;
 mod presence;
+mod records;
+pub mod relay;
 mod sessions;
 mod timers;
 
@@ -45,14 +46,14 @@ pub use decide::{
 };
 pub use exec::ExecBegin;
 pub use inbox::Awaiting;
-pub use keys::IdempotencyRecord;
+pub use records::IdempotencyRecord;
 pub use timers::{Due, DueTimer, Timer};
 
-use crate::audit::{AuditEntry, prepare};
-use crate::metrics::Metrics;
-use crate::names::{Names, msg_id};
-use crate::run::{Decision, HeldCall, Run, RunId, RunStatus};
 use connection::Connection;
+use countersign_model::audit::{AuditEntry, prepare};
+use countersign_model::run::{Decision, HeldCall, Run, RunId, RunStatus};
+use countersign_runtime::metrics::Metrics;
+use countersign_runtime::names::{Names, msg_id};
 use redis::{Script, ScriptInvocation};
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
@@ -98,9 +99,9 @@ pub struct Announcement {
 }
 
 impl Announcement {
-    pub fn new(msg_id: String, subject: String, event: crate::events::Event) -> Self {
-        let payload =
-            serde_json::to_string(&crate::events::Envelope::new(event)).expect("events serialize");
+    pub fn new(msg_id: String, subject: String, event: countersign_model::events::Event) -> Self {
+        let payload = serde_json::to_string(&countersign_model::events::Envelope::new(event))
+            .expect("events serialize");
         Self {
             msg_id,
             subject,
@@ -201,7 +202,7 @@ impl Store {
     /// fail fast while Redis is away, so a request gets its 503 within about a second;
     /// whoever called retries later (a client, or JetStream's redelivery).
     pub async fn connect(
-        infra: &crate::infra::InfraConfig,
+        infra: &countersign_runtime::config::InfraConfig,
         names: Names,
     ) -> Result<Self, StoreError> {
         let metrics = Metrics::default();
@@ -217,7 +218,7 @@ impl Store {
     /// out) waits and tries again, saying so, so a service may start before Redis. Any other
     /// failure (a wrong password, a bad URL) is returned at once.
     pub async fn connect_waiting(
-        infra: &crate::infra::InfraConfig,
+        infra: &countersign_runtime::config::InfraConfig,
         names: Names,
     ) -> Result<Self, StoreError> {
         let mut delay = Duration::from_millis(250);
@@ -477,7 +478,7 @@ impl Store {
     pub async fn cancel(
         &self,
         id: &RunId,
-        cancel: &crate::run::Cancellation,
+        cancel: &countersign_model::run::Cancellation,
         audit: &AuditEntry,
         nudge: &Announcement,
     ) -> Result<CancelOutcome, StoreError> {
@@ -622,7 +623,7 @@ impl Chain {
     /// was computed from, and the link.
     pub(crate) fn push(&mut self, script: &mut ScriptInvocation<'_>, entry: &AuditEntry) {
         let (text, sha) = prepare(entry);
-        let link = crate::audit::link(&self.prev, &sha);
+        let link = countersign_model::audit::link(&self.prev, &sha);
         script.arg(text).arg(sha).arg(&self.prev).arg(&link);
         self.prev = link;
     }

@@ -12,10 +12,10 @@
 //! for a gateway's sweep and a worker's late pause for a worker's. A sweeper leaves a run
 //! whose outbox holds only the other service's announcements without touching its mark.
 
-use crate::bus::{Bus, BusError};
-use crate::names::{Service, Shard};
-use crate::run::RunId;
-use crate::store::{Announcement, Store, StoreError};
+use crate::{Announcement, Store, StoreError};
+use countersign_model::run::RunId;
+use countersign_runtime::bus::{Bus, BusError};
+use countersign_runtime::names::{Service, Shard};
 use futures::future::join_all;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -98,10 +98,10 @@ impl Outbox {
         for (run, mark) in &due {
             let span = tracing::info_span!("outbox.sweep", run_id = %run);
             // What is published late still carries its run's trace to whoever takes it.
-            if crate::telemetry::exporting()
+            if countersign_runtime::telemetry::exporting()
                 && let Some(stored) = self.store.load(run).await?
             {
-                crate::trace_context::adopt(&span, stored.trace.as_deref());
+                countersign_runtime::trace_context::adopt(&span, stored.trace.as_deref());
             }
             self.sweep_run(service, run, *mark).instrument(span).await?;
         }

@@ -1,14 +1,14 @@
 //! Deciding held calls through `lua/decide.lua`, the one place a decision becomes true.
 
 use super::{Announcement, Store, StoreError, from_json, to_json};
-use crate::audit::AuditEntry;
-use crate::names::msg_id;
-use crate::run::{Decision, RunId};
+use countersign_model::audit::AuditEntry;
+use countersign_model::run::{Decision, RunId};
+use countersign_runtime::names::msg_id;
 use serde::{Deserialize, Serialize};
 use std::sync::LazyLock;
 
 static DECIDE: LazyLock<redis::Script> =
-    LazyLock::new(|| super::script(include_str!("../lua/decide.lua")));
+    LazyLock::new(|| super::script(include_str!("lua/decide.lua")));
 
 /// One decision of a request, with its audit entry.
 pub struct Proposal {

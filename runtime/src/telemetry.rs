@@ -25,10 +25,11 @@ pub fn exporting() -> bool {
 }
 
 /// The crates whose spans are exported: the services' own, not their libraries'.
-const TRACED_CRATES: [&str; 4] = [
+const TRACED_CRATES: [&str; 5] = [
     "approval_gateway",
     "agent_worker",
-    "countersign_shared",
+    "countersign_runtime",
+    "countersign_store",
     "countersign_local",
 ];
 

@@ -2,11 +2,11 @@
 //! so an approved call never runs twice silently.
 
 use super::{Store, StoreError, from_json, to_json};
-use crate::run::{CallResult, RunId};
+use countersign_model::run::{CallResult, RunId};
 use std::sync::LazyLock;
 
 static EXEC_BEGIN: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("../lua/exec_begin.lua")));
+    LazyLock::new(|| redis::Script::new(include_str!("lua/exec_begin.lua")));
 
 /// What the execution record says about an approved call about to run.
 #[derive(Debug, PartialEq)]

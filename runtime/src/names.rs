@@ -1,7 +1,7 @@
 //! Subject, stream, consumer and key names. A namespace prefixes all of them so several
 //! deployments (and parallel tests) can share one NATS and one Redis.
 
-use crate::run::RunId;
+use countersign_model::run::RunId;
 
 /// Names for one deployment. An empty namespace gives the documented names as they are
 /// (`runs.start`, stream `RUNS`, keys `cs:run:{id}`).
@@ -179,7 +179,7 @@ impl Names {
     pub fn run_key(&self, run: &RunId) -> String {
         self.key(&format!("run:{{{run}}}"))
     }
-    /// Hash: call id -> the [`crate::run::HeldCall`] (JSON) of every call held for a person.
+    /// Hash: call id -> the [`countersign_model::run::HeldCall`] (JSON) of every call held for a person.
     pub fn calls_key(&self, run: &RunId) -> String {
         self.key(&format!("calls:{{{run}}}"))
     }
@@ -189,7 +189,7 @@ impl Names {
     }
     /// Hash: `call_id|principal` -> one approval of a call that needs several, and
     /// `call_id#` -> how many there are. No call id holds `|` or `#` (see
-    /// [`crate::run::Run::calls_asked`]), so one call's fields never read as another's.
+    /// [`countersign_model::run::Run::calls_asked`]), so one call's fields never read as another's.
     pub fn votes_key(&self, run: &RunId) -> String {
         self.key(&format!("votes:{{{run}}}"))
     }
@@ -237,7 +237,7 @@ impl Names {
     }
     /// String: the body hash a signed request's `webhook-id` came with, per sender.
     pub fn webhook_id_key(&self, sender: &str, webhook_id: &str) -> String {
-        let id = crate::digest::sha256_hex(format!("{sender}\n{webhook_id}"));
+        let id = countersign_model::digest::sha256_hex(format!("{sender}\n{webhook_id}"));
         self.key(&format!("webhook-id:{id}"))
     }
     /// Sorted set: the principals who have a call's page open, scored by when their page
@@ -264,7 +264,7 @@ impl Names {
     pub fn sessions_of_key(&self, principal: &str) -> String {
         self.key(&format!(
             "sessions-of:{}",
-            crate::digest::sha256_hex(principal)
+            countersign_model::digest::sha256_hex(principal)
         ))
     }
     /// String: whom a one-time sign-in link signs in, by the SHA-256 of its token; the first
@@ -306,7 +306,7 @@ impl Names {
 /// repeated publish of it once. (An audit element's id, `audit:{run}:{hash}`, is made by the
 /// scripts' prelude, which computes the hash.)
 pub mod msg_id {
-    use crate::run::RunId;
+    use countersign_model::run::RunId;
 
     pub fn start(run: &RunId) -> String {
         format!("start:{run}")

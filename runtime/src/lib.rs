@@ -1,0 +1,18 @@
+//! What every countersign process runs on: its configuration, logs and traces, metrics and
+//! probes, shutdown, and the NATS bus with the names of its subjects and streams. Knows the
+//! model's types but nothing of Redis (that is `countersign-store`, built on this crate).
+
+pub mod bus;
+pub mod config;
+pub mod health;
+pub mod metrics;
+pub mod metrics_http;
+pub mod names;
+pub mod probe;
+pub mod redact;
+pub mod secret;
+pub mod shutdown;
+pub mod signing;
+pub mod telemetry;
+pub mod tls;
+pub mod trace_context;
