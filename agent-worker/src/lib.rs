@@ -16,10 +16,11 @@ use countersign_model::agent::Catalog;
 use countersign_model::people::Directory;
 use countersign_runtime::bus::{Bus, ConsumerSettings};
 use countersign_runtime::health::Consumers;
+use countersign_runtime::metrics::Metrics;
 use countersign_runtime::metrics_http;
 use countersign_runtime::names::{Names, Service};
 use countersign_store::Store;
-use countersign_store::relay::Outbox;
+use countersign_store::relay::Relay;
 use engine::{Engine, EngineSettings};
 use futures::StreamExt;
 use std::sync::Arc;
@@ -148,15 +149,16 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let names = Names::new(&config.infra.namespace)?;
-    let catalog = Catalog::load_dir(&config.agents_dir)?;
+    let catalog = countersign_runtime::agents::load_dir(&config.agents_dir)?;
     let agents = Arc::new(Agents::compile(&catalog)?);
     let people = Directory::new(&config.people);
     check_roles(&catalog, &people)?;
-    let store = Store::connect_waiting(&config.infra, names.clone()).await?;
+    let metrics = Metrics::default();
+    let store = Store::connect_waiting(&config.infra, names.clone(), metrics.clone()).await?;
     let bus = Bus::connect(&config.infra, names.clone()).await?;
     let consumers = Consumers::default();
-    let mut metrics = metrics_http::Placed::new(
-        store.metrics().clone(),
+    let mut served = metrics_http::Placed::new(
+        metrics.clone(),
         config.metrics_listen.as_deref(),
         config.metrics_token.as_ref(),
         shutdown.clone(),
@@ -167,7 +169,7 @@ pub async fn run(
         store.clone(),
         bus.clone(),
         consumers.clone(),
-        metrics.route.take(),
+        served.route.take(),
         shutdown.clone(),
     ));
     let ack_wait = Duration::from_secs(config.ack_wait_secs);
@@ -194,11 +196,13 @@ pub async fn run(
             retention: Duration::from_secs(config.retention_secs),
             approval_timeout: Duration::from_secs(config.default_approval_timeout_secs),
         },
+        metrics.clone(),
     ));
     info!(worker_id = %config.worker_id, agents = catalog.iter().count(), "worker started");
 
     let outbox = tokio::spawn(
-        Outbox::new(store.clone(), bus.clone()).run_sweeper(Service::Worker, shutdown.clone()),
+        Relay::new(store.clone(), bus.clone(), metrics)
+            .run_sweeper(Service::Worker, shutdown.clone()),
     );
     let sweeper = tokio::spawn(sweep(
         engine.clone(),
@@ -210,7 +214,7 @@ pub async fn run(
     sweeper.await?;
     outbox.await?;
     probes.await??;
-    metrics.stopped().await?;
+    served.stopped().await?;
     bus.client.drain().await?;
     info!("worker stopped");
     Ok(())

@@ -513,7 +513,7 @@ mod unknown_keys {
         };
         let check = |channel: &str, config: &Config| {
             std::fs::write(dir.join("a.toml"), agent(channel)).unwrap();
-            config.check_channels(&Catalog::load_dir(&dir).unwrap())
+            config.check_channels(&countersign_runtime::agents::load_dir(&dir).unwrap())
         };
         let bare = Config::default();
         for channel in ["webhook:ops", "slack:#x", "email:approvers"] {

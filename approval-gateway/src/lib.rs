@@ -33,8 +33,8 @@ pub(crate) mod web;
 pub use channels::slack;
 
 use config::Config;
-use countersign_model::agent::Catalog;
 use countersign_runtime::bus::Bus;
+use countersign_runtime::metrics::Metrics;
 use countersign_runtime::metrics_http::Placed;
 use countersign_runtime::names::{Names, Service};
 use countersign_store::Store;
@@ -51,11 +51,12 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let names = Names::new(&config.infra.namespace)?;
-    let catalog = Catalog::load_dir(&config.agents_dir)?;
+    let catalog = countersign_runtime::agents::load_dir(&config.agents_dir)?;
     config.check_channels(&catalog)?;
-    let store = Store::connect_waiting(&config.infra, names.clone()).await?;
+    let metrics = Metrics::default();
+    let store = Store::connect_waiting(&config.infra, names.clone(), metrics.clone()).await?;
     let bus = Bus::connect(&config.infra, names).await?;
-    let state = AppState::new(store, bus, catalog, config)?;
+    let state = AppState::new(store, bus, catalog, config, metrics)?;
     // The gateway's own stop: a shutdown, or its notifier failing, which stops it rather than
     // leave it answering while nobody is notified.
     let stop = shutdown.child_token();
@@ -75,18 +76,18 @@ pub async fn run(
             .clone()
             .run_sweeper(Service::Gateway, stop.clone()),
     );
-    let mut metrics = Placed::new(
-        state.store.metrics().clone(),
+    let mut served = Placed::new(
+        state.metrics.clone(),
         state.config.metrics_listen.as_deref(),
         state.config.metrics_token.as_ref(),
         stop.clone(),
     )
     .await?;
-    let app = routes::router(state.clone(), metrics.route.take());
+    let app = routes::router(state.clone(), served.route.take());
     tracing::info!(addr = %listener.local_addr()?, "gateway listening");
     server::serve(listener, app, &state.config, stop.clone()).await;
     stop.cancel();
-    metrics.stopped().await?;
+    served.stopped().await?;
     notifier.await??;
     outbox.await?;
     state.bus.client.drain().await?;

@@ -244,7 +244,7 @@ async fn deliver(state: &AppState, msg: Message) {
             return;
         }
     };
-    let metrics = state.store.metrics();
+    let metrics = &state.metrics;
     if attempt > 1 {
         metrics.redelivered("DELIVERIES");
     }

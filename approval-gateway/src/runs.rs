@@ -121,7 +121,7 @@ pub(crate) async fn start(
     // A replayed key finds its run already stored; it is announced again only while still
     // queued, in case the first attempt stopped between storing and publishing.
     let status = if state.store.create(&run).await? {
-        state.store.metrics().run("started");
+        state.metrics.run("started");
         RunStatus::Queued
     } else {
         match state.store.load(&run_id).await? {

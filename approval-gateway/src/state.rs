@@ -8,7 +8,8 @@ use countersign_model::people::Directory;
 use countersign_model::run::{Run, RunId};
 use countersign_runtime::bus::Bus;
 use countersign_runtime::health::Consumers;
-use countersign_store::relay::Outbox;
+use countersign_runtime::metrics::Metrics;
+use countersign_store::relay::Relay;
 use countersign_store::{Store, StoreError};
 use lettre::transport::smtp::authentication::Credentials;
 use lettre::{AsyncSmtpTransport, Tokio1Executor};
@@ -23,11 +24,13 @@ pub(crate) struct AppState {
     pub(crate) store: Store,
     pub(crate) bus: Bus,
     /// Publishes what the scripts queued.
-    pub(crate) outbox: Outbox,
+    pub(crate) outbox: Relay,
     /// Whether the notifier pulls from its consumers (a readiness check).
     pub(crate) consumers: Consumers,
     pub(crate) catalog: Catalog,
     pub(crate) config: Arc<Config>,
+    /// This gateway's figures, served at `GET /metrics`.
+    pub(crate) metrics: Metrics,
     pub(crate) people: Arc<Directory>,
     /// The SMTP transport, when email is configured.
     pub(crate) mailer: Option<Mailer>,
@@ -43,6 +46,7 @@ impl AppState {
         bus: Bus,
         catalog: Catalog,
         config: Config,
+        metrics: Metrics,
     ) -> anyhow::Result<Self> {
         Ok(Self {
             mailer: config.email.as_ref().map(smtp).transpose()?,
@@ -53,7 +57,8 @@ impl AppState {
                     .map(|k| (sha256_hex(k.key.expose()), k.clone()))
                     .collect(),
             ),
-            outbox: Outbox::new(store.clone(), bus.clone()),
+            outbox: Relay::new(store.clone(), bus.clone(), metrics.clone()),
+            metrics,
             consumers: Consumers::default(),
             store,
             bus,

@@ -19,6 +19,7 @@ use anyhow::Context;
 use config::Options;
 use countersign_model::run::RunId;
 use countersign_runtime::names::Names;
+use countersign_store::keys::Keys;
 use fakes::Fakes;
 use load::{Load, Times};
 use measure::Percentiles;
@@ -425,7 +426,7 @@ impl SystemBench {
         let mut total = 0;
         for run in runs {
             let run = RunId::parse(run).context("the gateway answered a malformed run id")?;
-            let keys = self.names.run_keys(&run);
+            let keys = Keys::of(&self.names).run_keys(&run);
             total += measure::redis_memory_usage(&mut self.redis, &keys).await?;
         }
         Ok(Some(total as f64 / runs.len() as f64))

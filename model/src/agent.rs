@@ -587,27 +587,14 @@ pub struct Catalog {
 pub const SCRIPT_SUFFIX: &str = ".script.toml";
 
 impl Catalog {
-    /// Loads every `*.toml` file of `dir` except scripts (`*.script.toml`).
-    pub fn load_dir(dir: &Path) -> Result<Self, AgentError> {
-        let read_err = |error| AgentError::Read {
-            path: dir.to_path_buf(),
-            error,
-        };
-        let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
-            .map_err(read_err)?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| {
-                let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-                name.ends_with(".toml") && !name.ends_with(SCRIPT_SUFFIX)
-            })
-            .collect();
-        paths.sort();
+    /// The agents of a directory's files, given as (path, text) in the order they were read,
+    /// scripts (`*.script.toml`) left out; reading them is the runtime's part.
+    pub fn from_files(
+        dir: &Path,
+        files: impl IntoIterator<Item = (PathBuf, String)>,
+    ) -> Result<Self, AgentError> {
         let mut agents = BTreeMap::new();
-        for path in paths {
-            let text = std::fs::read_to_string(&path).map_err(|error| AgentError::Read {
-                path: path.clone(),
-                error,
-            })?;
+        for (path, text) in files {
             let agent = Agent::from_toml(&text, dir).map_err(|e| AgentError::InFile {
                 path: path.clone(),
                 error: Box::new(e),

@@ -2,6 +2,7 @@
 //! probes, shutdown, and the NATS bus with the names of its subjects and streams. Knows the
 //! model's types but nothing of Redis (that is `countersign-store`, built on this crate).
 
+pub mod agents;
 pub mod bus;
 pub mod config;
 pub mod health;

@@ -1,7 +1,8 @@
 //! What a service counts and times, served as Prometheus text at `GET /metrics` (the
-//! gateway's listener, a worker's health port). Each service has its own registry, reached
-//! through its [`crate::store::Store`], so the figures are that process's; Prometheus sums
-//! them over the deployment.
+//! gateway's listener, a worker's health port). Each process makes one [`Metrics`] at start and
+//! hands a clone to each part that records (the store times its Redis commands, the relay
+//! its publishes, the engine or the routes the rest), so the figures are that process's;
+//! Prometheus sums them over the deployment.
 //!
 //! - `countersign_runs_total{event}`: `started` (gateway), `paused`, `resumed`, `completed`,
 //!   `failed`, `cancelled` (worker).

@@ -1,5 +1,6 @@
-//! Subject, stream, consumer and key names. A namespace prefixes all of them so several
-//! deployments (and parallel tests) can share one NATS and one Redis.
+//! Subject, stream, consumer and message-id names on NATS. A namespace prefixes all of them
+//! (and the Redis keys, see the store's `keys`) so several deployments (and parallel tests)
+//! can share one NATS and one Redis.
 
 use countersign_model::run::RunId;
 
@@ -33,6 +34,11 @@ impl Names {
         Ok(Self {
             namespace: namespace.to_string(),
         })
+    }
+
+    /// The prefix every name of the deployment carries; empty for the documented names.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
     }
 
     fn subject(&self, rest: &str) -> String {
@@ -167,139 +173,6 @@ impl Names {
     pub fn decided_consumer(&self) -> String {
         self.upper("workers-decided")
     }
-
-    fn key(&self, rest: &str) -> String {
-        if self.namespace.is_empty() {
-            format!("cs:{rest}")
-        } else {
-            format!("cs:{}:{rest}", self.namespace)
-        }
-    }
-    /// Hash: status, version, turn, counters, lease and the run document.
-    pub fn run_key(&self, run: &RunId) -> String {
-        self.key(&format!("run:{{{run}}}"))
-    }
-    /// Hash: call id -> the [`countersign_model::run::HeldCall`] (JSON) of every call held for a person.
-    pub fn calls_key(&self, run: &RunId) -> String {
-        self.key(&format!("calls:{{{run}}}"))
-    }
-    /// Hash: call id -> the recorded decision (JSON).
-    pub fn decisions_key(&self, run: &RunId) -> String {
-        self.key(&format!("decisions:{{{run}}}"))
-    }
-    /// Hash: `call_id|principal` -> one approval of a call that needs several, and
-    /// `call_id#` -> how many there are. No call id holds `|` or `#` (see
-    /// [`countersign_model::run::Run::calls_asked`]), so one call's fields never read as another's.
-    pub fn votes_key(&self, run: &RunId) -> String {
-        self.key(&format!("votes:{{{run}}}"))
-    }
-    /// Hash: `call_id|channel` -> where the channel's message about the call is (for Slack,
-    /// `channel_id|ts`), so it can be updated once the call is decided.
-    pub fn refs_key(&self, run: &RunId) -> String {
-        self.key(&format!("refs:{{{run}}}"))
-    }
-    /// List: the run's hash-chained audit trail. It has no TTL: it outlives the run.
-    pub fn audit_key(&self, run: &RunId) -> String {
-        self.key(&format!("audit:{{{run}}}"))
-    }
-    /// Hash: message id -> `subject\npayload` of what the run's scripts announced and
-    /// JetStream has not yet acknowledged (see [`crate::outbox`]).
-    pub fn outbox_key(&self, run: &RunId) -> String {
-        self.key(&format!("outbox:{{{run}}}"))
-    }
-    /// List: the latest refused decisions on the run, newest first, capped.
-    pub fn refusals_key(&self, run: &RunId) -> String {
-        self.key(&format!("refusals:{{{run}}}"))
-    }
-    /// Sorted set of run ids scored by when a script last wrote (or was about to write) to
-    /// their outbox: where the outbox sweepers look. One per index shard.
-    pub fn outbox_index_key(&self, shard: Shard) -> String {
-        self.shard_key("outbox", shard)
-    }
-    /// Every key a run's scripts take, in the order the scripts expect (see
-    /// `lua/prelude.lua`).
-    pub fn run_keys(&self, run: &RunId) -> [String; 9] {
-        [
-            self.run_key(run),
-            self.calls_key(run),
-            self.decisions_key(run),
-            self.votes_key(run),
-            self.refs_key(run),
-            self.exec_key(run),
-            self.audit_key(run),
-            self.outbox_key(run),
-            self.refusals_key(run),
-        ]
-    }
-    /// Hash: call id -> "started" or the recorded result (JSON) of an executed call.
-    pub fn exec_key(&self, run: &RunId) -> String {
-        self.key(&format!("exec:{{{run}}}"))
-    }
-    /// String: the body hash a signed request's `webhook-id` came with, per sender.
-    pub fn webhook_id_key(&self, sender: &str, webhook_id: &str) -> String {
-        let id = countersign_model::digest::sha256_hex(format!("{sender}\n{webhook_id}"));
-        self.key(&format!("webhook-id:{id}"))
-    }
-    /// Sorted set: the principals who have a call's page open, scored by when their page
-    /// last asked (ms); it expires soon after the last one leaves.
-    pub fn presence_key(&self, run: &RunId, call_id: &str) -> String {
-        self.key(&format!("presence:{{{run}}}:{call_id}"))
-    }
-    /// String: the run an idempotency key started.
-    pub fn idempotency_key(&self, digest: &str) -> String {
-        self.key(&format!("idem:{digest}"))
-    }
-    /// String: what a single-use link token (email approvals) may do, by the token's hash;
-    /// in the run's slot, so the decision script spends it.
-    pub fn link_token_key(&self, run: &RunId, token_hash: &str) -> String {
-        self.key(&format!("link:{{{run}}}:{token_hash}"))
-    }
-    /// String: a reviewer's web session (JSON), by the SHA-256 of its cookie, so the store
-    /// never holds a usable cookie; it expires.
-    pub fn session_key(&self, cookie_hash: &str) -> String {
-        self.key(&format!("session:{cookie_hash}"))
-    }
-    /// Set: the cookie hashes of a principal's sessions (by the SHA-256 of the principal),
-    /// so an admin can end them all; it lasts as long as their newest session.
-    pub fn sessions_of_key(&self, principal: &str) -> String {
-        self.key(&format!(
-            "sessions-of:{}",
-            countersign_model::digest::sha256_hex(principal)
-        ))
-    }
-    /// String: whom a one-time sign-in link signs in, by the SHA-256 of its token; the first
-    /// use deletes it, and it expires.
-    pub fn sign_in_token_key(&self, token_hash: &str) -> String {
-        self.key(&format!("sign-in:{token_hash}"))
-    }
-    /// String: present while a sign-in link mailed to an address is recent, so the form
-    /// cannot be used to flood a mailbox; by the SHA-256 of the address.
-    pub fn sign_in_throttle_key(&self, address_hash: &str) -> String {
-        self.key(&format!("sign-in-mailed:{address_hash}"))
-    }
-    /// Sorted set of `run_id|call_id|digest` scored by deadline (ms): what the sweepers look
-    /// at, only the due front of it each time. One per index shard.
-    pub fn deadlines_key(&self, shard: Shard) -> String {
-        self.shard_key("deadlines", shard)
-    }
-    /// Sorted set of `run_id|call_id|digest` scored by when to remind. One per index shard.
-    pub fn reminders_key(&self, shard: Shard) -> String {
-        self.shard_key("reminders", shard)
-    }
-    /// Sorted set of runs awaiting approval, scored by when they paused: the inbox index.
-    /// One per index shard.
-    pub fn awaiting_key(&self, shard: Shard) -> String {
-        self.shard_key("awaiting", shard)
-    }
-    /// String: the worker that sweeps a shard's timers, for a short lease.
-    pub fn sweep_lease_key(&self, shard: Shard) -> String {
-        self.shard_key("sweeper", shard)
-    }
-    /// A shard's keys share the hash tag `{shard-NN}`, so a script may take several of them
-    /// (the sweep lease and a timer set) under Redis Cluster.
-    fn shard_key(&self, index: &str, shard: Shard) -> String {
-        self.key(&format!("{index}:{{shard-{:02}}}", shard.0))
-    }
 }
 
 /// The `Nats-Msg-Id` of each fact: the same fact always gets the same id, so JetStream stores a
@@ -344,29 +217,6 @@ pub mod msg_id {
     }
 }
 
-/// One of the [`Shard::COUNT`] parts the deployment-wide indexes (deadlines, reminders,
-/// paused runs, outbox marks) are split into, so that no single Redis key (one slot, one
-/// Cluster node) takes a write for every run. A run's shard follows from its id.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Shard(u8);
-
-impl Shard {
-    /// Fixed: changing it would leave entries in shards nobody reads.
-    pub const COUNT: u8 = 16;
-
-    pub fn of(run: &RunId) -> Self {
-        // FNV-1a: stable across processes and versions, unlike the std hasher.
-        let hash = run.as_str().bytes().fold(0x811c_9dc5_u32, |h, b| {
-            (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
-        });
-        Self((hash % u32::from(Self::COUNT)) as u8)
-    }
-
-    pub fn all() -> impl Iterator<Item = Self> {
-        (0..Self::COUNT).map(Self)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #[test]
@@ -398,16 +248,15 @@ mod tests {
         assert_eq!(n.runs_start(), "runs.start");
         assert_eq!(n.approval_decided(&run), "approval.decided.run_1");
         assert_eq!(n.runs_stream(), "RUNS");
-        assert_eq!(n.run_key(&run), "cs:run:{run_1}");
     }
 
     #[test]
-    fn a_namespace_prefixes_subjects_streams_and_keys() {
+    fn a_namespace_prefixes_subjects_and_streams() {
         let n = Names::new("t1").unwrap();
         let run = RunId::parse("run_1").unwrap();
         assert_eq!(n.runs_start(), "t1.runs.start");
+        assert_eq!(n.approval_decided(&run), "t1.approval.decided.run_1");
         assert_eq!(n.approvals_stream(), "t1_APPROVALS");
-        assert_eq!(n.decisions_key(&run), "cs:t1:decisions:{run_1}");
     }
 
     #[test]

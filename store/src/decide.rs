@@ -127,7 +127,7 @@ impl Store {
     ) -> Result<Outcome, StoreError> {
         let link_key = request
             .link
-            .map(|(hash, _)| self.names.link_token_key(id, hash));
+            .map(|(hash, _)| self.keys.link_token_key(id, hash));
         let (status, detail, queued) = self
             .on_run(&DECIDE, id, |script, chain| {
                 if let Some(key) = &link_key {

@@ -31,7 +31,7 @@ impl Store {
     ) -> Result<ExecBegin, StoreError> {
         let reply: Vec<String> = again(|| async {
             EXEC_BEGIN
-                .key(self.names.exec_key(id))
+                .key(self.keys.exec_key(id))
                 .arg(call_id)
                 .arg(token)
                 .invoke_async(&mut self.conn.clone())
@@ -56,7 +56,7 @@ impl Store {
         let result = to_json(result)?;
         let _: i64 = again(|| async {
             redis::cmd("HSET")
-                .arg(self.names.exec_key(id))
+                .arg(self.keys.exec_key(id))
                 .arg(call_id)
                 .arg(&result)
                 .query_async(&mut self.conn.clone())

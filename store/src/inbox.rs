@@ -3,9 +3,9 @@
 //! split into [`Shard`]s like every deployment-wide index; a page merges theirs.
 
 use super::{Store, StoreError};
+use crate::keys::Shard;
 use countersign_model::now_ms;
 use countersign_model::run::RunId;
-use countersign_runtime::names::Shard;
 use futures::future::try_join_all;
 use std::sync::LazyLock;
 
@@ -39,9 +39,9 @@ impl Store {
         let shard = Shard::of(id);
         let mut script = RESUMED.prepare_invoke();
         script
-            .key(self.names.awaiting_key(shard))
-            .key(self.names.deadlines_key(shard))
-            .key(self.names.reminders_key(shard))
+            .key(self.keys.awaiting_key(shard))
+            .key(self.keys.deadlines_key(shard))
+            .key(self.keys.reminders_key(shard))
             .arg(id.as_str());
         for (call_id, digest) in calls {
             script.arg(super::timers::member(id, call_id, digest));
@@ -54,11 +54,11 @@ impl Store {
     pub async fn index_awaiting(&self, id: &RunId, awaiting: bool) -> Result<(), StoreError> {
         let mut cmd = if awaiting {
             let mut c = redis::cmd("ZADD");
-            c.arg(self.names.awaiting_key(Shard::of(id))).arg(now_ms());
+            c.arg(self.keys.awaiting_key(Shard::of(id))).arg(now_ms());
             c
         } else {
             let mut c = redis::cmd("ZREM");
-            c.arg(self.names.awaiting_key(Shard::of(id)));
+            c.arg(self.keys.awaiting_key(Shard::of(id)));
             c
         };
         let _: i64 = cmd
@@ -91,7 +91,7 @@ impl Store {
         after: Option<&Awaiting>,
         limit: usize,
     ) -> Result<Vec<Awaiting>, StoreError> {
-        let key = self.names.awaiting_key(shard);
+        let key = self.keys.awaiting_key(shard);
         let mut page = Vec::new();
         let mut min = "-inf".to_string();
         if let Some(after) = after {

@@ -13,7 +13,7 @@
 //!   id names one call for the life of the run, whatever ids the model reuses: see
 //!   [`Run::calls_asked`], so every per-call record here is one call's, of one turn);
 //! - `decisions:{id}` hash: call id -> the recorded [`Decision`];
-//! - `exec:{id}` hash: call id -> `started`, or the [`CallResult`] once it finished;
+//! - `exec:{id}` hash: call id -> `started`, or the [`countersign_model::run::CallResult`] once it finished;
 //! - `votes:{id}` hash: the approvals collected so far for calls that need several;
 //! - `refs:{id}` hash: where each channel's message about a call is, to update it later;
 //! - `audit:{id}` list: the run's hash-chained audit trail (see [`countersign_model::audit`]);
@@ -34,6 +34,7 @@ mod connection;
 mod decide;
 mod exec;
 mod inbox;
+pub mod keys;
 mod outbox;
 mod presence;
 mod records;
@@ -54,6 +55,7 @@ use countersign_model::audit::{AuditEntry, prepare};
 use countersign_model::run::{Decision, HeldCall, Run, RunId, RunStatus};
 use countersign_runtime::metrics::Metrics;
 use countersign_runtime::names::{Names, msg_id};
+use keys::Keys;
 use redis::{Script, ScriptInvocation};
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
@@ -190,26 +192,26 @@ pub enum CancelOutcome {
 #[derive(Clone)]
 pub struct Store {
     conn: Connection,
+    /// The subjects the scripts' announcements go to.
     names: Names,
-    /// The service's metrics: every part of a service reaches the store, and the store
-    /// times its own round trips.
-    metrics: Metrics,
+    keys: Keys,
     heads: Heads,
 }
 
 impl Store {
     /// Connects to Redis as the configuration describes it (see [`connection`]). Commands
     /// fail fast while Redis is away, so a request gets its 503 within about a second;
-    /// whoever called retries later (a client, or JetStream's redelivery).
+    /// whoever called retries later (a client, or JetStream's redelivery). Each command's
+    /// round trip is timed in `metrics`.
     pub async fn connect(
         infra: &countersign_runtime::config::InfraConfig,
         names: Names,
+        metrics: Metrics,
     ) -> Result<Self, StoreError> {
-        let metrics = Metrics::default();
         Ok(Self {
-            conn: Connection::open(infra, metrics.clone()).await?,
+            conn: Connection::open(infra, metrics).await?,
+            keys: Keys::of(&names),
             names,
-            metrics,
             heads: Heads::default(),
         })
     }
@@ -220,10 +222,11 @@ impl Store {
     pub async fn connect_waiting(
         infra: &countersign_runtime::config::InfraConfig,
         names: Names,
+        metrics: Metrics,
     ) -> Result<Self, StoreError> {
         let mut delay = Duration::from_millis(250);
         loop {
-            match Self::connect(infra, names.clone()).await {
+            match Self::connect(infra, names.clone(), metrics.clone()).await {
                 Err(StoreError::Redis(e))
                     if e.is_io_error() || e.is_connection_refusal() || e.is_timeout() =>
                 {
@@ -236,13 +239,12 @@ impl Store {
         }
     }
 
-    /// The metrics of the service this store belongs to.
-    pub fn metrics(&self) -> &Metrics {
-        &self.metrics
-    }
-
     pub fn names(&self) -> &Names {
         &self.names
+    }
+
+    pub fn keys(&self) -> &Keys {
+        &self.keys
     }
 
     /// Checks the connection for readiness probes.
@@ -256,7 +258,7 @@ impl Store {
     /// Stores a new queued run; false if a run with this id exists already.
     pub async fn create(&self, run: &Run) -> Result<bool, StoreError> {
         let created: i64 = CREATE
-            .key(self.names.run_key(&run.run_id))
+            .key(self.keys.run_key(&run.run_id))
             .arg(to_json(run)?)
             .arg(run.requested_by.as_deref().unwrap_or_default())
             .invoke_async(&mut self.conn.clone())
@@ -279,7 +281,7 @@ impl Store {
 
     pub async fn decisions(&self, id: &RunId) -> Result<HashMap<String, Decision>, StoreError> {
         let raw: HashMap<String, String> = redis::cmd("HGETALL")
-            .arg(self.names.decisions_key(id))
+            .arg(self.keys.decisions_key(id))
             .query_async(&mut self.conn.clone())
             .await?;
         raw.into_iter()
@@ -294,8 +296,8 @@ impl Store {
         lease: Duration,
     ) -> Result<Claim, StoreError> {
         let reply: Vec<String> = CLAIM
-            .key(self.names.run_key(id))
-            .key(self.names.decisions_key(id))
+            .key(self.keys.run_key(id))
+            .key(self.keys.decisions_key(id))
             .arg(owner)
             .arg(lease.as_millis() as i64)
             .invoke_async(&mut self.conn.clone())
@@ -344,7 +346,7 @@ impl Store {
 
     async fn lease(&self, id: &RunId, owner: &str, lease_ms: i64) -> Result<bool, StoreError> {
         let ok: i64 = LEASE
-            .key(self.names.run_key(id))
+            .key(self.keys.run_key(id))
             .arg(owner)
             .arg(lease_ms)
             .invoke_async(&mut self.conn.clone())
@@ -381,7 +383,7 @@ impl Store {
                 self.mark_outbox(id).await?
             };
             let mut invocation = script.prepare_invoke();
-            for key in self.names.run_keys(id) {
+            for key in self.keys.run_keys(id) {
                 invocation.key(key);
             }
             invocation
@@ -520,7 +522,7 @@ impl Store {
     /// The latest refused decisions on a run, newest first.
     pub async fn refusals(&self, id: &RunId) -> Result<Vec<serde_json::Value>, StoreError> {
         let raw: Vec<String> = redis::cmd("LRANGE")
-            .arg(self.names.refusals_key(id))
+            .arg(self.keys.refusals_key(id))
             .arg(0)
             .arg(-1)
             .query_async(&mut self.conn.clone())
@@ -531,7 +533,7 @@ impl Store {
     /// The stored elements of a run's audit trail, oldest first.
     pub async fn audit_trail(&self, id: &RunId) -> Result<Vec<serde_json::Value>, StoreError> {
         let raw: Vec<String> = redis::cmd("LRANGE")
-            .arg(self.names.audit_key(id))
+            .arg(self.keys.audit_key(id))
             .arg(0)
             .arg(-1)
             .query_async(&mut self.conn.clone())
@@ -550,7 +552,7 @@ impl Store {
             Option<String>,
         );
         let (status, doc, version, cancel, head): Fields = redis::cmd("HMGET")
-            .arg(self.names.run_key(id))
+            .arg(self.keys.run_key(id))
             .arg("status")
             .arg("doc")
             .arg("version")

@@ -5,8 +5,8 @@
 //! on its way, and may drop the mark if nobody marked the run again since.
 
 use super::{Announcement, Store, StoreError};
+use crate::keys::Shard;
 use countersign_model::run::RunId;
-use countersign_runtime::names::Shard;
 use std::sync::LazyLock;
 
 /// Scores a run (ARGV[1]) in the outbox index (KEYS[1]) with Redis's time, later than any
@@ -60,7 +60,7 @@ impl Store {
     /// Marks the run in the outbox index; returns the mark.
     pub(super) async fn mark_outbox(&self, id: &RunId) -> Result<i64, StoreError> {
         Ok(MARK
-            .key(self.names.outbox_index_key(Shard::of(id)))
+            .key(self.keys.outbox_index_key(Shard::of(id)))
             .arg(id.as_str())
             .invoke_async(&mut self.conn.clone())
             .await?)
@@ -72,8 +72,8 @@ impl Store {
     pub(super) async fn mark_paused(&self, id: &RunId) -> Result<i64, StoreError> {
         let shard = Shard::of(id);
         Ok(MARK_PAUSED
-            .key(self.names.outbox_index_key(shard))
-            .key(self.names.awaiting_key(shard))
+            .key(self.keys.outbox_index_key(shard))
+            .key(self.keys.awaiting_key(shard))
             .arg(id.as_str())
             .invoke_async(&mut self.conn.clone())
             .await?)
@@ -87,7 +87,7 @@ impl Store {
         limit: usize,
     ) -> Result<Vec<(RunId, i64)>, StoreError> {
         let flat: Vec<String> = DUE
-            .key(self.names.outbox_index_key(shard))
+            .key(self.keys.outbox_index_key(shard))
             .arg(grace.as_millis() as i64)
             .arg(limit)
             .invoke_async(&mut self.conn.clone())
@@ -104,7 +104,7 @@ impl Store {
     /// Takes a due run for this sweeper; the new mark, or None if another took it.
     pub async fn take_outbox(&self, id: &RunId, mark: i64) -> Result<Option<i64>, StoreError> {
         Ok(TAKE
-            .key(self.names.outbox_index_key(Shard::of(id)))
+            .key(self.keys.outbox_index_key(Shard::of(id)))
             .arg(id.as_str())
             .arg(mark)
             .invoke_async(&mut self.conn.clone())
@@ -114,7 +114,7 @@ impl Store {
     /// Drops the run's mark if it is still `mark`.
     pub async fn drop_outbox_mark(&self, id: &RunId, mark: i64) -> Result<(), StoreError> {
         let _: i64 = DROP
-            .key(self.names.outbox_index_key(Shard::of(id)))
+            .key(self.keys.outbox_index_key(Shard::of(id)))
             .arg(id.as_str())
             .arg(mark)
             .invoke_async(&mut self.conn.clone())
@@ -125,7 +125,7 @@ impl Store {
     /// What the run's outbox holds.
     pub async fn outbox_entries(&self, id: &RunId) -> Result<Vec<Announcement>, StoreError> {
         let flat: Vec<String> = redis::cmd("HGETALL")
-            .arg(self.names.outbox_key(id))
+            .arg(self.keys.outbox_key(id))
             .query_async(&mut self.conn.clone())
             .await?;
         Announcement::from_pairs(&flat)
@@ -133,7 +133,7 @@ impl Store {
 
     /// Removes acknowledged entries; returns how many are left.
     pub async fn outbox_done(&self, id: &RunId, msg_ids: &[&str]) -> Result<usize, StoreError> {
-        let key = self.names.outbox_key(id);
+        let key = self.keys.outbox_key(id);
         let mut pipe = redis::pipe();
         if !msg_ids.is_empty() {
             pipe.cmd("HDEL").arg(&key).arg(msg_ids).ignore();

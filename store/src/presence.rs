@@ -17,7 +17,7 @@ impl Store {
         principal: &str,
         ttl: Duration,
     ) -> Result<Vec<String>, StoreError> {
-        let key = self.names.presence_key(run, call_id);
+        let key = self.keys.presence_key(run, call_id);
         let now = countersign_model::now_ms();
         let ttl_ms = ttl.as_millis().max(1) as i64;
         let (present,): (Vec<String>,) = redis::pipe()

@@ -16,7 +16,7 @@ impl Store {
         reference: &str,
     ) -> Result<(), StoreError> {
         let _: i64 = redis::cmd("HSET")
-            .arg(self.names.refs_key(id))
+            .arg(self.keys.refs_key(id))
             .arg(format!("{call_id}|{channel}"))
             .arg(reference)
             .query_async(&mut self.conn.clone())
@@ -30,7 +30,7 @@ impl Store {
         channel: &str,
     ) -> Result<Option<String>, StoreError> {
         Ok(redis::cmd("HGET")
-            .arg(self.names.refs_key(id))
+            .arg(self.keys.refs_key(id))
             .arg(format!("{call_id}|{channel}"))
             .query_async(&mut self.conn.clone())
             .await?)
@@ -44,7 +44,7 @@ impl Store {
         ttl: Duration,
     ) -> Result<(), StoreError> {
         let _: () = redis::cmd("SET")
-            .arg(self.names.link_token_key(run, token_hash))
+            .arg(self.keys.link_token_key(run, token_hash))
             .arg(grant)
             .arg("PX")
             .arg(ttl.as_millis().max(1) as u64)
@@ -60,7 +60,7 @@ impl Store {
         token_hash: &str,
     ) -> Result<Option<String>, StoreError> {
         Ok(redis::cmd("GET")
-            .arg(self.names.link_token_key(run, token_hash))
+            .arg(self.keys.link_token_key(run, token_hash))
             .query_async(&mut self.conn.clone())
             .await?)
     }
@@ -74,7 +74,7 @@ impl Store {
         ttl: Duration,
     ) -> Result<Option<IdempotencyRecord>, StoreError> {
         let previous: Option<String> = redis::cmd("SET")
-            .arg(self.names.idempotency_key(key_digest))
+            .arg(self.keys.idempotency_key(key_digest))
             .arg(format!("{run} {request_hash}"))
             .arg("NX")
             .arg("GET")
@@ -94,7 +94,7 @@ impl Store {
         ttl: Duration,
     ) -> Result<Option<String>, StoreError> {
         Ok(redis::cmd("SET")
-            .arg(self.names.webhook_id_key(sender, webhook_id))
+            .arg(self.keys.webhook_id_key(sender, webhook_id))
             .arg(body_hash)
             .arg("NX")
             .arg("GET")

@@ -1,4 +1,4 @@
-//! The outbox. A script that changes a run also writes what others must hear of (the
+//! The relay of the outbox to NATS. A script that changes a run also writes what others must hear of (the
 //! announcement on NATS and the audit element for the global log) into the run's outbox, in
 //! the same atomic step. The caller then publishes those entries with their message ids and
 //! deletes each only after JetStream has acknowledged it; if NATS is down or the process dies
@@ -12,10 +12,12 @@
 //! for a gateway's sweep and a worker's late pause for a worker's. A sweeper leaves a run
 //! whose outbox holds only the other service's announcements without touching its mark.
 
+use crate::keys::Shard;
 use crate::{Announcement, Store, StoreError};
 use countersign_model::run::RunId;
 use countersign_runtime::bus::{Bus, BusError};
-use countersign_runtime::names::{Service, Shard};
+use countersign_runtime::metrics::Metrics;
+use countersign_runtime::names::Service;
 use futures::future::join_all;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -30,7 +32,7 @@ const SWEEP_EVERY: Duration = Duration::from_secs(1);
 const SWEEP_BATCH: usize = 200;
 
 #[derive(Debug, thiserror::Error)]
-pub enum OutboxError {
+pub enum RelayError {
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
@@ -38,19 +40,25 @@ pub enum OutboxError {
 }
 
 #[derive(Clone)]
-pub struct Outbox {
+pub struct Relay {
     store: Store,
     bus: Bus,
+    /// Times each publish.
+    metrics: Metrics,
 }
 
-impl Outbox {
-    pub fn new(store: Store, bus: Bus) -> Self {
-        Self { store, bus }
+impl Relay {
+    pub fn new(store: Store, bus: Bus, metrics: Metrics) -> Self {
+        Self {
+            store,
+            bus,
+            metrics,
+        }
     }
 
     /// Publishes what a script queued for `run` and deletes what JetStream acknowledged. An
     /// error means some entries wait for a sweeper; the change itself is stored either way.
-    pub async fn publish(&self, run: &RunId, queued: &[Announcement]) -> Result<(), OutboxError> {
+    pub async fn publish(&self, run: &RunId, queued: &[Announcement]) -> Result<(), RelayError> {
         if queued.is_empty() {
             return Ok(());
         }
@@ -67,14 +75,14 @@ impl Outbox {
 
     /// Publishes, deletes the acknowledged entries, and returns how many the outbox still
     /// holds; the first publish error if any failed.
-    async fn send(&self, run: &RunId, queued: &[Announcement]) -> Result<usize, OutboxError> {
+    async fn send(&self, run: &RunId, queued: &[Announcement]) -> Result<usize, RelayError> {
         let results = join_all(queued.iter().map(|a| async {
             let started = std::time::Instant::now();
             let published = self
                 .bus
                 .publish_raw(a.subject.clone(), &a.msg_id, a.payload.clone().into_bytes())
                 .await;
-            self.store.metrics().published(started.elapsed());
+            self.metrics.published(started.elapsed());
             published
         }))
         .await;
@@ -93,7 +101,7 @@ impl Outbox {
 
     /// Publishes what waits for `service` in the outboxes of the shard's runs marked more
     /// than [`GRACE`] ago; returns how many runs it looked at.
-    pub async fn sweep(&self, service: Service, shard: Shard) -> Result<usize, OutboxError> {
+    pub async fn sweep(&self, service: Service, shard: Shard) -> Result<usize, RelayError> {
         let due = self.store.outbox_due(shard, GRACE, SWEEP_BATCH).await?;
         for (run, mark) in &due {
             let span = tracing::info_span!("outbox.sweep", run_id = %run);
@@ -110,7 +118,7 @@ impl Outbox {
 
     /// Publishes what waits for `service` in one run's outbox, if no other sweeper took it
     /// first.
-    async fn sweep_run(&self, service: Service, run: &RunId, mark: i64) -> Result<(), OutboxError> {
+    async fn sweep_run(&self, service: Service, run: &RunId, mark: i64) -> Result<(), RelayError> {
         let waiting = self.store.outbox_entries(run).await?;
         if !waiting.is_empty() && !waiting.iter().any(|a| self.sweeps(service, a)) {
             return Ok(()); // the other service's sweepers publish these

@@ -16,7 +16,7 @@ impl Store {
         ttl: Duration,
     ) -> Result<(), StoreError> {
         let ms = ttl.as_millis().max(1) as u64;
-        let list = self.names.sessions_of_key(principal);
+        let list = self.keys.sessions_of_key(principal);
         // Not a transaction: the two keys live in different Cluster slots. A session stored
         // but not listed could not be ended by an admin, so it is listed first.
         let _: () = redis::pipe()
@@ -29,7 +29,7 @@ impl Store {
             .arg(ms)
             .ignore()
             .cmd("SET")
-            .arg(self.names.session_key(cookie_hash))
+            .arg(self.keys.session_key(cookie_hash))
             .arg(value)
             .arg("PX")
             .arg(ms)
@@ -41,7 +41,7 @@ impl Store {
 
     /// The session a cookie's hash names, while it lasts.
     pub async fn session(&self, cookie_hash: &str) -> Result<Option<String>, StoreError> {
-        self.get_string(&self.names.session_key(cookie_hash)).await
+        self.get_string(&self.keys.session_key(cookie_hash)).await
     }
 
     /// Ends a session (signing out), and takes it off `principal`'s list when that is
@@ -53,11 +53,11 @@ impl Store {
     ) -> Result<(), StoreError> {
         let mut pipe = redis::pipe();
         pipe.cmd("DEL")
-            .arg(self.names.session_key(cookie_hash))
+            .arg(self.keys.session_key(cookie_hash))
             .ignore();
         if let Some(principal) = principal {
             pipe.cmd("SREM")
-                .arg(self.names.sessions_of_key(principal))
+                .arg(self.keys.sessions_of_key(principal))
                 .arg(cookie_hash)
                 .ignore();
         }
@@ -67,14 +67,14 @@ impl Store {
 
     /// Ends every session of `principal`; how many there were.
     pub async fn end_sessions_of(&self, principal: &str) -> Result<usize, StoreError> {
-        let list = self.names.sessions_of_key(principal);
+        let list = self.keys.sessions_of_key(principal);
         let hashes: Vec<String> = redis::cmd("SMEMBERS")
             .arg(&list)
             .query_async(&mut self.conn.clone())
             .await?;
         let mut pipe = redis::pipe();
         for hash in &hashes {
-            pipe.cmd("DEL").arg(self.names.session_key(hash)).ignore();
+            pipe.cmd("DEL").arg(self.keys.session_key(hash)).ignore();
         }
         pipe.cmd("DEL").arg(&list).ignore();
         let _: () = pipe.query_async(&mut self.conn.clone()).await?;
@@ -88,13 +88,13 @@ impl Store {
         value: &str,
         ttl: Duration,
     ) -> Result<(), StoreError> {
-        self.put_expiring(&self.names.sign_in_token_key(token_hash), value, ttl)
+        self.put_expiring(&self.keys.sign_in_token_key(token_hash), value, ttl)
             .await
     }
 
     /// Whom a sign-in link's token signs in, without using it (the page that shows it).
     pub async fn peek_sign_in_token(&self, token_hash: &str) -> Result<Option<String>, StoreError> {
-        self.get_string(&self.names.sign_in_token_key(token_hash))
+        self.get_string(&self.keys.sign_in_token_key(token_hash))
             .await
     }
 
@@ -105,7 +105,7 @@ impl Store {
         token_hash: &str,
     ) -> Result<Option<String>, StoreError> {
         Ok(redis::cmd("GETDEL")
-            .arg(self.names.sign_in_token_key(token_hash))
+            .arg(self.keys.sign_in_token_key(token_hash))
             .query_async(&mut self.conn.clone())
             .await?)
     }
@@ -118,7 +118,7 @@ impl Store {
         ttl: Duration,
     ) -> Result<bool, StoreError> {
         let set: Option<String> = redis::cmd("SET")
-            .arg(self.names.sign_in_throttle_key(address_hash))
+            .arg(self.keys.sign_in_throttle_key(address_hash))
             .arg("1")
             .arg("NX")
             .arg("PX")

@@ -4,8 +4,8 @@
 //! many calls wait and however many workers sweep.
 
 use super::{Store, StoreError};
+use crate::keys::Shard;
 use countersign_model::run::RunId;
-use countersign_runtime::names::Shard;
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -87,9 +87,9 @@ impl Store {
         limit: usize,
     ) -> Result<Option<Due>, StoreError> {
         let due: Option<(Vec<String>, Vec<String>)> = DUE
-            .key(self.names.sweep_lease_key(shard))
-            .key(self.names.reminders_key(shard))
-            .key(self.names.deadlines_key(shard))
+            .key(self.keys.sweep_lease_key(shard))
+            .key(self.keys.reminders_key(shard))
+            .key(self.keys.deadlines_key(shard))
             .arg(owner)
             .arg(lease.as_millis().max(1) as u64)
             .arg(limit)
@@ -112,8 +112,8 @@ impl Store {
     }
     fn timer_key(&self, timer: Timer, shard: Shard) -> String {
         match timer {
-            Timer::Deadline => self.names.deadlines_key(shard),
-            Timer::Reminder => self.names.reminders_key(shard),
+            Timer::Deadline => self.keys.deadlines_key(shard),
+            Timer::Reminder => self.keys.reminders_key(shard),
         }
     }
 }

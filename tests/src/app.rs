@@ -8,6 +8,7 @@ use approval_gateway::config::{ApiKey, Person, Role};
 use countersign_local::demo_tools::DemoTools;
 use countersign_model::audit::{AuditEntry, AuditKind};
 use countersign_model::run::{Action, Decision, RunId};
+use countersign_runtime::metrics::Metrics;
 use countersign_runtime::names::Names;
 use countersign_store::{DecideRequest, Outcome, Proposal, Store};
 use reqwest::StatusCode;
@@ -304,7 +305,7 @@ impl TestApp {
     /// The digest of a refund call as anyone who knows the agent's file and the run id can
     /// work it out in advance.
     pub fn refund_digest(&self, run_id: &str, input: &Value) -> String {
-        let catalog = countersign_model::agent::Catalog::load_dir(&self.agents_dir).unwrap();
+        let catalog = countersign_runtime::agents::load_dir(&self.agents_dir).unwrap();
         let agent = catalog.get("refunds").unwrap();
         let tool = agent
             .def
@@ -533,7 +534,9 @@ impl TestApp {
     /// outbox sweepers.
     pub async fn approve_without_announcing(&self, run_id: &str, call_id: &str, digest: &Value) {
         let names = Names::new(&self.namespace).unwrap();
-        let store = Store::connect(&self.infra_config(), names).await.unwrap();
+        let store = Store::connect(&self.infra_config(), names, Metrics::default())
+            .await
+            .unwrap();
         let run_id = RunId::parse(run_id).unwrap();
         let decision = Decision {
             call_id: call_id.into(),

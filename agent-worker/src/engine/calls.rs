@@ -185,7 +185,7 @@ impl Engine {
             call.result = Some(result);
         }
         let resolved = held.iter().filter(|c| c.pending.is_some()).count();
-        self.store.metrics().calls("resolved", resolved);
+        self.metrics.calls("resolved", resolved);
         run.messages.push(results_message(&held));
         Ok((executed, last_decided))
     }

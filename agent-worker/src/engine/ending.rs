@@ -37,7 +37,7 @@ impl Engine {
         self.save(&mut run, Save::Pause, &audits, &[announce])
             .await?;
         self.schedule_timers(&run).await?;
-        let metrics = self.store.metrics();
+        let metrics = &self.metrics;
         metrics.run("paused");
         metrics.calls("held", requested.len());
         metrics.paused_after(run.updated_at - run.created_at);
@@ -115,7 +115,7 @@ impl Engine {
             &announce,
         )
         .await?;
-        self.store.metrics().run(status.as_str());
+        self.metrics.run(status.as_str());
         info!(status = status.as_str(), "run finished");
         Ok(())
     }

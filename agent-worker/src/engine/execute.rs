@@ -61,9 +61,7 @@ impl Engine {
         }
         let started = std::time::Instant::now();
         let result = tools::call_http(&self.http, tool, run, turn, call_id, input, outcome).await;
-        self.store
-            .metrics()
-            .tool_call(&tool.name, started.elapsed());
+        self.metrics.tool_call(&tool.name, started.elapsed());
         self.store.exec_finish(run, call_id, &result).await?;
         Ok(result)
     }

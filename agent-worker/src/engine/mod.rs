@@ -28,9 +28,10 @@ use countersign_model::run::{
     Block, CallResult, Message, Outcome, PendingCall, Role, Run, RunId, TurnCall,
 };
 use countersign_runtime::bus::{Bus, BusError};
+use countersign_runtime::metrics::Metrics;
 use countersign_runtime::names::msg_id;
 use countersign_runtime::trace_context;
-use countersign_store::relay::Outbox;
+use countersign_store::relay::Relay;
 use countersign_store::{Announcement, Claim, Claimed, Save, Store, StoreError};
 use serde_json::Value;
 use std::sync::Arc;
@@ -95,11 +96,12 @@ pub struct EngineSettings {
 pub struct Engine {
     store: Store,
     bus: Bus,
-    outbox: Outbox,
+    outbox: Relay,
     agents: Arc<Agents>,
     people: Directory,
     http: reqwest::Client,
     settings: EngineSettings,
+    metrics: Metrics,
 }
 
 impl Engine {
@@ -109,9 +111,11 @@ impl Engine {
         agents: Arc<Agents>,
         people: Directory,
         settings: EngineSettings,
+        metrics: Metrics,
     ) -> Self {
         Self {
-            outbox: Outbox::new(store.clone(), bus.clone()),
+            outbox: Relay::new(store.clone(), bus.clone(), metrics.clone()),
+            metrics,
             store,
             bus,
             agents,
@@ -122,8 +126,8 @@ impl Engine {
     }
 
     /// This worker's figures.
-    pub fn metrics(&self) -> &countersign_runtime::metrics::Metrics {
-        self.store.metrics()
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
     }
 
     /// One step of work for a run, brought by a `runs.start` job or an `approval.decided`
@@ -263,7 +267,7 @@ impl Engine {
             info!(turn = run.turns, "resuming");
             let (ran, last_decided) = self.resume_turn(&mut run, agent, &decisions).await?;
             executed = ran;
-            self.store.metrics().run("resumed");
+            self.metrics.run("resumed");
             resumed_from = Some(last_decided);
         }
         loop {
@@ -281,7 +285,7 @@ impl Engine {
                 tools: &def.tools,
             };
             if let Some(decided) = resumed_from.take() {
-                self.store.metrics().resumed_after(now_ms() - decided);
+                self.metrics.resumed_after(now_ms() - decided);
             }
             let started = std::time::Instant::now();
             let completion = agent
@@ -289,8 +293,7 @@ impl Engine {
                 .complete(&self.http, &request)
                 .instrument(tracing::info_span!("model.call", model = %def.model.name, turn = run.turns + 1))
                 .await;
-            self.store
-                .metrics()
+            self.metrics
                 .model_call(def.model.provider.as_str(), started.elapsed());
             let blocks = match completion {
                 Ok(blocks) => blocks,

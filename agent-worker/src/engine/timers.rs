@@ -12,7 +12,8 @@ use countersign_model::agent::{OnExpiry, ToolDef};
 use countersign_model::audit::{AuditEntry, AuditKind};
 use countersign_model::events::Event;
 use countersign_model::run::{Action, Decision, PendingCall, Run};
-use countersign_runtime::names::{Shard, msg_id};
+use countersign_runtime::names::msg_id;
+use countersign_store::keys::Shard;
 use countersign_store::{
     Announcement, DecideRequest, DueTimer, Outcome, Proposal, StoreError, Timer,
 };
@@ -173,7 +174,7 @@ impl Engine {
         else {
             return Ok(()); // decided or changed meanwhile: the next sweep looks again
         };
-        self.store.metrics().calls("escalated", 1);
+        self.metrics.calls("escalated", 1);
         self.publish(&run.run_id, &queued).await;
         self.store
             .schedule(
@@ -225,7 +226,7 @@ impl Engine {
         match self.store.decide(&due.run_id, &request).await? {
             Outcome::Decided { queued, .. } => {
                 info!(run_id = %due.run_id, call_id = %due.call_id, "call expired");
-                self.store.metrics().calls("expired", 1);
+                self.metrics.calls("expired", 1);
                 self.publish(&due.run_id, &queued).await;
             }
             // The deadline moved (an escalation) after this sweep read it: keep the timer.

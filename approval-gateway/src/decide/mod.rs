@@ -75,7 +75,7 @@ async fn record(
     };
     match state.store.decide(&run.run_id, &request).await? {
         Outcome::Decided { calls, queued } => {
-            let metrics = state.store.metrics();
+            let metrics = &state.metrics;
             for _ in &calls {
                 metrics.decision(by.channel, "recorded");
                 metrics.decided_after(now_ms() - run.updated_at);
@@ -96,7 +96,7 @@ async fn record(
         Outcome::Refused(refusal) => {
             let code = serde_json::to_value(refusal.code).unwrap_or_default();
             let code = code.as_str().unwrap_or("refused");
-            state.store.metrics().decision(by.channel, code);
+            state.metrics.decision(by.channel, code);
             Err(DecideError::refused(
                 run.run_id.as_str(),
                 by.principal,

@@ -11,6 +11,7 @@ use countersign_model::agent::Reviewers;
 use countersign_model::audit::{AuditEntry, AuditKind};
 use countersign_model::authority::{self, ALL_ACTIONS, Principal, RunFacts};
 use countersign_model::run::{Action, Cancellation, Decision, PendingCall, Run, RunId, TurnCall};
+use countersign_runtime::metrics::Metrics;
 use countersign_runtime::names::Names;
 use countersign_store::{Announcement, Claim, DecideRequest, Outcome, Proposal, Save, Store};
 use countersign_tests::infra::Infra;
@@ -252,9 +253,13 @@ async fn every_door_principal_action_and_policy_is_accepted_by_the_script_exactl
  {
     let infra = Infra::start().await;
     let namespace = format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
-    let store = Store::connect(&infra.config(&namespace), Names::new(&namespace).unwrap())
-        .await
-        .unwrap();
+    let store = Store::connect(
+        &infra.config(&namespace),
+        Names::new(&namespace).unwrap(),
+        Metrics::default(),
+    )
+    .await
+    .unwrap();
     let config = config();
     let arrivals = arrivals(&config);
     let (mut cases, mut accepted) = (0, 0);

@@ -4,6 +4,7 @@
 
 use countersign_model::run::RunId;
 use countersign_runtime::names::Names;
+use countersign_store::keys::Keys;
 use countersign_tests::app::{
     ADMIN_KEY, INTEGRATION_KEY, PATIENCE, REQUESTER_KEY, REVIEWER_KEY, TestApp,
 };
@@ -368,9 +369,8 @@ async fn audit_verify_passes_on_a_real_run_and_fails_once_the_chain_is_edited_in
     }
 
     // Someone with access to Redis makes the decision look like another person's.
-    let key = Names::new(&app.namespace)
-        .unwrap()
-        .audit_key(&RunId::parse(&run).unwrap());
+    let key =
+        Keys::of(&Names::new(&app.namespace).unwrap()).audit_key(&RunId::parse(&run).unwrap());
     let redis = redis::Client::open(app.infra.redis_url.as_str()).unwrap();
     let mut conn = redis.get_multiplexed_async_connection().await.unwrap();
     let elements: Vec<String> = redis::cmd("LRANGE")

@@ -3,8 +3,9 @@
 //! a decided call never expires; and fifty conflicting decisions record exactly one.
 
 use approval_gateway::config::WebhookEndpoint;
-use countersign_runtime::names::{Names, Shard};
+use countersign_runtime::names::Names;
 use countersign_runtime::signing::WebhookSecret;
+use countersign_store::keys::{Keys, Shard};
 use countersign_tests::app::{INTEGRATION_KEY, PATIENCE, TestApp};
 use countersign_tests::audit_kinds as kinds;
 use countersign_tests::fake_model::{last_results, refund_brain};
@@ -17,17 +18,17 @@ use serde_json::{Value, json};
 
 /// Deadlines still in the sweepers' sets, over every shard.
 async fn deadlines_left(app: &TestApp) -> usize {
-    timers_left(app, Names::deadlines_key).await
+    timers_left(app, Keys::deadlines_key).await
 }
 
 /// Entries in one kind of timer set (`key` names a shard's), over every shard.
-async fn timers_left(app: &TestApp, key: fn(&Names, Shard) -> String) -> usize {
+async fn timers_left(app: &TestApp, key: fn(&Keys, Shard) -> String) -> usize {
     let mut conn = app.infra.redis().await;
-    let names = Names::new(&app.namespace).unwrap();
+    let keys = Keys::of(&Names::new(&app.namespace).unwrap());
     let mut left = 0;
     for shard in Shard::all() {
         let n: usize = redis::cmd("ZCARD")
-            .arg(key(&names, shard))
+            .arg(key(&keys, shard))
             .query_async(&mut conn)
             .await
             .unwrap();
@@ -125,7 +126,7 @@ async fn a_shard_whose_sweeper_vanished_is_swept_by_another_once_its_lease_lapse
     let leased_at = chrono::Utc::now().timestamp_millis();
     for shard in Shard::all() {
         let _: () = redis::cmd("SET")
-            .arg(names.sweep_lease_key(shard))
+            .arg(Keys::of(&names).sweep_lease_key(shard))
             .arg("a-worker-that-died")
             .arg("PX")
             .arg(3000)
@@ -150,7 +151,7 @@ async fn a_shard_whose_sweeper_vanished_is_swept_by_another_once_its_lease_lapse
         "{expired}"
     );
     let holder: String = redis::cmd("GET")
-        .arg(names.sweep_lease_key(Shard::of(
+        .arg(Keys::of(&names).sweep_lease_key(Shard::of(
             &countersign_model::run::RunId::parse(&run_id).unwrap(),
         )))
         .query_async(&mut conn)
@@ -174,7 +175,7 @@ async fn a_decided_call_leaves_the_sweepers_sets_when_its_run_resumes() {
     wait_for("the call's timers to be set", PATIENCE, || async {
         let set = (
             deadlines_left(&app).await,
-            timers_left(&app, Names::reminders_key).await,
+            timers_left(&app, Keys::reminders_key).await,
         );
         (set == (1, 1)).then_some(())
     })
@@ -184,7 +185,7 @@ async fn a_decided_call_leaves_the_sweepers_sets_when_its_run_resumes() {
     app.wait_status(&run_id, "completed").await;
     // Not left for the sweepers to find in an hour: gone as the run resumed.
     assert_eq!(deadlines_left(&app).await, 0);
-    assert_eq!(timers_left(&app, Names::reminders_key).await, 0);
+    assert_eq!(timers_left(&app, Keys::reminders_key).await, 0);
 }
 
 #[tokio::test]

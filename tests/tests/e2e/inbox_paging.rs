@@ -3,7 +3,9 @@
 //! are left out.
 
 use countersign_model::run::RunId;
-use countersign_runtime::names::{Names, Shard};
+use countersign_runtime::metrics::Metrics;
+use countersign_runtime::names::Names;
+use countersign_store::keys::{Keys, Shard};
 use countersign_store::{Awaiting, Store};
 use countersign_tests::app::TestApp;
 use countersign_tests::fake_model::refund_brain;
@@ -51,7 +53,7 @@ async fn the_inbox_pages_through_twelve_hundred_paused_runs_showing_each_call_on
         let mut paused = 0;
         for shard in Shard::all() {
             let in_shard: usize = redis::cmd("ZCARD")
-                .arg(names.awaiting_key(shard))
+                .arg(Keys::of(&names).awaiting_key(shard))
                 .query_async(&mut conn)
                 .await
                 .ok()?;
@@ -133,7 +135,7 @@ async fn a_bad_cursor_or_limit_is_a_json_error() {
 async fn runs_that_paused_in_the_same_millisecond_are_paged_by_id_without_loss() {
     let app = TestApp::spawn_with("anthropic", 0, refund_brain).await;
     let names = Names::new(&app.namespace).unwrap();
-    let store = Store::connect(&app.infra_config(), names.clone())
+    let store = Store::connect(&app.infra_config(), names.clone(), Metrics::default())
         .await
         .unwrap();
     let redis = redis::Client::open(app.infra.redis_url.as_str()).unwrap();
@@ -144,7 +146,7 @@ async fn runs_that_paused_in_the_same_millisecond_are_paged_by_id_without_loss()
         for i in 0..10 {
             let id = format!("run_{ms}_{i:02}");
             let _: i64 = redis::cmd("ZADD")
-                .arg(names.awaiting_key(Shard::of(&RunId::parse(&id).unwrap())))
+                .arg(Keys::of(&names).awaiting_key(Shard::of(&RunId::parse(&id).unwrap())))
                 .arg(ms)
                 .arg(&id)
                 .query_async(&mut conn)

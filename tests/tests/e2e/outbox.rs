@@ -2,6 +2,7 @@
 //! died before it could publish, is announced from the run's outbox once it can be, and the
 //! run completes without anyone posting again.
 
+use countersign_runtime::metrics::Metrics;
 use countersign_tests::app::{PATIENCE, TestApp};
 use countersign_tests::fake_model::refund_brain;
 use countersign_tests::infra::Infra;
@@ -115,9 +116,10 @@ async fn a_decision_recorded_by_a_gateway_that_died_before_publishing_is_announc
 async fn a_worker_sweeping_leaves_a_gateways_late_decision_to_a_gateway() {
     use countersign_model::run::{RunId, RunStatus};
     use countersign_runtime::bus::Bus;
-    use countersign_runtime::names::{Names, Service, Shard};
+    use countersign_runtime::names::{Names, Service};
     use countersign_store::Store;
-    use countersign_store::relay::Outbox;
+    use countersign_store::keys::Shard;
+    use countersign_store::relay::Relay;
 
     let app = TestApp::spawn(refund_brain).await;
     let run = app.start_run("Refund A-1001 please.").await;
@@ -128,13 +130,13 @@ async fn a_worker_sweeping_leaves_a_gateways_late_decision_to_a_gateway() {
         .await;
 
     let names = Names::new(&app.namespace).unwrap();
-    let store = Store::connect(&app.infra_config(), names.clone())
+    let store = Store::connect(&app.infra_config(), names.clone(), Metrics::default())
         .await
         .unwrap();
     let bus = Bus::connect(&app.infra_config(), names.clone())
         .await
         .unwrap();
-    let outbox = Outbox::new(store.clone(), bus);
+    let outbox = Relay::new(store.clone(), bus, Metrics::default());
     let id = RunId::parse(&run).unwrap();
     let waiting = || async {
         let entries = store.outbox_entries(&id).await.unwrap();

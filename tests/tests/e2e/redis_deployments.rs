@@ -7,6 +7,7 @@
 //! with a client certificate.
 
 use countersign_model::run::RunId;
+use countersign_runtime::metrics::Metrics;
 use countersign_runtime::names::Names;
 use countersign_store::Store;
 use countersign_tests::app::{PATIENCE, TestApp};
@@ -101,9 +102,13 @@ async fn behind_sentinel_a_killed_master_is_replaced_and_every_run_completes_onc
     // A write that fewer replicas hold than asked for is not taken as done.
     let mut config = app.infra_config();
     config.redis_wait_replicas = 3;
-    let store = Store::connect(&config, Names::new(&app.namespace).unwrap())
-        .await
-        .unwrap();
+    let store = Store::connect(
+        &config,
+        Names::new(&app.namespace).unwrap(),
+        Metrics::default(),
+    )
+    .await
+    .unwrap();
     let err = store.index_awaiting(&RunId::new(), true).await.unwrap_err();
     assert!(err.to_string().contains("not replicated"), "{err}");
 }
@@ -113,7 +118,7 @@ async fn services_log_in_as_the_configured_acl_user_and_a_wrong_password_stops_t
     let infra = Infra::start_with_acl_user("countersign", "acl-password-123").await;
     let mut wrong = infra.config("tacl");
     wrong.redis_password = Some("not-the-password".into());
-    let err = Store::connect(&wrong, Names::new("tacl").unwrap())
+    let err = Store::connect(&wrong, Names::new("tacl").unwrap(), Metrics::default())
         .await
         .err()
         .expect("a wrong password is refused");
@@ -166,7 +171,7 @@ async fn services_reach_a_redis_that_requires_tls_and_a_client_certificate() {
     no_cert.redis_tls_cert = None;
     no_cert.redis_tls_key = None;
     assert!(
-        Store::connect(&no_cert, Names::new("ttls").unwrap())
+        Store::connect(&no_cert, Names::new("ttls").unwrap(), Metrics::default())
             .await
             .is_err()
     );

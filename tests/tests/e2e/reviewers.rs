@@ -2,6 +2,7 @@
 //! a quorum needs distinct people; every decision, accepted or refused, is in a hash-chained
 //! audit trail that detects tampering.
 
+use countersign_runtime::metrics::Metrics;
 use countersign_tests::app::{REQUESTER_KEY, REVIEWER_KEY, TestApp};
 use countersign_tests::audit_kinds as kinds;
 use countersign_tests::fake_model::refund_brain;
@@ -207,10 +208,12 @@ async fn entries_appended_by_processes_with_a_stale_view_of_the_chain_still_link
     // Two more processes that never read this run: each links its first entry from a head it
     // does not know, and then from one the other has moved on since.
     let names = Names::new(&app.namespace).unwrap();
-    let a = Store::connect(&app.infra_config(), names.clone())
+    let a = Store::connect(&app.infra_config(), names.clone(), Metrics::default())
         .await
         .unwrap();
-    let b = Store::connect(&app.infra_config(), names).await.unwrap();
+    let b = Store::connect(&app.infra_config(), names, Metrics::default())
+        .await
+        .unwrap();
     let id = RunId::parse(&run_id).unwrap();
     for (store, actor) in [(&a, "a1"), (&b, "b1"), (&a, "a2"), (&a, "a3"), (&b, "b2")] {
         let mut entry = AuditEntry::new(&id, AuditKind::Notified);

@@ -1,6 +1,7 @@
 //! A call whose worker died after starting it, on a tool that is not idempotent, is never
 //! sent again: the model is told its outcome is unknown and `run.attention` asks a person.
 
+use countersign_runtime::metrics::Metrics;
 use countersign_tests::app::{PATIENCE, TestApp};
 use countersign_tests::fake_model::{last_results, refund_brain};
 use futures::StreamExt;
@@ -142,7 +143,9 @@ async fn an_attempt_that_lost_the_reply_to_its_own_mark_may_still_make_its_call(
     use countersign_store::{ExecBegin, Store};
     let app = TestApp::spawn(refund_brain).await;
     let names = countersign_runtime::names::Names::new(&app.namespace).unwrap();
-    let store = Store::connect(&app.infra_config(), names).await.unwrap();
+    let store = Store::connect(&app.infra_config(), names, Metrics::default())
+        .await
+        .unwrap();
     let run = RunId::new();
     // The first ask marks the call; asking again with the same token (its reply was lost)
     // still lets this attempt call; another attempt finds it interrupted.
