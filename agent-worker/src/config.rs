@@ -2,7 +2,7 @@
 //! then environment variables, then `validate()`.
 
 use countersign_runtime::config::{
-    InfraConfig, config_path_from_args, load_toml, override_from_env,
+    Connections, config_path_from_args, load_toml, override_from_env,
 };
 use countersign_runtime::secret::Secret;
 use serde::Deserialize;
@@ -14,7 +14,7 @@ use std::time::Duration;
 pub struct Config {
     /// Where NATS and Redis are (`nats_url`, `redis_url`, `namespace` at the top level).
     #[serde(skip)]
-    pub infra: InfraConfig,
+    pub connections: Connections,
     /// Folder of agent definitions. Env: `COUNTERSIGN_AGENTS_DIR`. Default `agents`.
     pub agents_dir: PathBuf,
     /// This worker's name in leases and logs. Env: `WORKER_ID`. Default: host name and a
@@ -59,7 +59,7 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Self {
-            infra: InfraConfig::default(),
+            connections: Connections::default(),
             agents_dir: "agents".into(),
             worker_id: String::new(),
             concurrency: 16,
@@ -80,9 +80,9 @@ impl Default for Config {
 
 impl Config {
     pub fn load() -> anyhow::Result<Self> {
-        let (mut config, infra): (Config, _) = load_toml(config_path_from_args().as_deref())?;
-        config.infra = infra;
-        config.infra.apply_env()?;
+        let (mut config, connections): (Config, _) = load_toml(config_path_from_args().as_deref())?;
+        config.connections = connections;
+        config.connections.apply_env()?;
         if let Ok(dir) = std::env::var("COUNTERSIGN_AGENTS_DIR") {
             config.agents_dir = dir.into();
         }
@@ -122,10 +122,10 @@ mod tests {
 
     #[test]
     fn the_reference_configuration_loads_and_a_misspelled_key_is_named() {
-        let (mut config, infra): (Config, _) =
+        let (mut config, connections): (Config, _) =
             countersign_runtime::config::parse_toml(include_str!("../config.example.toml"))
                 .unwrap();
-        config.infra = infra;
+        config.connections = connections;
         config.validate().unwrap();
         assert_eq!(config.people[0].roles, ["finance"]);
         let err = countersign_runtime::config::parse_toml::<Config>("concurency = 4").unwrap_err();

@@ -148,14 +148,14 @@ pub async fn run(
     health: TcpListener,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let names = Names::new(&config.infra.namespace)?;
+    let names = Names::new(&config.connections.namespace)?;
     let catalog = countersign_runtime::agents::load_dir(&config.agents_dir)?;
     let agents = Arc::new(Agents::compile(&catalog)?);
     let people = Directory::new(&config.people);
     check_roles(&catalog, &people)?;
     let metrics = Metrics::default();
-    let store = Store::connect_waiting(&config.infra, names.clone(), metrics.clone()).await?;
-    let bus = Bus::connect(&config.infra, names.clone()).await?;
+    let store = Store::connect_waiting(&config.connections, names.clone(), metrics.clone()).await?;
+    let bus = Bus::connect(&config.connections, names.clone()).await?;
     let consumers = Consumers::default();
     let mut served = metrics_http::Placed::new(
         metrics.clone(),

@@ -4,7 +4,7 @@
 //! answer or a timeout is an error result for the model, never a crash.
 
 use countersign_model::agent::ToolDef;
-use countersign_model::run::{CallResult, Outcome, RunId};
+use countersign_model::run::{CallOutcome, CallResult, RunId};
 use countersign_runtime::redact::redact_error;
 use std::time::Duration;
 
@@ -24,7 +24,7 @@ pub async fn call_http(
     turn: u32,
     call_id: &str,
     input: &serde_json::Value,
-    outcome: Outcome,
+    outcome: CallOutcome,
 ) -> CallResult {
     let response = http
         .post(&tool.http.url)
@@ -34,7 +34,7 @@ pub async fn call_http(
         .send()
         .await;
     let failed = |content: String| CallResult {
-        outcome: Outcome::Failed,
+        outcome: CallOutcome::Failed,
         content,
         is_error: true,
     };

@@ -5,7 +5,7 @@ use countersign_model::agent::{Catalog, Channel};
 pub use countersign_model::authority::Role;
 pub use countersign_model::people::Person;
 use countersign_runtime::config::{
-    InfraConfig, config_path_from_args, load_toml, override_from_env,
+    Connections, config_path_from_args, load_toml, override_from_env,
 };
 use countersign_runtime::redact::redacted_url;
 use countersign_runtime::secret::Secret;
@@ -19,7 +19,7 @@ use std::path::PathBuf;
 pub struct Config {
     /// Where NATS and Redis are (`nats_url`, `redis_url`, `namespace` at the top level).
     #[serde(skip)]
-    pub infra: InfraConfig,
+    pub connections: Connections,
     /// Address to listen on. Env: `COUNTERSIGN_LISTEN`. Default `127.0.0.1:8080`.
     pub listen: String,
     /// A separate address for `GET /metrics`, which `listen` then does not serve. Env:
@@ -75,7 +75,7 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Self {
-            infra: InfraConfig::default(),
+            connections: Connections::default(),
             listen: "127.0.0.1:8080".into(),
             metrics_listen: None,
             metrics_token: None,
@@ -251,9 +251,9 @@ pub struct SignedSender {
 
 impl Config {
     pub fn load() -> anyhow::Result<Self> {
-        let (mut config, infra): (Config, _) = load_toml(config_path_from_args().as_deref())?;
-        config.infra = infra;
-        config.infra.apply_env()?;
+        let (mut config, connections): (Config, _) = load_toml(config_path_from_args().as_deref())?;
+        config.connections = connections;
+        config.connections.apply_env()?;
         override_from_env(&mut config.listen, "COUNTERSIGN_LISTEN");
         if let Ok(addr) = std::env::var("COUNTERSIGN_METRICS_LISTEN") {
             config.metrics_listen = Some(addr);
@@ -475,8 +475,8 @@ mod unknown_keys {
     fn a_misspelled_key_is_refused_with_its_name() {
         let parse = countersign_runtime::config::parse_toml::<Config>;
         let parse = |text| {
-            parse(text).map(|(mut config, infra)| {
-                config.infra = infra;
+            parse(text).map(|(mut config, connections)| {
+                config.connections = connections;
                 config
             })
         };
@@ -485,7 +485,7 @@ mod unknown_keys {
         let err = parse("[[people]]\nid = \"a\"\nrole = [\"x\"]\n").unwrap_err();
         assert!(err.to_string().contains("role"), "{err}");
         let config = parse("redis_url = \"redis://x\"\nlisten = \"0.0.0.0:1\"\n").unwrap();
-        assert_eq!(config.infra.redis_url, "redis://x");
+        assert_eq!(config.connections.redis_url, "redis://x");
     }
 
     #[test]

@@ -50,12 +50,12 @@ pub async fn run(
     listener: TcpListener,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let names = Names::new(&config.infra.namespace)?;
+    let names = Names::new(&config.connections.namespace)?;
     let catalog = countersign_runtime::agents::load_dir(&config.agents_dir)?;
     config.check_channels(&catalog)?;
     let metrics = Metrics::default();
-    let store = Store::connect_waiting(&config.infra, names.clone(), metrics.clone()).await?;
-    let bus = Bus::connect(&config.infra, names).await?;
+    let store = Store::connect_waiting(&config.connections, names.clone(), metrics.clone()).await?;
+    let bus = Bus::connect(&config.connections, names).await?;
     let state = AppState::new(store, bus, catalog, config, metrics)?;
     // The gateway's own stop: a shutdown, or its notifier failing, which stops it rather than
     // leave it answering while nobody is notified.

@@ -375,7 +375,7 @@ async fn audit_notified(state: &AppState, delivery: &Delivery) {
     for call in shown {
         let mut entry = AuditEntry::new(run_id, AuditKind::Notified);
         entry.call_id = Some(call.call_id.clone());
-        entry.channel = Some(delivery.channel.to_string());
+        entry.via = Some(delivery.channel.to_string());
         entry.digest = Some(call.digest.clone());
         entry.detail = serde_json::json!({"delivery_id": delivery.id});
         match state.store.audit(&entry).await {

@@ -9,7 +9,7 @@ use crate::state::AppState;
 use countersign_model::agent::Agent;
 use countersign_model::audit::{AuditEntry, AuditKind};
 use countersign_model::events::Event;
-use countersign_model::run::{Cancellation, PendingCall, Run, RunId, RunStatus};
+use countersign_model::run::{Cancellation, HeldCall, Run, RunId, RunStatus};
 use countersign_runtime::names::msg_id;
 use countersign_runtime::trace_context;
 use countersign_store::{Announcement, CancelOutcome, StoreError};
@@ -49,7 +49,7 @@ impl From<countersign_runtime::bus::BusError> for RunError {
 pub(crate) async fn awaiting_decision(
     state: &AppState,
     id: &RunId,
-) -> Result<Option<(Run, Vec<PendingCall>)>, StoreError> {
+) -> Result<Option<(Run, Vec<HeldCall>)>, StoreError> {
     let Some(run) = state.store.load(id).await? else {
         return Ok(None);
     };
@@ -58,7 +58,7 @@ pub(crate) async fn awaiting_decision(
     }
     let decisions = state.store.decisions(id).await?;
     let calls = run
-        .pending()
+        .held_calls()
         .filter(|c| !decisions.contains_key(&c.call_id))
         .cloned()
         .collect();
@@ -173,7 +173,7 @@ async fn request_cancel(
     };
     let mut entry = AuditEntry::new(&run.run_id, AuditKind::CancelRequested);
     entry.actor = Some(by);
-    entry.channel = Some("api".into());
+    entry.via = Some("api".into());
     entry.detail = json!({"reason": reason});
     let names = &state.bus.names;
     // The job that brings a worker to the run, which finishes it as cancelled.

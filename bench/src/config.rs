@@ -192,7 +192,7 @@ mod tests {
     }
 
     #[test]
-    fn no_arguments_give_the_issue_s_levels() {
+    fn no_arguments_give_the_default_levels() {
         let o = parse(&[]).unwrap();
         assert_eq!(o.workers, [1, 2, 4]);
         assert_eq!(o.concurrency, [1, 16, 64, 256]);

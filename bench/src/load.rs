@@ -14,7 +14,7 @@ use crate::fakes::{ANSWER, Fakes};
 use crate::servers::{AGENT, REQUESTER_KEY, REVIEWER_KEY};
 use anyhow::{Context, bail, ensure};
 use countersign_model::events::{Envelope, Event};
-use countersign_model::run::PendingCall;
+use countersign_model::run::HeldCall;
 use countersign_runtime::names::Names;
 use futures::StreamExt;
 use serde::Deserialize;
@@ -471,7 +471,7 @@ impl Load {
     }
 
     /// Waits for the run's pause and checks it holds the refund and nothing ran yet.
-    async fn wait_paused(&self, run: &str) -> anyhow::Result<(PendingCall, Instant)> {
+    async fn wait_paused(&self, run: &str) -> anyhow::Result<(HeldCall, Instant)> {
         let seen = self
             .hub
             .next(run, self.timeout)
@@ -480,7 +480,7 @@ impl Load {
         let Event::ApprovalRequested { calls, .. } = seen.event else {
             bail!("came {} instead of approval.requested", kind(&seen.event));
         };
-        let [call] = <[PendingCall; 1]>::try_from(calls)
+        let [call] = <[HeldCall; 1]>::try_from(calls)
             .map_err(|calls| anyhow::anyhow!("{} calls held instead of one", calls.len()))?;
         ensure!(
             call.tool == "issue_refund",
@@ -501,7 +501,7 @@ impl Load {
     }
 
     /// What a reviewer's screen reads: the run, and the digest of its held refund.
-    async fn read_digest(&self, run: &str, call: &PendingCall) -> anyhow::Result<String> {
+    async fn read_digest(&self, run: &str, call: &HeldCall) -> anyhow::Result<String> {
         let answer = self
             .http
             .get(format!("{}/v1/runs/{run}", self.gateway))

@@ -2,7 +2,7 @@
 //! where it has them (`--json` prints the answers whole instead).
 
 use countersign_model::audit::AuditEntry;
-use countersign_model::run::{Cancellation, Decision, Message, PendingCall, Role};
+use countersign_model::run::{Cancellation, Decision, HeldCall, Message, Role};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -42,7 +42,7 @@ impl RunView {
 #[derive(Deserialize)]
 pub struct PendingView {
     #[serde(flatten)]
-    pub call: PendingCall,
+    pub call: HeldCall,
     /// The input fields an edit may change; absent from a gateway that does not say.
     pub fields: Option<Vec<String>>,
     pub decision: Option<Decision>,

@@ -12,7 +12,7 @@ use countersign_local::nats_users::NatsUsers;
 use countersign_local::place::{EXAMPLE_TOOLS, Place};
 use countersign_local::ready::wait_ready;
 use countersign_local::supervise::{Parts, Stopped};
-use countersign_runtime::config::InfraConfig;
+use countersign_runtime::config::Connections;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -39,8 +39,8 @@ pub async fn main() -> ExitCode {
 async fn run() -> anyhow::Result<ExitCode> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let place = Place::from_env(&root)?;
-    let mut infra = InfraConfig::default();
-    infra.apply_env()?;
+    let mut connections = Connections::default();
+    connections.apply_env()?;
     let mut ports = vec![
         (place.gateway, "the gateway"),
         (place.worker, "the worker's probes"),
@@ -58,10 +58,10 @@ async fn run() -> anyhow::Result<ExitCode> {
     let shutdown = CancellationToken::new();
     tokio::spawn(countersign_runtime::shutdown::on_signal(shutdown.clone()));
     let mut parts = Parts::new(shutdown.clone());
-    let nats_users = start_servers(&place, &mut infra, &mut parts)?;
+    let nats_users = start_servers(&place, &mut connections, &mut parts)?;
     let servers = async {
-        wait_port(&infra.nats_url).await?;
-        wait_port(&infra.redis_url).await
+        wait_port(&connections.nats_url).await?;
+        wait_port(&connections.redis_url).await
     };
     match parts.race(servers).await {
         Ok(answered) => answered?,
@@ -86,10 +86,10 @@ async fn run() -> anyhow::Result<ExitCode> {
         }
     });
 
-    let (mut gateway, mut worker, requester_key, key) = configs(infra, agents_dir)?;
+    let (mut gateway, mut worker, requester_key, key) = configs(connections, agents_dir)?;
     if let Some(users) = &nats_users {
-        users.log_in_gateway(&mut gateway.infra);
-        users.log_in_worker(&mut worker.infra);
+        users.log_in_gateway(&mut gateway.connections);
+        users.log_in_worker(&mut worker.connections);
     }
     worker.health_listen = Place::addr(place.worker);
     let grace = Duration::from_secs(worker.shutdown_grace_secs) + Duration::from_secs(15);
@@ -155,12 +155,12 @@ async fn failed(parts: Parts, stopped: Stopped) -> ExitCode {
 }
 
 /// NATS and Redis as child processes, each unless `NATS_URL` / `REDIS_URL` names a server
-/// already running; `infra` is pointed at them. Each writes its output to a log in the data
+/// already running; `connections` is pointed at them. Each writes its output to a log in the data
 /// folder, whose end is shown should it stop. NATS runs with the shipped permissions file and
 /// fresh passwords for its users, returned for the services to log in with.
 fn start_servers(
     place: &Place,
-    infra: &mut InfraConfig,
+    connections: &mut Connections,
     parts: &mut Parts,
 ) -> anyhow::Result<Option<NatsUsers>> {
     let state = &place.dir;
@@ -169,7 +169,7 @@ fn start_servers(
         let dir = state.join("nats");
         std::fs::create_dir_all(&dir)?;
         let users = NatsUsers::random();
-        let conf = users.write_config(&dir, &infra.namespace)?;
+        let conf = users.write_config(&dir, &connections.namespace)?;
         let conf = conf.to_string_lossy().to_string();
         let port = place.nats.to_string();
         let sd = dir.to_string_lossy().to_string();
@@ -190,7 +190,7 @@ fn start_servers(
             &log,
         )?;
         parts.server("nats-server", child, log);
-        infra.nats_url = format!("nats://127.0.0.1:{}", place.nats);
+        connections.nats_url = format!("nats://127.0.0.1:{}", place.nats);
         nats_users = Some(users);
     }
     if std::env::var("REDIS_URL").is_err() {
@@ -212,14 +212,14 @@ fn start_servers(
         let log = state.join("redis-server.log");
         let child = spawn_server("redis-server", &args, &log)?;
         parts.server("redis-server", child, log);
-        infra.redis_url = format!("redis://127.0.0.1:{}", place.redis);
+        connections.redis_url = format!("redis://127.0.0.1:{}", place.redis);
     }
     Ok(nats_users)
 }
 
 /// The gateway's and the worker's configuration, and the requester's and your keys.
 fn configs(
-    infra: InfraConfig,
+    connections: Connections,
     agents_dir: PathBuf,
 ) -> anyhow::Result<(
     approval_gateway::config::Config,
@@ -233,7 +233,7 @@ fn configs(
     let key =
         std::env::var("COUNTERSIGN_DEMO_KEY").unwrap_or_else(|_| "local-demo-key-0000".into());
     let gateway = approval_gateway::config::Config {
-        infra: infra.clone(),
+        connections: connections.clone(),
         agents_dir: agents_dir.clone(),
         api_keys: vec![
             approval_gateway::config::ApiKey {
@@ -253,7 +253,7 @@ fn configs(
     };
     gateway.validate()?;
     let mut worker = agent_worker::config::Config {
-        infra,
+        connections,
         agents_dir,
         ..Default::default()
     };

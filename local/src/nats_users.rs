@@ -4,7 +4,7 @@
 //! subjects and stream names prefixed the way the services name them. The permissions are
 //! written once, in the shipped file; this only renders it.
 
-use countersign_runtime::config::InfraConfig;
+use countersign_runtime::config::Connections;
 use countersign_runtime::secret::Secret;
 use std::path::{Path, PathBuf};
 
@@ -30,15 +30,15 @@ impl NatsUsers {
     }
 
     /// Has a gateway log in as user `gateway`.
-    pub fn log_in_gateway(&self, infra: &mut InfraConfig) {
-        infra.nats_user = Some("gateway".into());
-        infra.nats_password = Some(self.gateway.clone());
+    pub fn log_in_gateway(&self, connections: &mut Connections) {
+        connections.nats_user = Some("gateway".into());
+        connections.nats_password = Some(self.gateway.clone());
     }
 
     /// Has a worker log in as user `worker`.
-    pub fn log_in_worker(&self, infra: &mut InfraConfig) {
-        infra.nats_user = Some("worker".into());
-        infra.nats_password = Some(self.worker.clone());
+    pub fn log_in_worker(&self, connections: &mut Connections) {
+        connections.nats_user = Some("worker".into());
+        connections.nats_password = Some(self.worker.clone());
     }
 
     /// The server's configuration for services in `namespace`: the passwords as the

@@ -46,8 +46,10 @@ pub struct AuditEntry {
     /// Who acted: a principal, or the worker.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub actor: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub channel: Option<String>,
+    /// Where it happened: the door a decision came through, or the channel a call was
+    /// announced to (`channel` on the wire, which the chain's hashes cover).
+    #[serde(default, rename = "channel", skip_serializing_if = "Option::is_none")]
+    pub via: Option<String>,
     /// The digest of what the actor was shown.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub digest: Option<String>,
@@ -63,7 +65,7 @@ impl AuditEntry {
             kind,
             call_id: None,
             actor: None,
-            channel: None,
+            via: None,
             digest: None,
             detail: Value::Null,
         }

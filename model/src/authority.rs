@@ -19,7 +19,7 @@
 //! - a call that needs several approvals cannot be edited;
 //! - nothing is decided on a run someone asked to cancel.
 
-use crate::run::{Action, PendingCall, Run};
+use crate::run::{Action, HeldCall, Run};
 use serde::{Deserialize, Serialize};
 
 /// What a principal is allowed, by configuration (an API key's role, or a person's).
@@ -98,7 +98,7 @@ pub const ALL_ACTIONS: [Action; 3] = [Action::Approve, Action::Reject, Action::E
 pub fn may_decide(
     who: Principal<'_>,
     action: Action,
-    call: &PendingCall,
+    call: &HeldCall,
     run: RunFacts<'_>,
 ) -> Result<(), Refused> {
     if run.cancelling {
@@ -116,7 +116,7 @@ pub fn may_decide(
 }
 
 /// What `who` may do with `call`: the forms and links a surface made for one person shows.
-pub fn actions_for(who: Principal<'_>, call: &PendingCall, run: RunFacts<'_>) -> Vec<Action> {
+pub fn actions_for(who: Principal<'_>, call: &HeldCall, run: RunFacts<'_>) -> Vec<Action> {
     ALL_ACTIONS
         .into_iter()
         .filter(|a| may_decide(who, *a, call, run).is_ok())
@@ -125,7 +125,7 @@ pub fn actions_for(who: Principal<'_>, call: &PendingCall, run: RunFacts<'_>) ->
 
 /// The actions someone may take on `call`: what a surface seen by many (a Slack message)
 /// offers; each click is then checked for the person who made it.
-pub fn offered(call: &PendingCall, run: RunFacts<'_>) -> Vec<Action> {
+pub fn offered(call: &HeldCall, run: RunFacts<'_>) -> Vec<Action> {
     if run.cancelling {
         return Vec::new();
     }
@@ -136,7 +136,7 @@ pub fn offered(call: &PendingCall, run: RunFacts<'_>) -> Vec<Action> {
 }
 
 /// The part of the rule that depends on the action: self-approval and quorum.
-fn action_allowed(action: Action, call: &PendingCall, own_run: bool) -> Result<(), Refused> {
+fn action_allowed(action: Action, call: &HeldCall, own_run: bool) -> Result<(), Refused> {
     if action != Action::Reject && own_run && !call.reviewers.allow_self_approval {
         return Err(Refused::OwnRequest);
     }
@@ -151,8 +151,8 @@ mod tests {
     use super::*;
     use crate::agent::Reviewers;
 
-    fn call(deciders: Option<&[&str]>, quorum: u32, self_ok: bool) -> PendingCall {
-        PendingCall {
+    fn call(deciders: Option<&[&str]>, quorum: u32, self_ok: bool) -> HeldCall {
+        HeldCall {
             call_id: "c1".into(),
             tool: "issue_refund".into(),
             input: serde_json::json!({}),

@@ -1,6 +1,6 @@
 //! Messages on NATS. Each is JSON with a `type` and a `version` field.
 
-use crate::run::{Action, PendingCall, RunId};
+use crate::run::{Action, HeldCall, RunId};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -55,7 +55,7 @@ pub enum Event {
         turn: u32,
         /// The model's own words in the turn that asked for the calls.
         text: String,
-        calls: Vec<PendingCall>,
+        calls: Vec<HeldCall>,
         /// The results of the turn's calls that needed nobody: what the agent had seen.
         #[serde(default)]
         evidence: Vec<Evidence>,
@@ -81,7 +81,7 @@ pub enum Event {
         run_id: RunId,
         agent: String,
         text: String,
-        call: Box<PendingCall>,
+        call: Box<HeldCall>,
         escalated: bool,
         #[serde(default)]
         requested_by: Option<String>,

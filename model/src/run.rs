@@ -174,7 +174,7 @@ impl Message {
 /// What happened to one tool call, as the model and the reviewers see it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Outcome {
+pub enum CallOutcome {
     /// Needed no approval and ran.
     Executed,
     /// A reviewer approved it and it ran as requested.
@@ -194,14 +194,14 @@ pub enum Outcome {
 /// A call's result as it goes back to the model.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CallResult {
-    pub outcome: Outcome,
+    pub outcome: CallOutcome,
     pub content: String,
     pub is_error: bool,
 }
 
-/// A call that waits for a person, with everything a reviewer is shown.
+/// A call held for a person, with everything a reviewer is shown.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct PendingCall {
+pub struct HeldCall {
     /// The [`TurnCall`]'s id: it names this call alone in the run.
     pub call_id: String,
     pub tool: String,
@@ -227,10 +227,10 @@ pub struct PendingCall {
     pub escalated: bool,
 }
 
-impl PendingCall {
+impl HeldCall {
     /// What the decision script checks a decision on this call against, held in `turn`.
-    pub fn held(&self, turn: u32) -> HeldCall {
-        HeldCall {
+    pub fn terms(&self, turn: u32) -> DecisionTerms {
+        DecisionTerms {
             turn,
             digest: self.digest.clone(),
             deciders: self.deciders.clone(),
@@ -247,7 +247,7 @@ impl PendingCall {
 /// A held call as stored for the decision script (`calls:{run_id}`): everything a decision
 /// is checked against, fixed when the call was held (or escalated).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct HeldCall {
+pub struct DecisionTerms {
     pub turn: u32,
     pub digest: String,
     /// Who may decide; absent: anyone whose key may decide.
@@ -265,7 +265,7 @@ pub struct HeldCall {
 }
 
 /// One tool call of the turn a run is paused on, in the order the model asked for it:
-/// either already answered (`result`) or waiting for a person (`pending`).
+/// either already answered (`result`) or held for a person (`held`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TurnCall {
     /// Names this call alone for the life of the run (see [`Run::calls_asked`]).
@@ -277,8 +277,9 @@ pub struct TurnCall {
     pub input: Value,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<CallResult>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pending: Option<PendingCall>,
+    /// Set when the call waits for a person (`pending` on the wire, as the API shows it).
+    #[serde(default, rename = "pending", skip_serializing_if = "Option::is_none")]
+    pub held: Option<HeldCall>,
 }
 
 impl TurnCall {
@@ -304,8 +305,8 @@ pub struct Run {
     /// How many times the model has been called.
     pub turns: u32,
     /// The calls of the turn the run is paused on; empty when it is not paused.
-    #[serde(default)]
-    pub held: Vec<TurnCall>,
+    #[serde(default, rename = "held")]
+    pub paused_turn: Vec<TurnCall>,
     #[serde(default)]
     pub answer: Option<String>,
     #[serde(default)]
@@ -342,7 +343,7 @@ impl Run {
             metadata,
             status: RunStatus::Queued,
             turns: 0,
-            held: Vec::new(),
+            paused_turn: Vec::new(),
             answer: None,
             error: None,
             cancel: None,
@@ -392,20 +393,21 @@ impl Run {
                     tool: name.clone(),
                     input: input.clone(),
                     result: None,
-                    pending: None,
+                    held: None,
                 }
             })
             .collect()
     }
 
-    pub fn pending(&self) -> impl Iterator<Item = &PendingCall> {
-        self.held.iter().filter_map(|c| c.pending.as_ref())
+    /// The calls of the paused turn that wait for a person.
+    pub fn held_calls(&self) -> impl Iterator<Item = &HeldCall> {
+        self.paused_turn.iter().filter_map(|c| c.held.as_ref())
     }
 
     /// The assistant's words in the turn it is paused on.
-    pub fn held_turn_text(&self) -> String {
+    pub fn paused_turn_text(&self) -> String {
         match self.messages.last() {
-            Some(m) if m.role == Role::Assistant && !self.held.is_empty() => m.text(),
+            Some(m) if m.role == Role::Assistant && !self.paused_turn.is_empty() => m.text(),
             _ => String::new(),
         }
     }
@@ -441,7 +443,10 @@ pub struct Decision {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     pub decided_by: String,
-    pub channel: String,
+    /// The door the decision came through: `api`, `web`, `slack`, `email`, `webhook`
+    /// (`channel` on the wire).
+    #[serde(rename = "channel")]
+    pub door: String,
     pub decided_at: i64,
     /// Identifies what was decided, not who or when, so a repeat can be told from a conflict.
     pub fingerprint: String,

@@ -8,7 +8,7 @@
 //! chain, kept for [`AUDIT_MAX_AGE`] and at most [`AUDIT_MAX_BYTES`] (the oldest go first),
 //! for operators to read or export. All are file-backed, so a NATS restart loses nothing acked.
 
-use crate::config::InfraConfig;
+use crate::config::Connections;
 use crate::names::Names;
 use async_nats::jetstream::ErrorCode;
 use async_nats::jetstream::{self, consumer::PullConsumer, message::PublishMessage, stream};
@@ -48,12 +48,12 @@ fn servers(list: &str) -> Result<Vec<async_nats::ServerAddr>, BusError> {
 }
 
 /// The client's options: its name, credentials and TLS.
-async fn options(infra: &InfraConfig) -> Result<async_nats::ConnectOptions, BusError> {
+async fn options(connections: &Connections) -> Result<async_nats::ConnectOptions, BusError> {
     crate::tls::install_crypto_provider();
     let mut options = async_nats::ConnectOptions::new()
         .name("countersign")
         .connection_timeout(Duration::from_secs(2));
-    if let Some(path) = &infra.nats_creds_file {
+    if let Some(path) = &connections.nats_creds_file {
         options = options.credentials_file(path).await.map_err(|e| {
             BusError::Connect(format!(
                 "cannot read the NATS credentials {}: {e}",
@@ -61,19 +61,19 @@ async fn options(infra: &InfraConfig) -> Result<async_nats::ConnectOptions, BusE
             ))
         })?;
     }
-    if let (Some(user), Some(password)) = (&infra.nats_user, &infra.nats_password) {
+    if let (Some(user), Some(password)) = (&connections.nats_user, &connections.nats_password) {
         options = options.user_and_password(user.clone(), password.expose().to_string());
     }
-    if let Some(token) = &infra.nats_token {
+    if let Some(token) = &connections.nats_token {
         options = options.token(token.expose().to_string());
     }
-    if let Some(seed) = &infra.nats_nkey {
+    if let Some(seed) = &connections.nats_nkey {
         options = options.nkey(seed.expose().to_string());
     }
-    if let Some(ca) = &infra.nats_tls_ca {
+    if let Some(ca) = &connections.nats_tls_ca {
         options = options.add_root_certificates(ca.clone()).require_tls(true);
     }
-    if let (Some(cert), Some(key)) = (&infra.nats_tls_cert, &infra.nats_tls_key) {
+    if let (Some(cert), Some(key)) = (&connections.nats_tls_cert, &connections.nats_tls_key) {
         options = options
             .add_client_certificate(cert.clone(), key.clone())
             .require_tls(true);
@@ -152,17 +152,17 @@ pub struct ConsumerSettings {
 }
 
 impl Bus {
-    /// Connects to the servers `infra` names and makes sure the streams are as configured.
+    /// Connects to the servers `connections` names and makes sure the streams are as configured.
     /// While no server answers, it keeps trying (saying so every time), so a service may
     /// start before NATS; a bad setting or a stream change JetStream refuses is an error.
-    pub async fn connect(infra: &InfraConfig, names: Names) -> Result<Self, BusError> {
-        let servers = servers(&infra.nats_url)?;
+    pub async fn connect(connections: &Connections, names: Names) -> Result<Self, BusError> {
+        let servers = servers(&connections.nats_url)?;
         let mut delay = Duration::from_millis(250);
         let client = loop {
-            match options(infra).await?.connect(servers.clone()).await {
+            match options(connections).await?.connect(servers.clone()).await {
                 Ok(client) => break client,
                 Err(e) => {
-                    tracing::warn!(servers = %infra.nats_url, error = %e, ?delay, "NATS does not answer yet; trying again");
+                    tracing::warn!(servers = %connections.nats_url, error = %e, ?delay, "NATS does not answer yet; trying again");
                     tokio::time::sleep(delay).await;
                     delay = (delay * 2).min(Duration::from_secs(5));
                 }
@@ -170,7 +170,7 @@ impl Bus {
         };
         let js = jetstream::new(client.clone());
         let bus = Self { client, js, names };
-        bus.ensure_streams(infra.stream_replicas).await?;
+        bus.ensure_streams(connections.stream_replicas).await?;
         Ok(bus)
     }
 

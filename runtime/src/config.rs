@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 /// Connection settings every service needs.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(default)]
-pub struct InfraConfig {
+pub struct Connections {
     /// NATS server URLs, comma-separated (the seeds of a cluster; the client learns the rest).
     /// Env: `NATS_URL`. Default `nats://127.0.0.1:4222`.
     pub nats_url: String,
@@ -60,7 +60,7 @@ pub struct InfraConfig {
     pub namespace: String,
 }
 
-impl Default for InfraConfig {
+impl Default for Connections {
     fn default() -> Self {
         Self {
             nats_url: "nats://127.0.0.1:4222".into(),
@@ -88,7 +88,7 @@ impl Default for InfraConfig {
     }
 }
 
-impl InfraConfig {
+impl Connections {
     /// Its keys, which a service's config file has at the top level.
     pub const KEYS: [&str; 21] = [
         "nats_url",
@@ -195,13 +195,13 @@ pub fn override_from_env(field: &mut String, var: &str) {
 }
 
 /// Reads a service's TOML config file over its defaults (no file: the defaults): the
-/// connection settings ([`InfraConfig`], at the top level beside the service's own keys) and
+/// connection settings ([`Connections`], at the top level beside the service's own keys) and
 /// the rest.
 pub fn load_toml<T: DeserializeOwned + Default>(
     path: Option<&Path>,
-) -> anyhow::Result<(T, InfraConfig)> {
+) -> anyhow::Result<(T, Connections)> {
     match path {
-        None => Ok((T::default(), InfraConfig::default())),
+        None => Ok((T::default(), Connections::default())),
         Some(path) => {
             let text = std::fs::read_to_string(path)
                 .map_err(|e| anyhow::anyhow!("cannot read config {}: {e}", path.display()))?;
@@ -212,15 +212,15 @@ pub fn load_toml<T: DeserializeOwned + Default>(
 
 /// Parses a service's config, refusing keys it does not know (a misspelled key would
 /// otherwise be silently ignored and its default used), naming each.
-pub fn parse_toml<T: DeserializeOwned>(text: &str) -> anyhow::Result<(T, InfraConfig)> {
+pub fn parse_toml<T: DeserializeOwned>(text: &str) -> anyhow::Result<(T, Connections)> {
     let mut table: toml::Table = text.parse()?;
-    let mut infra = toml::Table::new();
-    for key in InfraConfig::KEYS {
+    let mut connections = toml::Table::new();
+    for key in Connections::KEYS {
         if let Some(value) = table.remove(key) {
-            infra.insert(key.to_string(), value);
+            connections.insert(key.to_string(), value);
         }
     }
-    let infra: InfraConfig = infra.try_into()?;
+    let connections: Connections = connections.try_into()?;
     let mut unknown = Vec::new();
     let value = serde_ignored::deserialize(toml::Value::Table(table), |path| {
         unknown.push(path.to_string())
@@ -228,7 +228,7 @@ pub fn parse_toml<T: DeserializeOwned>(text: &str) -> anyhow::Result<(T, InfraCo
     if !unknown.is_empty() {
         anyhow::bail!("unknown key {}", unknown.join(", "));
     }
-    Ok((value, infra))
+    Ok((value, connections))
 }
 
 /// The config file named by `--config PATH` on the command line or `COUNTERSIGN_CONFIG`.
@@ -252,14 +252,14 @@ mod tests {
 
     #[test]
     fn connection_settings_sit_beside_a_services_keys_and_misspellings_are_named() {
-        let (_, infra): (Empty, _) =
+        let (_, connections): (Empty, _) =
             parse_toml("nats_url = \"nats://n:1\"\nredis_url = \"redis://r\"\nnamespace = \"x\"")
                 .unwrap();
         assert_eq!(
             (
-                infra.nats_url.as_str(),
-                infra.redis_url.as_str(),
-                infra.namespace.as_str()
+                connections.nats_url.as_str(),
+                connections.redis_url.as_str(),
+                connections.namespace.as_str()
             ),
             ("nats://n:1", "redis://r", "x")
         );

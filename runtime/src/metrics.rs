@@ -8,7 +8,7 @@
 //!   `failed`, `cancelled` (worker).
 //! - `countersign_calls_total{event}`: `held` for a person, `expired`, `escalated`, and
 //!   `resolved` once a held turn goes back to the model; held − resolved is what is pending.
-//! - `countersign_decisions_total{channel, outcome}`: `recorded`, or the refusal's code.
+//! - `countersign_decisions_total{door, outcome}`: `recorded`, or the refusal's code.
 //! - `countersign_pause_seconds` (run created → paused), `countersign_decision_seconds` (held
 //!   → decided), `countersign_resume_seconds` (last decision → the model called again).
 //! - `countersign_model_call_seconds{provider}`, `countersign_tool_call_seconds{tool}`,
@@ -160,11 +160,8 @@ impl Metrics {
             .inc_by(n as u64);
     }
 
-    pub fn decision(&self, channel: &str, outcome: &str) {
-        let labels = vec![
-            ("channel", channel.to_string()),
-            ("outcome", outcome.to_string()),
-        ];
+    pub fn decision(&self, door: &str, outcome: &str) {
+        let labels = vec![("door", door.to_string()), ("outcome", outcome.to_string())];
         self.0.decisions.get_or_create(&labels).inc();
     }
 

@@ -5,7 +5,7 @@
 //! the new slot owners after a failover). Every command the store sends goes through
 //! [`Connection`], which also makes writes wait for replicas when the deployment asks for it.
 
-use countersign_runtime::config::{InfraConfig, RedisMode};
+use countersign_runtime::config::{Connections, RedisMode};
 use countersign_runtime::metrics::Metrics;
 use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
 use redis::cluster::ClusterClientBuilder;
@@ -47,19 +47,21 @@ enum Route {
 }
 
 impl Connection {
-    pub(crate) async fn open(infra: &InfraConfig, metrics: Metrics) -> RedisResult<Self> {
-        let urls: Vec<&str> = infra
+    pub(crate) async fn open(connections: &Connections, metrics: Metrics) -> RedisResult<Self> {
+        let urls: Vec<&str> = connections
             .redis_url
             .split(',')
             .map(str::trim)
             .filter(|u| !u.is_empty())
             .collect();
         countersign_runtime::tls::install_crypto_provider();
-        let wait = (infra.redis_wait_replicas > 0)
-            .then_some((infra.redis_wait_replicas, infra.redis_wait_timeout_ms));
+        let wait = (connections.redis_wait_replicas > 0).then_some((
+            connections.redis_wait_replicas,
+            connections.redis_wait_timeout_ms,
+        ));
         let response_timeout =
             RESPONSE_TIMEOUT + Duration::from_millis(wait.map_or(0, |(_, ms)| ms));
-        let route = match infra.redis_mode {
+        let route = match connections.redis_mode {
             RedisMode::Standalone => {
                 let [url] = urls.as_slice() else {
                     return Err(config_error(
@@ -68,14 +70,14 @@ impl Connection {
                 };
                 let info = url.into_connection_info()?;
                 let mut settings = info.redis_settings().clone();
-                if let Some(user) = &infra.redis_username {
+                if let Some(user) = &connections.redis_username {
                     settings = settings.set_username(user);
                 }
-                if let Some(password) = &infra.redis_password {
+                if let Some(password) = &connections.redis_password {
                     settings = settings.set_password(password.expose());
                 }
                 let info = info.set_redis_settings(settings);
-                let client = match certificates(infra)? {
+                let client = match certificates(connections)? {
                     Some(certs) => redis::Client::build_with_tls(info, certs)?,
                     None => redis::Client::open(info)?,
                 };
@@ -96,7 +98,7 @@ impl Connection {
                     .collect::<RedisResult<Vec<_>>>()?;
                 let mut builder = SentinelClientBuilder::new(
                     infos.iter().map(|i| i.addr().clone()),
-                    &infra.redis_master_name,
+                    &connections.redis_master_name,
                     SentinelServerType::Master,
                 )?;
                 // The Sentinels' own user and password are the URLs'.
@@ -107,10 +109,10 @@ impl Connection {
                 if let Some(password) = sentinel_auth.password() {
                     builder = builder.set_client_to_sentinel_password(password);
                 }
-                if let Some(user) = &infra.redis_username {
+                if let Some(user) = &connections.redis_username {
                     builder = builder.set_client_to_redis_username(user);
                 }
-                if let Some(password) = &infra.redis_password {
+                if let Some(password) = &connections.redis_password {
                     builder = builder.set_client_to_redis_password(password.expose());
                 }
                 if urls.iter().any(|u| u.starts_with("rediss://")) {
@@ -118,7 +120,7 @@ impl Connection {
                         .set_client_to_sentinel_tls_mode(TlsMode::Secure)
                         .set_client_to_redis_tls_mode(TlsMode::Secure);
                 }
-                if let Some(certs) = certificates(infra)? {
+                if let Some(certs) = certificates(connections)? {
                     builder = builder
                         .set_client_to_sentinel_certificates(certs.clone())
                         .set_client_to_redis_certificates(certs);
@@ -134,13 +136,13 @@ impl Connection {
                     .retries(2)
                     .min_retry_wait(50)
                     .max_retry_wait(200);
-                if let Some(user) = &infra.redis_username {
+                if let Some(user) = &connections.redis_username {
                     builder = builder.username(user);
                 }
-                if let Some(password) = &infra.redis_password {
+                if let Some(password) = &connections.redis_password {
                     builder = builder.password(password.expose());
                 }
-                if let Some(certs) = certificates(infra)? {
+                if let Some(certs) = certificates(connections)? {
                     builder = builder.certs(certs);
                 }
                 Route::Cluster(builder.build()?.get_async_connection().await?)
@@ -319,7 +321,7 @@ fn master_lost(e: &RedisError) -> bool {
 }
 
 /// The CA and client certificate the configuration names, read from their files.
-fn certificates(infra: &InfraConfig) -> RedisResult<Option<TlsCertificates>> {
+fn certificates(connections: &Connections) -> RedisResult<Option<TlsCertificates>> {
     let read = |path: &std::path::Path| {
         std::fs::read(path).map_err(|e| {
             RedisError::from((
@@ -329,8 +331,8 @@ fn certificates(infra: &InfraConfig) -> RedisResult<Option<TlsCertificates>> {
             ))
         })
     };
-    let root_cert = infra.redis_tls_ca.as_deref().map(read).transpose()?;
-    let client_tls = match (&infra.redis_tls_cert, &infra.redis_tls_key) {
+    let root_cert = connections.redis_tls_ca.as_deref().map(read).transpose()?;
+    let client_tls = match (&connections.redis_tls_cert, &connections.redis_tls_key) {
         (Some(cert), Some(key)) => Some(ClientTlsConfig {
             client_cert: read(cert)?,
             client_key: read(key)?,

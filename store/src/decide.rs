@@ -20,10 +20,10 @@ pub struct Proposal {
     pub entry: AuditEntry,
 }
 
-/// The decisions of one request, all by one principal through one channel.
+/// The decisions of one request, all by one principal through one door.
 pub struct DecideRequest<'a> {
     pub principal: &'a str,
-    pub channel: &'a str,
+    pub door: &'a str,
     /// Recorded by the deadline: no approver checks, and only once the deadline has passed.
     pub expiry: bool,
     /// The email link used, as (token hash, the grant it stored): spent with the decision.
@@ -103,7 +103,7 @@ pub struct Refusal {
 
 /// The answer to a request.
 #[derive(Debug, PartialEq)]
-pub enum Outcome {
+pub enum DecideOutcome {
     /// Every decision of the request stands as `calls` say; `queued` are the announcements
     /// (and audit copies) to publish now.
     Decided {
@@ -124,7 +124,7 @@ impl Store {
         &self,
         id: &RunId,
         request: &DecideRequest<'_>,
-    ) -> Result<Outcome, StoreError> {
+    ) -> Result<DecideOutcome, StoreError> {
         let link_key = request
             .link
             .map(|(hash, _)| self.keys.link_token_key(id, hash));
@@ -135,7 +135,7 @@ impl Store {
                 }
                 script
                     .arg(request.principal)
-                    .arg(request.channel)
+                    .arg(request.door)
                     .arg(if request.expiry { "1" } else { "0" })
                     .arg(self.names.approval_decided(id))
                     .arg(self.names.approval_expired(id))
@@ -162,14 +162,14 @@ impl Store {
             })
             .await?;
         Ok(match status.as_str() {
-            "ok" => Outcome::Decided {
+            "ok" => DecideOutcome::Decided {
                 calls: from_json(&detail)?,
                 queued,
             },
-            "refused" => Outcome::Refused(from_json(&detail)?),
-            "missing" => Outcome::NoRun,
-            "settled" => Outcome::Settled(Box::new(from_json(&detail)?)),
-            "not_due" => Outcome::NotDue,
+            "refused" => DecideOutcome::Refused(from_json(&detail)?),
+            "missing" => DecideOutcome::NoRun,
+            "settled" => DecideOutcome::Settled(Box::new(from_json(&detail)?)),
+            "not_due" => DecideOutcome::NotDue,
             other => return Err(StoreError::Corrupt(format!("decide replied {other:?}"))),
         })
     }

@@ -31,7 +31,7 @@ impl Keys {
     pub fn run_key(&self, run: &RunId) -> String {
         self.key(&format!("run:{{{run}}}"))
     }
-    /// Hash: call id -> the [`countersign_model::run::HeldCall`] (JSON) of every call held for a person.
+    /// Hash: call id -> the [`countersign_model::run::DecisionTerms`] (JSON) of every call held for a person.
     pub fn calls_key(&self, run: &RunId) -> String {
         self.key(&format!("calls:{{{run}}}"))
     }

@@ -9,7 +9,7 @@
 //!   worker driving it, `audit_head` (the last link of its audit chain), and `doc`, the whole
 //!   [`Run`] as JSON (its `status` field is overwritten on read by the hash's, which is the
 //!   one scripts keep right);
-//! - `calls:{id}` hash: call id -> the [`HeldCall`] every decision is checked against (a call
+//! - `calls:{id}` hash: call id -> the [`DecisionTerms`] every decision is checked against (a call
 //!   id names one call for the life of the run, whatever ids the model reuses: see
 //!   [`Run::calls_asked`], so every per-call record here is one call's, of one turn);
 //! - `decisions:{id}` hash: call id -> the recorded [`Decision`];
@@ -43,7 +43,7 @@ mod sessions;
 mod timers;
 
 pub use decide::{
-    CallDecided, DecideRequest, DecidedStatus, Outcome, Proposal, Refusal, RefusalCode,
+    CallDecided, DecideOutcome, DecideRequest, DecidedStatus, Proposal, Refusal, RefusalCode,
 };
 pub use exec::ExecBegin;
 pub use inbox::Awaiting;
@@ -52,7 +52,7 @@ pub use timers::{Due, DueTimer, Timer};
 
 use connection::Connection;
 use countersign_model::audit::{AuditEntry, prepare};
-use countersign_model::run::{Decision, HeldCall, Run, RunId, RunStatus};
+use countersign_model::run::{Decision, DecisionTerms, Run, RunId, RunStatus};
 use countersign_runtime::metrics::Metrics;
 use countersign_runtime::names::{Names, msg_id};
 use keys::Keys;
@@ -204,12 +204,12 @@ impl Store {
     /// whoever called retries later (a client, or JetStream's redelivery). Each command's
     /// round trip is timed in `metrics`.
     pub async fn connect(
-        infra: &countersign_runtime::config::InfraConfig,
+        connections: &countersign_runtime::config::Connections,
         names: Names,
         metrics: Metrics,
     ) -> Result<Self, StoreError> {
         Ok(Self {
-            conn: Connection::open(infra, metrics).await?,
+            conn: Connection::open(connections, metrics).await?,
             keys: Keys::of(&names),
             names,
             heads: Heads::default(),
@@ -220,17 +220,17 @@ impl Store {
     /// out) waits and tries again, saying so, so a service may start before Redis. Any other
     /// failure (a wrong password, a bad URL) is returned at once.
     pub async fn connect_waiting(
-        infra: &countersign_runtime::config::InfraConfig,
+        connections: &countersign_runtime::config::Connections,
         names: Names,
         metrics: Metrics,
     ) -> Result<Self, StoreError> {
         let mut delay = Duration::from_millis(250);
         loop {
-            match Self::connect(infra, names.clone(), metrics.clone()).await {
+            match Self::connect(connections, names.clone(), metrics.clone()).await {
                 Err(StoreError::Redis(e))
                     if e.is_io_error() || e.is_connection_refusal() || e.is_timeout() =>
                 {
-                    tracing::warn!(redis = %infra.redis_url, error = %e, ?delay, "Redis does not answer yet; trying again");
+                    tracing::warn!(redis = %connections.redis_url, error = %e, ?delay, "Redis does not answer yet; trying again");
                     tokio::time::sleep(delay).await;
                     delay = (delay * 2).min(Duration::from_secs(5));
                 }
@@ -433,10 +433,10 @@ impl Store {
         audits: &[AuditEntry],
         announce: &[Announcement],
     ) -> Result<Vec<Announcement>, StoreError> {
-        let held: Vec<(&str, HeldCall)> = match how {
+        let held: Vec<(&str, DecisionTerms)> = match how {
             Save::Pause => run
-                .pending()
-                .map(|p| (p.call_id.as_str(), p.held(run.turns)))
+                .held_calls()
+                .map(|p| (p.call_id.as_str(), p.terms(run.turns)))
                 .collect(),
             _ => Vec::new(),
         };
@@ -575,7 +575,7 @@ impl Store {
         run: &Run,
         version: &str,
         call_id: &str,
-        held: &HeldCall,
+        held: &DecisionTerms,
         audit: &AuditEntry,
         announce: &Announcement,
     ) -> Result<Option<Vec<Announcement>>, StoreError> {

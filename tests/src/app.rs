@@ -10,7 +10,7 @@ use countersign_model::audit::{AuditEntry, AuditKind};
 use countersign_model::run::{Action, Decision, RunId};
 use countersign_runtime::metrics::Metrics;
 use countersign_runtime::names::Names;
-use countersign_store::{DecideRequest, Outcome, Proposal, Store};
+use countersign_store::{DecideOutcome, DecideRequest, Proposal, Store};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use std::path::PathBuf;
@@ -57,7 +57,7 @@ pub fn gateway_config(
     agents_dir: &std::path::Path,
 ) -> approval_gateway::config::Config {
     let mut config = approval_gateway::config::Config::default();
-    config.infra = infra.config(namespace);
+    config.connections = infra.config(namespace);
     config.agents_dir = agents_dir.to_path_buf();
     config.api_keys = [
         (ADMIN_KEY, Role::Admin, "admin"),
@@ -85,11 +85,11 @@ pub fn gateway_config(
 /// A test app's worker configuration: short leases and ack waits, so redelivery tests are
 /// quick.
 pub fn worker_config(
-    infra: countersign_runtime::config::InfraConfig,
+    connections: countersign_runtime::config::Connections,
     agents_dir: &std::path::Path,
 ) -> agent_worker::config::Config {
     let mut config = agent_worker::config::Config {
-        infra,
+        connections,
         agents_dir: agents_dir.to_path_buf(),
         lease_secs: 3,
         ack_wait_secs: 3,
@@ -317,7 +317,7 @@ impl TestApp {
     }
 
     /// The connection settings the services of this app use.
-    pub fn infra_config(&self) -> countersign_runtime::config::InfraConfig {
+    pub fn connections(&self) -> countersign_runtime::config::Connections {
         self.infra.config(&self.namespace)
     }
 
@@ -353,7 +353,7 @@ impl TestApp {
     }
 
     pub fn worker_config(&self) -> agent_worker::config::Config {
-        worker_config(self.infra_config(), &self.agents_dir)
+        worker_config(self.connections(), &self.agents_dir)
     }
 
     /// Rewrites the refund agent the next workers load (the gateway keeps what it loaded).
@@ -534,7 +534,7 @@ impl TestApp {
     /// outbox sweepers.
     pub async fn approve_without_announcing(&self, run_id: &str, call_id: &str, digest: &Value) {
         let names = Names::new(&self.namespace).unwrap();
-        let store = Store::connect(&self.infra_config(), names, Metrics::default())
+        let store = Store::connect(&self.connections(), names, Metrics::default())
             .await
             .unwrap();
         let run_id = RunId::parse(run_id).unwrap();
@@ -546,7 +546,7 @@ impl TestApp {
             note: None,
             reason: None,
             decided_by: "rita".into(),
-            channel: "api".into(),
+            door: "api".into(),
             decided_at: countersign_model::now_ms(),
             fingerprint: Decision::fingerprint_of(Action::Approve, None, None, None),
             expired: false,
@@ -556,7 +556,7 @@ impl TestApp {
         entry.call_id = Some(call_id.into());
         let request = DecideRequest {
             principal: "rita",
-            channel: "api",
+            door: "api",
             expiry: false,
             link: None,
             role_decides: true,
@@ -567,7 +567,10 @@ impl TestApp {
             }],
         };
         let outcome = store.decide(&run_id, &request).await.unwrap();
-        assert!(matches!(outcome, Outcome::Decided { .. }), "{outcome:?}");
+        assert!(
+            matches!(outcome, DecideOutcome::Decided { .. }),
+            "{outcome:?}"
+        );
     }
 
     /// The gateway's `/metrics`.
@@ -629,13 +632,13 @@ impl Drop for TestApp {
 /// for the server, not give up.
 pub async fn gateway_waits_for(
     what: &str,
-    infra: countersign_runtime::config::InfraConfig,
+    connections: countersign_runtime::config::Connections,
     bring_up: impl std::future::Future<Output = ()>,
 ) {
     let agents = std::env::temp_dir().join(format!("cs-wait-{}", uuid::Uuid::new_v4().simple()));
     std::fs::create_dir_all(&agents).unwrap();
     let config = approval_gateway::config::Config {
-        infra,
+        connections,
         agents_dir: agents.clone(),
         ..Default::default()
     };

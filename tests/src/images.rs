@@ -51,7 +51,7 @@ impl LocalImage {
     fn build(&self) {
         assert!(
             Path::new(self.binary).exists(),
-            "{} is missing: apt-get install nats-server redis-server (.ci/run does)",
+            "{} is missing: apt-get install nats-server redis-server (scripts/test does)",
             self.binary
         );
         let dir = std::env::temp_dir().join(format!("countersign-image-{}", uuid::Uuid::new_v4()));

@@ -2,7 +2,7 @@
 //! or a Sentinel or Cluster deployment (see `redis_deployments`).
 
 use crate::images::{NATS, REDIS};
-use countersign_runtime::config::{InfraConfig, RedisMode};
+use countersign_runtime::config::{Connections, RedisMode};
 use std::time::Duration;
 use testcontainers::core::{IntoContainerPort, WaitFor};
 use testcontainers::runners::AsyncRunner;
@@ -87,8 +87,8 @@ impl Infra {
     }
 
     /// The connection settings for services on these servers, in `namespace`.
-    pub fn config(&self, namespace: &str) -> InfraConfig {
-        InfraConfig {
+    pub fn config(&self, namespace: &str) -> Connections {
+        Connections {
             nats_url: self.nats_url.clone(),
             redis_mode: self.redis_mode,
             redis_url: self.redis_url.clone(),

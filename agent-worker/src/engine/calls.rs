@@ -8,7 +8,7 @@ use crate::policy::Gate;
 use countersign_model::audit::{AuditEntry, AuditKind};
 use countersign_model::digest::call_digest;
 use countersign_model::edit;
-use countersign_model::run::{Action, CallResult, Decision, Outcome, PendingCall, Run, TurnCall};
+use countersign_model::run::{Action, CallOutcome, CallResult, Decision, HeldCall, Run, TurnCall};
 use countersign_store::StoreError;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -48,7 +48,7 @@ impl Engine {
                             };
                             let deadline = now + self.approval_timeout(tool).as_millis() as i64;
                             let reviewers = tool.reviewers();
-                            call.pending = Some(PendingCall {
+                            call.held = Some(HeldCall {
                                 call_id: call.call_id.clone(),
                                 tool: tool.name.clone(),
                                 digest: call_digest(
@@ -83,7 +83,7 @@ impl Engine {
                 tool,
                 &call.call_id,
                 &call.input,
-                Outcome::Executed,
+                CallOutcome::Executed,
             )
         }))
         .await;
@@ -103,7 +103,7 @@ impl Engine {
         decisions: &HashMap<String, Decision>,
     ) -> Result<(Vec<AuditEntry>, i64), StepError> {
         let last_decided = decisions.values().map(|d| d.decided_at).max().unwrap_or(0);
-        let mut held = std::mem::take(&mut run.held);
+        let mut held = std::mem::take(&mut run.paused_turn);
         let mut executed = Vec::new();
         for call in held.iter_mut().filter(|c| c.result.is_none()) {
             let Some(decision) = decisions.get(&call.call_id) else {
@@ -118,7 +118,7 @@ impl Engine {
             let by = &decision.decided_by;
             let result = match decision.action {
                 _ if decision.expired => CallResult {
-                    outcome: Outcome::Expired,
+                    outcome: CallOutcome::Expired,
                     is_error: true,
                     content: format!(
                         "Nobody decided on this call before its deadline ({}), so it did not run. This is not a rejection: no one reviewed it.",
@@ -134,12 +134,12 @@ impl Engine {
                         tool,
                         &call.call_id,
                         &call.input,
-                        Outcome::Approved,
+                        CallOutcome::Approved,
                     )
                     .await?
                 }
                 Action::Reject => CallResult {
-                    outcome: Outcome::Rejected,
+                    outcome: CallOutcome::Rejected,
                     is_error: true,
                     content: format!(
                         "A reviewer ({by}) rejected this call, so it did not run. Their reason: {}",
@@ -160,7 +160,7 @@ impl Engine {
                                 tool,
                                 &call.call_id,
                                 &input,
-                                Outcome::Edited,
+                                CallOutcome::Edited,
                             )
                             .await?
                         }
@@ -175,7 +175,7 @@ impl Engine {
                     result
                 }
             };
-            if let Some(pending) = &call.pending {
+            if let Some(pending) = &call.held {
                 let detail = serde_json::json!({
                     "action": decision.action, "decided_by": by,
                     "outcome": result.outcome, "is_error": result.is_error,
@@ -184,7 +184,7 @@ impl Engine {
             }
             call.result = Some(result);
         }
-        let resolved = held.iter().filter(|c| c.pending.is_some()).count();
+        let resolved = held.iter().filter(|c| c.held.is_some()).count();
         self.metrics.calls("resolved", resolved);
         run.messages.push(results_message(&held));
         Ok((executed, last_decided))

@@ -18,7 +18,7 @@ impl Engine {
         earlier: Vec<AuditEntry>,
     ) -> Result<(), StepError> {
         let requested: Vec<AuditEntry> = run
-            .pending()
+            .held_calls()
             .map(|p| {
                 let detail = serde_json::json!({
                     "tool": p.tool, "input": p.input, "summary": p.summary, "reason": p.reason,
@@ -126,10 +126,10 @@ impl Engine {
             run_id: run.run_id.clone(),
             agent: run.agent.clone(),
             turn: run.turns,
-            text: run.held_turn_text(),
-            calls: run.pending().cloned().collect(),
+            text: run.paused_turn_text(),
+            calls: run.held_calls().cloned().collect(),
             evidence: run
-                .held
+                .paused_turn
                 .iter()
                 .filter_map(|c| {
                     let result = c.result.as_ref()?;

@@ -6,7 +6,7 @@ use super::Engine;
 use crate::tools;
 use countersign_model::agent::ToolDef;
 use countersign_model::events::Event;
-use countersign_model::run::{CallResult, Outcome, RunId};
+use countersign_model::run::{CallOutcome, CallResult, RunId};
 use countersign_runtime::names::msg_id;
 use countersign_store::{ExecBegin, StoreError};
 use serde_json::Value;
@@ -21,7 +21,7 @@ impl Engine {
         tool: &ToolDef,
         call_id: &str,
         input: &Value,
-        outcome: Outcome,
+        outcome: CallOutcome,
     ) -> Result<CallResult, StoreError> {
         // This attempt's own mark, so a lost reply is not taken for an interrupted call.
         let token = uuid::Uuid::new_v4().simple().to_string();
@@ -50,7 +50,7 @@ impl Engine {
                     warn!(error = %e, "could not publish run.attention");
                 }
                 let result = CallResult {
-                    outcome: Outcome::Unknown,
+                    outcome: CallOutcome::Unknown,
                     is_error: true,
                     content: reason,
                 };

@@ -25,7 +25,7 @@ use countersign_model::events::Event;
 use countersign_model::now_ms;
 use countersign_model::people::Directory;
 use countersign_model::run::{
-    Block, CallResult, Message, Outcome, PendingCall, Role, Run, RunId, TurnCall,
+    Block, CallOutcome, CallResult, HeldCall, Message, Role, Run, RunId, TurnCall,
 };
 use countersign_runtime::bus::{Bus, BusError};
 use countersign_runtime::metrics::Metrics;
@@ -258,9 +258,9 @@ impl Engine {
         // execution records hold the results meanwhile, so a drive that stops before it
         // resumes the turn again from them and finds the same entries, and a save is saved.
         let mut executed = Vec::new();
-        if !run.held.is_empty() {
+        if !run.paused_turn.is_empty() {
             let held: Vec<(&str, &str)> = run
-                .pending()
+                .held_calls()
                 .map(|p| (p.call_id.as_str(), p.digest.as_str()))
                 .collect();
             self.store.resumed(id, &held).await?;
@@ -315,8 +315,8 @@ impl Engine {
             }
             run.messages.push(reply);
             let held = self.gate_and_run(&run, agent, calls).await?;
-            if held.iter().any(|c| c.pending.is_some()) {
-                run.held = held;
+            if held.iter().any(|c| c.held.is_some()) {
+                run.paused_turn = held;
                 return self.pause(run, executed).await;
             }
             run.messages.push(results_message(&held));
@@ -330,7 +330,7 @@ impl Engine {
         &self,
         run: &Run,
         kind: AuditKind,
-        call: Option<&PendingCall>,
+        call: Option<&HeldCall>,
         detail: Value,
     ) -> AuditEntry {
         let mut entry = AuditEntry::new(&run.run_id, kind);
@@ -372,7 +372,7 @@ impl Engine {
 
 fn failed(content: String) -> CallResult {
     CallResult {
-        outcome: Outcome::Failed,
+        outcome: CallOutcome::Failed,
         content,
         is_error: true,
     }

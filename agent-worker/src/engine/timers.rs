@@ -11,11 +11,11 @@ use super::{Engine, StepError};
 use countersign_model::agent::{OnExpiry, ToolDef};
 use countersign_model::audit::{AuditEntry, AuditKind};
 use countersign_model::events::Event;
-use countersign_model::run::{Action, Decision, PendingCall, Run};
+use countersign_model::run::{Action, Decision, HeldCall, Run};
 use countersign_runtime::names::msg_id;
 use countersign_store::keys::Shard;
 use countersign_store::{
-    Announcement, DecideRequest, DueTimer, Outcome, Proposal, StoreError, Timer,
+    Announcement, DecideOutcome, DecideRequest, DueTimer, Proposal, StoreError, Timer,
 };
 use std::time::Duration;
 use tracing::{info, warn};
@@ -32,8 +32,8 @@ impl Engine {
     }
 
     pub(super) async fn schedule_timers(&self, run: &Run) -> Result<(), StoreError> {
-        let at = |pick: fn(&PendingCall) -> Option<i64>| -> Vec<(&str, &str, i64)> {
-            run.pending()
+        let at = |pick: fn(&HeldCall) -> Option<i64>| -> Vec<(&str, &str, i64)> {
+            run.held_calls()
                 .filter_map(|p| Some((p.call_id.as_str(), p.digest.as_str(), pick(p)?)))
                 .collect()
         };
@@ -70,14 +70,11 @@ impl Engine {
     }
 
     /// The call if its run still waits on it undecided.
-    async fn still_waiting(
-        &self,
-        due: &DueTimer,
-    ) -> Result<Option<(Run, PendingCall)>, StoreError> {
+    async fn still_waiting(&self, due: &DueTimer) -> Result<Option<(Run, HeldCall)>, StoreError> {
         let Some(run) = self.store.load(&due.run_id).await? else {
             return Ok(None);
         };
-        let Some(call) = run.pending().find(|p| p.call_id == due.call_id).cloned() else {
+        let Some(call) = run.held_calls().find(|p| p.call_id == due.call_id).cloned() else {
             return Ok(None);
         };
         if self
@@ -125,7 +122,7 @@ impl Engine {
     }
 
     /// Widens the approvers, moves the deadline once, and asks again.
-    async fn escalate(&self, run: &Run, call: PendingCall) -> Result<(), StepError> {
+    async fn escalate(&self, run: &Run, call: HeldCall) -> Result<(), StepError> {
         let Some((mut run, version)) = self.store.load_versioned(&run.run_id).await? else {
             return Ok(());
         };
@@ -138,9 +135,9 @@ impl Engine {
             .map_or(self.settings.approval_timeout, |t| self.approval_timeout(t));
         let now = self.store.time_ms().await?;
         let Some(held) = run
-            .held
+            .paused_turn
             .iter_mut()
-            .filter_map(|c| c.pending.as_mut())
+            .filter_map(|c| c.held.as_mut())
             .find(|p| p.call_id == call.call_id)
         else {
             return Ok(());
@@ -166,7 +163,7 @@ impl Engine {
                 &run,
                 &version,
                 &call.call_id,
-                &escalated.held(run.turns),
+                &escalated.terms(run.turns),
                 &entry,
                 &announce,
             )
@@ -201,7 +198,7 @@ impl Engine {
             note: None,
             reason: Some(reason.into()),
             decided_by: SYSTEM_ACTOR.into(),
-            channel: "deadline".into(),
+            door: "deadline".into(),
             decided_at: self.store.time_ms().await?,
             fingerprint: Decision::fingerprint_of(Action::Reject, None, None, Some(reason)),
             expired: true,
@@ -213,7 +210,7 @@ impl Engine {
         entry.detail = serde_json::json!({"reason": reason});
         let request = DecideRequest {
             principal: SYSTEM_ACTOR,
-            channel: "deadline",
+            door: "deadline",
             expiry: true,
             link: None,
             role_decides: true,
@@ -224,21 +221,21 @@ impl Engine {
             }],
         };
         match self.store.decide(&due.run_id, &request).await? {
-            Outcome::Decided { queued, .. } => {
+            DecideOutcome::Decided { queued, .. } => {
                 info!(run_id = %due.run_id, call_id = %due.call_id, "call expired");
                 self.metrics.calls("expired", 1);
                 self.publish(&due.run_id, &queued).await;
             }
             // The deadline moved (an escalation) after this sweep read it: keep the timer.
-            Outcome::NotDue => return Ok(()),
+            DecideOutcome::NotDue => return Ok(()),
             // Decided by a person first, or the run moved on: nothing expires.
-            Outcome::Settled(_) | Outcome::Refused(_) | Outcome::NoRun => {}
+            DecideOutcome::Settled(_) | DecideOutcome::Refused(_) | DecideOutcome::NoRun => {}
         }
         self.store.drop_timer(Timer::Deadline, due).await?;
         Ok(())
     }
 
-    fn timer_entry(&self, run: &Run, call: &PendingCall, kind: AuditKind) -> AuditEntry {
+    fn timer_entry(&self, run: &Run, call: &HeldCall, kind: AuditKind) -> AuditEntry {
         let mut entry = AuditEntry::new(&run.run_id, kind);
         entry.actor = Some(SYSTEM_ACTOR.into());
         entry.call_id = Some(call.call_id.clone());
@@ -250,12 +247,12 @@ impl Engine {
         entry
     }
 
-    fn reminder(&self, run: &Run, call: PendingCall, escalated: bool) -> Announcement {
+    fn reminder(&self, run: &Run, call: HeldCall, escalated: bool) -> Announcement {
         let msg_id = msg_id::reminder(&run.run_id, &call.call_id, escalated);
         let event = Event::ApprovalReminder {
             run_id: run.run_id.clone(),
             agent: run.agent.clone(),
-            text: run.held_turn_text(),
+            text: run.paused_turn_text(),
             call: Box::new(call),
             escalated,
             requested_by: run.requested_by.clone(),

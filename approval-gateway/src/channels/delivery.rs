@@ -4,7 +4,7 @@
 
 use countersign_model::agent::Channel;
 use countersign_model::events::{Envelope, Evidence};
-use countersign_model::run::{Action, PendingCall, RunId};
+use countersign_model::run::{Action, HeldCall, RunId};
 use serde::{Deserialize, Serialize};
 
 /// One notification for one channel target.
@@ -44,7 +44,7 @@ pub(crate) struct Ask<'a> {
     pub(crate) agent: &'a str,
     /// The agent's words in the turn.
     pub(crate) text: &'a str,
-    pub(crate) call: &'a PendingCall,
+    pub(crate) call: &'a HeldCall,
     /// The results of the turn's calls that needed nobody (none in a reminder).
     pub(crate) evidence: &'a [Evidence],
     pub(crate) requested_by: Option<&'a str>,

@@ -24,12 +24,12 @@ pub(crate) struct Proposed {
     pub(crate) reason: Option<String>,
 }
 
-/// Who decides, with the role their door established, through which channel, with which
+/// Who decides, with the role their door established, through which door, with which
 /// email link if any.
 pub(crate) struct Decider<'a> {
     pub(crate) principal: &'a str,
     pub(crate) role: Role,
-    pub(crate) channel: &'a str,
+    pub(crate) door: &'a str,
     /// (token hash, grant) of the email link used: spent with the decision.
     pub(crate) link: Option<(&'a str, &'a str)>,
 }

@@ -19,7 +19,7 @@ use countersign_model::edit::FieldChange;
 use countersign_model::now_ms;
 use countersign_model::run::Run;
 use countersign_runtime::trace_context;
-use countersign_store::{CallDecided, DecideRequest, Outcome};
+use countersign_store::{CallDecided, DecideOutcome, DecideRequest};
 use std::collections::HashSet;
 use tracing::Instrument;
 
@@ -50,7 +50,7 @@ pub(crate) async fn decide(
         .await?
         .ok_or_else(|| DecideError::NoRun(format!("no run {run_id:?}")))?;
     // A span of the run's trace, whichever channel and gateway the decision came through.
-    let span = tracing::info_span!("decision", run_id = %run.run_id, channel = by.channel, principal = by.principal);
+    let span = tracing::info_span!("decision", run_id = %run.run_id, door = by.door, principal = by.principal);
     trace_context::adopt(&span, run.trace.as_deref());
     record(state, &run, proposed, by).instrument(span).await
 }
@@ -67,17 +67,17 @@ async fn record(
         .collect::<Result<Vec<_>, _>>()?;
     let request = DecideRequest {
         principal: by.principal,
-        channel: by.channel,
+        door: by.door,
         expiry: false,
         link: by.link,
         role_decides: by.role.decides(),
         proposals,
     };
     match state.store.decide(&run.run_id, &request).await? {
-        Outcome::Decided { calls, queued } => {
+        DecideOutcome::Decided { calls, queued } => {
             let metrics = &state.metrics;
             for _ in &calls {
-                metrics.decision(by.channel, "recorded");
+                metrics.decision(by.door, "recorded");
                 metrics.decided_after(now_ms() - run.updated_at);
             }
             // The decision stands once Redis holds it: the reviewer is answered now, whatever
@@ -93,21 +93,21 @@ async fn record(
             );
             Ok(calls)
         }
-        Outcome::Refused(refusal) => {
+        DecideOutcome::Refused(refusal) => {
             let code = serde_json::to_value(refusal.code).unwrap_or_default();
             let code = code.as_str().unwrap_or("refused");
-            state.metrics.decision(by.channel, code);
+            state.metrics.decision(by.door, code);
             Err(DecideError::refused(
                 run.run_id.as_str(),
                 by.principal,
                 refusal,
             ))
         }
-        Outcome::NoRun => Err(DecideError::NoRun(format!(
+        DecideOutcome::NoRun => Err(DecideError::NoRun(format!(
             "no run {:?}",
             run.run_id.as_str()
         ))),
-        Outcome::Settled(_) | Outcome::NotDue => Err(DecideError::Backend(
+        DecideOutcome::Settled(_) | DecideOutcome::NotDue => Err(DecideError::Backend(
             "the decision script answered as for an expiry".into(),
         )),
     }
@@ -127,7 +127,7 @@ pub(crate) async fn edit_preview(
         return Ok(None);
     };
     let held = run
-        .pending()
+        .held_calls()
         .find(|c| c.call_id == p.call_id && Some(&c.digest) == p.digest.as_ref());
     match (held, &p.input) {
         (Some(pending), Some(input)) => {

@@ -8,7 +8,7 @@ use super::input::{Decider, Proposed};
 use countersign_model::agent::Catalog;
 use countersign_model::audit::{AuditEntry, AuditKind};
 use countersign_model::edit::{self, FieldChange};
-use countersign_model::run::{Action, Decision, PendingCall, Run};
+use countersign_model::run::{Action, Decision, HeldCall, Run};
 use countersign_store::Proposal;
 use serde_json::{Value, json};
 
@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 pub(super) fn checked_edit(
     catalog: &Catalog,
     run: &Run,
-    pending: &PendingCall,
+    pending: &HeldCall,
     input: &Value,
 ) -> Result<Vec<FieldChange>, DecideError> {
     if let Some(agent) = catalog.get(&run.agent) {
@@ -41,7 +41,7 @@ pub(super) fn proposal(
     p: Proposed,
     by: &Decider<'_>,
 ) -> Result<Proposal, DecideError> {
-    let pending = run.pending().find(|c| c.call_id == p.call_id);
+    let pending = run.held_calls().find(|c| c.call_id == p.call_id);
     let mut checked_digest = None;
     let mut changes = None;
     if let (Action::Edit, Some(input), Some(pending)) = (p.action, &p.input, pending) {
@@ -52,7 +52,7 @@ pub(super) fn proposal(
     let mut entry = AuditEntry::new(&run.run_id, AuditKind::Decided);
     entry.call_id = Some(p.call_id.clone());
     entry.actor = Some(by.principal.to_string());
-    entry.channel = Some(by.channel.to_string());
+    entry.via = Some(by.door.to_string());
     entry.digest = Some(digest.clone());
     entry.detail = json!({
         "action": p.action, "input": p.input, "note": p.note, "reason": p.reason,
@@ -75,7 +75,7 @@ pub(super) fn proposal(
             note: p.note,
             reason: p.reason,
             decided_by: by.principal.to_string(),
-            channel: by.channel.to_string(),
+            door: by.door.to_string(),
             decided_at: entry.at,
             fingerprint,
             expired: false,

@@ -101,7 +101,7 @@ async fn undecided_calls(state: &AppState, id: &RunId) -> Result<Vec<Value>, Api
     let Some((run, calls)) = runs::awaiting_decision(state, id).await? else {
         return Ok(Vec::new());
     };
-    let text = run.held_turn_text();
+    let text = run.paused_turn_text();
     Ok(calls
         .into_iter()
         .map(|call| {

@@ -59,7 +59,7 @@ async fn decide(
     let by = Decider {
         principal: &principal,
         role,
-        channel: CHANNEL,
+        door: CHANNEL,
         link: None,
     };
     let calls = decide::decide(&state, &run_id, body.decisions, &by).await?;

@@ -3,7 +3,7 @@
 use crate::time::rfc3339;
 use countersign_model::agent::Catalog;
 use countersign_model::edit;
-use countersign_model::run::{Cancellation, Decision, Message, PendingCall, Run};
+use countersign_model::run::{Cancellation, Decision, HeldCall, Message, Run};
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -33,7 +33,7 @@ pub(super) struct RunView {
 #[derive(Serialize)]
 pub(super) struct PendingView {
     #[serde(flatten)]
-    pub(super) call: PendingCall,
+    pub(super) call: HeldCall,
     /// The id the model gave the call, when the call has one of ours (see `Run::calls_asked`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) model_call_id: Option<String>,
@@ -51,10 +51,10 @@ impl RunView {
     ) -> Self {
         let agent = catalog.get(&run.agent);
         let pending = run
-            .held
+            .paused_turn
             .iter()
             .filter_map(|held| {
-                let call = held.pending.as_ref()?;
+                let call = held.held.as_ref()?;
                 Some(PendingView {
                     decision: decisions.remove(&call.call_id),
                     model_call_id: held.model_call_id.clone(),
@@ -69,7 +69,7 @@ impl RunView {
             })
             .collect();
         Self {
-            text: run.held_turn_text(),
+            text: run.paused_turn_text(),
             run_id: run.run_id.to_string(),
             agent: run.agent,
             agent_version: run.agent_version,

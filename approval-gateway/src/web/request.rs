@@ -253,7 +253,7 @@ async fn submit(
     let by = Decider {
         principal: &session.principal,
         role: session.role,
-        channel: CHANNEL,
+        door: CHANNEL,
         link: None,
     };
     let refused = match decide::decide_one(&state, &run_id, proposed, &by).await {

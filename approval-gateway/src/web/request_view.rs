@@ -15,7 +15,7 @@ use axum::http::StatusCode;
 use countersign_model::audit::{AuditEntry, AuditKind};
 use countersign_model::now_ms;
 use countersign_model::run::{
-    Action, Block, Decision, Message, PendingCall, Role, Run, RunStatus, TurnCall,
+    Action, Block, Decision, HeldCall, Message, Role, Run, RunStatus, TurnCall,
 };
 use countersign_store::RefusalCode;
 use maud::{Markup, html};
@@ -43,7 +43,7 @@ pub(crate) struct CallView {
     /// The calls of the same turn that needed nobody and already ran.
     pub(crate) ran: Vec<TurnCall>,
     /// The call as held, while it can still be decided.
-    pub(crate) open: Option<PendingCall>,
+    pub(crate) open: Option<HeldCall>,
     /// How it ended, once it cannot be decided any more.
     pub(crate) outcome: Option<String>,
 }
@@ -59,7 +59,7 @@ impl CallView {
             return Ok(None);
         };
         let decision = state.store.decisions(&run.run_id).await?.remove(call_id);
-        if let Some(call) = run.pending().find(|p| p.call_id == call_id) {
+        if let Some(call) = run.held_calls().find(|p| p.call_id == call_id) {
             let outcome = match &decision {
                 Some(d) => Some(decided(d)),
                 None if run.status != RunStatus::AwaitingApproval || run.cancel.is_some() => {
@@ -77,12 +77,12 @@ impl CallView {
                 digest: call.digest.clone(),
                 summary: call.summary.clone(),
                 reason: call.reason.clone(),
-                said: run.held_turn_text(),
+                said: run.paused_turn_text(),
                 asked: run.input.clone(),
                 deadline: call.deadline,
                 open: outcome.is_none().then(|| call.clone()),
                 ran: run
-                    .held
+                    .paused_turn
                     .iter()
                     .filter(|c| c.result.is_some())
                     .cloned()
@@ -310,7 +310,7 @@ pub(crate) fn decided(d: &Decision) -> String {
     let mut text = format!(
         "{what} by {} via {} at {}.",
         d.decided_by,
-        d.channel,
+        d.door,
         readable(d.decided_at)
     );
     if let Some(reason) = d.reason.as_deref().filter(|r| !r.is_empty()) {

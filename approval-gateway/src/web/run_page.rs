@@ -53,11 +53,11 @@ async fn show(
             @if let Some(answer) = &run.answer { h2 { "Answer" } pre { (answer) } }
             @if let Some(error) = &run.error { h2 { "Error" } pre { (error) } }
         }
-        @if run.pending().next().is_some() {
+        @if run.held_calls().next().is_some() {
             section.waiting {
                 h2 { "Waiting for a person" }
                 ul {
-                    @for call in run.pending() {
+                    @for call in run.held_calls() {
                         li {
                             a href=(format!("/inbox/runs/{}/calls/{}", run.run_id, call.call_id)) { (call.summary) }
                             @if let Some(d) = decisions.get(&call.call_id) { " — " (decided(d)) }
@@ -89,7 +89,7 @@ async fn show(
                             " · " a href=(format!("/inbox/runs/{}/calls/{call}", run.run_id)) { (call) }
                         }
                         @if let Some(actor) = &e.actor { " · by " (actor) }
-                        @if let Some(channel) = &e.channel { " via " (channel) }
+                        @if let Some(channel) = &e.via { " via " (channel) }
                         @if !e.detail.is_null() {
                             details { summary { "details" } pre { (super::request_view::pretty(&e.detail)) } }
                         }

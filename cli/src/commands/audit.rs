@@ -82,7 +82,7 @@ pub fn entry_cells(entry: &AuditEntry) -> Vec<String> {
         text(&kind),
         entry.call_id.clone().unwrap_or_default(),
         entry.actor.clone().unwrap_or_default(),
-        entry.channel.clone().unwrap_or_default(),
+        entry.via.clone().unwrap_or_default(),
         detail(&entry.detail),
     ]
 }

@@ -127,7 +127,7 @@ fn describe(decision: &Decision) -> String {
     };
     format!(
         "{what} by {} via {} at {when}",
-        decision.decided_by, decision.channel
+        decision.decided_by, decision.door
     )
 }
 

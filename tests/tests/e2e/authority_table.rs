@@ -10,10 +10,10 @@ use approval_gateway::config::{ApiKey, Config, Person, Role};
 use countersign_model::agent::Reviewers;
 use countersign_model::audit::{AuditEntry, AuditKind};
 use countersign_model::authority::{self, ALL_ACTIONS, Principal, RunFacts};
-use countersign_model::run::{Action, Cancellation, Decision, PendingCall, Run, RunId, TurnCall};
+use countersign_model::run::{Action, Cancellation, Decision, HeldCall, Run, RunId, TurnCall};
 use countersign_runtime::metrics::Metrics;
 use countersign_runtime::names::Names;
-use countersign_store::{Announcement, Claim, DecideRequest, Outcome, Proposal, Save, Store};
+use countersign_store::{Announcement, Claim, DecideOutcome, DecideRequest, Proposal, Save, Store};
 use countersign_tests::infra::Infra;
 use serde_json::json;
 use std::collections::BTreeSet;
@@ -121,8 +121,8 @@ fn policies() -> Vec<Policy> {
     out
 }
 
-fn held_call(policy: Policy) -> PendingCall {
-    PendingCall {
+fn held_call(policy: Policy) -> HeldCall {
+    HeldCall {
         call_id: "toolu_1".into(),
         tool: "issue_refund".into(),
         input: json!({"order_id": "A-1", "amount": 129}),
@@ -153,7 +153,7 @@ fn held_call(policy: Policy) -> PendingCall {
 }
 
 /// A run paused on `call`, and cancelled if the policy says so.
-async fn paused(store: &Store, call: &PendingCall, policy: Policy) -> RunId {
+async fn paused(store: &Store, call: &HeldCall, policy: Policy) -> RunId {
     let id = RunId::new();
     let mut run = Run::new(
         id.clone(),
@@ -170,13 +170,13 @@ async fn paused(store: &Store, call: &PendingCall, policy: Policy) -> RunId {
         Claim::Claimed(_)
     ));
     run.turns = 1;
-    run.held = vec![TurnCall {
+    run.paused_turn = vec![TurnCall {
         call_id: call.call_id.clone(),
         model_call_id: None,
         tool: call.tool.clone(),
         input: call.input.clone(),
         result: None,
-        pending: Some(call.clone()),
+        held: Some(call.clone()),
     }];
     store
         .save(&run, "table", lease, Save::Pause, &[], &[])
@@ -207,7 +207,7 @@ async fn paused(store: &Store, call: &PendingCall, policy: Policy) -> RunId {
 async fn script_accepts(
     store: &Store,
     id: &RunId,
-    call: &PendingCall,
+    call: &HeldCall,
     principal: &str,
     role: Role,
     action: Action,
@@ -222,7 +222,7 @@ async fn script_accepts(
         note: None,
         reason: reason.clone(),
         decided_by: principal.into(),
-        channel: "api".into(),
+        door: "api".into(),
         decided_at: 0,
         fingerprint: Decision::fingerprint_of(action, input.as_ref(), None, reason.as_deref()),
         expired: false,
@@ -231,7 +231,7 @@ async fn script_accepts(
     entry.actor = Some(principal.into());
     let request = DecideRequest {
         principal,
-        channel: "api",
+        door: "api",
         expiry: false,
         link: None,
         role_decides: role.decides(),
@@ -242,8 +242,8 @@ async fn script_accepts(
         }],
     };
     match store.decide(id, &request).await.unwrap() {
-        Outcome::Decided { .. } => true,
-        Outcome::Refused(_) => false,
+        DecideOutcome::Decided { .. } => true,
+        DecideOutcome::Refused(_) => false,
         other => panic!("the script answered {other:?}"),
     }
 }

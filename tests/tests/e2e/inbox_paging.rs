@@ -135,7 +135,7 @@ async fn a_bad_cursor_or_limit_is_a_json_error() {
 async fn runs_that_paused_in_the_same_millisecond_are_paged_by_id_without_loss() {
     let app = TestApp::spawn_with("anthropic", 0, refund_brain).await;
     let names = Names::new(&app.namespace).unwrap();
-    let store = Store::connect(&app.infra_config(), names.clone(), Metrics::default())
+    let store = Store::connect(&app.connections(), names.clone(), Metrics::default())
         .await
         .unwrap();
     let redis = redis::Client::open(app.infra.redis_url.as_str()).unwrap();

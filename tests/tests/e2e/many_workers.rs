@@ -16,7 +16,7 @@ const RUNS: usize = 50;
 #[tokio::test]
 async fn two_workers_complete_fifty_concurrent_runs_with_each_refund_run_exactly_once() {
     let app = TestApp::spawn_with("anthropic", 2, refund_brain).await;
-    let bus = Bus::connect(&app.infra_config(), Names::new(&app.namespace).unwrap())
+    let bus = Bus::connect(&app.connections(), Names::new(&app.namespace).unwrap())
         .await
         .unwrap();
     let began = Instant::now();

@@ -41,11 +41,11 @@ async fn the_gateway_and_a_worker_count_and_time_what_they_did() {
     for (series, expected) in [
         (r#"countersign_runs_total{event="started"}"#, 1.0),
         (
-            r#"countersign_decisions_total{channel="api",outcome="recorded"}"#,
+            r#"countersign_decisions_total{door="api",outcome="recorded"}"#,
             1.0,
         ),
         (
-            r#"countersign_decisions_total{channel="api",outcome="stale_digest"}"#,
+            r#"countersign_decisions_total{door="api",outcome="stale_digest"}"#,
             1.0,
         ),
         ("countersign_decision_seconds_count", 1.0),

@@ -6,7 +6,7 @@
 
 use countersign_local::nats_users::NatsUsers;
 use countersign_runtime::bus::Bus;
-use countersign_runtime::config::InfraConfig;
+use countersign_runtime::config::Connections;
 use countersign_runtime::names::Names;
 use countersign_tests::app::{PATIENCE, REQUESTER_KEY, TestApp, gateway_waits_for, new_namespace};
 use countersign_tests::fake_model::refund_brain;
@@ -42,14 +42,14 @@ async fn streams_changed_by_hand_are_brought_back_and_a_change_jetstream_cannot_
     drifted.max_age = Duration::from_secs(3600);
     js.update_stream(drifted).await.unwrap();
 
-    Bus::connect(&app.infra_config(), names.clone())
+    Bus::connect(&app.connections(), names.clone())
         .await
         .unwrap();
     let mut stream = js.get_stream(names.approvals_stream()).await.unwrap();
     assert_eq!(stream.info().await.unwrap().config.max_age, wanted);
 
     // Three replicas on a single server: refused, saying why, and nothing changes.
-    let mut three = app.infra_config();
+    let mut three = app.connections();
     three.stream_replicas = 3;
     let err = Bus::connect(&three, names.clone())
         .await
@@ -83,9 +83,9 @@ async fn nats_requiring(
     (nats, url)
 }
 
-/// The services reach a server with `infra`'s credentials, and a client without them is
+/// The services reach a server with `connections`'s credentials, and a client without them is
 /// refused.
-async fn reached_only_with(url: &str, mut infra: InfraConfig) {
+async fn reached_only_with(url: &str, mut connections: Connections) {
     assert!(
         async_nats::ConnectOptions::new()
             .connection_timeout(Duration::from_secs(2))
@@ -94,9 +94,9 @@ async fn reached_only_with(url: &str, mut infra: InfraConfig) {
             .is_err(),
         "the server refuses a client without credentials"
     );
-    infra.nats_url = url.to_string();
+    connections.nats_url = url.to_string();
     let namespace = format!("a{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
-    let bus = Bus::connect(&infra, Names::new(&namespace).unwrap())
+    let bus = Bus::connect(&connections, Names::new(&namespace).unwrap())
         .await
         .unwrap();
     bus.js
@@ -108,22 +108,22 @@ async fn reached_only_with(url: &str, mut infra: InfraConfig) {
 #[tokio::test]
 async fn a_nats_server_that_requires_a_user_and_password_is_reached_with_them() {
     let (_nats, url) = nats_requiring(&["--user", "countersign", "--pass", "s3cret"], &[]).await;
-    let infra = InfraConfig {
+    let connections = Connections {
         nats_user: Some("countersign".into()),
         nats_password: Some("s3cret".into()),
         ..Default::default()
     };
-    reached_only_with(&url, infra).await;
+    reached_only_with(&url, connections).await;
 }
 
 #[tokio::test]
 async fn a_nats_server_that_requires_a_token_is_reached_with_it() {
     let (_nats, url) = nats_requiring(&["--auth", "a-long-nats-token"], &[]).await;
-    let infra = InfraConfig {
+    let connections = Connections {
         nats_token: Some("a-long-nats-token".into()),
         ..Default::default()
     };
-    reached_only_with(&url, infra).await;
+    reached_only_with(&url, connections).await;
 }
 
 #[tokio::test]
@@ -138,11 +138,11 @@ async fn a_nats_server_that_knows_the_services_by_nkey_is_reached_with_the_seed(
         &[("nats.conf", config.into_bytes())],
     )
     .await;
-    let infra = InfraConfig {
+    let connections = Connections {
         nats_nkey: Some(user.seed().unwrap().into()),
         ..Default::default()
     };
-    reached_only_with(&url, infra).await;
+    reached_only_with(&url, connections).await;
 }
 
 #[tokio::test]
@@ -167,7 +167,7 @@ async fn a_nats_server_that_requires_tls_and_a_client_certificate_is_reached_wit
     )
     .await;
     // Trusting the server but showing no certificate is not enough.
-    let no_cert = InfraConfig {
+    let no_cert = Connections {
         nats_url: url.clone(),
         nats_tls_ca: Some(pki.path("ca.pem")),
         ..Default::default()
@@ -181,13 +181,13 @@ async fn a_nats_server_that_requires_tls_and_a_client_certificate_is_reached_wit
         !matches!(refused, Ok(Ok(_))),
         "connected without a client certificate"
     );
-    let infra = InfraConfig {
+    let connections = Connections {
         nats_tls_ca: Some(pki.path("ca.pem")),
         nats_tls_cert: Some(pki.path("client.pem")),
         nats_tls_key: Some(pki.path("client.key")),
         ..Default::default()
     };
-    reached_only_with(&url, infra).await;
+    reached_only_with(&url, connections).await;
 }
 
 /// Publishes `subject` as `user` and waits for the server to refuse it.
@@ -222,18 +222,18 @@ async fn refused_to_publish(url: &str, user: &str, password: &str, subject: Stri
 async fn with_the_shipped_nats_users_runs_go_through_and_no_service_publishes_what_is_the_others() {
     let namespace = new_namespace();
     let users = NatsUsers::random();
-    let infra = Infra::start_with_nats_config(&users.config(&namespace)).await;
+    let connections = Infra::start_with_nats_config(&users.config(&namespace)).await;
     let mut app = TestApp::spawn_in(
         namespace.clone(),
-        infra,
+        connections,
         "anthropic",
         0,
         "",
-        |c| users.log_in_gateway(&mut c.infra),
+        |c| users.log_in_gateway(&mut c.connections),
         refund_brain,
     )
     .await;
-    app.spawn_worker_with(|c| users.log_in_worker(&mut c.infra));
+    app.spawn_worker_with(|c| users.log_in_worker(&mut c.connections));
 
     // Everything a run does: start, pause, approval, completion; a decision left to the
     // outbox sweepers (published by a gateway's: a worker's would be refused); and a cancel.

@@ -130,10 +130,10 @@ async fn a_worker_sweeping_leaves_a_gateways_late_decision_to_a_gateway() {
         .await;
 
     let names = Names::new(&app.namespace).unwrap();
-    let store = Store::connect(&app.infra_config(), names.clone(), Metrics::default())
+    let store = Store::connect(&app.connections(), names.clone(), Metrics::default())
         .await
         .unwrap();
-    let bus = Bus::connect(&app.infra_config(), names.clone())
+    let bus = Bus::connect(&app.connections(), names.clone())
         .await
         .unwrap();
     let outbox = Relay::new(store.clone(), bus, Metrics::default());

@@ -100,7 +100,7 @@ async fn behind_sentinel_a_killed_master_is_replaced_and_every_run_completes_onc
     assert_ne!(named[0], master_ip);
 
     // A write that fewer replicas hold than asked for is not taken as done.
-    let mut config = app.infra_config();
+    let mut config = app.connections();
     config.redis_wait_replicas = 3;
     let store = Store::connect(
         &config,
@@ -127,7 +127,7 @@ async fn services_log_in_as_the_configured_acl_user_and_a_wrong_password_stops_t
     let agents = std::env::temp_dir().join(format!("cs-acl-{}", uuid::Uuid::new_v4().simple()));
     std::fs::create_dir_all(&agents).unwrap();
     let gateway = approval_gateway::config::Config {
-        infra: wrong,
+        connections: wrong,
         agents_dir: agents,
         ..Default::default()
     };

@@ -208,10 +208,10 @@ async fn entries_appended_by_processes_with_a_stale_view_of_the_chain_still_link
     // Two more processes that never read this run: each links its first entry from a head it
     // does not know, and then from one the other has moved on since.
     let names = Names::new(&app.namespace).unwrap();
-    let a = Store::connect(&app.infra_config(), names.clone(), Metrics::default())
+    let a = Store::connect(&app.connections(), names.clone(), Metrics::default())
         .await
         .unwrap();
-    let b = Store::connect(&app.infra_config(), names, Metrics::default())
+    let b = Store::connect(&app.connections(), names, Metrics::default())
         .await
         .unwrap();
     let id = RunId::parse(&run_id).unwrap();

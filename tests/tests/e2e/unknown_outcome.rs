@@ -143,7 +143,7 @@ async fn an_attempt_that_lost_the_reply_to_its_own_mark_may_still_make_its_call(
     use countersign_store::{ExecBegin, Store};
     let app = TestApp::spawn(refund_brain).await;
     let names = countersign_runtime::names::Names::new(&app.namespace).unwrap();
-    let store = Store::connect(&app.infra_config(), names, Metrics::default())
+    let store = Store::connect(&app.connections(), names, Metrics::default())
         .await
         .unwrap();
     let run = RunId::new();

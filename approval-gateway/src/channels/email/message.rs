@@ -5,7 +5,7 @@
 
 use super::html::escape;
 use crate::channels::delivery::Ask;
-use countersign_model::run::{Action, PendingCall};
+use countersign_model::run::{Action, HeldCall};
 
 /// What a mail asks: the prefix of its subject (a reminder's), and whether the reader asked
 /// for the run themselves (then they may only reject).
@@ -116,7 +116,7 @@ fn clipped(content: &str) -> String {
 }
 
 /// When the call expires, in plain text (a mail is not Slack markup).
-fn deadline(call: &PendingCall) -> String {
+fn deadline(call: &HeldCall) -> String {
     match call.deadline {
         Some(ms) => format!("decide by {}", crate::time::readable(ms)),
         None => "no deadline".into(),

@@ -236,7 +236,7 @@ async fn submit(
     let by = Decider {
         principal: &grant.principal,
         role: state.person_role(&grant.principal),
-        channel: CHANNEL,
+        door: CHANNEL,
         link: Some((&hash, &raw)),
     };
     match decide::decide_one(&state, grant.run_id.as_str(), proposed, &by).await {

@@ -20,7 +20,7 @@
 use countersign_model::authority::{self, RunFacts};
 use countersign_model::edit::{self, FieldChange};
 use countersign_model::events::Evidence;
-use countersign_model::run::{Action, PendingCall};
+use countersign_model::run::{Action, HeldCall};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -159,7 +159,7 @@ pub(crate) fn slack_date(ms: i64) -> String {
 }
 
 /// When the call expires, as people read it (markup: a Slack date).
-pub(crate) fn deadline(call: &PendingCall) -> String {
+pub(crate) fn deadline(call: &HeldCall) -> String {
     match call.deadline {
         Some(ms) => format!("decide by {}", slack_date(ms)),
         None => "no deadline".into(),
@@ -171,7 +171,7 @@ pub(crate) struct Request<'a> {
     pub(crate) agent: &'a str,
     pub(crate) requested_by: Option<&'a str>,
     pub(crate) text: &'a str,
-    pub(crate) call: &'a PendingCall,
+    pub(crate) call: &'a HeldCall,
     pub(crate) evidence: &'a [Evidence],
     pub(crate) target: &'a Target,
 }
@@ -253,7 +253,7 @@ fn evidence_blocks(evidence: &[Evidence], run_id: &str) -> Vec<Value> {
 
 /// A button for each action someone may take on the call (`authority::offered`: no Edit on
 /// a call that needs several approvals); each click is checked for the person who made it.
-fn buttons(target: &Target, call: &PendingCall) -> Value {
+fn buttons(target: &Target, call: &HeldCall) -> Value {
     let value = serde_json::to_string(target).expect("targets serialize");
     let run = RunFacts {
         requested_by: None,
@@ -277,7 +277,7 @@ fn buttons(target: &Target, call: &PendingCall) -> Value {
 /// a line with the run id, and the same buttons.
 pub(crate) fn short_request_message(
     channel: &str,
-    call: &PendingCall,
+    call: &HeldCall,
     target: &Target,
     why: &str,
 ) -> Value {
@@ -492,7 +492,7 @@ mod tests {
     fn a_request_of_anything_fits_slacks_limits_and_pings_nobody() {
         // `&` grows fivefold when escaped: the worst case for clipping.
         let huge = "&<!channel>".repeat(2000);
-        let call: PendingCall = serde_json::from_value(json!({
+        let call: HeldCall = serde_json::from_value(json!({
             "call_id": "toolu_2", "tool": "issue_refund", "input": {"order_id": huge},
             "digest": "d", "summary": huge, "reason": huge, "approvers": [huge],
             "deadline": 1_700_000_000_000i64,

@@ -13,7 +13,7 @@ use crate::channels::delivery::{Ask, Deliver, DeliveryError, Ending};
 use crate::config::SlackConfig;
 use crate::state::AppState;
 use countersign_model::agent::Channel;
-use countersign_model::run::{Action, PendingCall, RunId};
+use countersign_model::run::{Action, HeldCall, RunId};
 use serde_json::{Value, json};
 use tracing::warn;
 
@@ -103,7 +103,7 @@ impl<'a> Slack<'a> {
 
     /// The escalation's reply, which mentions the people added: for configured Slack users,
     /// the one mention meant to ping.
-    fn escalation(&self, call: &PendingCall) -> String {
+    fn escalation(&self, call: &HeldCall) -> String {
         let mentions: Vec<String> = call
             .reviewers
             .escalate_to

@@ -99,7 +99,7 @@ async fn block_action(
             id: &principal,
             role,
         };
-        if let Some(call) = run.pending().find(|p| p.call_id == target.call_id) {
+        if let Some(call) = run.held_calls().find(|p| p.call_id == target.call_id) {
             if let Err(refused) = authority::may_decide(who, modal_action, call, RunFacts::of(&run))
             {
                 ephemeral(state, payload, &refused_words(refused, &principal)).await;
@@ -114,7 +114,7 @@ async fn block_action(
             let by = Decider {
                 principal: &principal,
                 role,
-                channel: CHANNEL,
+                door: CHANNEL,
                 link: None,
             };
             if let Err(e) = decide::decide_one(state, &target.run_id, proposed, &by).await {
@@ -230,7 +230,7 @@ async fn view_submission(state: &AppState, payload: &Value, principal: Option<St
     let by = Decider {
         principal: &principal,
         role: state.person_role(&principal),
-        channel: CHANNEL,
+        door: CHANNEL,
         link: None,
     };
     match decide::decide_one(state, &run_id, proposed, &by).await {
