@@ -36,8 +36,8 @@ pub struct Evidence {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type")]
 pub enum Event {
-    /// A job on `runs.start`. Any client may publish one; the worker creates the run if the
-    /// gateway has not already.
+    /// A job on `runs.start`, published by the gateway that stored the run; a worker never
+    /// creates a run from one.
     #[serde(rename = "run.start")]
     RunStart {
         run_id: RunId,
@@ -71,7 +71,7 @@ pub enum Event {
         /// Whether every pending call of the turn now has a decision.
         all_decided: bool,
         /// The channels the call was sent to, which should show the outcome.
-        #[serde(default)]
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
         channels: Vec<String>,
     },
     /// A held call still waits: a reminder before its deadline, or (`escalated`) its deadline
@@ -93,7 +93,7 @@ pub enum Event {
         call_id: String,
         deadline: i64,
         /// The channels the call was sent to, which should show it expired.
-        #[serde(default)]
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
         channels: Vec<String>,
     },
     /// A person should look: a call's side effect may or may not have happened (its worker
@@ -117,7 +117,7 @@ pub enum Event {
         call_id: String,
         cancelled_by: String,
         /// The channels the call was sent to, which should show it was cancelled.
-        #[serde(default)]
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
         channels: Vec<String>,
     },
     #[serde(rename = "run.completed")]

@@ -1,14 +1,12 @@
 //! Deciding held calls through `lua/decide.lua`, the one place a decision becomes true.
 
-use super::{Announcement, Store, StoreError, from_json, to_json};
+use super::{Announcement, Store, StoreError, event, from_json, to_json};
+use crate::script::{self, Argv};
 use countersign_model::audit::AuditEntry;
+use countersign_model::events::Event;
 use countersign_model::run::{Decision, RunId};
 use countersign_runtime::names::msg_id;
 use serde::{Deserialize, Serialize};
-use std::sync::LazyLock;
-
-static DECIDE: LazyLock<redis::Script> =
-    LazyLock::new(|| super::script(include_str!("lua/decide.lua")));
 
 /// One decision of a request, with its audit entry.
 pub struct Proposal {
@@ -128,35 +126,57 @@ impl Store {
         let link_key = request
             .link
             .map(|(hash, _)| self.keys.link_token_key(id, hash));
+        let args = script::Decide {
+            principal: request.principal,
+            door: request.door,
+            expiry: request.expiry,
+            role_decides: request.role_decides,
+            decided_subject: &self.names.approval_decided(id),
+            expired_subject: &self.names.approval_expired(id),
+            grant: request.link.map_or("", |(_, grant)| grant),
+        };
         let (status, detail, queued) = self
-            .on_run(&DECIDE, id, |script, chain| {
+            .on_run(&script::DECIDE, id, &args, |script, chain| {
                 if let Some(key) = &link_key {
                     script.key(key);
                 }
-                script
-                    .arg(request.principal)
-                    .arg(request.door)
-                    .arg(if request.expiry { "1" } else { "0" })
-                    .arg(self.names.approval_decided(id))
-                    .arg(self.names.approval_expired(id))
-                    .arg(request.link.map_or("", |(_, grant)| grant))
-                    .arg(if request.role_decides { "1" } else { "0" })
-                    .arg(request.proposals.len());
+                script.arg(request.proposals.len());
                 for p in &request.proposals {
                     let d = &p.decision;
                     let action = serde_json::to_value(d.action)
                         .map_err(|e| StoreError::Corrupt(e.to_string()))?;
-                    script
-                        .arg(&d.call_id)
-                        .arg(&d.digest)
-                        .arg(action.as_str().unwrap_or_default())
-                        .arg(to_json(d)?)
-                        .arg(&d.fingerprint)
-                        .arg(p.checked_digest.as_deref().unwrap_or_default());
-                    chain.push(script, &p.entry);
-                    script
-                        .arg(msg_id::decided(id, &d.call_id))
-                        .arg(msg_id::expired(id, &d.call_id));
+                    let audit = chain.link(&p.entry);
+                    let decided = event(Event::ApprovalDecided {
+                        run_id: id.clone(),
+                        call_id: d.call_id.clone(),
+                        action: d.action,
+                        decided_by: d.decided_by.clone(),
+                        all_decided: false,
+                        channels: Vec::new(),
+                    });
+                    let expired = event(Event::ApprovalExpired {
+                        run_id: id.clone(),
+                        call_id: d.call_id.clone(),
+                        deadline: 0,
+                        channels: Vec::new(),
+                    });
+                    script::Proposed {
+                        call_id: &d.call_id,
+                        digest: &d.digest,
+                        action: action.as_str().unwrap_or_default(),
+                        json: &to_json(d)?,
+                        fingerprint: &d.fingerprint,
+                        checked: p.checked_digest.as_deref().unwrap_or_default(),
+                        entry: &audit.entry,
+                        sha: &audit.sha,
+                        prev_guess: &audit.prev_guess,
+                        link: &audit.link,
+                        decided_id: &msg_id::decided(id, &d.call_id),
+                        expired_id: &msg_id::expired(id, &d.call_id),
+                        decided_event: &decided,
+                        expired_event: &expired,
+                    }
+                    .push(script);
                 }
                 Ok(())
             })

@@ -2,11 +2,8 @@
 //! so an approved call never runs twice silently.
 
 use super::{Store, StoreError, from_json, to_json};
+use crate::script;
 use countersign_model::run::{CallResult, RunId};
-use std::sync::LazyLock;
-
-static EXEC_BEGIN: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("lua/exec_begin.lua")));
 
 /// What the execution record says about an approved call about to run.
 #[derive(Debug, PartialEq)]
@@ -30,10 +27,9 @@ impl Store {
         token: &str,
     ) -> Result<ExecBegin, StoreError> {
         let reply: Vec<String> = again(|| async {
-            EXEC_BEGIN
+            script::EXEC_BEGIN
+                .invocation(None, &script::ExecBegin { call_id, token })
                 .key(self.keys.exec_key(id))
-                .arg(call_id)
-                .arg(token)
                 .invoke_async(&mut self.conn.clone())
                 .await
         })

@@ -4,10 +4,10 @@
 
 use super::{Store, StoreError};
 use crate::keys::Shard;
+use crate::script;
 use countersign_model::now_ms;
 use countersign_model::run::RunId;
 use futures::future::try_join_all;
-use std::sync::LazyLock;
 
 /// A run's place in the index of paused runs.
 #[derive(Clone, Debug, PartialEq)]
@@ -17,32 +17,17 @@ pub struct Awaiting {
     pub since_ms: i64,
 }
 
-/// Takes a resumed run (ARGV[1]) out of the paused-runs index (KEYS[1]) and its decided calls'
-/// timers (ARGV[2..]) out of the deadlines and reminders (KEYS[2], KEYS[3]), all one shard.
-static RESUMED: LazyLock<redis::Script> = LazyLock::new(|| {
-    redis::Script::new(
-        "redis.call('ZREM', KEYS[1], ARGV[1])
-         if #ARGV > 1 then
-           local members = {unpack(ARGV, 2)}
-           redis.call('ZREM', KEYS[2], unpack(members))
-           redis.call('ZREM', KEYS[3], unpack(members))
-         end
-         return 1",
-    )
-});
-
 impl Store {
     /// A run resumes: out of the paused-runs index, and the timers of its held calls (given
     /// as `(call_id, digest)`) gone, so decided calls do not wait in the sweepers' sets until
     /// their deadline.
     pub async fn resumed(&self, id: &RunId, calls: &[(&str, &str)]) -> Result<(), StoreError> {
         let shard = Shard::of(id);
-        let mut script = RESUMED.prepare_invoke();
+        let mut script = script::INBOX_RESUMED.invocation(None, &script::Mark { run: id.as_str() });
         script
             .key(self.keys.awaiting_key(shard))
             .key(self.keys.deadlines_key(shard))
-            .key(self.keys.reminders_key(shard))
-            .arg(id.as_str());
+            .key(self.keys.reminders_key(shard));
         for (call_id, digest) in calls {
             script.arg(super::timers::member(id, call_id, digest));
         }

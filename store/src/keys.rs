@@ -190,4 +190,14 @@ mod tests {
         assert_eq!(spaced.decisions_key(&run), "cs:t1:decisions:{run_1}");
         assert!(spaced.run_keys(&run).iter().all(|k| k.ends_with("{run_1}")));
     }
+
+    #[test]
+    fn a_runs_keys_come_in_the_order_the_scripts_name_them() {
+        let run = RunId::parse("run_1").unwrap();
+        let keys = Keys::of(&Names::new("t1").unwrap()).run_keys(&run);
+        for (name, key) in crate::script::RUN_KEYS.iter().zip(keys) {
+            let stem = name.strip_suffix("_key").unwrap();
+            assert_eq!(key, format!("cs:t1:{stem}:{{run_1}}"));
+        }
+    }
 }

@@ -39,6 +39,7 @@ mod outbox;
 mod presence;
 mod records;
 pub mod relay;
+mod script;
 mod sessions;
 mod timers;
 
@@ -52,30 +53,16 @@ pub use timers::{Due, DueTimer, Timer};
 
 use connection::Connection;
 use countersign_model::audit::{AuditEntry, prepare};
+use countersign_model::events::{Envelope, Event};
 use countersign_model::run::{Decision, DecisionTerms, Run, RunId, RunStatus};
 use countersign_runtime::metrics::Metrics;
 use countersign_runtime::names::{Names, msg_id};
 use keys::Keys;
-use redis::{Script, ScriptInvocation};
+use redis::ScriptInvocation;
+use script::{Argv, Lua, NoArgs};
 use std::collections::HashMap;
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-/// Every script starts with the prelude: the run keys' layout, SHA-256, Redis's clock, the
-/// audit chain and the outbox.
-fn script(body: &str) -> Script {
-    Script::new(&format!("{}\n{body}", include_str!("lua/prelude.lua")))
-}
-
-static CREATE: LazyLock<Script> = LazyLock::new(|| script(include_str!("lua/create.lua")));
-static CLAIM: LazyLock<Script> = LazyLock::new(|| script(include_str!("lua/claim.lua")));
-static LEASE: LazyLock<Script> = LazyLock::new(|| script(include_str!("lua/lease.lua")));
-static SAVE: LazyLock<Script> = LazyLock::new(|| script(include_str!("lua/save.lua")));
-static AUDIT_APPEND: LazyLock<Script> =
-    LazyLock::new(|| script(include_str!("lua/audit_append.lua")));
-static ESCALATE: LazyLock<Script> = LazyLock::new(|| script(include_str!("lua/escalate.lua")));
-static REMIND: LazyLock<Script> = LazyLock::new(|| script(include_str!("lua/remind.lua")));
-static CANCEL: LazyLock<Script> = LazyLock::new(|| script(include_str!("lua/cancel.lua")));
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -101,13 +88,11 @@ pub struct Announcement {
 }
 
 impl Announcement {
-    pub fn new(msg_id: String, subject: String, event: countersign_model::events::Event) -> Self {
-        let payload = serde_json::to_string(&countersign_model::events::Envelope::new(event))
-            .expect("events serialize");
+    pub fn new(msg_id: String, subject: String, event: Event) -> Self {
         Self {
             msg_id,
             subject,
-            payload,
+            payload: crate::event(event),
         }
     }
 
@@ -257,10 +242,14 @@ impl Store {
 
     /// Stores a new queued run; false if a run with this id exists already.
     pub async fn create(&self, run: &Run) -> Result<bool, StoreError> {
-        let created: i64 = CREATE
+        let doc = to_json(run)?;
+        let args = script::Create {
+            doc: &doc,
+            requested_by: run.requested_by.as_deref().unwrap_or_default(),
+        };
+        let created: i64 = script::CREATE
+            .invocation(None, &args)
             .key(self.keys.run_key(&run.run_id))
-            .arg(to_json(run)?)
-            .arg(run.requested_by.as_deref().unwrap_or_default())
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(created == 1)
@@ -295,11 +284,14 @@ impl Store {
         owner: &str,
         lease: Duration,
     ) -> Result<Claim, StoreError> {
-        let reply: Vec<String> = CLAIM
+        let args = script::Lease {
+            owner,
+            lease_ms: lease.as_millis() as i64,
+        };
+        let reply: Vec<String> = script::CLAIM
+            .invocation(None, &args)
             .key(self.keys.run_key(id))
             .key(self.keys.decisions_key(id))
-            .arg(owner)
-            .arg(lease.as_millis() as i64)
             .invoke_async(&mut self.conn.clone())
             .await?;
         let status = || {
@@ -345,36 +337,38 @@ impl Store {
     }
 
     async fn lease(&self, id: &RunId, owner: &str, lease_ms: i64) -> Result<bool, StoreError> {
-        let ok: i64 = LEASE
+        let ok: i64 = script::LEASE
+            .invocation(None, &script::Lease { owner, lease_ms })
             .key(self.keys.run_key(id))
-            .arg(owner)
-            .arg(lease_ms)
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(ok == 1)
     }
 
-    /// A script on one run: all its keys and the common arguments, after marking the run in
-    /// the outbox index (marked again if the script found the mark too old); `args` adds its
-    /// own, with its audit entries linked through the [`Chain`]. Replies with the script's
-    /// status and detail, and the announcements it queued.
-    async fn on_run(
+    /// A script on one run: all its keys, the common arguments and `args`, after marking the
+    /// run in the outbox index (marked again if the script found the mark too old); `tail`
+    /// adds what follows, with its audit entries linked through the [`Chain`]. Replies with
+    /// the script's status and detail, and the announcements it queued.
+    async fn on_run<A: Argv>(
         &self,
-        script: &Script,
+        script: &Lua<A>,
         id: &RunId,
-        args: impl Fn(&mut ScriptInvocation<'_>, &mut Chain) -> Result<(), StoreError>,
+        args: &A,
+        tail: impl Fn(&mut ScriptInvocation<'_>, &mut Chain) -> Result<(), StoreError>,
     ) -> Result<(String, String, Vec<Announcement>), StoreError> {
-        self.on_run_marked(script, id, false, args).await
+        self.on_run_marked(script, id, false, args, tail).await
     }
 
     /// [`Store::on_run`]; with `pausing`, the mark also lists the run in the paused-runs index.
-    async fn on_run_marked(
+    async fn on_run_marked<A: Argv>(
         &self,
-        script: &Script,
+        script: &Lua<A>,
         id: &RunId,
         pausing: bool,
-        args: impl Fn(&mut ScriptInvocation<'_>, &mut Chain) -> Result<(), StoreError>,
+        args: &A,
+        tail: impl Fn(&mut ScriptInvocation<'_>, &mut Chain) -> Result<(), StoreError>,
     ) -> Result<(String, String, Vec<Announcement>), StoreError> {
+        let audit_subject = self.names.audit_subject(id);
         let mut attempt = 0;
         loop {
             let mark = if pausing {
@@ -382,18 +376,19 @@ impl Store {
             } else {
                 self.mark_outbox(id).await?
             };
-            let mut invocation = script.prepare_invoke();
+            let common = script::OnRun {
+                run_id: id.as_str(),
+                audit_subject: &audit_subject,
+                mark,
+            };
+            let mut invocation = script.invocation(Some(&common), args);
             for key in self.keys.run_keys(id) {
                 invocation.key(key);
             }
-            invocation
-                .arg(id.as_str())
-                .arg(self.names.audit_subject(id))
-                .arg(mark);
             let mut chain = Chain {
                 prev: self.heads.guess(id),
             };
-            args(&mut invocation, &mut chain)?;
+            tail(&mut invocation, &mut chain)?;
             let reply: Vec<String> = match invocation.invoke_async(&mut self.conn.clone()).await {
                 Err(e) if attempt < 3 && e.to_string().contains("STALE_MARK") => {
                     attempt += 1;
@@ -433,11 +428,11 @@ impl Store {
         audits: &[AuditEntry],
         announce: &[Announcement],
     ) -> Result<Vec<Announcement>, StoreError> {
-        let held: Vec<(&str, DecisionTerms)> = match how {
+        let held: Vec<(&str, String)> = match how {
             Save::Pause => run
                 .held_calls()
-                .map(|p| (p.call_id.as_str(), p.terms(run.turns)))
-                .collect(),
+                .map(|p| Ok((p.call_id.as_str(), to_json(&p.terms(run.turns))?)))
+                .collect::<Result<_, StoreError>>()?,
             _ => Vec::new(),
         };
         let ttl = match how {
@@ -445,22 +440,24 @@ impl Store {
             _ => 0,
         };
         let doc = to_json(run)?;
+        let args = script::Save {
+            owner,
+            lease_ms: lease.as_millis() as i64,
+            status: how.status().as_str(),
+            doc: &doc,
+            ttl_secs: ttl,
+            turn: run.turns,
+        };
         let (status, detail, queued) = self
             .on_run_marked(
-                &SAVE,
+                &script::SAVE,
                 &run.run_id,
                 matches!(how, Save::Pause),
+                &args,
                 |script, chain| {
-                    script
-                        .arg(owner)
-                        .arg(lease.as_millis() as i64)
-                        .arg(how.status().as_str())
-                        .arg(&doc)
-                        .arg(ttl)
-                        .arg(run.turns)
-                        .arg(held.len());
-                    for (call_id, held) in &held {
-                        script.arg(*call_id).arg(to_json(held)?);
+                    script.arg(held.len());
+                    for (call_id, terms) in &held {
+                        script::HeldTerms { call_id, terms }.push(script);
                     }
                     chain.args(script, audits);
                     announce_args(script, announce);
@@ -484,13 +481,21 @@ impl Store {
         audit: &AuditEntry,
         nudge: &Announcement,
     ) -> Result<CancelOutcome, StoreError> {
-        let cancel = to_json(cancel)?;
+        let cancellation = to_json(cancel)?;
+        let cancelled = event(Event::ApprovalCancelled {
+            run_id: id.clone(),
+            call_id: String::new(),
+            cancelled_by: cancel.by.clone(),
+            channels: Vec::new(),
+        });
+        let args = script::Cancel {
+            cancellation: &cancellation,
+            cancelled_subject: &self.names.approval_cancelled(id),
+            cancelled_id_prefix: &msg_id::cancelled(id, ""),
+            cancelled_event: &cancelled,
+        };
         let (status, detail, queued) = self
-            .on_run(&CANCEL, id, |script, chain| {
-                script
-                    .arg(&cancel)
-                    .arg(self.names.approval_cancelled(id))
-                    .arg(msg_id::cancelled(id, ""));
+            .on_run(&script::CANCEL, id, &args, |script, chain| {
                 chain.args(script, std::slice::from_ref(audit));
                 announce_args(script, std::slice::from_ref(nudge));
                 Ok(())
@@ -511,10 +516,15 @@ impl Store {
     /// nothing if the run is gone.
     pub async fn audit(&self, entry: &AuditEntry) -> Result<Vec<Announcement>, StoreError> {
         let (_, _, queued) = self
-            .on_run(&AUDIT_APPEND, &entry.run_id, |script, chain| {
-                chain.args(script, std::slice::from_ref(entry));
-                Ok(())
-            })
+            .on_run(
+                &script::AUDIT_APPEND,
+                &entry.run_id,
+                &NoArgs,
+                |script, chain| {
+                    chain.args(script, std::slice::from_ref(entry));
+                    Ok(())
+                },
+            )
             .await?;
         Ok(queued)
     }
@@ -580,10 +590,15 @@ impl Store {
         announce: &Announcement,
     ) -> Result<Option<Vec<Announcement>>, StoreError> {
         let doc = to_json(run)?;
-        let held = to_json(held)?;
+        let terms = to_json(held)?;
+        let args = script::Escalate {
+            version,
+            call_id,
+            doc: &doc,
+            terms: &terms,
+        };
         let (status, _, queued) = self
-            .on_run(&ESCALATE, &run.run_id, |script, chain| {
-                script.arg(version).arg(call_id).arg(&doc).arg(&held);
+            .on_run(&script::ESCALATE, &run.run_id, &args, |script, chain| {
                 chain.args(script, std::slice::from_ref(audit));
                 announce_args(script, std::slice::from_ref(announce));
                 Ok(())
@@ -602,12 +617,16 @@ impl Store {
         announce: &Announcement,
     ) -> Result<Vec<Announcement>, StoreError> {
         let (_, _, queued) = self
-            .on_run(&REMIND, id, |script, chain| {
-                script.arg(call_id);
-                chain.args(script, std::slice::from_ref(audit));
-                announce_args(script, std::slice::from_ref(announce));
-                Ok(())
-            })
+            .on_run(
+                &script::REMIND,
+                id,
+                &script::Remind { call_id },
+                |script, chain| {
+                    chain.args(script, std::slice::from_ref(audit));
+                    announce_args(script, std::slice::from_ref(announce));
+                    Ok(())
+                },
+            )
             .await?;
         Ok(queued)
     }
@@ -623,18 +642,42 @@ pub(crate) struct Chain {
 impl Chain {
     /// One entry as `append_audit` reads it: canonical JSON, its SHA-256, the head the link
     /// was computed from, and the link.
-    pub(crate) fn push(&mut self, script: &mut ScriptInvocation<'_>, entry: &AuditEntry) {
-        let (text, sha) = prepare(entry);
+    pub(crate) fn link(&mut self, entry: &AuditEntry) -> AuditLinked {
+        let (entry, sha) = prepare(entry);
         let link = countersign_model::audit::link(&self.prev, &sha);
-        script.arg(text).arg(sha).arg(&self.prev).arg(&link);
-        self.prev = link;
+        let prev_guess = std::mem::replace(&mut self.prev, link.clone());
+        AuditLinked {
+            entry,
+            sha,
+            prev_guess,
+            link,
+        }
     }
 
     /// Entries as the prelude's `append_audits` reads them.
     fn args(&mut self, script: &mut ScriptInvocation<'_>, entries: &[AuditEntry]) {
         script.arg(entries.len());
         for entry in entries {
-            self.push(script, entry);
+            self.link(entry).as_args().push(script);
+        }
+    }
+}
+
+/// An audit entry with its link, as the scripts take it.
+pub(crate) struct AuditLinked {
+    pub(crate) entry: String,
+    pub(crate) sha: String,
+    pub(crate) prev_guess: String,
+    pub(crate) link: String,
+}
+
+impl AuditLinked {
+    fn as_args(&self) -> script::AuditLink<'_> {
+        script::AuditLink {
+            entry: &self.entry,
+            sha: &self.sha,
+            prev_guess: &self.prev_guess,
+            link: &self.link,
         }
     }
 }
@@ -666,7 +709,12 @@ impl Heads {
 fn announce_args(script: &mut ScriptInvocation<'_>, announce: &[Announcement]) {
     script.arg(announce.len());
     for a in announce {
-        script.arg(&a.msg_id).arg(&a.subject).arg(&a.payload);
+        script::Queued {
+            msg_id: &a.msg_id,
+            subject: &a.subject,
+            payload: &a.payload,
+        }
+        .push(script);
     }
 }
 
@@ -678,6 +726,11 @@ fn read_run(status: &str, doc: &str, cancel: Option<&str>) -> Result<Run, StoreE
         .ok_or_else(|| StoreError::Corrupt(format!("unknown status {status:?}")))?;
     run.cancel = cancel.map(from_json).transpose()?;
     Ok(run)
+}
+
+/// An event's payload on NATS: its envelope as JSON.
+fn event(event: Event) -> String {
+    serde_json::to_string(&Envelope::new(event)).expect("events serialize")
 }
 
 fn to_json<T: serde::Serialize>(value: &T) -> Result<String, StoreError> {

@@ -5,27 +5,9 @@
 
 use super::{Store, StoreError};
 use crate::keys::Shard;
+use crate::script;
 use countersign_model::run::RunId;
-use std::sync::LazyLock;
 use std::time::Duration;
-
-/// Takes or renews the shard's sweep lease (KEYS[1]) for ARGV[1] for ARGV[2] ms, and if it
-/// holds it, returns the members of the reminders (KEYS[2]) and of the deadlines (KEYS[3])
-/// due by Redis's clock, at most ARGV[3] of each; false while another sweeper holds the
-/// lease. Without the prelude: every worker runs it for every shard several times a second.
-static DUE: LazyLock<redis::Script> = LazyLock::new(|| {
-    redis::Script::new(
-        "local holder = redis.call('GET', KEYS[1])
-         if holder and holder ~= ARGV[1] then return false end
-         redis.call('SET', KEYS[1], ARGV[1], 'PX', tonumber(ARGV[2]))
-         local t = redis.call('TIME')
-         local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-         local function due(key)
-           return redis.call('ZRANGE', key, '-inf', now, 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[3]))
-         end
-         return {due(KEYS[2]), due(KEYS[3])}",
-    )
-});
 
 /// What is due in a shard.
 #[derive(Debug, Default)]
@@ -86,13 +68,16 @@ impl Store {
         lease: Duration,
         limit: usize,
     ) -> Result<Option<Due>, StoreError> {
-        let due: Option<(Vec<String>, Vec<String>)> = DUE
+        let args = script::TimersDue {
+            sweeper: owner,
+            lease_ms: lease.as_millis().max(1) as u64,
+            limit,
+        };
+        let due: Option<(Vec<String>, Vec<String>)> = script::TIMERS_DUE
+            .invocation(None, &args)
             .key(self.keys.sweep_lease_key(shard))
             .key(self.keys.reminders_key(shard))
             .key(self.keys.deadlines_key(shard))
-            .arg(owner)
-            .arg(lease.as_millis().max(1) as u64)
-            .arg(limit)
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(due.map(|(reminders, deadlines)| Due {

@@ -40,12 +40,21 @@ pub fn free_port() -> u16 {
 impl Infra {
     /// Servers on ports Docker picks.
     pub async fn start() -> Self {
-        Self::start_on(None).await
+        Self::start_on(None).await.expect("start NATS and Redis")
     }
 
-    /// Servers on fixed host ports, so a restarted one is found where it was.
+    /// Servers on fixed host ports, so a restarted one is found where it was. A port found
+    /// free can be taken (by another test's container) before Docker binds it: then other
+    /// ports are tried.
     pub async fn start_restartable() -> Self {
-        Self::start_on(Some((free_port(), free_port()))).await
+        let mut attempts = 0;
+        loop {
+            match Self::start_on(Some((free_port(), free_port()))).await {
+                Ok(infra) => return infra,
+                Err(e) if attempts < 5 && e.contains("port is already allocated") => attempts += 1,
+                Err(e) => panic!("start NATS and Redis: {e}"),
+            }
+        }
     }
 
     /// Servers with NATS started from the configuration file `conf` (users, permissions).
@@ -53,14 +62,19 @@ impl Infra {
         let nats = nats_image()
             .with_copy_to("/data/nats.conf", conf.as_bytes().to_vec())
             .with_cmd(["-c", "/data/nats.conf", "-js", "-sd", "/data"]);
-        Self::start_with(nats, None).await
+        Self::start_with(nats, None)
+            .await
+            .expect("start NATS and Redis")
     }
 
-    async fn start_on(ports: Option<(u16, u16)>) -> Self {
+    async fn start_on(ports: Option<(u16, u16)>) -> Result<Self, String> {
         Self::start_with(nats_image(), ports).await
     }
 
-    async fn start_with(nats: ContainerRequest<GenericImage>, ports: Option<(u16, u16)>) -> Self {
+    async fn start_with(
+        nats: ContainerRequest<GenericImage>,
+        ports: Option<(u16, u16)>,
+    ) -> Result<Self, String> {
         let redis = redis_image(&[]);
         let (nats, redis) = match ports {
             None => tokio::join!(nats.start(), redis.start()),
@@ -69,10 +83,13 @@ impl Infra {
                 redis.with_mapped_port(r, 6379.tcp()).start()
             ),
         };
-        let (nats, redis) = (nats.expect("start nats"), redis.expect("start redis"));
+        let (nats, redis) = (
+            nats.map_err(|e| format!("nats: {e}"))?,
+            redis.map_err(|e| format!("redis: {e}"))?,
+        );
         let nats_port = nats.get_host_port_ipv4(4222).await.unwrap();
         let redis_port = redis.get_host_port_ipv4(6379).await.unwrap();
-        Self {
+        Ok(Self {
             nats_url: format!("nats://127.0.0.1:{nats_port}"),
             redis_url: format!("redis://127.0.0.1:{redis_port}"),
             redis_mode: RedisMode::Standalone,
@@ -83,7 +100,7 @@ impl Infra {
             nats,
             redis,
             redis_others: Vec::new(),
-        }
+        })
     }
 
     /// The connection settings for services on these servers, in `namespace`.

@@ -1,10 +1,10 @@
--- Claims a run for one worker, with a lease. KEYS: run, decisions. ARGV: owner, lease_ms.
+-- Claims a run for one worker, with a lease.
 -- queued -> running; awaiting_approval with every call decided (or the run cancelled) ->
 -- resuming; running/resuming whose lease has lapsed -> taken over. Anything else is refused.
 -- A claim that succeeds answers with what the worker reads next: the run's document,
 -- cancellation and audit head, and, when it resumes, the decisions, so driving it starts
 -- without a read.
-local h = redis.call('HMGET', KEYS[1], 'status', 'lease_until', 'pending_count', 'decided_count',
+local h = redis.call('HMGET', run_key, 'status', 'lease_until', 'pending_count', 'decided_count',
   'cancel')
 local st = h[1]
 if not st then return {'missing', '', '0'} end
@@ -22,12 +22,12 @@ elseif st == 'running' or st == 'resuming' then
 else
   return {'finished', st, '0'}
 end
-redis.call('HSET', KEYS[1], 'status', nextst, 'lease_owner', ARGV[1],
-  'lease_until', now + tonumber(ARGV[2]))
-local v = redis.call('HINCRBY', KEYS[1], 'version', 1)
-local run = redis.call('HMGET', KEYS[1], 'doc', 'audit_head')
+redis.call('HSET', run_key, 'status', nextst, 'lease_owner', owner,
+  'lease_until', now + tonumber(lease_ms))
+local v = redis.call('HINCRBY', run_key, 'version', 1)
+local run = redis.call('HMGET', run_key, 'doc', 'audit_head')
 local reply = {'claimed', nextst, tostring(v), run[1] or '', h[5] or '', run[2] or ''}
 if nextst == 'resuming' then
-  for _, field in ipairs(redis.call('HGETALL', KEYS[2])) do table.insert(reply, field) end
+  for _, field in ipairs(redis.call('HGETALL', decisions_key)) do table.insert(reply, field) end
 end
 return reply

@@ -1,14 +1,12 @@
 -- Escalates a held call: rewrites the run's document and the held call (more deciders, a later
--- deadline) if nothing changed since the caller read version ARGV[4] and the call is still
--- undecided, with the audit entry and the announcement.
--- ARGV (after the common three): 4 version, 5 call_id, 6 doc, 7 held call JSON, then the
--- audit entry and the announcement.
-local h = redis.call('HMGET', KEYS[1], 'status', 'version', 'cancel')
-if h[1] ~= 'awaiting_approval' or h[2] ~= ARGV[4] or h[3] then return {'moved', ''} end
-if redis.call('HEXISTS', KEYS[3], ARGV[5]) == 1 then return {'moved', ''} end
-check_mark(ARGV[3])
-redis.call('HSET', KEYS[1], 'doc', ARGV[6])
-redis.call('HSET', KEYS[2], ARGV[5], ARGV[7])
-redis.call('HINCRBY', KEYS[1], 'version', 1)
-outbox_args(append_audits(8))
+-- deadline) if nothing changed since the caller read `version` and the call is still
+-- undecided, with the audit entry and the announcement (the tail).
+local h = redis.call('HMGET', run_key, 'status', 'version', 'cancel')
+if h[1] ~= 'awaiting_approval' or h[2] ~= version or h[3] then return {'moved', ''} end
+if redis.call('HEXISTS', decisions_key, call_id) == 1 then return {'moved', ''} end
+check_mark(mark)
+redis.call('HSET', run_key, 'doc', doc)
+redis.call('HSET', calls_key, call_id, terms)
+redis.call('HINCRBY', run_key, 'version', 1)
+outbox_args(append_audits(tail))
 return reply('ok', '')

@@ -1,8 +1,7 @@
--- Shared by every script on a run (prepended to each, since scripts cannot call each other).
--- Every run script gets the same KEYS, all under the run's hash tag:
---   1 run, 2 calls, 3 decisions, 4 votes, 5 refs, 6 exec, 7 audit, 8 outbox, 9 refusals
--- and the same first ARGV: 1 run_id, 2 the subject of the global audit log for this run,
--- 3 when the run was marked in the outbox index (ms, Redis's clock). Its own ARGV follow.
+-- Shared by every script (prepended to each, since scripts cannot call each other), after
+-- the header that names the script's KEYS and ARGV as locals (see `script.rs`): a script on a
+-- run has the run's keys (`run_key`, `calls_key`, … `refusals_key`, all under its hash tag),
+-- `run_id`, `audit_subject` and `mark`, then its own arguments, then its tail from `tail`.
 
 local band, bor, bxor, bnot = bit.band, bit.bor, bit.bxor, bit.bnot
 local rshift, lshift, ror, tobit = bit.rshift, bit.lshift, bit.ror, bit.tobit
@@ -61,12 +60,6 @@ local function sha256(msg)
   return table.concat(out)
 end
 
--- Redis's clock, the one every lease and deadline is compared with.
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
 -- The outbox entries this script wrote, returned to the caller so it can publish them at once.
 local written = {}
 
@@ -83,15 +76,23 @@ end
 -- and deletes it after JetStream's ack.
 local function outbox(msg_id, subject, payload)
   local value = subject .. '\n' .. payload
-  redis.call('HSET', KEYS[8], msg_id, value)
+  redis.call('HSET', outbox_key, msg_id, value)
   table.insert(written, msg_id)
   table.insert(written, value)
+end
+
+-- An event the caller serialized (`json`, the whole envelope) with the facts only this
+-- script holds set on it by name: the shape of every payload is Rust's (`events.rs`).
+local function event(json, facts)
+  local e = cjson.decode(json)
+  for field, value in pairs(facts) do e[field] = value end
+  return cjson.encode(e)
 end
 
 -- The script's answer: a status, a detail, the run's audit head (so the caller's next links
 -- start from it), then the outbox entries it wrote.
 local function reply(status, detail)
-  local out = {status, detail or '', redis.call('HGET', KEYS[1], 'audit_head') or ''}
+  local out = {status, detail or '', redis.call('HGET', run_key, 'audit_head') or ''}
   for i = 1, #written do out[#out + 1] = written[i] end
   return out
 end
@@ -108,34 +109,36 @@ end
 -- costs far more than the rest of a script. The element also goes to the global audit log,
 -- through the outbox. Returns the new head.
 local function append_audit(entry, entry_sha, prev_guess, link)
-  local prev = redis.call('HGET', KEYS[1], 'audit_head') or ''
+  local prev = redis.call('HGET', run_key, 'audit_head') or ''
   local hash = link
   if prev ~= prev_guess then hash = sha256(unhex(prev) .. unhex(entry_sha)) end
   local element = '{"prev":"' .. prev .. '","hash":"' .. hash .. '","entry":' .. entry .. '}'
-  redis.call('RPUSH', KEYS[7], element)
-  redis.call('HSET', KEYS[1], 'audit_head', hash)
-  outbox('audit:' .. ARGV[1] .. ':' .. hash, ARGV[2], element)
+  redis.call('RPUSH', audit_key, element)
+  redis.call('HSET', run_key, 'audit_head', hash)
+  outbox('audit:' .. run_id .. ':' .. hash, audit_subject, element)
   return hash
 end
 
--- Appends the audit entries given as ARGV[from] = count, then count (entry, sha, prev_guess,
--- link); returns the index after them.
+-- Appends the audit entries given as ARGV[from] = count, then count audit links (see
+-- `read_audit_link`); returns the index after them.
 local function append_audits(from)
-  local n = tonumber(ARGV[from])
-  for i = 1, n do
-    local p = from + 4 * (i - 1)
-    append_audit(ARGV[p + 1], ARGV[p + 2], ARGV[p + 3], ARGV[p + 4])
+  local p = from + 1
+  for _ = 1, tonumber(ARGV[from]) do
+    local a
+    a, p = read_audit_link(p)
+    append_audit(a.entry, a.sha, a.prev_guess, a.link)
   end
-  return from + 4 * n + 1
+  return p
 end
 
--- Queues the messages given as ARGV[from] = count, then count (msg_id, subject, payload);
+-- Queues the messages given as ARGV[from] = count, then count messages (see `read_queued`);
 -- returns the index after them.
 local function outbox_args(from)
-  local n = tonumber(ARGV[from])
-  for i = 1, n do
-    local p = from + 3 * (i - 1)
-    outbox(ARGV[p + 1], ARGV[p + 2], ARGV[p + 3])
+  local p = from + 1
+  for _ = 1, tonumber(ARGV[from]) do
+    local q
+    q, p = read_queued(p)
+    outbox(q.msg_id, q.subject, q.payload)
   end
-  return from + 3 * n + 1
+  return p
 end
