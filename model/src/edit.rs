@@ -5,7 +5,7 @@
 //! this through [`crate::agent::Agent::edit_problems`]; the CLI checks names before sending
 //! with [`unknown_fields`]. The change is what the audit entry records and the model is told.
 
-use crate::agent::InputProblem;
+use crate::input_problem::InputProblem;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 

@@ -10,6 +10,7 @@ pub mod authority;
 pub mod digest;
 pub mod edit;
 pub mod events;
+pub mod input_problem;
 pub mod people;
 pub mod run;
 

@@ -10,7 +10,7 @@
 use super::request_view::{CallView, pretty};
 use crate::decide::Proposed;
 use crate::state::AppState;
-use countersign_model::agent::InputProblem;
+use countersign_model::input_problem::InputProblem;
 use countersign_model::run::Action;
 use maud::{Markup, html};
 use serde_json::{Map, Value};

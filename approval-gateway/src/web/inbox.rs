@@ -15,10 +15,9 @@
 
 use super::layout::{Page, PageError};
 use super::next::{self, Recorded};
+use super::queue::{Filters, Line, waiting};
 use super::request_view::SHORT_TIME_LEFT_MS;
 use super::session::Session;
-use crate::error::ApiError;
-use crate::runs;
 use crate::state::AppState;
 use crate::time::{time_left, waited};
 use axum::Router;
@@ -26,97 +25,13 @@ use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use countersign_model::authority::{self, Principal, RunFacts};
 use countersign_model::now_ms;
-use countersign_model::run::Action;
 use maud::{Markup, html};
-use serde::Deserialize;
 
 pub(super) fn router() -> Router<AppState> {
     Router::new()
         .route("/inbox", get(page))
         .route("/inbox/list", get(list))
-}
-
-/// At most this many paused runs are read for one inbox; the oldest come first.
-const MAX_RUNS: usize = 1000;
-const BATCH: usize = 200;
-
-#[derive(Default, Deserialize)]
-pub(super) struct Filters {
-    agent: Option<String>,
-    tool: Option<String>,
-}
-
-impl Filters {
-    fn keeps(&self, agent: &str, tool: &str) -> bool {
-        let matches = |filter: &Option<String>, value: &str| {
-            filter.as_deref().is_none_or(|f| f.is_empty() || f == value)
-        };
-        matches(&self.agent, agent) && matches(&self.tool, tool)
-    }
-}
-
-/// One line of the inbox.
-pub(super) struct Line {
-    pub(super) run_id: String,
-    pub(super) call_id: String,
-    digest: String,
-    summary: String,
-    /// The run's input: what the person asked the agent.
-    asked: String,
-    input: serde_json::Value,
-    agent: String,
-    tool: String,
-    requested_by: String,
-    deadline: Option<i64>,
-    paused_at: i64,
-}
-
-/// The calls `principal` may approve now, nearest deadline first (none last), then oldest.
-pub(super) async fn waiting(
-    state: &AppState,
-    principal: Principal<'_>,
-    filters: &Filters,
-) -> Result<Vec<Line>, ApiError> {
-    let mut lines = Vec::new();
-    let mut after = None;
-    let mut read = 0;
-    loop {
-        let batch = state.store.awaiting(after.as_ref(), BATCH).await?;
-        let exhausted = batch.len() < BATCH;
-        read += batch.len();
-        for at in &batch {
-            let Some((run, calls)) = runs::awaiting_decision(state, &at.run_id).await? else {
-                continue;
-            };
-            for call in calls {
-                let may = authority::actions_for(principal, &call, RunFacts::of(&run));
-                if !may.contains(&Action::Approve) || !filters.keeps(&run.agent, &call.tool) {
-                    continue;
-                }
-                lines.push(Line {
-                    run_id: run.run_id.to_string(),
-                    call_id: call.call_id,
-                    digest: call.digest,
-                    summary: call.summary,
-                    asked: run.input.clone(),
-                    input: call.input,
-                    agent: run.agent.clone(),
-                    tool: call.tool,
-                    requested_by: run.requested_by.clone().unwrap_or_else(|| "unknown".into()),
-                    deadline: call.deadline,
-                    paused_at: at.since_ms,
-                });
-            }
-        }
-        after = batch.last().cloned();
-        if exhausted || read >= MAX_RUNS {
-            break;
-        }
-    }
-    lines.sort_by_key(|l| (l.deadline.is_none(), l.deadline, l.paused_at));
-    Ok(lines)
 }
 
 /// The first line of what the person asked, cut to a row's length.

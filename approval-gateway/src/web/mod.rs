@@ -11,6 +11,7 @@ mod inbox;
 pub(crate) mod layout;
 mod next;
 mod pre_session;
+mod queue;
 mod request;
 pub(crate) mod request_view;
 mod run_page;

@@ -3,7 +3,7 @@
 //! decided call in its query (`recorded_run`, `recorded_call`) and says what the store holds
 //! for it, so a hand-made address shows nothing that is not recorded.
 
-use super::inbox::{Filters, waiting};
+use super::queue::{Filters, waiting};
 use super::request_view::CallView;
 use crate::error::ApiError;
 use crate::state::AppState;
