@@ -17,7 +17,7 @@ pub struct RunView {
     #[serde(default)]
     pub text: String,
     #[serde(default)]
-    pub pending: Vec<PendingView>,
+    pub pending: Vec<HeldView>,
     pub answer: Option<String>,
     pub error: Option<String>,
     pub cancel: Option<Cancellation>,
@@ -40,7 +40,7 @@ impl RunView {
 
 /// A call of the paused turn, and its decision once there is one.
 #[derive(Deserialize)]
-pub struct PendingView {
+pub struct HeldView {
     #[serde(flatten)]
     pub call: HeldCall,
     /// The input fields an edit may change; absent from a gateway that does not say.

@@ -216,7 +216,7 @@ fn one() -> u32 {
 }
 
 /// Who may decide a held call, how many must approve, and where to ask: the part of a
-/// tool's policy that travels with each pending call.
+/// tool's policy that travels with each held call.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Reviewers {
     #[serde(default)]

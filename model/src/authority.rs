@@ -30,7 +30,7 @@ pub enum Role {
     Admin,
     /// Start runs and read them.
     Requester,
-    /// Read runs and decide on pending calls.
+    /// Read runs and decide on held calls.
     Reviewer,
     /// Read only.
     Reader,

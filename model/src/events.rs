@@ -68,7 +68,7 @@ pub enum Event {
         call_id: String,
         action: Action,
         decided_by: String,
-        /// Whether every pending call of the turn now has a decision.
+        /// Whether every held call of the turn now has a decision.
         all_decided: bool,
         /// The channels the call was sent to, which should show the outcome.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -144,7 +144,7 @@ pub struct Claimed {
 pub enum Save {
     /// Still being driven (a checkpoint between turns): `running`.
     Progress,
-    /// Paused: its pending calls wait for a person: `awaiting_approval`.
+    /// Paused: its held calls wait for a person: `awaiting_approval`.
     Pause,
     /// Finished (`completed`, `failed` or `cancelled`): keep it this long, then let Redis drop
     /// it.

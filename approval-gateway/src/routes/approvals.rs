@@ -1,4 +1,4 @@
-//! The inbox: pending calls across runs, oldest first, a page at a time.
+//! The inbox: held calls across runs, oldest first, a page at a time.
 //!
 //! A page holds whole runs: it ends before a run whose calls would not fit in `limit` (a run
 //! with more calls than that gets a page of its own). `next_cursor` names the last run the

@@ -1,4 +1,4 @@
-//! How runs and pending calls look in the API's answers.
+//! How runs and held calls look in the API's answers.
 
 use crate::time::rfc3339;
 use countersign_model::agent::Catalog;
@@ -19,7 +19,7 @@ pub(super) struct RunView {
     pub(super) turns: u32,
     /// The model's words in the turn the run is paused on.
     pub(super) text: String,
-    pub(super) pending: Vec<PendingView>,
+    pub(super) pending: Vec<HeldView>,
     pub(super) answer: Option<String>,
     pub(super) error: Option<String>,
     /// Who asked to cancel the run, why and when, once someone has.
@@ -31,7 +31,7 @@ pub(super) struct RunView {
 }
 
 #[derive(Serialize)]
-pub(super) struct PendingView {
+pub(super) struct HeldView {
     #[serde(flatten)]
     pub(super) call: HeldCall,
     /// The id the model gave the call, when the call has one of ours (see `Run::calls_asked`).
@@ -55,7 +55,7 @@ impl RunView {
             .iter()
             .filter_map(|held| {
                 let call = held.held.as_ref()?;
-                Some(PendingView {
+                Some(HeldView {
                     decision: decisions.remove(&call.call_id),
                     model_call_id: held.model_call_id.clone(),
                     fields: edit::editable_fields(

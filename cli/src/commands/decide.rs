@@ -7,7 +7,7 @@ use crate::args::{Decide, EditArgs};
 use crate::client::Gateway;
 use crate::error::CliError;
 use crate::render::print_json;
-use crate::view::{PendingView, RunView, read};
+use crate::view::{HeldView, RunView, read};
 use countersign_model::edit;
 use serde_json::{Value, json};
 
@@ -146,7 +146,7 @@ fn required(value: Option<String>, flag: &str, why: &str) -> Result<String, CliE
 
 /// The held call, whose input `--set` changes. Should the call have changed since the
 /// person saw it, the gateway refuses the edit: it quotes the digest they were shown.
-async fn held_call(gateway: &Gateway, call: &Decide) -> Result<PendingView, CliError> {
+async fn held_call(gateway: &Gateway, call: &Decide) -> Result<HeldView, CliError> {
     let run: RunView = read(gateway.get(gateway.url(&["v1", "runs", &call.run])).await?)?;
     run.pending
         .into_iter()
@@ -172,7 +172,7 @@ fn parse_change(change: &str) -> Result<(&str, Value), CliError> {
 /// The held call's input with each `FIELD=VALUE` of `changes` set, once every field is one
 /// its tool takes: a misspelt field would be sent beside the one meant, which keeps its old
 /// value.
-fn with_changes(held: PendingView, changes: &[String]) -> Result<Value, CliError> {
+fn with_changes(held: HeldView, changes: &[String]) -> Result<Value, CliError> {
     let parsed = changes
         .iter()
         .map(|c| parse_change(c))
@@ -204,7 +204,7 @@ fn with_changes(held: PendingView, changes: &[String]) -> Result<Value, CliError
 mod tests {
     use super::*;
 
-    fn held(input: Value, fields: Option<&[&str]>) -> PendingView {
+    fn held(input: Value, fields: Option<&[&str]>) -> HeldView {
         serde_json::from_value(json!({
             "call_id": "t1.1", "tool": "issue_refund", "input": input,
             "digest": "sha256:00", "summary": "s", "reason": "r",

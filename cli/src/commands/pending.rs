@@ -49,7 +49,7 @@ pub async fn run(gateway: &Gateway, args: PendingArgs, json: bool) -> Result<(),
     Ok(())
 }
 
-/// Every pending call, following the gateway's cursor to the last page.
+/// Every held call, following the gateway's cursor to the last page.
 pub(super) async fn all_pending(gateway: &Gateway) -> Result<Vec<Value>, CliError> {
     let mut approvals = Vec::new();
     let mut cursor: Option<String> = None;

@@ -5,7 +5,7 @@
 use crate::client::Gateway;
 use crate::error::CliError;
 use crate::render::{clip, fields, moment, print_json, time_left};
-use crate::view::{PendingView, RunView, read};
+use crate::view::{HeldView, RunView, read};
 use countersign_model::run::{Action, Block, Decision, Message};
 use std::collections::HashMap;
 
@@ -61,7 +61,7 @@ pub fn overview(run: &RunView) -> String {
     ])
 }
 
-fn call_block(run_id: &str, pending: &PendingView) -> String {
+fn call_block(run_id: &str, pending: &HeldView) -> String {
     let call = &pending.call;
     let deadline = call
         .deadline

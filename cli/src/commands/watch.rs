@@ -7,7 +7,7 @@
 //! key's role decides what it may read, and the audit trail already is each run's ordered,
 //! complete history, with who acted and when, where an event subscription would see only what
 //! happened while it was connected. Without `--run`, the runs followed are those that
-//! appear among the pending calls (runs that pause); the history of those pending at the start
+//! appear among the held calls (runs that pause); the history of those held at the start
 //! is not replayed. With `--run`, the run's trail is shown from its start and the command
 //! ends with the run.
 
