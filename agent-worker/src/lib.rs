@@ -19,15 +19,13 @@ use countersign_runtime::health::Consumers;
 use countersign_runtime::metrics::Metrics;
 use countersign_runtime::metrics_http;
 use countersign_runtime::names::{Names, Service};
+use countersign_runtime::work::{self, InProgress, WorkLoop};
 use countersign_store::Store;
 use countersign_store::relay::Relay;
 use engine::{Engine, EngineSettings};
-use futures::StreamExt;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
-use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -79,67 +77,6 @@ fn check_roles(catalog: &Catalog, people: &Directory) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Takes messages, at most `concurrency` runs at once, until `shutdown`; returns the work
-/// still in flight.
-async fn take_work(
-    engine: &Arc<Engine>,
-    pulling: &consumer::Pulling,
-    mut incoming: consumer::Messages,
-    concurrency: usize,
-    shutdown: &CancellationToken,
-) -> anyhow::Result<JoinSet<()>> {
-    let permits = Arc::new(Semaphore::new(concurrency));
-    let mut tasks = JoinSet::new();
-    loop {
-        let permit = tokio::select! {
-            _ = shutdown.cancelled() => break,
-            permit = permits.clone().acquire_owned() => permit?,
-        };
-        let msg = tokio::select! {
-            _ = shutdown.cancelled() => break,
-            msg = incoming.next() => msg,
-        };
-        match msg {
-            // The consumers ended (NATS went away for longer than the client waits): pull
-            // again once it is back, rather than stopping the worker.
-            None => {
-                warn!("message streams ended; pulling again once NATS answers");
-                tokio::select! {
-                    _ = shutdown.cancelled() => break,
-                    streams = pulling.pull_again() => incoming = streams,
-                }
-            }
-            Some(Err(e)) => warn!(error = %e, "error pulling messages"),
-            Some(Ok(msg)) => {
-                let engine = engine.clone();
-                let ack_wait = pulling.settings.ack_wait;
-                tasks.spawn(async move {
-                    consumer::handle(engine, msg, ack_wait).await;
-                    drop(permit);
-                });
-            }
-        }
-        while tasks.try_join_next().is_some() {}
-    }
-    Ok(tasks)
-}
-
-/// Lets in-flight runs reach a stored point within `grace`, then hands the rest back (their
-/// messages are redelivered and their leases lapse).
-async fn drain(mut tasks: JoinSet<()>, grace: Duration) {
-    // Runs that finished since the last message came are still in the set until joined.
-    while tasks.try_join_next().is_some() {}
-    info!(in_flight = tasks.len(), "stopping: no new work taken");
-    let drained = tokio::time::timeout(grace, async { while tasks.join_next().await.is_some() {} });
-    if drained.await.is_err() {
-        warn!(
-            left = tasks.len(),
-            "grace period over; handing the rest back"
-        );
-        tasks.abort_all();
-    }
-}
-
 /// Runs a worker until `shutdown` is cancelled, then stops pulling, gives in-flight runs
 /// `shutdown_grace_secs` to reach a durable point, and hands back the rest (their messages
 /// are redelivered and their leases lapse). `/livez` and `/readyz` are served on `health`.
@@ -172,18 +109,6 @@ pub async fn run(
         served.route.take(),
         shutdown.clone(),
     ));
-    let ack_wait = Duration::from_secs(config.ack_wait_secs);
-    let pulling = consumer::Pulling {
-        bus: bus.clone(),
-        settings: ConsumerSettings {
-            ack_wait,
-            max_ack_pending: 10_000,
-        },
-        // Small batches so a busy worker does not sit on messages an idle one could take.
-        batch: config.concurrency.min(16),
-        consumers,
-    };
-    let incoming = pulling.pull().await?;
     let engine = Arc::new(Engine::new(
         store.clone(),
         bus.clone(),
@@ -198,6 +123,22 @@ pub async fn run(
         },
         metrics.clone(),
     ));
+    let work = WorkLoop::pull(
+        bus.clone(),
+        work::Settings {
+            consumer: ConsumerSettings {
+                ack_wait: Duration::from_secs(config.ack_wait_secs),
+                max_ack_pending: 10_000,
+            },
+            in_progress: InProgress::Extend,
+            concurrency: config.concurrency,
+            grace: Duration::from_secs(config.shutdown_grace_secs),
+        },
+        consumers,
+        metrics.clone(),
+        engine.clone(),
+    )
+    .await?;
     info!(worker_id = %config.worker_id, agents = catalog.iter().count(), "worker started");
 
     let outbox = tokio::spawn(
@@ -209,8 +150,7 @@ pub async fn run(
         Duration::from_millis(config.sweep_interval_ms),
         shutdown.clone(),
     ));
-    let tasks = take_work(&engine, &pulling, incoming, config.concurrency, &shutdown).await?;
-    drain(tasks, Duration::from_secs(config.shutdown_grace_secs)).await;
+    work.run(&shutdown).await;
     sweeper.await?;
     outbox.await?;
     probes.await??;

@@ -48,7 +48,7 @@ pub struct Config {
     pub webhooks: Vec<WebhookEndpoint>,
     /// Systems that may post decisions signed per Standard Webhooks instead of with a key.
     pub signed_senders: Vec<SignedSender>,
-    /// Attempts to deliver one notification before it is given up. Default 10.
+    /// Attempts to send one delivery before it is given up. Default 10.
     pub delivery_max_attempts: u32,
     /// Milliseconds before the first retry of a failed delivery; each retry doubles it, up
     /// to an hour. Default 5000.

@@ -7,7 +7,7 @@
 //! - `auth/`: who is calling (API keys, signed senders) and the extractors that say so.
 //! - `decide/`: a proposed decision, checked and recorded; the only way in for every channel.
 //! - `runs`: a run started (stored, then announced) or cancelled.
-//! - `notify`: approval events, fanned out to deliveries, sent to their channels.
+//! - `deliveries`: approval events, fanned out to deliveries, sent to their channels.
 //! - `channels/`: one module per channel behind the contract in `channels::delivery`; Slack
 //!   and email keep their inbound endpoints with them.
 //! - `web/`: the reviewers' inbox pages, and the layout, request view and forms the email
@@ -20,8 +20,8 @@ pub(crate) mod auth;
 pub(crate) mod channels;
 pub mod config;
 pub(crate) mod decide;
+pub(crate) mod deliveries;
 pub(crate) mod error;
-pub(crate) mod notify;
 pub(crate) mod routes;
 pub(crate) mod runs;
 pub(crate) mod server;
@@ -44,7 +44,7 @@ use tokio_util::sync::CancellationToken;
 
 /// Serves the API on `listener` until `shutdown` is cancelled; in-flight requests finish, the
 /// deliveries in flight get a bounded time to, and the NATS connection is drained. Should the
-/// notifier fail, the gateway stops the same way and returns its error.
+/// deliveries fail, the gateway stops the same way and returns its error.
 pub async fn run(
     config: Config,
     listener: TcpListener,
@@ -57,17 +57,17 @@ pub async fn run(
     let store = Store::connect_waiting(&config.connections, names.clone(), metrics.clone()).await?;
     let bus = Bus::connect(&config.connections, names).await?;
     let state = AppState::new(store, bus, catalog, config, metrics)?;
-    // The gateway's own stop: a shutdown, or its notifier failing, which stops it rather than
-    // leave it answering while nobody is notified.
+    // The gateway's own stop: a shutdown, or its deliveries failing, which stops it rather
+    // than leave it answering while nobody is told.
     let stop = shutdown.child_token();
-    let notifier = tokio::spawn({
+    let deliveries = tokio::spawn({
         let (state, stop) = (state.clone(), stop.clone());
         async move {
-            let notified = notify::run(state, stop.clone()).await;
-            if notified.is_err() {
+            let delivered = deliveries::run(state, stop.clone()).await;
+            if delivered.is_err() {
                 stop.cancel();
             }
-            notified
+            delivered
         }
     });
     let outbox = tokio::spawn(
@@ -88,7 +88,7 @@ pub async fn run(
     server::serve(listener, app, &state.config, stop.clone()).await;
     stop.cancel();
     served.stopped().await?;
-    notifier.await??;
+    deliveries.await??;
     outbox.await?;
     state.bus.client.drain().await?;
     tracing::info!("gateway stopped");

@@ -25,7 +25,7 @@ pub(crate) struct AppState {
     pub(crate) bus: Bus,
     /// Publishes what the scripts queued.
     pub(crate) outbox: Relay,
-    /// Whether the notifier pulls from its consumers (a readiness check).
+    /// Whether the deliveries' work loop pulls from its consumers (a readiness check).
     pub(crate) consumers: Consumers,
     pub(crate) catalog: Catalog,
     pub(crate) config: Arc<Config>,

@@ -200,7 +200,7 @@ impl Bus {
             },
             stream::Config {
                 name: n.deliveries_stream(),
-                subjects: vec![n.deliver_all()],
+                subjects: vec![n.delivery_all()],
                 retention: stream::RetentionPolicy::WorkQueue,
                 ..Default::default()
             },

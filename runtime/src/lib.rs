@@ -1,6 +1,7 @@
 //! What every countersign process runs on: its configuration, logs and traces, metrics and
-//! probes, shutdown, and the NATS bus with the names of its subjects and streams. Knows the
-//! model's types but nothing of Redis (that is `countersign-store`, built on this crate).
+//! probes, shutdown, the NATS bus with the names of its subjects and streams, and the work loop
+//! that takes messages from it. Knows the model's types but nothing of Redis (that is
+//! `countersign-store`, built on this crate).
 
 pub mod agents;
 pub mod bus;
@@ -17,3 +18,4 @@ pub mod signing;
 pub mod telemetry;
 pub mod tls;
 pub mod trace_context;
+pub mod work;

@@ -122,12 +122,12 @@ impl Names {
         self.subject("audit.>")
     }
 
-    /// Work queue subject for one notification to one channel target
-    /// (`deliver.webhook.ops`); `target` must be a subject token.
-    pub fn deliver(&self, kind: &str, target: &str) -> String {
+    /// Work queue subject for one delivery to one channel target (`deliver.webhook.ops`);
+    /// `target` must be a subject token.
+    pub fn delivery(&self, kind: &str, target: &str) -> String {
         self.subject(&format!("deliver.{kind}.{target}"))
     }
-    pub fn deliver_all(&self) -> String {
+    pub fn delivery_all(&self) -> String {
         self.subject("deliver.>")
     }
 
@@ -157,12 +157,12 @@ impl Names {
     pub fn audit_stream(&self) -> String {
         self.upper("AUDIT")
     }
-    /// The durable consumer gateways share to turn approval events into deliveries.
-    pub fn notifier_consumer(&self) -> String {
+    /// The durable consumer gateways share to fan approval events out into deliveries.
+    pub fn fan_out_consumer(&self) -> String {
         self.upper("gateway-notifier")
     }
-    /// The durable consumer gateways share to deliver notifications.
-    pub fn deliverer_consumer(&self) -> String {
+    /// The durable consumer gateways share to send deliveries to their channels.
+    pub fn deliveries_consumer(&self) -> String {
         self.upper("gateway-deliverer")
     }
     /// The durable consumer all workers share for `runs.start`.

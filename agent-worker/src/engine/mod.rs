@@ -31,6 +31,7 @@ use countersign_runtime::bus::{Bus, BusError};
 use countersign_runtime::metrics::Metrics;
 use countersign_runtime::names::msg_id;
 use countersign_runtime::trace_context;
+use countersign_runtime::work::{Outcome, Source};
 use countersign_store::relay::Relay;
 use countersign_store::{Announcement, Claim, Claimed, Save, Store, StoreError};
 use serde_json::Value;
@@ -45,24 +46,6 @@ pub enum Job {
     Start,
     /// `approval.decided.<run_id>`.
     Decided,
-}
-
-impl Job {
-    /// The stream the message came from, as metrics label it.
-    pub fn stream(self) -> &'static str {
-        match self {
-            Self::Start => "RUNS",
-            Self::Decided => "APPROVALS",
-        }
-    }
-}
-
-/// What to do with the message that brought the work.
-#[derive(Debug, PartialEq)]
-pub enum Next {
-    Ack,
-    /// Hand it back to be delivered again after this long.
-    Retry(Duration),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -139,22 +122,28 @@ impl Engine {
     /// door established, before their `runs.start` is published. A message naming a run that
     /// is not stored (whoever could publish it chose its requester) is counted, logged and
     /// acked, and changes nothing.
-    pub async fn process(&self, id: &RunId, job: Job, attempt: u64, parent: Option<&str>) -> Next {
+    pub async fn process(
+        &self,
+        id: &RunId,
+        job: Job,
+        attempt: u64,
+        parent: Option<&str>,
+    ) -> Outcome {
         let span = tracing::info_span!("run.step", run_id = %id, attempt);
         trace_context::adopt(&span, parent);
         self.step(id, job, attempt).instrument(span).await
     }
 
-    async fn step(&self, id: &RunId, job: Job, attempt: u64) -> Next {
+    async fn step(&self, id: &RunId, job: Job, attempt: u64) -> Outcome {
         match self.try_process(id, job, attempt).await {
             Ok(next) => next,
             Err(e) if e.worth_retrying() => {
                 warn!(error = %e, "step failed; the message will be delivered again");
-                Next::Retry(backoff(attempt))
+                Outcome::Retry(backoff(attempt))
             }
             Err(e) => {
                 self.give_up(id, &e).await;
-                Next::Ack
+                Outcome::Ack
             }
         }
     }
@@ -186,7 +175,7 @@ impl Engine {
         }
     }
 
-    async fn try_process(&self, id: &RunId, job: Job, attempt: u64) -> Result<Next, StepError> {
+    async fn try_process(&self, id: &RunId, job: Job, attempt: u64) -> Result<Outcome, StepError> {
         let owner = &self.settings.owner;
         match self.store.claim(id, owner, self.settings.lease).await? {
             Claim::Missing => {
@@ -195,23 +184,23 @@ impl Engine {
                     stream = job.stream(),
                     "a message names a run that is not stored; acked, nothing created"
                 );
-                Ok(Next::Ack)
+                Ok(Outcome::Ack)
             }
-            Claim::Busy(left) => Ok(Next::Retry(left + Duration::from_millis(250))),
+            Claim::Busy(left) => Ok(Outcome::Retry(left + Duration::from_millis(250))),
             // The pause's announcement is in the outbox; its indexes are outside the script,
             // so they are written again for a worker that died before it wrote them.
             Claim::Waiting => {
                 if let Some(run) = self.store.load(id).await? {
                     self.index_pause(&run).await?;
                 }
-                Ok(Next::Ack)
+                Ok(Outcome::Ack)
             }
-            Claim::Finished(_) => Ok(Next::Ack),
+            Claim::Finished(_) => Ok(Outcome::Ack),
             Claim::Claimed(claimed) => match self.drive_with_lease(*claimed, attempt).await {
-                Ok(()) | Err(StepError::Store(StoreError::LostLease(_))) => Ok(Next::Ack),
+                Ok(()) | Err(StepError::Store(StoreError::LostLease(_))) => Ok(Outcome::Ack),
                 Err(StepError::Store(StoreError::Cancelled)) => {
                     self.cancel(id).await?;
-                    Ok(Next::Ack)
+                    Ok(Outcome::Ack)
                 }
                 Err(e) => {
                     // Let the next delivery claim it at once instead of after the lease.

@@ -1,13 +1,13 @@
-//! The contract between notify and the channels: the delivery message that travels on the
-//! DELIVERIES work queue, how a delivery fails, and the verbs a channel that shows each call
-//! on its own (Slack, email) answers. Webhooks have no verbs: they forward the event whole.
+//! The contract between the deliveries and the channels: the delivery message that travels on
+//! the DELIVERIES work queue, how a delivery fails, and the verbs a channel that shows each
+//! call on its own (Slack, email) answers. Webhooks have no verbs: they forward the event whole.
 
 use countersign_model::agent::Channel;
 use countersign_model::events::{Envelope, Evidence};
 use countersign_model::run::{Action, HeldCall, RunId};
 use serde::{Deserialize, Serialize};
 
-/// One notification for one channel target.
+/// One delivery for one channel target.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) struct Delivery {
     /// `webhook:NAME`, `slack:#channel` or `email:ADDRESS` on the wire.

@@ -1,8 +1,8 @@
 //! Probes, no key needed. `/livez`: the process answers (it touches nothing, so a restart is
 //! not ordered because Redis or NATS is away). `/readyz`: Redis, NATS and every stream answer
-//! for real and the notifier pulls from its consumers (see [`countersign_runtime::health`]);
-//! `/healthz` is the same, kept for callers that know it. (`/metrics` is
-//! [`countersign_runtime::metrics_http`]'s.)
+//! for real and the deliveries' work loop pulls from its consumers (see
+//! [`countersign_runtime::health`]); `/healthz` is the same, kept for callers that know it.
+//! (`/metrics` is [`countersign_runtime::metrics_http`]'s.)
 
 use crate::state::AppState;
 use axum::Json;

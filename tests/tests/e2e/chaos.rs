@@ -226,7 +226,7 @@ async fn a_stopped_worker_with_nothing_running_says_none_in_flight_in_plain_text
     let app = TestApp::spawn_with("anthropic", 0, refund_brain).await;
     let (dir, config) = worker_process_config(&app);
     let mut worker = worker_command(&config)
-        .env("RUST_LOG", "agent_worker=info")
+        .env("RUST_LOG", "agent_worker=info,countersign_runtime=info")
         .env_remove("NO_COLOR")
         .env_remove("LOG_FORMAT")
         .stdout(Stdio::piped())

@@ -2,8 +2,8 @@
 //! hold none of their streams all become ready, every time, and a run started right after is
 //! taken by a worker. Readiness tells the truth: a service is ready once it pulls. What is a
 //! real conflict (a stream JetStream cannot change, subjects another stream holds, a consumer
-//! that cannot be used) stops the start, saying what differs, and a gateway whose notifier
-//! fails stops rather than serve with nobody notified.
+//! that cannot be used) stops the start, saying what differs, and a gateway whose deliveries
+//! fail stops rather than serve with nobody told.
 
 use countersign_local::demo_tools::DemoTools;
 use countersign_runtime::bus::Bus;
@@ -274,10 +274,10 @@ async fn a_worker_is_not_ready_until_it_pulls_and_a_consumer_it_cannot_use_stops
 }
 
 #[tokio::test]
-async fn a_gateway_whose_notifier_cannot_pull_is_not_ready_and_stops_saying_why() {
+async fn a_gateway_whose_delivery_fan_out_cannot_pull_is_not_ready_and_stops_saying_why() {
     let (infra, namespace, names) = consumer_taken(
         Names::approvals_stream,
-        Names::notifier_consumer,
+        Names::fan_out_consumer,
         Names::approval_all,
     )
     .await;
@@ -289,7 +289,7 @@ async fn a_gateway_whose_notifier_cannot_pull_is_not_ready_and_stops_saying_why(
         listener,
         CancellationToken::new(),
     ));
-    not_ready_then_stopped(&url, gateway, &names.notifier_consumer()).await;
+    not_ready_then_stopped(&url, gateway, &names.fan_out_consumer()).await;
     let _ = std::fs::remove_dir_all(&agents);
 }
 
