@@ -3,7 +3,7 @@
 //!
 //! RUNS and DELIVERIES (one notification to one channel target each) are work queues: a
 //! message leaves when it is acked. APPROVALS and RUN_EVENTS
-//! keep messages for a while so several consumers (workers, the gateway's notifier, anyone
+//! keep messages for a while so several consumers (workers, the gateway's delivery fan-out, anyone
 //! watching) can read them. AUDIT is the global audit log: every element of every run's
 //! chain, kept for [`AUDIT_MAX_AGE`] and at most [`AUDIT_MAX_BYTES`] (the oldest go first),
 //! for operators to read or export. All are file-backed, so a NATS restart loses nothing acked.
