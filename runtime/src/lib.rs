@@ -17,3 +17,6 @@ pub mod signing;
 pub mod telemetry;
 pub mod tls;
 pub mod trace_context;
+
+// `#[derive(Settings)]` names this crate by its name, here too.
+extern crate self as countersign_runtime;
