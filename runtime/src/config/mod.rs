@@ -1,7 +1,7 @@
 //! A process's settings: where NATS and Redis are ([`Connections`], at the top level of each
 //! service's file beside its own keys), and how every settings type is read, once for all:
 //! defaults, then the TOML file, then environment variables named beside the fields they set
-//! ([`layers`]), with the keys learnt from the types themselves ([`keys`]).
+//! (the `layers` module), with the keys learnt from the types themselves (the `keys` module).
 
 mod keys;
 mod layers;
