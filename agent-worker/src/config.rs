@@ -1,24 +1,24 @@
 //! Worker configuration: defaults, then a TOML file (`--config` or `COUNTERSIGN_CONFIG`),
-//! then environment variables, then `validate()`.
+//! then the environment variables named beside the fields (`#[env]`), then `validate()`.
 
-use countersign_runtime::config::{
-    Connections, config_path_from_args, load_toml, override_from_env,
-};
+use countersign_runtime::config::{Connections, Settings, config_path_from_args, process_env};
 use countersign_runtime::secret::Secret;
 use serde::Deserialize;
 use std::path::PathBuf;
 use std::time::Duration;
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Settings)]
 #[serde(default)]
 pub struct Config {
     /// Where NATS and Redis are (`nats_url`, `redis_url`, `namespace` at the top level).
     #[serde(skip)]
     pub connections: Connections,
-    /// Folder of agent definitions. Env: `COUNTERSIGN_AGENTS_DIR`. Default `agents`.
+    /// Folder of agent definitions. Default `agents`.
+    #[env("COUNTERSIGN_AGENTS_DIR")]
     pub agents_dir: PathBuf,
-    /// This worker's name in leases and logs. Env: `WORKER_ID`. Default: host name and a
-    /// random suffix, so a restarted worker never mistakes an old lease for its own.
+    /// This worker's name in leases and logs. Default: host name and a random suffix, so a
+    /// restarted worker never mistakes an old lease for its own.
+    #[env("WORKER_ID")]
     pub worker_id: String,
     /// Runs driven at once by this worker. Default 16.
     pub concurrency: usize,
@@ -45,14 +45,17 @@ pub struct Config {
     /// services can read one file): a held call's `role:NAME` approvers are resolved to the
     /// people holding the role when it is held. Default none.
     pub people: Vec<countersign_model::people::Person>,
-    /// Address of the small HTTP server answering `/livez`, `/readyz` and `/metrics`. Env:
-    /// `WORKER_HEALTH_LISTEN`. Default `127.0.0.1:9090`; port 0 picks a free one.
+    /// Address of the small HTTP server answering `/livez`, `/readyz` and `/metrics`.
+    /// Default `127.0.0.1:9090`; port 0 picks a free one.
+    #[env("WORKER_HEALTH_LISTEN")]
     pub health_listen: String,
     /// A separate address for `GET /metrics`, which `health_listen` then does not serve.
-    /// Env: `WORKER_METRICS_LISTEN`. Default none: `/metrics` is on `health_listen`.
+    /// Default none: `/metrics` is on `health_listen`.
+    #[env("WORKER_METRICS_LISTEN")]
     pub metrics_listen: Option<String>,
-    /// A bearer token `GET /metrics` requires (at least 16 characters). Env:
-    /// `WORKER_METRICS_TOKEN`. Default none: whoever reaches the address may read it.
+    /// A bearer token `GET /metrics` requires (at least 16 characters). Default none:
+    /// whoever reaches the address may read it.
+    #[env("WORKER_METRICS_TOKEN", keep_empty)]
     pub metrics_token: Option<Secret>,
 }
 
@@ -80,20 +83,9 @@ impl Default for Config {
 
 impl Config {
     pub fn load() -> anyhow::Result<Self> {
-        let (mut config, connections): (Config, _) = load_toml(config_path_from_args().as_deref())?;
+        let (mut config, connections): (Config, _) =
+            countersign_runtime::config::load(config_path_from_args().as_deref(), &process_env)?;
         config.connections = connections;
-        config.connections.apply_env()?;
-        if let Ok(dir) = std::env::var("COUNTERSIGN_AGENTS_DIR") {
-            config.agents_dir = dir.into();
-        }
-        override_from_env(&mut config.worker_id, "WORKER_ID");
-        override_from_env(&mut config.health_listen, "WORKER_HEALTH_LISTEN");
-        if let Ok(addr) = std::env::var("WORKER_METRICS_LISTEN") {
-            config.metrics_listen = Some(addr);
-        }
-        if let Ok(token) = std::env::var("WORKER_METRICS_TOKEN") {
-            config.metrics_token = Some(token.into());
-        }
         config.validate()?;
         Ok(config)
     }
@@ -119,16 +111,48 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use countersign_runtime::config::{check_env_table, check_example, parse};
 
     #[test]
     fn the_reference_configuration_loads_and_a_misspelled_key_is_named() {
         let (mut config, connections): (Config, _) =
-            countersign_runtime::config::parse_toml(include_str!("../config.example.toml"))
-                .unwrap();
+            parse(include_str!("../config.example.toml"), &|_| None).unwrap();
         config.connections = connections;
         config.validate().unwrap();
         assert_eq!(config.people[0].roles, ["finance"]);
-        let err = countersign_runtime::config::parse_toml::<Config>("concurency = 4").unwrap_err();
+        let err = parse::<Config>("concurency = 4", &|_| None).unwrap_err();
         assert!(err.to_string().contains("concurency"), "{err}");
+    }
+
+    #[test]
+    fn the_reference_configuration_documents_every_key_and_the_page_every_variable() {
+        check_example::<Config>(include_str!("../config.example.toml"))
+            .unwrap_or_else(|faults| panic!("config.example.toml:\n{faults}"));
+        check_env_table::<Config>(include_str!("../../docs/configuration.md"), "worker")
+            .unwrap_or_else(|faults| panic!("docs/configuration.md:\n{faults}"));
+    }
+
+    #[test]
+    fn variables_override_the_file() {
+        let env = |name: &str| match name {
+            "WORKER_ID" => Some("w-env".to_string()),
+            "WORKER_HEALTH_LISTEN" => Some(String::new()),
+            "REDIS_MODE" => Some("cluster".to_string()),
+            _ => None,
+        };
+        let (config, connections): (Config, _) = parse(
+            "worker_id = \"w-file\"\nhealth_listen = \"0.0.0.0:1\"\n",
+            &env,
+        )
+        .unwrap();
+        assert_eq!(config.worker_id, "w-env");
+        assert_eq!(
+            config.health_listen, "0.0.0.0:1",
+            "an empty variable is unset"
+        );
+        assert_eq!(
+            connections.redis_mode,
+            countersign_runtime::config::RedisMode::Cluster
+        );
     }
 }

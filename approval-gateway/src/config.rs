@@ -1,12 +1,10 @@
 //! Gateway configuration: defaults, then a TOML file (`--config` or `COUNTERSIGN_CONFIG`),
-//! then environment variables, then `validate()`.
+//! then the environment variables named beside the fields (`#[env]`), then `validate()`.
 
 use countersign_model::agent::{Catalog, Channel};
 pub use countersign_model::authority::Role;
 pub use countersign_model::people::Person;
-use countersign_runtime::config::{
-    Connections, config_path_from_args, load_toml, override_from_env,
-};
+use countersign_runtime::config::{Connections, Settings, config_path_from_args, process_env};
 use countersign_runtime::redact::redacted_url;
 use countersign_runtime::secret::Secret;
 use countersign_runtime::signing::WebhookSecret;
@@ -14,25 +12,28 @@ use serde::Deserialize;
 use std::fmt;
 use std::path::PathBuf;
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Settings)]
 #[serde(default)]
 pub struct Config {
     /// Where NATS and Redis are (`nats_url`, `redis_url`, `namespace` at the top level).
     #[serde(skip)]
     pub connections: Connections,
-    /// Address to listen on. Env: `COUNTERSIGN_LISTEN`. Default `127.0.0.1:8080`.
+    /// Address to listen on. Default `127.0.0.1:8080`.
+    #[env("COUNTERSIGN_LISTEN")]
     pub listen: String,
-    /// A separate address for `GET /metrics`, which `listen` then does not serve. Env:
-    /// `COUNTERSIGN_METRICS_LISTEN`. Default none: `/metrics` is on `listen`.
+    /// A separate address for `GET /metrics`, which `listen` then does not serve. Default
+    /// none: `/metrics` is on `listen`.
+    #[env("COUNTERSIGN_METRICS_LISTEN")]
     pub metrics_listen: Option<String>,
-    /// A bearer token `GET /metrics` requires (at least 16 characters). Env:
-    /// `COUNTERSIGN_METRICS_TOKEN`. Default none: whoever reaches the address may read it.
+    /// A bearer token `GET /metrics` requires (at least 16 characters). Default none:
+    /// whoever reaches the address may read it.
+    #[env("COUNTERSIGN_METRICS_TOKEN", keep_empty)]
     pub metrics_token: Option<Secret>,
-    /// Folder of agent definitions (the same the workers load). Env:
-    /// `COUNTERSIGN_AGENTS_DIR`. Default `agents`.
+    /// Folder of agent definitions (the same the workers load). Default `agents`.
+    #[env("COUNTERSIGN_AGENTS_DIR")]
     pub agents_dir: PathBuf,
-    /// Who may call the API. Env: `COUNTERSIGN_API_KEYS`, entries `key:role:principal`
-    /// separated by commas. Default none (every request is refused).
+    /// Who may call the API. Default none (every request is refused).
+    #[env("COUNTERSIGN_API_KEYS", with = api_keys_from_env)]
     pub api_keys: Vec<ApiKey>,
     /// The people who may review, each configured once: a principal id, roles, and how to
     /// reach them in Slack and by email.
@@ -251,22 +252,9 @@ pub struct SignedSender {
 
 impl Config {
     pub fn load() -> anyhow::Result<Self> {
-        let (mut config, connections): (Config, _) = load_toml(config_path_from_args().as_deref())?;
+        let (mut config, connections): (Config, _) =
+            countersign_runtime::config::load(config_path_from_args().as_deref(), &process_env)?;
         config.connections = connections;
-        config.connections.apply_env()?;
-        override_from_env(&mut config.listen, "COUNTERSIGN_LISTEN");
-        if let Ok(addr) = std::env::var("COUNTERSIGN_METRICS_LISTEN") {
-            config.metrics_listen = Some(addr);
-        }
-        if let Ok(token) = std::env::var("COUNTERSIGN_METRICS_TOKEN") {
-            config.metrics_token = Some(token.into());
-        }
-        if let Ok(dir) = std::env::var("COUNTERSIGN_AGENTS_DIR") {
-            config.agents_dir = dir.into();
-        }
-        if let Ok(keys) = std::env::var("COUNTERSIGN_API_KEYS") {
-            config.api_keys = parse_keys(&keys)?;
-        }
         config.validate()?;
         Ok(config)
     }
@@ -409,37 +397,91 @@ impl Config {
     }
 }
 
-fn parse_keys(text: &str) -> anyhow::Result<Vec<ApiKey>> {
-    text.split(',')
+/// `COUNTERSIGN_API_KEYS`: `key:role:principal` entries separated by commas, as the
+/// `[[api_keys]]` tables they stand for (without `speaks_for`).
+fn api_keys_from_env(text: &str) -> anyhow::Result<toml::Value> {
+    let keys = text
+        .split(',')
         .filter(|entry| !entry.trim().is_empty())
         .map(|entry| {
             let parts: Vec<&str> = entry.trim().splitn(3, ':').collect();
             let [key, role, principal] = parts[..] else {
-                anyhow::bail!("COUNTERSIGN_API_KEYS entries are key:role:principal");
+                anyhow::bail!("entries are key:role:principal");
             };
-            let role = serde_json::from_value(serde_json::Value::String(role.into()))
-                .map_err(|_| anyhow::anyhow!("unknown role {role:?}"))?;
-            Ok(ApiKey {
-                key: key.into(),
-                role,
-                principal: principal.into(),
-                speaks_for: Vec::new(),
-            })
+            let table: toml::Table = [("key", key), ("role", role), ("principal", principal)]
+                .into_iter()
+                .map(|(name, value)| (name.to_string(), value.into()))
+                .collect();
+            Ok(table.into())
         })
-        .collect()
+        .collect::<anyhow::Result<_>>()?;
+    Ok(toml::Value::Array(keys))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use countersign_runtime::config::parse;
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    fn keys_from(env: &str) -> anyhow::Result<Vec<ApiKey>> {
+        let env = |name: &str| (name == "COUNTERSIGN_API_KEYS").then(|| env.to_string());
+        parse::<Config>("", &env).map(|(config, _)| config.api_keys)
+    }
 
     #[test]
     fn keys_parse_from_the_environment_form() {
         let keys =
-            parse_keys("k1k1k1k1k1k1k1k1:reviewer:alice, k2k2k2k2k2k2k2k2:admin:ops").unwrap();
+            keys_from("k1k1k1k1k1k1k1k1:reviewer:alice, k2k2k2k2k2k2k2k2:admin:ops").unwrap();
         assert_eq!(keys[0].role, Role::Reviewer);
         assert_eq!(keys[1].principal, "ops");
-        assert!(parse_keys("k:nobody:x").is_err());
+        let err = keys_from("k:nobody:x").unwrap_err().to_string();
+        assert!(
+            err.contains("COUNTERSIGN_API_KEYS") && err.contains("nobody"),
+            "{err}"
+        );
+        let err = keys_from("k-reviewer-alice").unwrap_err().to_string();
+        assert!(err.contains("COUNTERSIGN_API_KEYS"), "{err}");
+    }
+
+    #[test]
+    fn variables_override_the_file() {
+        let env = |name: &str| match name {
+            "COUNTERSIGN_LISTEN" => Some("0.0.0.0:9".to_string()),
+            "COUNTERSIGN_METRICS_TOKEN" => Some("a-token-of-sixteen-chars".to_string()),
+            "NATS_URL" => Some("nats://env:1".to_string()),
+            _ => None,
+        };
+        let (config, connections): (Config, _) = parse(
+            "listen = \"127.0.0.1:1\"\nnats_url = \"nats://file:1\"\n",
+            &env,
+        )
+        .unwrap();
+        assert_eq!(config.listen, "0.0.0.0:9");
+        assert!(config.metrics_token.is_some());
+        assert_eq!(connections.nats_url, "nats://env:1");
+        assert_eq!(
+            parse::<Config>("", &no_env).unwrap().0.listen,
+            "127.0.0.1:8080"
+        );
+    }
+
+    #[test]
+    fn an_empty_metrics_token_is_refused_not_taken_for_none() {
+        // A secret that failed to arrive must not leave `/metrics` open.
+        let env = |name: &str| (name == "COUNTERSIGN_METRICS_TOKEN").then(String::new);
+        let (config, _): (Config, _) = parse("", &env).unwrap();
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains("metrics_token"), "{err}");
+        // Other variables set empty count as unset.
+        let env = |name: &str| (name == "COUNTERSIGN_LISTEN").then(String::new);
+        assert_eq!(
+            parse::<Config>("", &env).unwrap().0.listen,
+            "127.0.0.1:8080"
+        );
     }
 
     #[test]
@@ -462,7 +504,7 @@ mod tests {
 
     #[test]
     fn keys_never_print() {
-        let key = parse_keys("secretsecretsecret:admin:ops").unwrap();
+        let key = keys_from("secretsecretsecret:admin:ops").unwrap();
         assert!(!format!("{key:?}").contains("secretsecret"));
     }
 }
@@ -473,12 +515,13 @@ mod unknown_keys {
 
     #[test]
     fn a_misspelled_key_is_refused_with_its_name() {
-        let parse = countersign_runtime::config::parse_toml::<Config>;
         let parse = |text| {
-            parse(text).map(|(mut config, connections)| {
-                config.connections = connections;
-                config
-            })
+            countersign_runtime::config::parse::<Config>(text, &|_| None).map(
+                |(mut config, connections)| {
+                    config.connections = connections;
+                    config
+                },
+            )
         };
         let err = parse("listen = \"127.0.0.1:1\"\nredis_ulr = \"redis://x\"\n").unwrap_err();
         assert!(err.to_string().contains("redis_ulr"), "{err}");
@@ -491,13 +534,26 @@ mod unknown_keys {
     #[test]
     fn the_reference_configuration_loads_and_validates() {
         let (config, _): (Config, _) =
-            countersign_runtime::config::parse_toml(include_str!("../config.example.toml"))
+            countersign_runtime::config::parse(include_str!("../config.example.toml"), &|_| None)
                 .unwrap();
         config.validate().unwrap();
         assert_eq!(config.api_keys.len(), 2);
         assert!(config.slack.is_some() && config.email.is_some());
         let slack = config.slack.unwrap();
         assert!(slack.team_id.is_some() && slack.api_app_id.is_some());
+    }
+
+    #[test]
+    fn the_reference_configuration_documents_every_key_and_the_page_every_variable() {
+        countersign_runtime::config::check_example::<Config>(include_str!(
+            "../config.example.toml"
+        ))
+        .unwrap_or_else(|faults| panic!("config.example.toml:\n{faults}"));
+        countersign_runtime::config::check_env_table::<Config>(
+            include_str!("../../docs/configuration.md"),
+            "gateway",
+        )
+        .unwrap_or_else(|faults| panic!("docs/configuration.md:\n{faults}"));
     }
 
     #[test]
@@ -521,7 +577,7 @@ mod unknown_keys {
             assert!(err.contains(channel), "{err}");
         }
         let (full, _): (Config, _) =
-            countersign_runtime::config::parse_toml(include_str!("../config.example.toml"))
+            countersign_runtime::config::parse(include_str!("../config.example.toml"), &|_| None)
                 .unwrap();
         for channel in [
             "webhook:ops",

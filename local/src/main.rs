@@ -39,8 +39,7 @@ pub async fn main() -> ExitCode {
 async fn run() -> anyhow::Result<ExitCode> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let place = Place::from_env(&root)?;
-    let mut connections = Connections::default();
-    connections.apply_env()?;
+    let mut connections = Connections::from_env(&countersign_runtime::config::process_env)?;
     let mut ports = vec![
         (place.gateway, "the gateway"),
         (place.worker, "the worker's probes"),

@@ -19,3 +19,6 @@ pub mod telemetry;
 pub mod tls;
 pub mod trace_context;
 pub mod work;
+
+// `#[derive(Settings)]` names this crate by its name, here too.
+extern crate self as countersign_runtime;
