@@ -473,7 +473,10 @@ async fn a_page_of_another_site_cannot_sign_a_visitor_in_as_the_attacker() {
             speaks_for: Vec::new(),
         });
     };
-    let app = TestApp::spawn_configured("anthropic", 1, "", add_mallory, refund_brain).await;
+    let app = TestApp::builder(refund_brain)
+        .gateway(add_mallory)
+        .start()
+        .await;
     // mallory's page carries all she can get: her key, and the token of a sign-in page she
     // opened herself.
     let form = app

@@ -10,16 +10,14 @@ use serde_json::{Value, json};
 
 async fn app_with(policy: &str, slack: &FakeSlack) -> TestApp {
     let slack_config = slack.config();
-    TestApp::spawn_configured(
-        "anthropic",
-        2,
-        policy,
-        move |config| {
+    TestApp::builder(refund_brain)
+        .workers(2)
+        .policy(policy)
+        .gateway(move |config| {
             config.slack = Some(slack_config);
-        },
-        refund_brain,
-    )
-    .await
+        })
+        .start()
+        .await
 }
 
 async fn decide_as(

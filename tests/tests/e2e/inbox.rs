@@ -20,14 +20,11 @@ const RICK_KEY: &str = "inbox-rick-key-0123456789";
 /// A refund app whose refunds only the finance people (alice, bob, rick) may decide, with
 /// reviewer keys for alice, carol and rick.
 async fn app() -> TestApp {
-    TestApp::spawn_configured(
-        "anthropic",
-        1,
-        "approvers = [\"role:finance\"]\n",
-        add_keys,
-        refund_brain,
-    )
-    .await
+    TestApp::builder(refund_brain)
+        .policy("approvers = [\"role:finance\"]\n")
+        .gateway(add_keys)
+        .start()
+        .await
 }
 
 fn add_keys(config: &mut approval_gateway::config::Config) {

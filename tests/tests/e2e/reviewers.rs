@@ -39,7 +39,7 @@ async fn audit(app: &TestApp, run_id: &str) -> Value {
 
 #[tokio::test]
 async fn a_requester_may_not_approve_their_own_request_and_the_refusal_is_audited() {
-    let app = TestApp::spawn_with_policy("anthropic", 1, FINANCE, refund_brain).await;
+    let app = TestApp::builder(refund_brain).policy(FINANCE).start().await;
     let (run_id, digest) = paused_run_requested_by(&app, "rick").await;
 
     let (status, body) = app.decide_as("rick", &run_id, approve(&digest)).await;
@@ -83,7 +83,7 @@ async fn a_requester_may_not_approve_their_own_request_and_the_refusal_is_audite
 
 #[tokio::test]
 async fn people_outside_the_approvers_and_keys_speaking_for_strangers_are_refused() {
-    let app = TestApp::spawn_with_policy("anthropic", 1, FINANCE, refund_brain).await;
+    let app = TestApp::builder(refund_brain).policy(FINANCE).start().await;
     let (run_id, digest) = paused_run_requested_by(&app, "rick").await;
 
     let (status, body) = app.decide_as("carol", &run_id, approve(&digest)).await;
@@ -131,7 +131,7 @@ async fn people_outside_the_approvers_and_keys_speaking_for_strangers_are_refuse
 #[tokio::test]
 async fn a_quorum_of_two_needs_two_different_people() {
     let policy = format!("{FINANCE}quorum = 2\n");
-    let app = TestApp::spawn_with_policy("anthropic", 1, &policy, refund_brain).await;
+    let app = TestApp::builder(refund_brain).policy(&policy).start().await;
     let (run_id, digest) = paused_run_requested_by(&app, "carol").await;
 
     let (status, body) = app.decide_as("alice", &run_id, approve(&digest)).await;
@@ -167,7 +167,7 @@ async fn a_quorum_of_two_needs_two_different_people() {
 
 #[tokio::test]
 async fn the_audit_chain_verifies_and_detects_an_edited_entry() {
-    let app = TestApp::spawn_with_policy("anthropic", 1, FINANCE, refund_brain).await;
+    let app = TestApp::builder(refund_brain).policy(FINANCE).start().await;
     let (run_id, digest) = paused_run_requested_by(&app, "carol").await;
     app.decide_as("alice", &run_id, approve(&digest)).await;
     app.wait_status(&run_id, "completed").await;
@@ -200,7 +200,7 @@ async fn entries_appended_by_processes_with_a_stale_view_of_the_chain_still_link
     use countersign_model::run::RunId;
     use countersign_runtime::names::Names;
     use countersign_store::Store;
-    let app = TestApp::spawn_with_policy("anthropic", 1, FINANCE, refund_brain).await;
+    let app = TestApp::builder(refund_brain).policy(FINANCE).start().await;
     let (run_id, digest) = paused_run_requested_by(&app, "carol").await;
     app.decide_as("alice", &run_id, approve(&digest)).await;
     app.wait_status(&run_id, "completed").await;

@@ -28,17 +28,14 @@ pub(super) async fn app_with(
     brain: impl Fn(&Value) -> Value + Send + Sync + 'static,
 ) -> (TestApp, FakeSlack) {
     let slack_config = slack.config();
-    let app = TestApp::spawn_configured(
-        "anthropic",
-        1,
-        policy,
-        move |config| {
+    let app = TestApp::builder(brain)
+        .policy(policy)
+        .gateway(move |config| {
             config.slack = Some(slack_config);
             configure(config);
-        },
-        brain,
-    )
-    .await;
+        })
+        .start()
+        .await;
     (app, slack)
 }
 
