@@ -1,10 +1,10 @@
 //! `TestApp`: one gateway and any number of workers, in-process, against real NATS and Redis,
 //! with the demo tools service and a fake model. Each app has its own namespace.
 
-use crate::fake_model::FakeModel;
 use crate::infra::Infra;
 use crate::wait_for;
 use approval_gateway::config::{ApiKey, Person, Role};
+use countersign_fake_model::{Brain, FakeModel};
 use countersign_local::demo_tools::DemoTools;
 use countersign_model::agent::Provider;
 use countersign_model::audit::{AuditEntry, AuditKind};
@@ -139,7 +139,7 @@ pub use countersign_local::demo_agent::refunds_agent;
 /// one worker runs, the refund tool's approval table is the demo agent's, and the app has
 /// servers and a namespace of its own.
 pub struct TestAppBuilder<'a> {
-    brain: Box<dyn Fn(&Value) -> Value + Send + Sync>,
+    brain: Brain,
     provider: Provider,
     workers: usize,
     policy: String,
@@ -270,16 +270,14 @@ impl<'a> TestAppBuilder<'a> {
 
 impl TestApp {
     /// An app as [`TestApp::builder`] makes it unless told otherwise.
-    pub async fn spawn(brain: impl Fn(&Value) -> Value + Send + Sync + 'static) -> Self {
+    pub async fn spawn(brain: impl Into<Brain>) -> Self {
         Self::builder(brain).start().await
     }
 
     /// An app whose fake model answers each request with what `brain` makes of it.
-    pub fn builder<'a>(
-        brain: impl Fn(&Value) -> Value + Send + Sync + 'static,
-    ) -> TestAppBuilder<'a> {
+    pub fn builder<'a>(brain: impl Into<Brain>) -> TestAppBuilder<'a> {
         TestAppBuilder {
-            brain: Box::new(brain),
+            brain: brain.into(),
             provider: Provider::Anthropic,
             workers: 1,
             policy: String::new(),

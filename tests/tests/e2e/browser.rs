@@ -5,9 +5,9 @@
 
 use crate::email::{app_with_email, mail_for};
 use crate::slack::{app_with, interact, posted_run};
+use countersign_fake_model::refund_brain;
 use countersign_tests::app::{PATIENCE, REVIEWER_KEY, TestApp};
 use countersign_tests::browser::{Browser, Screen};
-use countersign_tests::fake_model::refund_brain;
 use countersign_tests::fake_slack::{FakeSlack, click};
 use countersign_tests::wait_for;
 use serde_json::Value;

@@ -3,9 +3,9 @@
 //! audit trail has who asked and that it stopped.
 
 use approval_gateway::config::{ApiKey, Role};
+use countersign_fake_model::refund_brain;
 use countersign_tests::app::{ADMIN_KEY, PATIENCE, REQUESTER_KEY, REVIEWER_KEY, TestApp};
 use countersign_tests::audit_kinds as kinds;
-use countersign_tests::fake_model::refund_brain;
 use countersign_tests::fake_slack::FakeSlack;
 use countersign_tests::wait_for;
 use reqwest::{Method, StatusCode};

@@ -4,8 +4,8 @@
 //! At the end every run is completed, and the refund tool (idempotent, as the policy says)
 //! applied each approved refund exactly once.
 
+use countersign_fake_model::refund_brain;
 use countersign_tests::app::{TestApp, refunds_agent};
-use countersign_tests::fake_model::refund_brain;
 use futures::future::join_all;
 use reqwest::StatusCode;
 use serde_json::json;

@@ -3,9 +3,9 @@
 //! approval replayed against another run; a flood of refusals while the approver decides; two
 //! gateways deciding the same call at once.
 
+use countersign_fake_model::refund_brain;
 use countersign_runtime::signing::WebhookSecret;
 use countersign_tests::app::{INTEGRATION_KEY, REQUESTER_KEY, TestApp};
-use countersign_tests::fake_model::refund_brain;
 use futures::future::join_all;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};

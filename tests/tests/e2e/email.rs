@@ -2,8 +2,8 @@
 //! expired and superseded links say so and change nothing; Slack and email racing on one
 //! call record one decision and both show it.
 
+use countersign_fake_model::refund_brain;
 use countersign_tests::app::{PATIENCE, TestApp};
-use countersign_tests::fake_model::refund_brain;
 use countersign_tests::fake_slack::{FakeSlack, SIGNING_SECRET, click, form_body};
 use countersign_tests::infra::Infra;
 use countersign_tests::smtp_sink::{Mail, SmtpSink};

@@ -1,8 +1,8 @@
 //! Every error on every route is the API's JSON error, `{"error": {"code", "message"}}`,
 //! including those axum makes itself; only the email pages are HTML.
 
+use countersign_fake_model::refund_brain;
 use countersign_tests::app::{ADMIN_KEY, TestApp};
-use countersign_tests::fake_model::refund_brain;
 use reqwest::{Method, StatusCode};
 use serde_json::Value;
 

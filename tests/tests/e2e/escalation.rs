@@ -1,8 +1,8 @@
 //! Reminders go out before a deadline; a deadline with `on_expiry = "escalate"` asks more
 //! approvers once and extends the deadline, and expires the call if they do not decide either.
 
+use countersign_fake_model::{last_results, refund_brain};
 use countersign_tests::app::{INTEGRATION_KEY, PATIENCE, TestApp};
-use countersign_tests::fake_model::{last_results, refund_brain};
 use countersign_tests::fake_slack::FakeSlack;
 use countersign_tests::wait_for;
 use reqwest::Method;

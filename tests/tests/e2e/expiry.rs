@@ -3,12 +3,12 @@
 //! a decided call never expires; and fifty conflicting decisions record exactly one.
 
 use approval_gateway::config::WebhookEndpoint;
+use countersign_fake_model::{last_results, refund_brain};
 use countersign_runtime::names::Names;
 use countersign_runtime::signing::WebhookSecret;
 use countersign_store::keys::{Keys, Shard};
 use countersign_tests::app::{INTEGRATION_KEY, PATIENCE, TestApp};
 use countersign_tests::audit_kinds as kinds;
-use countersign_tests::fake_model::{last_results, refund_brain};
 use countersign_tests::fake_slack::FakeSlack;
 use countersign_tests::wait_for;
 use countersign_tests::webhook_receiver::WebhookReceiver;

@@ -5,8 +5,8 @@
 
 use super::email::app_with_email;
 use approval_gateway::config::{ApiKey, Role};
+use countersign_fake_model::refund_brain;
 use countersign_tests::app::{PATIENCE, TestApp};
-use countersign_tests::fake_model::refund_brain;
 use countersign_tests::wait_for;
 use reqwest::StatusCode;
 use reqwest::header::{LOCATION, SET_COOKIE};

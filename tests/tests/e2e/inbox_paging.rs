@@ -2,13 +2,13 @@
 //! newer runs, each call appears once however the pages are cut, and runs that moved on
 //! are left out.
 
+use countersign_fake_model::refund_brain;
 use countersign_model::run::RunId;
 use countersign_runtime::metrics::Metrics;
 use countersign_runtime::names::Names;
 use countersign_store::keys::{Keys, Shard};
 use countersign_store::{Awaiting, Store};
 use countersign_tests::app::TestApp;
-use countersign_tests::fake_model::refund_brain;
 use countersign_tests::wait_for;
 use futures::future::join_all;
 use reqwest::StatusCode;

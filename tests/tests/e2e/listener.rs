@@ -3,8 +3,8 @@
 //! being answered, connections beyond `max_connections` wait until a slot frees, and a
 //! request in flight when the gateway stops is still answered.
 
+use countersign_fake_model::refund_brain;
 use countersign_tests::app::{PATIENCE, REQUESTER_KEY, TestApp};
-use countersign_tests::fake_model::refund_brain;
 use countersign_tests::wait_for;
 use reqwest::StatusCode;
 use std::sync::Arc;

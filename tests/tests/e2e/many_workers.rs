@@ -2,12 +2,12 @@
 //! once, a duplicated `approval.decided` resumes nothing twice, and a stopped worker's
 //! paused run is resumed by another.
 
+use countersign_fake_model::refund_brain;
 use countersign_model::events::Event;
 use countersign_model::run::{Action, RunId};
 use countersign_runtime::bus::Bus;
 use countersign_runtime::names::Names;
 use countersign_tests::app::TestApp;
-use countersign_tests::fake_model::refund_brain;
 use futures::future::join_all;
 use std::time::Instant;
 

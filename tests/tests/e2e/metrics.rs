@@ -2,8 +2,8 @@
 //! refused decision, each shows what it did (and only that: each service counts its own).
 //! Behind a bearer token, or on an address of its own, as operators choose.
 
+use countersign_fake_model::refund_brain;
 use countersign_tests::app::{PATIENCE, TestApp};
-use countersign_tests::fake_model::refund_brain;
 use countersign_tests::infra::free_port;
 use countersign_tests::metric_value as value;
 use countersign_tests::wait_for;

@@ -4,12 +4,12 @@
 //! certificate, and the shipped users and permissions (`deploy/nats-server.conf`, as the
 //! local runner renders it).
 
+use countersign_fake_model::refund_brain;
 use countersign_local::nats_users::NatsUsers;
 use countersign_runtime::bus::Bus;
 use countersign_runtime::config::Connections;
 use countersign_runtime::names::Names;
 use countersign_tests::app::{PATIENCE, REQUESTER_KEY, TestApp, gateway_waits_for, new_namespace};
-use countersign_tests::fake_model::refund_brain;
 use countersign_tests::images::NATS;
 use countersign_tests::infra::Infra;
 use countersign_tests::pki::TestPki;

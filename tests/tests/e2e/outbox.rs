@@ -2,9 +2,9 @@
 //! died before it could publish, is announced from the run's outbox once it can be, and the
 //! run completes without anyone posting again.
 
+use countersign_fake_model::refund_brain;
 use countersign_runtime::metrics::Metrics;
 use countersign_tests::app::{PATIENCE, TestApp};
-use countersign_tests::fake_model::refund_brain;
 use countersign_tests::infra::Infra;
 use countersign_tests::wait_for;
 use futures::future::join_all;

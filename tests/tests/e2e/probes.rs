@@ -2,8 +2,8 @@
 //! what is missing and API calls answer 503 at once instead of hanging, `/livez` stays 200,
 //! and everything works again once the server is back.
 
+use countersign_fake_model::refund_brain;
 use countersign_tests::app::{ADMIN_KEY, PATIENCE, TestApp};
-use countersign_tests::fake_model::refund_brain;
 use countersign_tests::infra::Infra;
 use countersign_tests::wait_for;
 use reqwest::StatusCode;

@@ -1,10 +1,10 @@
 //! The OpenAI wire format end to end, and tools that fail without failing the run.
 
-use countersign_model::agent::Provider;
-use countersign_tests::app::TestApp;
-use countersign_tests::fake_model::{
+use countersign_fake_model::{
     anthropic_text, anthropic_tool_use, last_results, openai_answer, turn,
 };
+use countersign_model::agent::Provider;
+use countersign_tests::app::TestApp;
 use serde_json::{Value, json};
 
 #[tokio::test]

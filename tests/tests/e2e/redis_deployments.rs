@@ -6,12 +6,12 @@
 //! can be made to wait for replicas, and the services log in as an ACL user and over TLS
 //! with a client certificate.
 
+use countersign_fake_model::refund_brain;
 use countersign_model::run::RunId;
 use countersign_runtime::metrics::Metrics;
 use countersign_runtime::names::Names;
 use countersign_store::Store;
 use countersign_tests::app::{PATIENCE, TestApp};
-use countersign_tests::fake_model::refund_brain;
 use countersign_tests::infra::Infra;
 use countersign_tests::redis_deployments::{MASTER_NAME, bridge_ip, kill, query};
 use countersign_tests::wait_for;

@@ -1,8 +1,8 @@
 //! Redis (append-only file on) and NATS (file storage) each restarted in the middle of a
 //! batch of runs: no paused run, decision or job is lost, and no refund runs twice.
 
+use countersign_fake_model::refund_brain;
 use countersign_tests::app::{TestApp, gateway_waits_for};
-use countersign_tests::fake_model::refund_brain;
 use countersign_tests::infra::Infra;
 use futures::future::join_all;
 use serde_json::Value;

@@ -2,10 +2,10 @@
 //! a quorum needs distinct people; every decision, accepted or refused, is in a hash-chained
 //! audit trail that detects tampering.
 
+use countersign_fake_model::refund_brain;
 use countersign_runtime::metrics::Metrics;
 use countersign_tests::app::{REQUESTER_KEY, REVIEWER_KEY, TestApp};
 use countersign_tests::audit_kinds as kinds;
-use countersign_tests::fake_model::refund_brain;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
@@ -161,7 +161,7 @@ async fn a_quorum_of_two_needs_two_different_people() {
     let done = app.wait_status(&run_id, "completed").await;
     assert_eq!(done["pending"], json!([]));
     assert_eq!(app.tools.refunds().len(), 1);
-    let results = countersign_tests::fake_model::last_results(&app.model.requests()[1]);
+    let results = countersign_fake_model::last_results(&app.model.requests()[1]);
     assert!(results[1]["content"].as_str().unwrap().contains("refunded"));
 }
 

@@ -5,8 +5,8 @@
 //! refuses anyway is posted in short.
 
 use approval_gateway::slack::signature;
+use countersign_fake_model::{anthropic_text, anthropic_tool_use, refund_brain, turn};
 use countersign_tests::app::{PATIENCE, TestApp};
-use countersign_tests::fake_model::{anthropic_text, anthropic_tool_use, refund_brain, turn};
 use countersign_tests::fake_slack::{
     APP_ID, BOT_TOKEN, CHANNEL_ID, FakeSlack, SIGNING_SECRET, SlackCall, TEAM_ID, click, form_body,
     submit,

@@ -2,9 +2,9 @@
 //! worker's steps, model and tool calls and the pause, to the decision and the resume, carried
 //! across NATS by `traceparent` headers and across the wait by the run's stored context.
 
+use countersign_fake_model::refund_brain;
 use countersign_runtime::telemetry::{self, Endpoint, Telemetry};
 use countersign_tests::app::{PATIENCE, REQUESTER_KEY, TestApp};
-use countersign_tests::fake_model::refund_brain;
 use countersign_tests::otlp_receiver::{OtlpReceiver, ReceivedSpan};
 use countersign_tests::wait_for;
 use serde_json::{Value, json};

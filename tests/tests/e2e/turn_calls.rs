@@ -2,9 +2,9 @@
 //! that numbers its calls afresh each turn gets each turn's call decided, timed and run on its
 //! own, and ids holding what keys and parsers split on cannot break quorums or deadlines.
 
+use countersign_fake_model::{openai_answer, turn};
 use countersign_model::agent::Provider;
 use countersign_tests::app::{PATIENCE, TestApp};
-use countersign_tests::fake_model::{openai_answer, turn};
 use countersign_tests::smtp_sink::SmtpSink;
 use countersign_tests::wait_for;
 use serde_json::{Value, json};

@@ -1,9 +1,9 @@
 //! A call whose worker died after starting it, on a tool that is not idempotent, is never
 //! sent again: the model is told its outcome is unknown and `run.attention` asks a person.
 
+use countersign_fake_model::{last_results, refund_brain};
 use countersign_runtime::metrics::Metrics;
 use countersign_tests::app::{PATIENCE, TestApp};
-use countersign_tests::fake_model::{last_results, refund_brain};
 use futures::StreamExt;
 
 /// Leaves what a worker leaves when it dies between marking the refund started and

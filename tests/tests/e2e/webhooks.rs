@@ -3,9 +3,9 @@
 //! same way, for the people they may speak for.
 
 use approval_gateway::config::{SignedSender, WebhookEndpoint};
+use countersign_fake_model::refund_brain;
 use countersign_runtime::signing::WebhookSecret;
 use countersign_tests::app::{PATIENCE, TestApp};
-use countersign_tests::fake_model::refund_brain;
 use countersign_tests::webhook_receiver::WebhookReceiver;
 use countersign_tests::{metric_value, wait_for};
 use reqwest::StatusCode;
