@@ -10,6 +10,7 @@ use serde_json::Value;
 use std::borrow::Cow;
 use std::sync::Arc;
 
+/// What answers each request (a test's closure or `&Script` converts into one).
 pub enum Brain {
     /// Answers each request as a function of all of it.
     Reads(Arc<dyn Fn(&Value) -> Value + Send + Sync>),
