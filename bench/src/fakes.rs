@@ -1,19 +1,17 @@
 //! The third parties of the refund scenario, lean so their cost does not blur the figures:
-//! a model speaking Anthropic's Messages API (`POST /v1/messages`) and the orders/refunds
-//! tools service, which counts every request per `Idempotency-Key`.
+//! the fake model playing the refund conversation, keeping no request, and the
+//! orders/refunds tools service, which counts every request per `Idempotency-Key`.
 //!
 //! They run on their own Tokio runtime whose threads are named `fakes`, so their CPU time is
 //! read apart from the load generator's (see [`crate::measure::own_threads_ticks`]).
-//! The tests crate's fake model records every request and `countersign-local`'s demo tools
-//! keep every answer; neither cost belongs in a benchmark, so these are written here.
+//! `countersign-local`'s demo tools keep every answer; that cost does not belong in a
+//! benchmark, so the tools service is written here.
 
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, header};
-use axum::response::IntoResponse;
+use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use axum::{Json, Router};
-use serde::Deserialize;
-use serde::de::IgnoredAny;
+use countersign_fake_model::{FakeModel, REFUND_SCRIPT};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -61,7 +59,6 @@ impl Fakes {
             .thread_name(THREADS)
             .enable_all()
             .build()?;
-        let model_app = Router::new().route("/v1/messages", post(model_turn));
         let tools_app = Router::new()
             .route("/orders/lookup", post(lookup))
             .route("/refunds", post(refund))
@@ -73,7 +70,7 @@ impl Fakes {
                     let model = tokio::net::TcpListener::from_std(model).expect("model listener");
                     let tools = tokio::net::TcpListener::from_std(tools).expect("tools listener");
                     let served = tokio::try_join!(
-                        axum::serve(model, model_app).into_future(),
+                        FakeModel::serve_unrecorded(model, &*REFUND_SCRIPT),
                         axum::serve(tools, tools_app).into_future(),
                     );
                     if let Err(e) = served {
@@ -98,59 +95,6 @@ impl Fakes {
             .unwrap_or_default()
     }
 }
-
-/// Only what the fake reads of a Messages request: the roles of its messages.
-#[derive(Deserialize)]
-struct MessagesRequest {
-    messages: Vec<RequestMessage>,
-}
-
-#[derive(Deserialize)]
-struct RequestMessage {
-    role: String,
-    #[serde(rename = "content")]
-    _content: IgnoredAny,
-}
-
-/// The refund conversation: on the first turn the order lookup and a refund of 129 (which
-/// the agent's policy holds for a person, being over 20), then a final answer.
-async fn model_turn(Json(request): Json<MessagesRequest>) -> impl IntoResponse {
-    let turn = request
-        .messages
-        .iter()
-        .filter(|m| m.role == "assistant")
-        .count();
-    let body = if turn == 0 { &*FIRST_TURN } else { &*LAST_TURN };
-    ([(header::CONTENT_TYPE, "application/json")], body.clone())
-}
-
-pub const ANSWER: &str = "All done.";
-
-static FIRST_TURN: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    json!({
-        "id": "msg_bench_1", "type": "message", "role": "assistant", "model": "fake",
-        "content": [
-            {"type": "text", "text": "The order arrived broken; I will check it and refund it."},
-            {"type": "tool_use", "id": "toolu_1", "name": "get_order",
-             "input": {"order_id": "A-1001"}},
-            {"type": "tool_use", "id": "toolu_2", "name": "issue_refund",
-             "input": {"order_id": "A-1001", "amount": 129, "reason": "arrived broken"}},
-        ],
-        "stop_reason": "tool_use", "stop_sequence": null,
-        "usage": {"input_tokens": 10, "output_tokens": 10},
-    })
-    .to_string()
-});
-
-static LAST_TURN: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    json!({
-        "id": "msg_bench_2", "type": "message", "role": "assistant", "model": "fake",
-        "content": [{"type": "text", "text": ANSWER}],
-        "stop_reason": "end_turn", "stop_sequence": null,
-        "usage": {"input_tokens": 10, "output_tokens": 10},
-    })
-    .to_string()
-});
 
 /// `run_id` and `call_id` of an `Idempotency-Key: run_id:turn:call_id` header.
 fn key_of(headers: &HeaderMap) -> Option<(String, String)> {
@@ -215,14 +159,5 @@ mod tests {
             Some(("run_01".to_string(), "toolu_2".to_string()))
         );
         assert_eq!(key_of(&HeaderMap::new()), None);
-    }
-
-    #[test]
-    fn the_canned_turns_are_anthropic_messages() {
-        let first: Value = serde_json::from_str(&FIRST_TURN).unwrap();
-        assert_eq!(first["stop_reason"], "tool_use");
-        assert_eq!(first["content"][2]["name"], "issue_refund");
-        let last: Value = serde_json::from_str(&LAST_TURN).unwrap();
-        assert_eq!(last["content"][0]["text"], ANSWER);
     }
 }

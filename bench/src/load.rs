@@ -10,9 +10,10 @@
 //! nobody waits for yet.
 
 use crate::config::DigestFrom;
-use crate::fakes::{ANSWER, Fakes};
+use crate::fakes::Fakes;
 use crate::servers::{AGENT, REQUESTER_KEY, REVIEWER_KEY};
 use anyhow::{Context, bail, ensure};
+use countersign_fake_model::REFUND_ANSWER;
 use countersign_model::events::{Envelope, Event};
 use countersign_model::run::HeldCall;
 use countersign_runtime::names::Names;
@@ -447,7 +448,7 @@ impl Load {
             .await
             .context("waiting for its end")?;
         match &end.event {
-            Event::RunCompleted { answer, .. } if answer == ANSWER => {}
+            Event::RunCompleted { answer, .. } if answer == REFUND_ANSWER => {}
             other => bail!(
                 "after the approval came {} instead of run.completed",
                 kind(other)
@@ -593,7 +594,7 @@ mod tests {
             at: Instant::now(),
             event: Event::RunCompleted {
                 run_id: RunId::parse(run).unwrap(),
-                answer: ANSWER.into(),
+                answer: REFUND_ANSWER.into(),
             },
         }
     }

@@ -1,7 +1,7 @@
 //! What countersign is about, as types and pure functions: a run and its conversation, the
 //! calls a turn asks for and the ones held for a person, decisions and who may make them,
 //! the audit chain, the events announced about runs, the digests that bind a decision to
-//! what was shown, and agent definitions with their policies. No I/O: the command line
+//! what was shown, and agent definitions with their policies and scripted turns. No I/O: the command line
 //! depends on this crate alone.
 
 pub mod agent;
@@ -13,6 +13,7 @@ pub mod events;
 pub mod input_problem;
 pub mod people;
 pub mod run;
+pub mod script;
 
 /// Milliseconds since the Unix epoch, the one clock every stored timestamp uses.
 pub fn now_ms() -> i64 {

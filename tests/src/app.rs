@@ -1,11 +1,12 @@
 //! `TestApp`: one gateway and any number of workers, in-process, against real NATS and Redis,
 //! with the demo tools service and a fake model. Each app has its own namespace.
 
-use crate::fake_model::FakeModel;
 use crate::infra::Infra;
 use crate::wait_for;
 use approval_gateway::config::{ApiKey, Person, Role};
+use countersign_fake_model::{Brain, FakeModel};
 use countersign_local::demo_tools::DemoTools;
+use countersign_model::agent::Provider;
 use countersign_model::audit::{AuditEntry, AuditKind};
 use countersign_model::run::{Action, Decision, RunId};
 use countersign_runtime::metrics::Metrics;
@@ -133,94 +134,101 @@ pub struct TestApp {
 
 pub use countersign_local::demo_agent::refunds_agent;
 
-impl TestApp {
-    /// An app on the Anthropic wire format with one worker.
-    pub async fn spawn(brain: impl Fn(&Value) -> Value + Send + Sync + 'static) -> Self {
-        Self::spawn_with("anthropic", 1, brain).await
+/// How a test app is made: `TestApp::builder(brain)`, what the test needs changed, then
+/// [`TestAppBuilder::start`]. Unless told otherwise the model speaks Anthropic's wire format,
+/// one worker runs, the refund tool's approval table is the demo agent's, and the app has
+/// servers and a namespace of its own.
+pub struct TestAppBuilder<'a> {
+    brain: Brain,
+    provider: Provider,
+    workers: usize,
+    policy: String,
+    gateway: Vec<GatewayChange<'a>>,
+    worker: Vec<WorkerChange<'a>>,
+    infra: Option<Infra>,
+    namespace: Option<String>,
+}
+
+/// What a test changes in the gateway's configuration.
+type GatewayChange<'a> = Box<dyn FnOnce(&mut approval_gateway::config::Config) + 'a>;
+/// What a test changes in each worker's configuration.
+type WorkerChange<'a> = Box<dyn Fn(&mut agent_worker::config::Config) + 'a>;
+
+impl<'a> TestAppBuilder<'a> {
+    /// The wire format the fake model speaks (and the agent's `provider`).
+    pub fn provider(mut self, provider: Provider) -> Self {
+        self.provider = provider;
+        self
     }
 
-    pub async fn spawn_with(
-        provider: &str,
-        workers: usize,
-        brain: impl Fn(&Value) -> Value + Send + Sync + 'static,
-    ) -> Self {
-        Self::spawn_with_policy(provider, workers, "", brain).await
+    /// How many workers start with the app (more can be started later).
+    pub fn workers(mut self, workers: usize) -> Self {
+        self.workers = workers;
+        self
     }
 
-    /// Like `spawn_with`, with `policy` lines added to the refund tool's approval table.
-    pub async fn spawn_with_policy(
-        provider: &str,
-        workers: usize,
-        policy: &str,
-        brain: impl Fn(&Value) -> Value + Send + Sync + 'static,
-    ) -> Self {
-        Self::spawn_configured(provider, workers, policy, |_| {}, brain).await
+    /// Lines added to the refund tool's approval table.
+    pub fn policy(mut self, lines: &str) -> Self {
+        self.policy.push_str(lines);
+        self
     }
 
-    /// Like `spawn_with_policy`, with the gateway's config adjusted by `configure`.
-    pub async fn spawn_configured(
-        provider: &str,
-        workers: usize,
-        policy: &str,
-        configure: impl FnOnce(&mut approval_gateway::config::Config),
-        brain: impl Fn(&Value) -> Value + Send + Sync + 'static,
+    /// Adjusts the gateway's configuration (also the base of [`TestApp::spawn_gateway`]).
+    pub fn gateway(
+        mut self,
+        configure: impl FnOnce(&mut approval_gateway::config::Config) + 'a,
     ) -> Self {
-        Self::spawn_on(
-            Infra::start().await,
-            provider,
-            workers,
-            policy,
-            configure,
-            brain,
-        )
-        .await
+        self.gateway.push(Box::new(configure));
+        self
     }
 
-    /// Like `spawn_configured`, on servers the caller started.
-    pub async fn spawn_on(
-        infra: Infra,
-        provider: &str,
-        workers: usize,
-        policy: &str,
-        configure: impl FnOnce(&mut approval_gateway::config::Config),
-        brain: impl Fn(&Value) -> Value + Send + Sync + 'static,
-    ) -> Self {
-        let namespace = new_namespace();
-        Self::spawn_in(
-            namespace, infra, provider, workers, policy, configure, brain,
-        )
-        .await
+    /// Adjusts the configuration of the workers that start with the app.
+    pub fn worker(mut self, configure: impl Fn(&mut agent_worker::config::Config) + 'a) -> Self {
+        self.worker.push(Box::new(configure));
+        self
     }
 
-    /// Like `spawn_on`, in a namespace the caller chose (from [`new_namespace`]), for
-    /// servers configured for it beforehand.
-    pub async fn spawn_in(
-        namespace: String,
-        infra: Infra,
-        provider: &str,
-        workers: usize,
-        policy: &str,
-        configure: impl FnOnce(&mut approval_gateway::config::Config),
-        brain: impl Fn(&Value) -> Value + Send + Sync + 'static,
-    ) -> Self {
+    /// On servers the caller started.
+    pub fn on(mut self, infra: Infra) -> Self {
+        self.infra = Some(infra);
+        self
+    }
+
+    /// In a namespace the caller chose (from [`new_namespace`]), for servers configured for
+    /// it beforehand.
+    pub fn namespace(mut self, namespace: String) -> Self {
+        self.namespace = Some(namespace);
+        self
+    }
+
+    /// Starts the fake model, the tools service, the gateway (waiting until it is ready) and
+    /// the workers.
+    pub async fn start(self) -> TestApp {
         let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into());
         let _ = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
             .with_test_writer()
             .try_init();
-        let model = FakeModel::start(brain).await;
+        let infra = match self.infra {
+            Some(infra) => infra,
+            None => Infra::start().await,
+        };
+        let namespace = self.namespace.unwrap_or_else(new_namespace);
+        let model = FakeModel::start(self.brain).await;
         let tools =
             DemoTools::serve(tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap()).unwrap();
         let agents_dir = std::env::temp_dir().join(format!("countersign-{namespace}"));
         std::fs::create_dir_all(&agents_dir).unwrap();
         std::fs::write(
             agents_dir.join("refunds.toml"),
-            refunds_agent(provider, &model.base_url, &tools.base_url) + policy,
+            refunds_agent(self.provider.as_str(), &model.base_url, &tools.base_url) + &self.policy,
         )
         .unwrap();
 
         let mut config = gateway_config(&infra, &namespace, &agents_dir);
-        configure(&mut config);
+        for configure in self.gateway {
+            configure(&mut config);
+        }
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let gateway_url = format!("http://{}", listener.local_addr().unwrap());
         let token = CancellationToken::new();
@@ -229,7 +237,7 @@ impl TestApp {
             listener,
             token.clone(),
         ));
-        let mut app = Self {
+        let mut app = TestApp {
             infra,
             namespace,
             gateway_url,
@@ -253,10 +261,31 @@ impl TestApp {
             workers: Vec::new(),
         };
         app.wait_ready().await;
-        for _ in 0..workers {
-            app.spawn_worker();
+        for _ in 0..self.workers {
+            app.start_worker(|config| self.worker.iter().for_each(|configure| configure(config)));
         }
         app
+    }
+}
+
+impl TestApp {
+    /// An app as [`TestApp::builder`] makes it unless told otherwise.
+    pub async fn spawn(brain: impl Into<Brain>) -> Self {
+        Self::builder(brain).start().await
+    }
+
+    /// An app whose fake model answers each request with what `brain` makes of it.
+    pub fn builder<'a>(brain: impl Into<Brain>) -> TestAppBuilder<'a> {
+        TestAppBuilder {
+            brain: brain.into(),
+            provider: Provider::Anthropic,
+            workers: 1,
+            policy: String::new(),
+            gateway: Vec::new(),
+            worker: Vec::new(),
+            infra: None,
+            namespace: None,
+        }
     }
 
     async fn wait_ready(&self) {
@@ -272,14 +301,9 @@ impl TestApp {
         .await;
     }
 
-    /// Starts another gateway like the first; returns its base URL once it is ready.
-    pub async fn spawn_gateway(&mut self) -> String {
-        self.spawn_gateway_with(|_| {}).await
-    }
-
     /// Starts another gateway like the first but for what `change` changes in its
     /// configuration (a restart with an edited file); returns its base URL once it is ready.
-    pub async fn spawn_gateway_with(
+    pub async fn spawn_gateway(
         &mut self,
         change: impl FnOnce(&mut approval_gateway::config::Config),
     ) -> String {
@@ -363,16 +387,14 @@ impl TestApp {
         std::fs::write(&path, edit(text)).unwrap();
     }
 
-    /// Starts another worker, its probes on a free port; returns its index.
+    /// Starts another worker (without the builder's `worker` adjustments), its probes on a
+    /// free port; returns its index.
     pub fn spawn_worker(&mut self) -> usize {
-        self.spawn_worker_with(|_| {})
+        self.start_worker(|_| {})
     }
 
-    /// Like `spawn_worker`, with the worker's config adjusted by `configure`.
-    pub fn spawn_worker_with(
-        &mut self,
-        configure: impl FnOnce(&mut agent_worker::config::Config),
-    ) -> usize {
+    /// Starts a worker with its config adjusted by `configure`; returns its index.
+    fn start_worker(&mut self, configure: impl FnOnce(&mut agent_worker::config::Config)) -> usize {
         let mut config = self.worker_config();
         configure(&mut config);
         let token = CancellationToken::new();

@@ -1,10 +1,9 @@
-//! Test harness: real NATS and Redis in containers built from Debian's binaries, a fake LLM
-//! API speaking the real wire formats, the demo tools service, and the two services started
+//! Test harness: real NATS and Redis in containers built from Debian's binaries, the fake LLM
+//! API of `countersign-fake-model`, the demo tools service, and the two services started
 //! in-process on port 0 with a namespace of their own.
 
 pub mod app;
 pub mod browser;
-pub mod fake_model;
 pub mod fake_slack;
 pub mod images;
 pub mod infra;

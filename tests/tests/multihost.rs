@@ -12,9 +12,9 @@
 //!   cargo build -p approval-gateway -p agent-worker
 //!   cargo nextest run --workspace --profile multihost
 
+use countersign_fake_model::{FakeModel, refund_brain};
 use countersign_local::demo_tools::DemoTools;
 use countersign_tests::app::refunds_agent;
-use countersign_tests::fake_model::{FakeModel, refund_brain};
 use countersign_tests::output_of;
 use futures::future::join_all;
 use serde_json::{Value, json};

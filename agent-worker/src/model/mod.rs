@@ -4,13 +4,11 @@
 
 mod anthropic;
 mod openai;
-mod scripted;
 
 use countersign_model::agent::{Agent, Provider, ToolDef};
 use countersign_model::run::{Block, Message};
+use countersign_model::script::Script;
 use countersign_runtime::redact::redact_error;
-
-pub use scripted::Script;
 
 pub struct ModelRequest<'a> {
     pub model: &'a str,
@@ -82,7 +80,7 @@ impl Model {
                         agent.def.name
                     )
                 })?;
-                Self::Scripted(Script::load(&agent.dir.join(path))?)
+                Self::Scripted(load_script(&agent.dir.join(path))?)
             }
         })
     }
@@ -95,9 +93,15 @@ impl Model {
         match self {
             Self::Anthropic(endpoint) => anthropic::complete(http, endpoint, req).await,
             Self::OpenAi(endpoint) => openai::complete(http, endpoint, req).await,
-            Self::Scripted(script) => Ok(script.turn(req.messages)),
+            Self::Scripted(script) => Ok(script.answer(req.messages)),
         }
     }
+}
+
+fn load_script(path: &std::path::Path) -> anyhow::Result<Script> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| anyhow::anyhow!("cannot read script {}: {e}", path.display()))?;
+    Script::parse(&text).map_err(|e| anyhow::anyhow!("invalid script {}: {e}", path.display()))
 }
 
 /// Sends a JSON request and classifies failures by whether a retry can help.

@@ -1,7 +1,7 @@
 //! Bad input gets a clear JSON error with the right status, and changes nothing.
 
+use countersign_fake_model::refund_brain;
 use countersign_tests::app::{ADMIN_KEY, READER_KEY, REQUESTER_KEY, REVIEWER_KEY, TestApp};
-use countersign_tests::fake_model::refund_brain;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
@@ -242,8 +242,7 @@ async fn deciding_twice_answers_already_recorded_and_a_different_decision_is_a_c
 
 #[tokio::test]
 async fn deciding_a_run_that_is_not_waiting_is_refused() {
-    let app =
-        TestApp::spawn(|_: &Value| countersign_tests::fake_model::anthropic_text("Hello.")).await;
+    let app = TestApp::spawn(|_: &Value| countersign_fake_model::anthropic_text("Hello.")).await;
     let run_id = app.start_run("Just say hello.").await;
     app.wait_status(&run_id, "completed").await;
     let (status, body) = app
@@ -418,7 +417,7 @@ async fn an_edit_of_a_field_the_tool_does_not_take_is_refused_by_name_and_a_vali
         "{entry}"
     );
     // The model is told the change, field by field.
-    let told = countersign_tests::fake_model::last_results(app.model.requests().last().unwrap());
+    let told = countersign_fake_model::last_results(app.model.requests().last().unwrap());
     let content = told
         .iter()
         .find(|r| r["tool_use_id"] == "toolu_2")

@@ -5,9 +5,9 @@
 
 use crate::email::{app_with_email, mail_for};
 use crate::slack::{app_with, interact, posted_run};
+use countersign_fake_model::refund_brain;
 use countersign_tests::app::{PATIENCE, REVIEWER_KEY, TestApp};
 use countersign_tests::browser::{Browser, Screen};
-use countersign_tests::fake_model::refund_brain;
 use countersign_tests::fake_slack::{FakeSlack, click};
 use countersign_tests::wait_for;
 use serde_json::Value;
@@ -473,7 +473,10 @@ async fn a_page_of_another_site_cannot_sign_a_visitor_in_as_the_attacker() {
             speaks_for: Vec::new(),
         });
     };
-    let app = TestApp::spawn_configured("anthropic", 1, "", add_mallory, refund_brain).await;
+    let app = TestApp::builder(refund_brain)
+        .gateway(add_mallory)
+        .start()
+        .await;
     // mallory's page carries all she can get: her key, and the token of a sign-in page she
     // opened herself.
     let form = app

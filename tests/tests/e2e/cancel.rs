@@ -3,9 +3,9 @@
 //! audit trail has who asked and that it stopped.
 
 use approval_gateway::config::{ApiKey, Role};
+use countersign_fake_model::refund_brain;
 use countersign_tests::app::{ADMIN_KEY, PATIENCE, REQUESTER_KEY, REVIEWER_KEY, TestApp};
 use countersign_tests::audit_kinds as kinds;
-use countersign_tests::fake_model::refund_brain;
 use countersign_tests::fake_slack::FakeSlack;
 use countersign_tests::wait_for;
 use reqwest::{Method, StatusCode};
@@ -32,14 +32,11 @@ async fn cancel(
 async fn paused_with_slack() -> (TestApp, FakeSlack, String, Value) {
     let slack = FakeSlack::start().await;
     let slack_config = slack.config();
-    let app = TestApp::spawn_configured(
-        "anthropic",
-        1,
-        "channels = [\"slack:#refunds\"]\n",
-        move |config| config.slack = Some(slack_config),
-        refund_brain,
-    )
-    .await;
+    let app = TestApp::builder(refund_brain)
+        .policy("channels = [\"slack:#refunds\"]\n")
+        .gateway(move |config| config.slack = Some(slack_config))
+        .start()
+        .await;
     let run_id = app.start_run("Refund A-1001.").await;
     let paused = app.wait_status(&run_id, "awaiting_approval").await;
     wait_for("the Slack message", PATIENCE, || async {
@@ -117,7 +114,7 @@ async fn the_requester_cancels_a_paused_run_its_call_closes_and_nothing_runs() {
 
 #[tokio::test]
 async fn a_queued_run_cancelled_before_any_worker_took_it_never_reaches_the_model() {
-    let mut app = TestApp::spawn_with("anthropic", 0, refund_brain).await;
+    let mut app = TestApp::builder(refund_brain).workers(0).start().await;
     let run_id = app.start_run("Refund A-1001.").await;
     let (status, body) = cancel(&app, ADMIN_KEY, &run_id, None).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
@@ -129,21 +126,17 @@ async fn a_queued_run_cancelled_before_any_worker_took_it_never_reaches_the_mode
 
 #[tokio::test]
 async fn only_the_requester_or_an_admin_may_cancel() {
-    let app = TestApp::spawn_configured(
-        "anthropic",
-        1,
-        "",
-        |config| {
+    let app = TestApp::builder(refund_brain)
+        .gateway(|config| {
             config.api_keys.push(ApiKey {
                 key: OTHER_REQUESTER_KEY.into(),
                 role: Role::Requester,
                 principal: "ria".into(),
                 speaks_for: Vec::new(),
             })
-        },
-        refund_brain,
-    )
-    .await;
+        })
+        .start()
+        .await;
     let run_id = app.start_run("Refund A-1001.").await;
     app.wait_status(&run_id, "awaiting_approval").await;
     for key in [REVIEWER_KEY, OTHER_REQUESTER_KEY] {

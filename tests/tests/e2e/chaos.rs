@@ -4,8 +4,8 @@
 //! At the end every run is completed, and the refund tool (idempotent, as the policy says)
 //! applied each approved refund exactly once.
 
+use countersign_fake_model::refund_brain;
 use countersign_tests::app::{TestApp, refunds_agent};
-use countersign_tests::fake_model::refund_brain;
 use futures::future::join_all;
 use reqwest::StatusCode;
 use serde_json::json;
@@ -74,7 +74,7 @@ pub(super) fn worker_process_config(app: &TestApp) -> (std::path::PathBuf, std::
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_stops_a_worker_cleanly_and_another_finishes_its_runs() {
-    let app = TestApp::spawn_with("anthropic", 0, refund_brain).await;
+    let app = TestApp::builder(refund_brain).workers(0).start().await;
     let (dir, config) = worker_process_config(&app);
     app.model.set_latency(Duration::from_millis(300));
     let mut first = spawn_worker(&config);
@@ -118,7 +118,7 @@ async fn sigterm_stops_a_worker_cleanly_and_another_finishes_its_runs() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkilled_workers_lose_no_run_and_apply_no_refund_twice() {
-    let app = TestApp::spawn_with("anthropic", 0, refund_brain).await;
+    let app = TestApp::builder(refund_brain).workers(0).start().await;
     let (dir, config) = worker_process_config(&app);
     let mut workers: Vec<Child> = (0..WORKERS).map(|_| spawn_worker(&config)).collect();
 
@@ -223,7 +223,7 @@ async fn sigkilled_workers_lose_no_run_and_apply_no_refund_twice() {
 /// written to a pipe, carry no colour codes.
 #[tokio::test]
 async fn a_stopped_worker_with_nothing_running_says_none_in_flight_in_plain_text() {
-    let app = TestApp::spawn_with("anthropic", 0, refund_brain).await;
+    let app = TestApp::builder(refund_brain).workers(0).start().await;
     let (dir, config) = worker_process_config(&app);
     let mut worker = worker_command(&config)
         .env("RUST_LOG", "agent_worker=info,countersign_runtime=info")

@@ -2,13 +2,13 @@
 //! a paused run from the terminal, decisions quote the digest `show` displayed, the audit
 //! chain is checked locally, `watch` follows runs, and the exit codes tell failures apart.
 
+use countersign_fake_model::{anthropic_text, anthropic_tool_use, refund_brain, turn};
 use countersign_model::run::RunId;
 use countersign_runtime::names::Names;
 use countersign_store::keys::Keys;
 use countersign_tests::app::{
     ADMIN_KEY, INTEGRATION_KEY, PATIENCE, REQUESTER_KEY, REVIEWER_KEY, TestApp,
 };
-use countersign_tests::fake_model::{anthropic_text, anthropic_tool_use, refund_brain, turn};
 use serde_json::{Value, json};
 use std::process::Stdio;
 use tokio::io::{AsyncBufReadExt, BufReader};

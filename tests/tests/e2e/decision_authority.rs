@@ -3,9 +3,9 @@
 //! approval replayed against another run; a flood of refusals while the approver decides; two
 //! gateways deciding the same call at once.
 
+use countersign_fake_model::refund_brain;
 use countersign_runtime::signing::WebhookSecret;
 use countersign_tests::app::{INTEGRATION_KEY, REQUESTER_KEY, TestApp};
-use countersign_tests::fake_model::refund_brain;
 use futures::future::join_all;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
@@ -73,7 +73,11 @@ fn decided_before_executed(kinds: &[String]) {
 
 #[tokio::test]
 async fn a_requester_racing_their_own_pause_never_approves_it() {
-    let app = TestApp::spawn_with_policy("anthropic", 2, FINANCE, refund_brain).await;
+    let app = TestApp::builder(refund_brain)
+        .workers(2)
+        .policy(FINANCE)
+        .start()
+        .await;
     // rick asks for the refunds and is in finance, and a key that speaks for him decides.
     let runs: Vec<String> =
         join_all((0..RUNS).map(|i| start_for(&app, "rick", format!("Race refund {i}.")))).await;
@@ -108,7 +112,11 @@ async fn a_requester_racing_their_own_pause_never_approves_it() {
 #[tokio::test]
 async fn a_non_approver_racing_a_quorum_pause_never_counts() {
     let policy = format!("{FINANCE}quorum = 2\n");
-    let app = TestApp::spawn_with_policy("anthropic", 2, &policy, refund_brain).await;
+    let app = TestApp::builder(refund_brain)
+        .workers(2)
+        .policy(&policy)
+        .start()
+        .await;
     let runs: Vec<String> =
         join_all((0..RUNS).map(|i| start_for(&app, "rick", format!("Quorum race {i}.")))).await;
     // carol is in support, not finance.
@@ -144,20 +152,17 @@ const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
 #[tokio::test]
 async fn a_signed_approval_replayed_to_another_run_is_refused_and_to_its_own_is_idempotent() {
-    let app = TestApp::spawn_configured(
-        "anthropic",
-        1,
-        FINANCE,
-        |config| {
+    let app = TestApp::builder(refund_brain)
+        .policy(FINANCE)
+        .gateway(|config| {
             config.signed_senders = vec![approval_gateway::config::SignedSender {
                 name: "ops-desk".into(),
                 secret: WebhookSecret::parse(SECRET).unwrap(),
                 speaks_for: vec!["alice".into()],
             }];
-        },
-        refund_brain,
-    )
-    .await;
+        })
+        .start()
+        .await;
     let first = start_for(&app, "carol", "Refund A-1001.".into()).await;
     let second = start_for(&app, "carol", "Refund A-1001 again.".into()).await;
     let paused = app.wait_status(&first, "awaiting_approval").await;
@@ -226,7 +231,7 @@ async fn a_signed_approval_replayed_to_another_run_is_refused_and_to_its_own_is_
 
 #[tokio::test]
 async fn a_flood_of_refusals_neither_delays_nor_hides_the_approvers_decision() {
-    let app = TestApp::spawn_with_policy("anthropic", 1, FINANCE, refund_brain).await;
+    let app = TestApp::builder(refund_brain).policy(FINANCE).start().await;
     let run = start_for(&app, "rick", "Refund A-1001.".into()).await;
     let paused = app.wait_status(&run, "awaiting_approval").await;
     let digest = paused["pending"][0]["digest"].clone();
@@ -282,8 +287,8 @@ async fn a_flood_of_refusals_neither_delays_nor_hides_the_approvers_decision() {
 
 #[tokio::test]
 async fn two_gateways_deciding_one_call_at_once_record_and_announce_it_once() {
-    let mut app = TestApp::spawn_with_policy("anthropic", 1, FINANCE, refund_brain).await;
-    let second = app.spawn_gateway().await;
+    let mut app = TestApp::builder(refund_brain).policy(FINANCE).start().await;
+    let second = app.spawn_gateway(|_| {}).await;
     let run = start_for(&app, "rick", "Refund A-1001.".into()).await;
     let paused = app.wait_status(&run, "awaiting_approval").await;
     let body = json!({"decided_by": "alice", "decisions": [

@@ -7,8 +7,8 @@ use super::email::{BASE, any_mail_for, post_form};
 use super::inbox::Browser;
 use super::slack::{app_with, interact, posted_run};
 use approval_gateway::config::{ApiKey, Config, Person, Role};
+use countersign_fake_model::refund_brain;
 use countersign_tests::app::{ADMIN_KEY, INTEGRATION_KEY, PATIENCE, REVIEWER_KEY, TestApp};
-use countersign_tests::fake_model::refund_brain;
 use countersign_tests::fake_slack::{FakeSlack, click};
 use countersign_tests::smtp_sink::SmtpSink;
 use countersign_tests::wait_for;
@@ -59,17 +59,14 @@ fn add_people(config: &mut Config) {
 async fn app_with_mail() -> (TestApp, SmtpSink) {
     let sink = SmtpSink::start().await;
     let email = sink.email_config(BASE);
-    let app = TestApp::spawn_configured(
-        "anthropic",
-        1,
-        "channels = [\"email:approvers\"]\n",
-        move |config| {
+    let app = TestApp::builder(refund_brain)
+        .policy("channels = [\"email:approvers\"]\n")
+        .gateway(move |config| {
             add_people(config);
             config.email = Some(email);
-        },
-        refund_brain,
-    )
-    .await;
+        })
+        .start()
+        .await;
     (app, sink)
 }
 
@@ -122,7 +119,10 @@ async fn signed_in_by_mail(app: &TestApp, sink: &SmtpSink, address: &str) -> Bro
 
 #[tokio::test]
 async fn a_kept_cookie_decides_nothing_once_its_key_is_gone_from_the_configuration() {
-    let mut app = TestApp::spawn_configured("anthropic", 1, "", add_people, refund_brain).await;
+    let mut app = TestApp::builder(refund_brain)
+        .gateway(add_people)
+        .start()
+        .await;
     let run_id = app.start_run("Refund A-1001.").await;
     app.wait_status(&run_id, "awaiting_approval").await;
     let mut alice = Browser::signed_in(&app, ALICE_KEY).await;
@@ -133,7 +133,7 @@ async fn a_kept_cookie_decides_nothing_once_its_key_is_gone_from_the_configurati
 
     // The gateway comes back without alice's key; she kept her cookie and the form.
     alice.base = app
-        .spawn_gateway_with(|c| c.api_keys.retain(|k| k.principal != "alice"))
+        .spawn_gateway(|c| c.api_keys.retain(|k| k.principal != "alice"))
         .await;
     let form = [
         ("action", "approve"),
@@ -164,7 +164,7 @@ async fn a_session_from_an_emailed_link_ends_when_the_person_loses_a_deciding_ro
 
     // Restarted with alice made a reader and bob taken out of [[people]].
     let url = app
-        .spawn_gateway_with(|c| {
+        .spawn_gateway(|c| {
             c.people.retain(|p| p.id != "bob");
             let alice = c.people.iter_mut().find(|p| p.id == "alice").unwrap();
             alice.role = Some(Role::Reader);
@@ -184,7 +184,10 @@ async fn a_session_from_an_emailed_link_ends_when_the_person_loses_a_deciding_ro
 
 #[tokio::test]
 async fn an_admin_ends_every_session_of_a_person_and_nobody_else_may() {
-    let app = TestApp::spawn_configured("anthropic", 1, "", add_people, refund_brain).await;
+    let app = TestApp::builder(refund_brain)
+        .gateway(add_people)
+        .start()
+        .await;
     let alice = Browser::signed_in(&app, ALICE_KEY).await;
     let second = Browser::signed_in(&app, ALICE_KEY).await;
     let end = |key| app.request(Method::DELETE, "/v1/people/alice/sessions", Some(key), None);
@@ -221,7 +224,7 @@ async fn email_reaches_only_people_whose_role_decides_and_a_link_is_checked_agai
 
     // alice's role changes to reader while her mail waits: her link decides nothing.
     let url = app
-        .spawn_gateway_with(|c| {
+        .spawn_gateway(|c| {
             let alice = c.people.iter_mut().find(|p| p.id == "alice").unwrap();
             alice.role = Some(Role::Reader);
         })
@@ -274,7 +277,10 @@ async fn a_slack_click_by_a_person_whose_role_does_not_decide_changes_nothing() 
 
 #[tokio::test]
 async fn a_key_speaking_for_a_person_decides_with_that_persons_role() {
-    let app = TestApp::spawn_configured("anthropic", 1, "", add_people, refund_brain).await;
+    let app = TestApp::builder(refund_brain)
+        .gateway(add_people)
+        .start()
+        .await;
     let run_id = app.start_run("Refund A-1001.").await;
     let paused = app.wait_status(&run_id, "awaiting_approval").await;
     let digest = &paused["pending"][0]["digest"];

@@ -2,8 +2,8 @@
 //! expired and superseded links say so and change nothing; Slack and email racing on one
 //! call record one decision and both show it.
 
+use countersign_fake_model::refund_brain;
 use countersign_tests::app::{PATIENCE, TestApp};
-use countersign_tests::fake_model::refund_brain;
 use countersign_tests::fake_slack::{FakeSlack, SIGNING_SECRET, click, form_body};
 use countersign_tests::infra::Infra;
 use countersign_tests::smtp_sink::{Mail, SmtpSink};
@@ -29,18 +29,15 @@ async fn app_with_email_on(
     let email = sink.email_config(BASE);
     let slack_config = slack.map(FakeSlack::config);
     let policy = format!("approvers = [\"role:finance\"]\nchannels = [{channels}]\n");
-    let app = TestApp::spawn_on(
-        infra,
-        "anthropic",
-        1,
-        &policy,
-        move |config| {
+    let app = TestApp::builder(refund_brain)
+        .policy(&policy)
+        .gateway(move |config| {
             config.email = Some(email);
             config.slack = slack_config;
-        },
-        refund_brain,
-    )
-    .await;
+        })
+        .on(infra)
+        .start()
+        .await;
     (app, sink)
 }
 

@@ -1,8 +1,8 @@
 //! Every error on every route is the API's JSON error, `{"error": {"code", "message"}}`,
 //! including those axum makes itself; only the email pages are HTML.
 
+use countersign_fake_model::refund_brain;
 use countersign_tests::app::{ADMIN_KEY, TestApp};
-use countersign_tests::fake_model::refund_brain;
 use reqwest::{Method, StatusCode};
 use serde_json::Value;
 
@@ -51,14 +51,11 @@ fn assert_json_error(
 
 #[tokio::test]
 async fn bad_queries_wrong_methods_and_oversized_raw_bodies_get_json_errors() {
-    let app = TestApp::spawn_configured(
-        "anthropic",
-        0,
-        "",
-        |config| config.max_body_bytes = 2048,
-        refund_brain,
-    )
-    .await;
+    let app = TestApp::builder(refund_brain)
+        .workers(0)
+        .gateway(|config| config.max_body_bytes = 2048)
+        .start()
+        .await;
     let too_big = vec![b'a'; 4096];
 
     let answer = send(&app, Method::GET, "/v1/approvals?limit=abc", None).await;

@@ -1,8 +1,8 @@
 //! Reminders go out before a deadline; a deadline with `on_expiry = "escalate"` asks more
 //! approvers once and extends the deadline, and expires the call if they do not decide either.
 
+use countersign_fake_model::{last_results, refund_brain};
 use countersign_tests::app::{INTEGRATION_KEY, PATIENCE, TestApp};
-use countersign_tests::fake_model::{last_results, refund_brain};
 use countersign_tests::fake_slack::FakeSlack;
 use countersign_tests::wait_for;
 use reqwest::Method;
@@ -10,16 +10,14 @@ use serde_json::{Value, json};
 
 async fn app_with(policy: &str, slack: &FakeSlack) -> TestApp {
     let slack_config = slack.config();
-    TestApp::spawn_configured(
-        "anthropic",
-        2,
-        policy,
-        move |config| {
+    TestApp::builder(refund_brain)
+        .workers(2)
+        .policy(policy)
+        .gateway(move |config| {
             config.slack = Some(slack_config);
-        },
-        refund_brain,
-    )
-    .await
+        })
+        .start()
+        .await
 }
 
 async fn decide_as(

@@ -3,12 +3,12 @@
 //! a decided call never expires; and fifty conflicting decisions record exactly one.
 
 use approval_gateway::config::WebhookEndpoint;
+use countersign_fake_model::{last_results, refund_brain};
 use countersign_runtime::names::Names;
 use countersign_runtime::signing::WebhookSecret;
 use countersign_store::keys::{Keys, Shard};
 use countersign_tests::app::{INTEGRATION_KEY, PATIENCE, TestApp};
 use countersign_tests::audit_kinds as kinds;
-use countersign_tests::fake_model::{last_results, refund_brain};
 use countersign_tests::fake_slack::FakeSlack;
 use countersign_tests::wait_for;
 use countersign_tests::webhook_receiver::WebhookReceiver;
@@ -43,11 +43,10 @@ async fn an_undecided_call_expires_once_across_three_workers_and_everyone_is_tol
     let hooks = WebhookReceiver::start(0).await;
     let (slack_config, hook_url) = (slack.config(), hooks.url.clone());
     let policy = "timeout = \"1s\"\nchannels = [\"slack:#refunds\"]\n";
-    let app = TestApp::spawn_configured(
-        "anthropic",
-        3,
-        policy,
-        move |config| {
+    let app = TestApp::builder(refund_brain)
+        .workers(3)
+        .policy(policy)
+        .gateway(move |config| {
             config.slack = Some(slack_config);
             config.webhooks = vec![WebhookEndpoint {
                 name: "all".into(),
@@ -55,10 +54,9 @@ async fn an_undecided_call_expires_once_across_three_workers_and_everyone_is_tol
                 secret: WebhookSecret::parse("whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD").unwrap(),
                 all_events: true,
             }];
-        },
-        refund_brain,
-    )
-    .await;
+        })
+        .start()
+        .await;
     let run_id = app.start_run("Refund A-1001.").await;
     let paused = app.wait_status(&run_id, "awaiting_approval").await;
     assert!(paused["pending"][0]["deadline"].as_i64().is_some());
@@ -119,7 +117,10 @@ async fn an_undecided_call_expires_once_across_three_workers_and_everyone_is_tol
 
 #[tokio::test]
 async fn a_shard_whose_sweeper_vanished_is_swept_by_another_once_its_lease_lapses() {
-    let app = TestApp::spawn_with_policy("anthropic", 1, "timeout = \"1s\"\n", refund_brain).await;
+    let app = TestApp::builder(refund_brain)
+        .policy("timeout = \"1s\"\n")
+        .start()
+        .await;
     // A sweeper that took every shard's lease and died: nobody else may sweep for 3 s.
     let mut conn = app.infra.redis().await;
     let names = Names::new(&app.namespace).unwrap();
@@ -162,13 +163,10 @@ async fn a_shard_whose_sweeper_vanished_is_swept_by_another_once_its_lease_lapse
 
 #[tokio::test]
 async fn a_decided_call_leaves_the_sweepers_sets_when_its_run_resumes() {
-    let app = TestApp::spawn_with_policy(
-        "anthropic",
-        1,
-        "timeout = \"1h\"\nremind_before = \"30m\"\n",
-        refund_brain,
-    )
-    .await;
+    let app = TestApp::builder(refund_brain)
+        .policy("timeout = \"1h\"\nremind_before = \"30m\"\n")
+        .start()
+        .await;
     let run_id = app.start_run("Refund A-1001.").await;
     let paused = app.wait_status(&run_id, "awaiting_approval").await;
     // The timers are set just after the pause is saved.
@@ -190,7 +188,11 @@ async fn a_decided_call_leaves_the_sweepers_sets_when_its_run_resumes() {
 
 #[tokio::test]
 async fn a_decided_call_never_expires() {
-    let app = TestApp::spawn_with_policy("anthropic", 2, "timeout = \"4s\"\n", refund_brain).await;
+    let app = TestApp::builder(refund_brain)
+        .workers(2)
+        .policy("timeout = \"4s\"\n")
+        .start()
+        .await;
     let run_id = app.start_run("Refund A-1001.").await;
     let paused = app.wait_status(&run_id, "awaiting_approval").await;
     let (status, body) = app

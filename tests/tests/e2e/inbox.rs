@@ -5,8 +5,8 @@
 
 use super::email::app_with_email;
 use approval_gateway::config::{ApiKey, Role};
+use countersign_fake_model::refund_brain;
 use countersign_tests::app::{PATIENCE, TestApp};
-use countersign_tests::fake_model::refund_brain;
 use countersign_tests::wait_for;
 use reqwest::StatusCode;
 use reqwest::header::{LOCATION, SET_COOKIE};
@@ -20,14 +20,11 @@ const RICK_KEY: &str = "inbox-rick-key-0123456789";
 /// A refund app whose refunds only the finance people (alice, bob, rick) may decide, with
 /// reviewer keys for alice, carol and rick.
 async fn app() -> TestApp {
-    TestApp::spawn_configured(
-        "anthropic",
-        1,
-        "approvers = [\"role:finance\"]\n",
-        add_keys,
-        refund_brain,
-    )
-    .await
+    TestApp::builder(refund_brain)
+        .policy("approvers = [\"role:finance\"]\n")
+        .gateway(add_keys)
+        .start()
+        .await
 }
 
 fn add_keys(config: &mut approval_gateway::config::Config) {

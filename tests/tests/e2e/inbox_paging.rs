@@ -2,13 +2,13 @@
 //! newer runs, each call appears once however the pages are cut, and runs that moved on
 //! are left out.
 
+use countersign_fake_model::refund_brain;
 use countersign_model::run::RunId;
 use countersign_runtime::metrics::Metrics;
 use countersign_runtime::names::Names;
 use countersign_store::keys::{Keys, Shard};
 use countersign_store::{Awaiting, Store};
 use countersign_tests::app::TestApp;
-use countersign_tests::fake_model::refund_brain;
 use countersign_tests::wait_for;
 use futures::future::join_all;
 use reqwest::StatusCode;
@@ -40,7 +40,7 @@ async fn all_pages(app: &TestApp, limit: usize) -> Vec<Vec<Value>> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_inbox_pages_through_twelve_hundred_paused_runs_showing_each_call_once() {
-    let app = TestApp::spawn_with("anthropic", 4, refund_brain).await;
+    let app = TestApp::builder(refund_brain).workers(4).start().await;
     let mut runs = Vec::new();
     for _ in 0..RUNS / 50 {
         runs.extend(join_all((0..50).map(|_| app.start_run("Refund A-1001 please."))).await);
@@ -113,7 +113,7 @@ async fn the_inbox_pages_through_twelve_hundred_paused_runs_showing_each_call_on
 
 #[tokio::test]
 async fn a_bad_cursor_or_limit_is_a_json_error() {
-    let app = TestApp::spawn_with("anthropic", 0, refund_brain).await;
+    let app = TestApp::builder(refund_brain).workers(0).start().await;
     for (query, code) in [
         ("cursor=nonsense", "invalid_cursor"),
         ("cursor=12-run%20x", "invalid_cursor"),
@@ -133,7 +133,7 @@ async fn a_bad_cursor_or_limit_is_a_json_error() {
 
 #[tokio::test]
 async fn runs_that_paused_in_the_same_millisecond_are_paged_by_id_without_loss() {
-    let app = TestApp::spawn_with("anthropic", 0, refund_brain).await;
+    let app = TestApp::builder(refund_brain).workers(0).start().await;
     let names = Names::new(&app.namespace).unwrap();
     let store = Store::connect(&app.connections(), names.clone(), Metrics::default())
         .await

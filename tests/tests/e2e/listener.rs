@@ -3,8 +3,8 @@
 //! being answered, connections beyond `max_connections` wait until a slot frees, and a
 //! request in flight when the gateway stops is still answered.
 
+use countersign_fake_model::refund_brain;
 use countersign_tests::app::{PATIENCE, REQUESTER_KEY, TestApp};
-use countersign_tests::fake_model::refund_brain;
 use countersign_tests::wait_for;
 use reqwest::StatusCode;
 use std::sync::Arc;
@@ -78,17 +78,14 @@ async fn slow_client(mut stream: TcpStream, slow: Slow, host: String) -> Cut {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_clients_are_cut_off_after_their_timeouts_while_the_api_keeps_answering() {
-    let app = TestApp::spawn_configured(
-        "anthropic",
-        0,
-        "",
-        |config| {
+    let app = TestApp::builder(refund_brain)
+        .workers(0)
+        .gateway(|config| {
             config.header_read_timeout_ms = HEADER_TIMEOUT_MS;
             config.body_timeout_ms = BODY_TIMEOUT_MS;
-        },
-        refund_brain,
-    )
-    .await;
+        })
+        .start()
+        .await;
     let host = app.gateway_url.trim_start_matches("http://").to_string();
     let open = Arc::new(AtomicUsize::new(0));
     let mut clients = Vec::new();
@@ -163,17 +160,14 @@ async fn slow_clients_are_cut_off_after_their_timeouts_while_the_api_keeps_answe
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_beyond_the_limit_waits_until_slow_ones_are_cut_off_then_is_served() {
     const LIMIT: usize = 50;
-    let app = TestApp::spawn_configured(
-        "anthropic",
-        0,
-        "",
-        |config| {
+    let app = TestApp::builder(refund_brain)
+        .workers(0)
+        .gateway(|config| {
             config.header_read_timeout_ms = 1000;
             config.max_connections = LIMIT;
-        },
-        refund_brain,
-    )
-    .await;
+        })
+        .start()
+        .await;
     let host = app.gateway_url.trim_start_matches("http://").to_string();
     // Three times the limit: the first fill every slot, the rest wait in the backlog, each
     // accepted only when one before it is cut off.
@@ -205,18 +199,15 @@ async fn a_connection_beyond_the_limit_waits_until_slow_ones_are_cut_off_then_is
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_stops_reading_its_answers_is_cut_off_after_the_idle_timeout() {
-    let app = TestApp::spawn_configured(
-        "anthropic",
-        0,
-        "",
-        |config| {
+    let app = TestApp::builder(refund_brain)
+        .workers(0)
+        .gateway(|config| {
             config.idle_timeout_ms = 1000;
             // Far off, so that only the idle timeout can end the connection.
             config.header_read_timeout_ms = 120_000;
-        },
-        refund_brain,
-    )
-    .await;
+        })
+        .start()
+        .await;
     let host = app.gateway_url.trim_start_matches("http://").to_string();
     let stream = TcpStream::connect(&host).await.unwrap();
     // Pipelined requests, never reading the answers: once the buffers are full both ways, the
@@ -247,7 +238,7 @@ async fn a_client_that_stops_reading_its_answers_is_cut_off_after_the_idle_timeo
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_in_flight_when_the_gateway_stops_is_still_answered() {
-    let app = TestApp::spawn_with("anthropic", 0, refund_brain).await;
+    let app = TestApp::builder(refund_brain).workers(0).start().await;
     let host = app.gateway_url.trim_start_matches("http://").to_string();
     let body = r#"{"agent": "refunds", "input": "Refund A-1001 please."}"#;
     let mut stream = TcpStream::connect(&host).await.unwrap();

@@ -2,12 +2,12 @@
 //! once, a duplicated `approval.decided` resumes nothing twice, and a stopped worker's
 //! paused run is resumed by another.
 
+use countersign_fake_model::refund_brain;
 use countersign_model::events::Event;
 use countersign_model::run::{Action, RunId};
 use countersign_runtime::bus::Bus;
 use countersign_runtime::names::Names;
 use countersign_tests::app::TestApp;
-use countersign_tests::fake_model::refund_brain;
 use futures::future::join_all;
 use std::time::Instant;
 
@@ -15,7 +15,7 @@ const RUNS: usize = 50;
 
 #[tokio::test]
 async fn two_workers_complete_fifty_concurrent_runs_with_each_refund_run_exactly_once() {
-    let app = TestApp::spawn_with("anthropic", 2, refund_brain).await;
+    let app = TestApp::builder(refund_brain).workers(2).start().await;
     let bus = Bus::connect(&app.connections(), Names::new(&app.namespace).unwrap())
         .await
         .unwrap();
@@ -91,7 +91,7 @@ async fn two_workers_complete_fifty_concurrent_runs_with_each_refund_run_exactly
 
 #[tokio::test]
 async fn a_run_paused_by_a_worker_that_stopped_is_resumed_by_another() {
-    let mut app = TestApp::spawn_with("anthropic", 1, refund_brain).await;
+    let mut app = TestApp::builder(refund_brain).start().await;
     let run_id = app.start_run("Refund A-1001 please.").await;
     let paused = app.wait_status(&run_id, "awaiting_approval").await;
     app.stop_worker(0).await;

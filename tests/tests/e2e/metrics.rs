@@ -2,8 +2,8 @@
 //! refused decision, each shows what it did (and only that: each service counts its own).
 //! Behind a bearer token, or on an address of its own, as operators choose.
 
+use countersign_fake_model::refund_brain;
 use countersign_tests::app::{PATIENCE, TestApp};
-use countersign_tests::fake_model::refund_brain;
 use countersign_tests::infra::free_port;
 use countersign_tests::metric_value as value;
 use countersign_tests::wait_for;
@@ -145,17 +145,13 @@ async fn get(app: &TestApp, url: &str, token: Option<&str>) -> (u16, String) {
 
 #[tokio::test]
 async fn with_a_metrics_token_metrics_answer_only_its_bearer() {
-    let mut app = TestApp::spawn_configured(
-        "anthropic",
-        0,
-        "",
-        |c| c.metrics_token = Some(METRICS_TOKEN.into()),
-        refund_brain,
-    )
-    .await;
-    let worker = app.spawn_worker_with(|c| c.metrics_token = Some(METRICS_TOKEN.into()));
+    let app = TestApp::builder(refund_brain)
+        .gateway(|c| c.metrics_token = Some(METRICS_TOKEN.into()))
+        .worker(|c| c.metrics_token = Some(METRICS_TOKEN.into()))
+        .start()
+        .await;
     app.refund_cycle().await;
-    let worker = app.worker_probes_url(worker).to_string();
+    let worker = app.worker_probes_url(0).to_string();
     for base in [app.gateway_url.clone(), worker.clone()] {
         let url = format!("{base}/metrics");
         for refused in [
@@ -185,17 +181,13 @@ async fn with_a_metrics_token_metrics_answer_only_its_bearer() {
 async fn with_a_metrics_listen_address_metrics_are_served_there_alone() {
     let gateway_metrics = format!("127.0.0.1:{}", free_port());
     let worker_metrics = format!("127.0.0.1:{}", free_port());
-    let mut app = TestApp::spawn_configured(
-        "anthropic",
-        0,
-        "",
-        |c| c.metrics_listen = Some(gateway_metrics.clone()),
-        refund_brain,
-    )
-    .await;
-    let worker = app.spawn_worker_with(|c| c.metrics_listen = Some(worker_metrics.clone()));
+    let app = TestApp::builder(refund_brain)
+        .gateway(|c| c.metrics_listen = Some(gateway_metrics.clone()))
+        .worker(|c| c.metrics_listen = Some(worker_metrics.clone()))
+        .start()
+        .await;
     app.refund_cycle().await;
-    let worker = app.worker_probes_url(worker).to_string();
+    let worker = app.worker_probes_url(0).to_string();
     for (main, apart) in [
         (app.gateway_url.clone(), gateway_metrics),
         (worker, worker_metrics),

@@ -4,12 +4,12 @@
 //! certificate, and the shipped users and permissions (`deploy/nats-server.conf`, as the
 //! local runner renders it).
 
+use countersign_fake_model::refund_brain;
 use countersign_local::nats_users::NatsUsers;
 use countersign_runtime::bus::Bus;
 use countersign_runtime::config::Connections;
 use countersign_runtime::names::Names;
 use countersign_tests::app::{PATIENCE, REQUESTER_KEY, TestApp, gateway_waits_for, new_namespace};
-use countersign_tests::fake_model::refund_brain;
 use countersign_tests::images::NATS;
 use countersign_tests::infra::Infra;
 use countersign_tests::pki::TestPki;
@@ -222,18 +222,14 @@ async fn refused_to_publish(url: &str, user: &str, password: &str, subject: Stri
 async fn with_the_shipped_nats_users_runs_go_through_and_no_service_publishes_what_is_the_others() {
     let namespace = new_namespace();
     let users = NatsUsers::random();
-    let connections = Infra::start_with_nats_config(&users.config(&namespace)).await;
-    let mut app = TestApp::spawn_in(
-        namespace.clone(),
-        connections,
-        "anthropic",
-        0,
-        "",
-        |c| users.log_in_gateway(&mut c.connections),
-        refund_brain,
-    )
-    .await;
-    app.spawn_worker_with(|c| users.log_in_worker(&mut c.connections));
+    let infra = Infra::start_with_nats_config(&users.config(&namespace)).await;
+    let app = TestApp::builder(refund_brain)
+        .gateway(|c| users.log_in_gateway(&mut c.connections))
+        .worker(|c| users.log_in_worker(&mut c.connections))
+        .on(infra)
+        .namespace(namespace.clone())
+        .start()
+        .await;
 
     // Everything a run does: start, pause, approval, completion; a decision left to the
     // outbox sweepers (published by a gateway's: a worker's would be refused); and a cancel.

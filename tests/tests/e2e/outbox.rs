@@ -2,9 +2,9 @@
 //! died before it could publish, is announced from the run's outbox once it can be, and the
 //! run completes without anyone posting again.
 
+use countersign_fake_model::refund_brain;
 use countersign_runtime::metrics::Metrics;
 use countersign_tests::app::{PATIENCE, TestApp};
-use countersign_tests::fake_model::refund_brain;
 use countersign_tests::infra::Infra;
 use countersign_tests::wait_for;
 use futures::future::join_all;
@@ -37,7 +37,7 @@ fn applied_once(app: &TestApp, runs: &[(String, Value)]) {
 #[tokio::test]
 async fn decisions_made_while_nats_is_down_are_answered_and_resume_their_runs_when_it_returns() {
     let infra = Infra::start_restartable().await;
-    let app = TestApp::spawn_on(infra, "anthropic", 1, "", |_| {}, refund_brain).await;
+    let app = TestApp::builder(refund_brain).on(infra).start().await;
     let runs = paused_runs(&app, "Outage refund").await;
 
     app.infra.nats.stop().await.unwrap();

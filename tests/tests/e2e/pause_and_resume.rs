@@ -1,9 +1,9 @@
 //! A run pauses before a call that needs a person, and resumes once it is decided.
 
-use countersign_tests::app::TestApp;
-use countersign_tests::fake_model::{
+use countersign_fake_model::{
     anthropic_text, anthropic_tool_use, last_results, refund_brain, turn,
 };
+use countersign_tests::app::TestApp;
 use serde_json::json;
 
 #[tokio::test]

@@ -2,8 +2,8 @@
 //! what is missing and API calls answer 503 at once instead of hanging, `/livez` stays 200,
 //! and everything works again once the server is back.
 
+use countersign_fake_model::refund_brain;
 use countersign_tests::app::{ADMIN_KEY, PATIENCE, TestApp};
-use countersign_tests::fake_model::refund_brain;
 use countersign_tests::infra::Infra;
 use countersign_tests::wait_for;
 use reqwest::StatusCode;
@@ -14,15 +14,10 @@ use std::time::{Duration, Instant};
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(3);
 
 async fn app_on_restartable_servers() -> TestApp {
-    let app = TestApp::spawn_on(
-        Infra::start_restartable().await,
-        "anthropic",
-        1,
-        "",
-        |_| {},
-        refund_brain,
-    )
-    .await;
+    let app = TestApp::builder(refund_brain)
+        .on(Infra::start_restartable().await)
+        .start()
+        .await;
     // The worker has started (connected and pulling) before a test takes a server away.
     let worker = app.worker_probes_url(0).to_string();
     wait_for("the worker to be ready", PATIENCE, || async {

@@ -1,14 +1,15 @@
 //! The OpenAI wire format end to end, and tools that fail without failing the run.
 
-use countersign_tests::app::TestApp;
-use countersign_tests::fake_model::{
+use countersign_fake_model::{
     anthropic_text, anthropic_tool_use, last_results, openai_answer, turn,
 };
+use countersign_model::agent::Provider;
+use countersign_tests::app::TestApp;
 use serde_json::{Value, json};
 
 #[tokio::test]
 async fn an_openai_run_pauses_resumes_and_answers_each_call_with_a_tool_message_in_order() {
-    let app = TestApp::spawn_with("openai", 1, |request: &Value| match turn(request) {
+    let app = TestApp::builder(|request: &Value| match turn(request) {
         0 => openai_answer(
             Some("Checking and refunding."),
             &[
@@ -22,6 +23,8 @@ async fn an_openai_run_pauses_resumes_and_answers_each_call_with_a_tool_message_
         ),
         _ => openai_answer(Some("Refunded."), &[]),
     })
+    .provider(Provider::Openai)
+    .start()
     .await;
     let run_id = app.start_run("Refund A-1001.").await;
     let paused = app.wait_status(&run_id, "awaiting_approval").await;

@@ -6,12 +6,12 @@
 //! can be made to wait for replicas, and the services log in as an ACL user and over TLS
 //! with a client certificate.
 
+use countersign_fake_model::refund_brain;
 use countersign_model::run::RunId;
 use countersign_runtime::metrics::Metrics;
 use countersign_runtime::names::Names;
 use countersign_store::Store;
 use countersign_tests::app::{PATIENCE, TestApp};
-use countersign_tests::fake_model::refund_brain;
 use countersign_tests::infra::Infra;
 use countersign_tests::redis_deployments::{MASTER_NAME, bridge_ip, kill, query};
 use countersign_tests::wait_for;
@@ -78,7 +78,11 @@ async fn behind_sentinel_a_killed_master_is_replaced_and_every_run_completes_onc
     let infra = Infra::start_sentinel().await;
     let master_ip = bridge_ip(&infra.redis).await;
     let sentinel = infra.redis_url.split(',').next().unwrap().to_string();
-    let app = TestApp::spawn_on(infra, "anthropic", 2, "", |_| {}, refund_brain).await;
+    let app = TestApp::builder(refund_brain)
+        .workers(2)
+        .on(infra)
+        .start()
+        .await;
     runs_complete_across_a_failover(&app, "sentinel", &master_ip).await;
 
     // The Sentinels name a former replica as the master now.
@@ -138,7 +142,7 @@ async fn services_log_in_as_the_configured_acl_user_and_a_wrong_password_stops_t
         .expect("it stopped");
     assert!(stopped.is_err());
 
-    let app = TestApp::spawn_on(infra, "anthropic", 1, "", |_| {}, refund_brain).await;
+    let app = TestApp::builder(refund_brain).on(infra).start().await;
     app.refund_cycle().await;
 }
 
@@ -148,7 +152,11 @@ async fn on_a_cluster_a_killed_master_is_replaced_and_every_run_completes_once()
     let master_ip = bridge_ip(&infra.redis).await;
     let role: Vec<redis::Value> = query(&master_ip, 6379, &redis::cmd("ROLE")).await.unwrap();
     assert_eq!(role[0], redis::Value::BulkString(b"master".to_vec()));
-    let app = TestApp::spawn_on(infra, "anthropic", 2, "", |_| {}, refund_brain).await;
+    let app = TestApp::builder(refund_brain)
+        .workers(2)
+        .on(infra)
+        .start()
+        .await;
     // The runs' keys, and the shards of the indexes, spread over all three masters.
     runs_complete_across_a_failover(&app, "cluster", &master_ip).await;
 
@@ -176,6 +184,6 @@ async fn services_reach_a_redis_that_requires_tls_and_a_client_certificate() {
             .is_err()
     );
 
-    let app = TestApp::spawn_on(infra, "anthropic", 1, "", |_| {}, refund_brain).await;
+    let app = TestApp::builder(refund_brain).on(infra).start().await;
     app.refund_cycle().await;
 }

@@ -1,8 +1,8 @@
 //! Redis (append-only file on) and NATS (file storage) each restarted in the middle of a
 //! batch of runs: no paused run, decision or job is lost, and no refund runs twice.
 
+use countersign_fake_model::refund_brain;
 use countersign_tests::app::{TestApp, gateway_waits_for};
-use countersign_tests::fake_model::refund_brain;
 use countersign_tests::infra::Infra;
 use futures::future::join_all;
 use serde_json::Value;
@@ -12,7 +12,11 @@ const RUNS: usize = 30;
 #[tokio::test]
 async fn restarting_redis_and_nats_mid_batch_loses_nothing() {
     let infra = Infra::start_restartable().await;
-    let app = TestApp::spawn_on(infra, "anthropic", 2, "", |_| {}, refund_brain).await;
+    let app = TestApp::builder(refund_brain)
+        .workers(2)
+        .on(infra)
+        .start()
+        .await;
     let inputs: Vec<String> = (0..RUNS).map(|i| format!("Restart refund {i}.")).collect();
     let (runs, digests): (Vec<String>, Vec<Value>) =
         app.paused_refunds(&inputs).await.into_iter().unzip();

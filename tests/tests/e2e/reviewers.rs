@@ -2,10 +2,10 @@
 //! a quorum needs distinct people; every decision, accepted or refused, is in a hash-chained
 //! audit trail that detects tampering.
 
+use countersign_fake_model::refund_brain;
 use countersign_runtime::metrics::Metrics;
 use countersign_tests::app::{REQUESTER_KEY, REVIEWER_KEY, TestApp};
 use countersign_tests::audit_kinds as kinds;
-use countersign_tests::fake_model::refund_brain;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
@@ -39,7 +39,7 @@ async fn audit(app: &TestApp, run_id: &str) -> Value {
 
 #[tokio::test]
 async fn a_requester_may_not_approve_their_own_request_and_the_refusal_is_audited() {
-    let app = TestApp::spawn_with_policy("anthropic", 1, FINANCE, refund_brain).await;
+    let app = TestApp::builder(refund_brain).policy(FINANCE).start().await;
     let (run_id, digest) = paused_run_requested_by(&app, "rick").await;
 
     let (status, body) = app.decide_as("rick", &run_id, approve(&digest)).await;
@@ -83,7 +83,7 @@ async fn a_requester_may_not_approve_their_own_request_and_the_refusal_is_audite
 
 #[tokio::test]
 async fn people_outside_the_approvers_and_keys_speaking_for_strangers_are_refused() {
-    let app = TestApp::spawn_with_policy("anthropic", 1, FINANCE, refund_brain).await;
+    let app = TestApp::builder(refund_brain).policy(FINANCE).start().await;
     let (run_id, digest) = paused_run_requested_by(&app, "rick").await;
 
     let (status, body) = app.decide_as("carol", &run_id, approve(&digest)).await;
@@ -131,7 +131,7 @@ async fn people_outside_the_approvers_and_keys_speaking_for_strangers_are_refuse
 #[tokio::test]
 async fn a_quorum_of_two_needs_two_different_people() {
     let policy = format!("{FINANCE}quorum = 2\n");
-    let app = TestApp::spawn_with_policy("anthropic", 1, &policy, refund_brain).await;
+    let app = TestApp::builder(refund_brain).policy(&policy).start().await;
     let (run_id, digest) = paused_run_requested_by(&app, "carol").await;
 
     let (status, body) = app.decide_as("alice", &run_id, approve(&digest)).await;
@@ -161,13 +161,13 @@ async fn a_quorum_of_two_needs_two_different_people() {
     let done = app.wait_status(&run_id, "completed").await;
     assert_eq!(done["pending"], json!([]));
     assert_eq!(app.tools.refunds().len(), 1);
-    let results = countersign_tests::fake_model::last_results(&app.model.requests()[1]);
+    let results = countersign_fake_model::last_results(&app.model.requests()[1]);
     assert!(results[1]["content"].as_str().unwrap().contains("refunded"));
 }
 
 #[tokio::test]
 async fn the_audit_chain_verifies_and_detects_an_edited_entry() {
-    let app = TestApp::spawn_with_policy("anthropic", 1, FINANCE, refund_brain).await;
+    let app = TestApp::builder(refund_brain).policy(FINANCE).start().await;
     let (run_id, digest) = paused_run_requested_by(&app, "carol").await;
     app.decide_as("alice", &run_id, approve(&digest)).await;
     app.wait_status(&run_id, "completed").await;
@@ -200,7 +200,7 @@ async fn entries_appended_by_processes_with_a_stale_view_of_the_chain_still_link
     use countersign_model::run::RunId;
     use countersign_runtime::names::Names;
     use countersign_store::Store;
-    let app = TestApp::spawn_with_policy("anthropic", 1, FINANCE, refund_brain).await;
+    let app = TestApp::builder(refund_brain).policy(FINANCE).start().await;
     let (run_id, digest) = paused_run_requested_by(&app, "carol").await;
     app.decide_as("alice", &run_id, approve(&digest)).await;
     app.wait_status(&run_id, "completed").await;

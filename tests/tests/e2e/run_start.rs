@@ -2,11 +2,11 @@
 //! established before it publishes `runs.start`. A `runs.start` published by anyone else, for
 //! a run nobody created, is acked and counted by the worker and changes nothing.
 
+use countersign_fake_model::refund_brain;
 use countersign_model::events::{Envelope, Event};
 use countersign_model::run::RunId;
 use countersign_runtime::names::Names;
 use countersign_tests::app::{PATIENCE, TestApp};
-use countersign_tests::fake_model::refund_brain;
 use countersign_tests::wait_for;
 use serde_json::json;
 

@@ -5,8 +5,8 @@
 //! refuses anyway is posted in short.
 
 use approval_gateway::slack::signature;
+use countersign_fake_model::{anthropic_text, anthropic_tool_use, refund_brain, turn};
 use countersign_tests::app::{PATIENCE, TestApp};
-use countersign_tests::fake_model::{anthropic_text, anthropic_tool_use, refund_brain, turn};
 use countersign_tests::fake_slack::{
     APP_ID, BOT_TOKEN, CHANNEL_ID, FakeSlack, SIGNING_SECRET, SlackCall, TEAM_ID, click, form_body,
     submit,
@@ -28,17 +28,14 @@ pub(super) async fn app_with(
     brain: impl Fn(&Value) -> Value + Send + Sync + 'static,
 ) -> (TestApp, FakeSlack) {
     let slack_config = slack.config();
-    let app = TestApp::spawn_configured(
-        "anthropic",
-        1,
-        policy,
-        move |config| {
+    let app = TestApp::builder(brain)
+        .policy(policy)
+        .gateway(move |config| {
             config.slack = Some(slack_config);
             configure(config);
-        },
-        brain,
-    )
-    .await;
+        })
+        .start()
+        .await;
     (app, slack)
 }
 

@@ -5,11 +5,11 @@
 //! that cannot be used) stops the start, saying what differs, and a gateway whose deliveries
 //! fail stops rather than serve with nobody told.
 
+use countersign_fake_model::{FakeModel, refund_brain};
 use countersign_local::demo_tools::DemoTools;
 use countersign_runtime::bus::Bus;
 use countersign_runtime::names::Names;
 use countersign_tests::app::{REQUESTER_KEY, gateway_config, refunds_agent, worker_config};
-use countersign_tests::fake_model::{FakeModel, refund_brain};
 use countersign_tests::infra::Infra;
 use serde_json::Value;
 use std::time::{Duration, Instant};

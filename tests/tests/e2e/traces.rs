@@ -2,9 +2,9 @@
 //! worker's steps, model and tool calls and the pause, to the decision and the resume, carried
 //! across NATS by `traceparent` headers and across the wait by the run's stored context.
 
+use countersign_fake_model::refund_brain;
 use countersign_runtime::telemetry::{self, Endpoint, Telemetry};
 use countersign_tests::app::{PATIENCE, REQUESTER_KEY, TestApp};
-use countersign_tests::fake_model::refund_brain;
 use countersign_tests::otlp_receiver::{OtlpReceiver, ReceivedSpan};
 use countersign_tests::wait_for;
 use serde_json::{Value, json};
@@ -166,7 +166,7 @@ async fn a_decision_published_late_by_an_outbox_sweeper_stays_in_the_run_trace()
 #[tokio::test]
 async fn a_worker_process_exports_its_spans_where_otel_exporter_otlp_endpoint_says() {
     let receiver = OtlpReceiver::start().await;
-    let app = TestApp::spawn_with("anthropic", 0, refund_brain).await;
+    let app = TestApp::builder(refund_brain).workers(0).start().await;
     let (_dir, config) = super::chaos::worker_process_config(&app);
     // The standard variable is a base URL: the exporter adds `/v1/traces`.
     let base = receiver.url.trim_end_matches("/v1/traces");

@@ -2,8 +2,9 @@
 //! that numbers its calls afresh each turn gets each turn's call decided, timed and run on its
 //! own, and ids holding what keys and parsers split on cannot break quorums or deadlines.
 
+use countersign_fake_model::{openai_answer, turn};
+use countersign_model::agent::Provider;
 use countersign_tests::app::{PATIENCE, TestApp};
-use countersign_tests::fake_model::{openai_answer, turn};
 use countersign_tests::smtp_sink::SmtpSink;
 use countersign_tests::wait_for;
 use serde_json::{Value, json};
@@ -86,7 +87,11 @@ async fn approvals(app: &TestApp) -> Vec<Value> {
 
 #[tokio::test]
 async fn a_call_id_the_model_uses_again_in_a_later_turn_is_a_new_call_decided_and_run_on_its_own() {
-    let app = TestApp::spawn_with_policy("openai", 1, FINANCE, renumbering_brain).await;
+    let app = TestApp::builder(renumbering_brain)
+        .provider(Provider::Openai)
+        .policy(FINANCE)
+        .start()
+        .await;
     let run_id = app.start_run("Refund A-1001.").await;
     let first = app.wait_status(&run_id, "awaiting_approval").await;
     assert_eq!(first["pending"][0]["call_id"], "call_0");
@@ -182,7 +187,11 @@ fn hostile_brain(request: &Value) -> Value {
 #[tokio::test]
 async fn call_ids_holding_separators_cannot_break_a_quorum_or_a_deadline() {
     let policy = format!("{FINANCE}quorum = 2\ntimeout = \"5s\"\n");
-    let app = TestApp::spawn_with_policy("openai", 1, &policy, hostile_brain).await;
+    let app = TestApp::builder(hostile_brain)
+        .provider(Provider::Openai)
+        .policy(&policy)
+        .start()
+        .await;
     let run_id = app.start_run("Refund A-1001 three times.").await;
     let paused = app.wait_status(&run_id, "awaiting_approval").await;
     let pending = paused["pending"].as_array().unwrap();
@@ -294,8 +303,12 @@ async fn a_link_mailed_for_a_call_never_decides_a_later_turns_call_with_the_same
     let sink = SmtpSink::start().await;
     let email = sink.email_config(BASE);
     let policy = format!("{FINANCE}channels = [\"email:approvers\"]\n");
-    let app =
-        TestApp::spawn_configured("openai", 1, &policy, |c| c.email = Some(email), brain).await;
+    let app = TestApp::builder(brain)
+        .provider(Provider::Openai)
+        .policy(&policy)
+        .gateway(|c| c.email = Some(email))
+        .start()
+        .await;
     let run_id = app.start_run("Refund A-1001.").await;
     let first = app.wait_status(&run_id, "awaiting_approval").await;
     let turn_1_link = approve_links(&app, &sink, "bob@example.com", 1)

@@ -1,9 +1,9 @@
 //! A call whose worker died after starting it, on a tool that is not idempotent, is never
 //! sent again: the model is told its outcome is unknown and `run.attention` asks a person.
 
+use countersign_fake_model::{last_results, refund_brain};
 use countersign_runtime::metrics::Metrics;
 use countersign_tests::app::{PATIENCE, TestApp};
-use countersign_tests::fake_model::{last_results, refund_brain};
 use futures::StreamExt;
 
 /// Leaves what a worker leaves when it dies between marking the refund started and
@@ -62,7 +62,7 @@ async fn a_started_call_found_after_a_crash_is_reported_unknown_and_not_run_agai
 
 #[tokio::test]
 async fn a_started_call_on_an_idempotent_tool_is_sent_again_with_the_same_key() {
-    let mut app = TestApp::spawn_with("anthropic", 0, refund_brain).await;
+    let mut app = TestApp::builder(refund_brain).workers(0).start().await;
     let refunds = format!("http = {{ url = \"{}/refunds\" }}", app.tools.base_url);
     app.rewrite_agent(|agent| agent.replace(&refunds, &format!("{refunds}\nidempotent = true")));
     app.spawn_worker();

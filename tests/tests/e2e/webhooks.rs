@@ -3,9 +3,9 @@
 //! same way, for the people they may speak for.
 
 use approval_gateway::config::{SignedSender, WebhookEndpoint};
+use countersign_fake_model::refund_brain;
 use countersign_runtime::signing::WebhookSecret;
 use countersign_tests::app::{PATIENCE, TestApp};
-use countersign_tests::fake_model::refund_brain;
 use countersign_tests::webhook_receiver::WebhookReceiver;
 use countersign_tests::{metric_value, wait_for};
 use reqwest::StatusCode;
@@ -29,21 +29,18 @@ async fn approval_events_are_signed_retried_and_not_held_up_by_a_dead_endpoint()
     let firehose = WebhookReceiver::start(0).await;
     let (ops_url, firehose_url) = (ops.url.clone(), firehose.url.clone());
     let policy = "channels = [\"webhook:ops\", \"webhook:dead\"]\n";
-    let app = TestApp::spawn_configured(
-        "anthropic",
-        1,
-        policy,
-        move |config| {
+    let app = TestApp::builder(refund_brain)
+        .policy(policy)
+        .gateway(move |config| {
             config.webhooks = vec![
                 endpoint("ops", &ops_url, false),
                 endpoint("dead", "http://127.0.0.1:9/hook", false),
                 endpoint("firehose", &firehose_url, true),
             ];
             config.delivery_retry_base_ms = 50;
-        },
-        refund_brain,
-    )
-    .await;
+        })
+        .start()
+        .await;
     let run_id = app.start_run("Refund A-1001.").await;
     let paused = app.wait_status(&run_id, "awaiting_approval").await;
 
@@ -139,20 +136,17 @@ async fn signed_decision(
 
 #[tokio::test]
 async fn a_signed_decision_counts_only_from_a_known_sender_for_people_it_may_speak_for() {
-    let app = TestApp::spawn_configured(
-        "anthropic",
-        1,
-        "approvers = [\"role:finance\"]\n",
-        |config| {
+    let app = TestApp::builder(refund_brain)
+        .policy("approvers = [\"role:finance\"]\n")
+        .gateway(|config| {
             config.signed_senders = vec![SignedSender {
                 name: "ops-desk".into(),
                 secret: WebhookSecret::parse(SECRET).unwrap(),
                 speaks_for: vec!["alice".into()],
             }];
-        },
-        refund_brain,
-    )
-    .await;
+        })
+        .start()
+        .await;
     let run_id = app.start_run("Refund A-1001.").await;
     let paused = app.wait_status(&run_id, "awaiting_approval").await;
     let digest = &paused["pending"][0]["digest"];
