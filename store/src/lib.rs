@@ -371,11 +371,7 @@ impl Store {
         let audit_subject = self.names.audit_subject(id);
         let mut attempt = 0;
         loop {
-            let mark = if pausing {
-                self.mark_paused(id).await?
-            } else {
-                self.mark_outbox(id).await?
-            };
+            let mark = self.mark(id, pausing).await?;
             let common = script::OnRun {
                 run_id: id.as_str(),
                 audit_subject: &audit_subject,

@@ -10,26 +10,19 @@ use crate::script;
 use countersign_model::run::RunId;
 
 impl Store {
-    /// Marks the run in the outbox index; returns the mark.
-    pub(super) async fn mark_outbox(&self, id: &RunId) -> Result<i64, StoreError> {
-        Ok(script::OUTBOX_MARK
-            .invocation(None, &script::Mark { run: id.as_str() })
-            .key(self.keys.outbox_index_key(Shard::of(id)))
-            .invoke_async(&mut self.conn.clone())
-            .await?)
-    }
-
-    /// Marks the run in the outbox index and lists it as paused in the inbox index, in one
-    /// step (both are in the run's shard); returns the mark. Listed before the pause is saved,
-    /// so a run seen paused is always found in the inbox (which re-checks each run's status).
-    pub(super) async fn mark_paused(&self, id: &RunId) -> Result<i64, StoreError> {
+    /// Marks the run in the outbox index; returns the mark. With `pausing`, the same step
+    /// lists it as paused in the inbox index (both are in the run's shard): listed before the
+    /// pause is saved, so a run seen paused is always found in the inbox (which re-checks
+    /// each run's status).
+    pub(super) async fn mark(&self, id: &RunId, pausing: bool) -> Result<i64, StoreError> {
         let shard = Shard::of(id);
-        Ok(script::OUTBOX_MARK
-            .invocation(None, &script::Mark { run: id.as_str() })
-            .key(self.keys.outbox_index_key(shard))
-            .key(self.keys.awaiting_key(shard))
-            .invoke_async(&mut self.conn.clone())
-            .await?)
+        let mut invocation =
+            script::OUTBOX_MARK.invocation(None, &script::Mark { run: id.as_str() });
+        invocation.key(self.keys.outbox_index_key(shard));
+        if pausing {
+            invocation.key(self.keys.awaiting_key(shard));
+        }
+        Ok(invocation.invoke_async(&mut self.conn.clone()).await?)
     }
 
     /// Runs of the shard marked more than `grace` ago, with their marks, at most `limit`.
@@ -59,33 +52,31 @@ impl Store {
 
     /// Takes a due run for this sweeper; the new mark, or None if another took it.
     pub async fn take_outbox(&self, id: &RunId, mark: i64) -> Result<Option<i64>, StoreError> {
-        Ok(script::OUTBOX_TAKE
-            .invocation(
-                None,
-                &script::Marked {
-                    run: id.as_str(),
-                    mark,
-                },
-            )
-            .key(self.keys.outbox_index_key(Shard::of(id)))
-            .invoke_async(&mut self.conn.clone())
-            .await?)
+        self.if_marked(&script::OUTBOX_TAKE, id, mark).await
     }
 
     /// Drops the run's mark if it is still `mark`.
     pub async fn drop_outbox_mark(&self, id: &RunId, mark: i64) -> Result<(), StoreError> {
-        let _: i64 = script::OUTBOX_DROP
-            .invocation(
-                None,
-                &script::Marked {
-                    run: id.as_str(),
-                    mark,
-                },
-            )
+        let _: i64 = self.if_marked(&script::OUTBOX_DROP, id, mark).await?;
+        Ok(())
+    }
+
+    /// Runs `script`, which acts only if the run's mark is still `mark`.
+    async fn if_marked<T: redis::FromRedisValue>(
+        &self,
+        script: &script::Lua<script::Marked<'_>>,
+        id: &RunId,
+        mark: i64,
+    ) -> Result<T, StoreError> {
+        let args = script::Marked {
+            run: id.as_str(),
+            mark,
+        };
+        Ok(script
+            .invocation(None, &args)
             .key(self.keys.outbox_index_key(Shard::of(id)))
             .invoke_async(&mut self.conn.clone())
-            .await?;
-        Ok(())
+            .await?)
     }
 
     /// What the run's outbox holds.
