@@ -1,0 +1,52 @@
+//! Countersignature receipts. When a person's decision approves a call, the gateway signs a
+//! receipt for it: a JWS in compact form (a JWT) with `alg: EdDSA` (Ed25519) and a `kid`,
+//! whose claims name the issuer, the tool it is for (`aud`), the run and call, the digest of
+//! the exact input the tool will receive, the action, who decided and the policy version. The
+//! call carries it to the tool, which checks it ([`verify`]) against the request it came
+//! with, so a call nobody approved cannot run even if everything between the decision and the
+//! tool is wrong.
+//!
+//! The public keys are published as a JWK Set ([`KeySet`]), retired keys included for as long
+//! as receipts they signed may still arrive, so a key can be rotated without failing those.
+
+mod keys;
+mod verify;
+
+pub use keys::{KeySet, PublicKey, Signer};
+pub use verify::{Expect, Refusal, Replay, SeenJtis, verify};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// What a receipt says. Names follow JWT (RFC 7519) where it has one.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Claims {
+    /// The gateway's public base URL.
+    pub iss: String,
+    /// The tool the call is for, as that tool names itself.
+    pub aud: String,
+    /// Issued at, seconds since the epoch.
+    pub iat: i64,
+    /// Expires at, seconds since the epoch.
+    pub exp: i64,
+    /// Unique per receipt: a tool runs a receipt once.
+    pub jti: String,
+    pub run_id: String,
+    pub call_id: String,
+    /// The tool's name in the agent's definition.
+    pub tool: String,
+    /// [`input_digest`] of the input the tool receives (the edited input after an edit).
+    pub input_digest: String,
+    /// `approve` or `edit`.
+    pub action: String,
+    /// Everyone whose approval the decision needed, a quorum's all.
+    pub decided_by: Vec<String>,
+    pub policy_version: String,
+}
+
+/// The digest of a JSON input as anyone can recompute it: `sha256:` and the lowercase hex
+/// SHA-256 of its RFC 8785 (JSON Canonicalization Scheme) form.
+pub fn input_digest(input: &serde_json::Value) -> String {
+    let canonical = serde_json_canonicalizer::to_vec(input).expect("JSON values serialize");
+    format!("sha256:{}", hex::encode(Sha256::digest(canonical)))
+}
