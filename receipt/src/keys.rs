@@ -6,7 +6,7 @@ use crate::Claims;
 use aws_lc_rs::rand::SystemRandom;
 use aws_lc_rs::signature::{Ed25519KeyPair, KeyPair};
 use base64::Engine;
-use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde::{Deserialize, Serialize};
 
@@ -130,27 +130,19 @@ impl KeySet {
 }
 
 fn pem(der: &[u8]) -> String {
-    let body = STANDARD.encode(der);
-    let lines: Vec<&str> = body
-        .as_bytes()
-        .chunks(64)
-        .map(|c| std::str::from_utf8(c).expect("base64 is ASCII"))
-        .collect();
-    format!(
-        "-----BEGIN PRIVATE KEY-----\n{}\n-----END PRIVATE KEY-----\n",
-        lines.join("\n")
-    )
+    pem::encode(&pem::Pem::new(PEM_TAG, der))
 }
 
-fn der(pem: &str) -> Result<Vec<u8>, KeyError> {
-    let body: String = pem
-        .trim()
-        .strip_prefix("-----BEGIN PRIVATE KEY-----")
-        .and_then(|rest| rest.strip_suffix("-----END PRIVATE KEY-----"))
-        .ok_or_else(|| KeyError::Pem("no PRIVATE KEY block".into()))?
-        .split_whitespace()
-        .collect();
-    STANDARD
-        .decode(body)
-        .map_err(|e| KeyError::Pem(e.to_string()))
+fn der(text: &str) -> Result<Vec<u8>, KeyError> {
+    let block = pem::parse(text).map_err(|e| KeyError::Pem(e.to_string()))?;
+    if block.tag() != PEM_TAG {
+        return Err(KeyError::Pem(format!(
+            "a {} block, not {PEM_TAG}",
+            block.tag()
+        )));
+    }
+    Ok(block.into_contents())
 }
+
+/// The PEM label of a PKCS#8 private key (RFC 7468).
+const PEM_TAG: &str = "PRIVATE KEY";
