@@ -1,7 +1,9 @@
 //! Calling HTTP tools: `POST` the input as JSON with an `Idempotency-Key` made of the run, the
 //! turn and the call id, so a tool that honours it never applies one call twice, nor takes two
 //! calls for one (as it could if a model numbered its calls afresh each turn). A non-2xx
-//! answer or a timeout is an error result for the model, never a crash.
+//! answer or a timeout is an error result for the model, never a crash. An approved call
+//! carries its countersignature receipt in `Countersign-Receipt`; a tool that verifies
+//! receipts and refuses one says so in `WWW-Authenticate` (scheme `Countersign-Receipt`).
 
 use countersign_model::agent::ToolDef;
 use countersign_model::run::{CallOutcome, CallResult, RunId};
@@ -15,8 +17,20 @@ pub fn idempotency_key(run: &RunId, turn: u32, call_id: &str) -> String {
     format!("{run}:{turn}:{call_id}")
 }
 
+/// The header an approved call's receipt travels in.
+pub const RECEIPT_HEADER: &str = "Countersign-Receipt";
+
+/// What a tool answered.
+pub struct Answer {
+    pub result: CallResult,
+    /// Set when the tool refused the call's receipt (or its lack of one): the
+    /// `WWW-Authenticate` challenge it answered with.
+    pub receipt_refused: Option<String>,
+}
+
 /// Runs one call; `outcome` is what a success is reported as (executed, approved, edited).
 #[tracing::instrument(name = "tool.call", skip_all, fields(tool = %tool.name, call_id))]
+#[allow(clippy::too_many_arguments)]
 pub async fn call_http(
     http: &reqwest::Client,
     tool: &ToolDef,
@@ -24,21 +38,25 @@ pub async fn call_http(
     turn: u32,
     call_id: &str,
     input: &serde_json::Value,
+    receipt: Option<&str>,
     outcome: CallOutcome,
-) -> CallResult {
-    let response = http
+) -> Answer {
+    let mut request = http
         .post(&tool.http.url)
         .header("Idempotency-Key", idempotency_key(run, turn, call_id))
         .timeout(Duration::from_millis(tool.http.timeout_ms))
-        .json(input)
-        .send()
-        .await;
+        .json(input);
+    if let Some(receipt) = receipt {
+        request = request.header(RECEIPT_HEADER, receipt);
+    }
+    let response = request.send().await;
     let failed = |content: String| CallResult {
         outcome: CallOutcome::Failed,
         content,
         is_error: true,
     };
-    match response {
+    let mut receipt_refused = None;
+    let result = match response {
         Err(e) if e.is_timeout() => failed(format!(
             "The tool {} did not answer within {} ms.",
             tool.name, tool.http.timeout_ms
@@ -50,6 +68,14 @@ pub async fn call_http(
         )),
         Ok(response) => {
             let status = response.status();
+            receipt_refused = response
+                .headers()
+                .get(reqwest::header::WWW_AUTHENTICATE)
+                .and_then(|v| v.to_str().ok())
+                .filter(|v| {
+                    status == reqwest::StatusCode::UNAUTHORIZED && v.starts_with(RECEIPT_HEADER)
+                })
+                .map(str::to_string);
             let body = response.text().await.unwrap_or_default();
             let body: String = body.chars().take(MAX_RESULT_CHARS).collect();
             if status.is_success() {
@@ -65,5 +91,9 @@ pub async fn call_http(
                 ))
             }
         }
+    };
+    Answer {
+        result,
+        receipt_refused,
     }
 }

@@ -71,6 +71,8 @@ pub struct Config {
     /// Connections served at once; further ones wait in the listen backlog until one
     /// closes. Default 1024.
     pub max_connections: usize,
+    /// Countersignature receipts for approved calls.
+    pub receipts: ReceiptsConfig,
 }
 
 impl Default for Config {
@@ -96,6 +98,42 @@ impl Default for Config {
             body_timeout_ms: 10_000,
             idle_timeout_ms: 60_000,
             max_connections: 1024,
+            receipts: ReceiptsConfig::default(),
+        }
+    }
+}
+
+/// Countersignature receipts: every approved call is given one, signed with `key_file`, which
+/// its tool can verify against `GET /.well-known/jwks.json`. Gateways of one deployment share
+/// the key file and the published keys.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ReceiptsConfig {
+    /// The signing key, a secret: an Ed25519 private key as a PKCS#8 PEM file or a private
+    /// OKP JWK. Default none: approved calls carry no receipt, and tools that verify refuse
+    /// them (the gateway says so when it starts).
+    pub key_file: Option<PathBuf>,
+    /// The signing key's `kid`. Default: the JWK's own, else its RFC 7638 thumbprint.
+    pub kid: Option<String>,
+    /// A JWK Set file of retired public keys still published (so receipts they signed before
+    /// a rotation verify until they expire). Default none.
+    pub retired_keys_file: Option<PathBuf>,
+    /// The receipts' `iss`. Default: the public base URL (`[inbox]` or `[email]`), else
+    /// `countersign`.
+    pub issuer: Option<String>,
+    /// Seconds a receipt is valid: long enough for a resume after an outage. Default 604800
+    /// (7 days).
+    pub ttl_secs: u64,
+}
+
+impl Default for ReceiptsConfig {
+    fn default() -> Self {
+        Self {
+            key_file: None,
+            kid: None,
+            retired_keys_file: None,
+            issuer: None,
+            ttl_secs: 7 * 24 * 3600,
         }
     }
 }

@@ -7,6 +7,7 @@
 //! - `auth/`: who is calling (API keys, signed senders) and the extractors that say so.
 //! - `decide/`: a proposed decision, checked and recorded; the only way in for every channel.
 //! - `runs`: a run started (stored, then announced) or cancelled.
+//! - `receipts`: the countersignature receipts of approved calls, and their keys.
 //! - `deliveries`: approval events, fanned out to deliveries, sent to their channels.
 //! - `channels/`: one module per channel behind the contract in `channels::delivery`; Slack
 //!   and email keep their inbound endpoints with them.
@@ -22,6 +23,7 @@ pub mod config;
 pub(crate) mod decide;
 pub(crate) mod deliveries;
 pub(crate) mod error;
+pub(crate) mod receipts;
 pub(crate) mod routes;
 pub(crate) mod runs;
 pub(crate) mod server;

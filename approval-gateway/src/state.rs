@@ -2,6 +2,7 @@
 //! configuration and the shared crate.
 
 use crate::config::{ApiKey, Config, EmailConfig, Role, SmtpTls};
+use crate::receipts::Receipts;
 use countersign_model::agent::Catalog;
 use countersign_model::digest::sha256_hex;
 use countersign_model::people::Directory;
@@ -36,6 +37,8 @@ pub(crate) struct AppState {
     pub(crate) mailer: Option<Mailer>,
     /// For outbound calls (webhooks, Slack); follows no redirects.
     pub(crate) http: reqwest::Client,
+    /// Signs approved calls' receipts; the keys tools verify them with.
+    pub(crate) receipts: Arc<Receipts>,
     /// API keys by the SHA-256 of the key, so lookups do not compare secrets byte by byte.
     keys: Arc<HashMap<String, ApiKey>>,
 }
@@ -50,6 +53,7 @@ impl AppState {
     ) -> anyhow::Result<Self> {
         Ok(Self {
             mailer: config.email.as_ref().map(smtp).transpose()?,
+            receipts: Arc::new(Receipts::load(&config)?),
             keys: Arc::new(
                 config
                     .api_keys

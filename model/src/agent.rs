@@ -79,6 +79,10 @@ pub struct ToolDef {
     /// is treated as risky.
     #[serde(default)]
     pub approval: ApprovalDef,
+    /// How the tool names itself in the receipts of its approved calls (their `aud`); the
+    /// tool's name when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audience: Option<String>,
     /// Whether the tool honours `Idempotency-Key`, so a call whose outcome was lost in a
     /// crash may be sent again with the same key instead of being reported as unknown.
     #[serde(default)]

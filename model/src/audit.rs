@@ -7,7 +7,7 @@
 //! from that point on. Refused decisions are kept apart, in a capped list per run, so a flood
 //! of them can neither delay a decision nor grow the trail.
 
-use crate::digest::{canonical_json, sha256_hex};
+use crate::digest::{canonical_json, pre_jcs_canonical_json, sha256_hex};
 use crate::run::RunId;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -94,8 +94,10 @@ pub fn verify(elements: &[Value]) -> Result<(), usize> {
         let (Some(p), Some(hash)) = (element["prev"].as_str(), element["hash"].as_str()) else {
             return Err(i);
         };
-        let entry_sha = sha256_hex(canonical_json(&element["entry"]));
-        if p != prev || link(p, &entry_sha) != hash {
+        let entry = &element["entry"];
+        // Entries written before the canonical form became RFC 8785 hashed the older form.
+        let fits = |canonical: String| link(p, &sha256_hex(canonical)) == hash;
+        if p != prev || !(fits(canonical_json(entry)) || fits(pre_jcs_canonical_json(entry))) {
             return Err(i);
         }
         prev = hash.to_string();
@@ -142,5 +144,21 @@ mod tests {
         let mut swapped = entries(3);
         swapped.swap(0, 2);
         assert_eq!(verify(&swapped), Err(0));
+    }
+
+    #[test]
+    fn a_chain_written_before_rfc_8785_still_verifies() {
+        let run = RunId::parse("run_1").unwrap();
+        let mut e = AuditEntry::new(&run, AuditKind::Decided);
+        e.detail = serde_json::json!({"input": {"amount": 129.0}});
+        let value = serde_json::to_value(&e).unwrap();
+        let old = pre_jcs_canonical_json(&value);
+        assert_ne!(old, canonical_json(&value));
+        let hash = link("", &sha256_hex(&old));
+        let element = serde_json::json!({"prev": "", "hash": hash, "entry": value});
+        assert_eq!(verify(std::slice::from_ref(&element)), Ok(()));
+        let mut edited = element;
+        edited["entry"]["detail"]["input"]["amount"] = 1290.0.into();
+        assert_eq!(verify(&[edited]), Err(0));
     }
 }

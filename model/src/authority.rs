@@ -157,6 +157,7 @@ mod tests {
             tool: "issue_refund".into(),
             input: serde_json::json!({}),
             digest: String::new(),
+            policy_version: String::new(),
             summary: String::new(),
             reason: String::new(),
             reviewers: Reviewers {

@@ -207,6 +207,9 @@ pub struct HeldCall {
     pub tool: String,
     pub input: Value,
     pub digest: String,
+    /// The tool's policy version the call was held under (part of its digest).
+    #[serde(default)]
+    pub policy_version: String,
     pub summary: String,
     pub reason: String,
     /// Who may decide it, how many must approve, and where to ask.
@@ -453,6 +456,10 @@ pub struct Decision {
     /// Recorded by the deadline, not by a person: a refusal the model is told is an expiry.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub expired: bool,
+    /// The countersignature receipt (a JWT the gateway signed) the call carries to its tool,
+    /// for a decision that lets it run; stored with the decision by the decision script.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub receipt: Option<String>,
 }
 
 impl Decision {

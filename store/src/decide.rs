@@ -16,6 +16,10 @@ pub struct Proposal {
     /// against anything but the call it decides.
     pub checked_digest: Option<String>,
     pub entry: AuditEntry,
+    /// Everyone the decision's receipt (in `decision.receipt`) names, sorted and joined with
+    /// ", "; empty without one. The script refuses a receipt that does not name exactly who
+    /// the recorded decision will (a quorum another approval completed in between).
+    pub receipt_for: String,
 }
 
 /// The decisions of one request, all by one principal through one door.
@@ -29,6 +33,9 @@ pub struct DecideRequest<'a> {
     /// Whether the principal's role decides (`authority::Role::decides`), which only the
     /// gateway's configuration knows; the script refuses everything else.
     pub role_decides: bool,
+    /// Whether the gateway signs receipts: then a decision that lets a call run must carry
+    /// one naming exactly who decided it.
+    pub receipts: bool,
     pub proposals: Vec<Proposal>,
 }
 
@@ -88,6 +95,10 @@ pub enum RefusalCode {
     RoleMayNotDecide,
     /// Someone asked to cancel the run (detail: its status).
     RunCancelled,
+    /// The receipt does not name who the decision would (another approval of the quorum came
+    /// first, detail: who it would), or the decision lets the call run without one: sign
+    /// again and retry.
+    ReceiptStale,
 }
 
 /// A refused decision, as kept in the run's capped list of refusals.
@@ -131,6 +142,7 @@ impl Store {
             door: request.door,
             expiry: request.expiry,
             role_decides: request.role_decides,
+            receipts: request.receipts,
             decided_subject: &self.names.approval_decided(id),
             expired_subject: &self.names.approval_expired(id),
             grant: request.link.map_or("", |(_, grant)| grant),
@@ -167,6 +179,7 @@ impl Store {
                         json: &to_json(d)?,
                         fingerprint: &d.fingerprint,
                         checked: p.checked_digest.as_deref().unwrap_or_default(),
+                        receipt_for: &p.receipt_for,
                         entry: &audit.entry,
                         sha: &audit.sha,
                         prev_guess: &audit.prev_guess,

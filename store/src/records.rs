@@ -35,6 +35,19 @@ impl Store {
             .query_async(&mut self.conn.clone())
             .await?)
     }
+    /// Who has approved `call_id` so far, of a call that needs several approvals.
+    pub async fn voters(&self, id: &RunId, call_id: &str) -> Result<Vec<String>, StoreError> {
+        let fields: Vec<String> = redis::cmd("HKEYS")
+            .arg(self.keys.votes_key(id))
+            .query_async(&mut self.conn.clone())
+            .await?;
+        let prefix = format!("{call_id}|");
+        Ok(fields
+            .iter()
+            .filter_map(|f| f.strip_prefix(&prefix).map(str::to_string))
+            .collect())
+    }
+
     /// Stores what a single-use link token may do, under the token's hash, for `ttl`.
     pub async fn put_link_token(
         &self,

@@ -322,6 +322,8 @@ argv! {
         expiry: bool,
         /// The principal's role decides (the gateway's configuration knows roles).
         role_decides: bool,
+        /// The gateway signs receipts.
+        receipts: bool,
         decided_subject: &'a str,
         expired_subject: &'a str,
         /// What the email link used must still grant; empty without one.
@@ -340,6 +342,8 @@ argv! {
         fingerprint: &'a str,
         /// The digest its edit was checked against; empty if none.
         checked: &'a str,
+        /// Who its receipt names, sorted, joined with ", "; empty without one.
+        receipt_for: &'a str,
         entry: &'a str,
         sha: &'a str,
         prev_guess: &'a str,

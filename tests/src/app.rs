@@ -134,6 +134,9 @@ pub struct TestApp {
 
 pub use countersign_local::demo_agent::refunds_agent;
 
+/// The `kid` of a test app's receipt key.
+pub const RECEIPT_KID: &str = "test-key-1";
+
 /// How a test app is made: `TestApp::builder(brain)`, what the test needs changed, then
 /// [`TestAppBuilder::start`]. Unless told otherwise the model speaks Anthropic's wire format,
 /// one worker runs, the refund tool's approval table is the demo agent's, and the app has
@@ -225,12 +228,20 @@ impl<'a> TestAppBuilder<'a> {
         )
         .unwrap();
 
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let gateway_url = format!("http://{}", listener.local_addr().unwrap());
         let mut config = gateway_config(&infra, &namespace, &agents_dir);
+        // Receipts as a deployment signs them: a key file of its own, the gateway's URL as
+        // the issuer.
+        let (_, pem) = countersign_receipt::Signer::generate(RECEIPT_KID).unwrap();
+        let key_file = agents_dir.join("receipt-key.pem");
+        std::fs::write(&key_file, pem).unwrap();
+        config.receipts.key_file = Some(key_file);
+        config.receipts.kid = Some(RECEIPT_KID.into());
+        config.receipts.issuer = Some(gateway_url.clone());
         for configure in self.gateway {
             configure(&mut config);
         }
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let gateway_url = format!("http://{}", listener.local_addr().unwrap());
         let token = CancellationToken::new();
         let task = tokio::spawn(approval_gateway::run(
             config.clone(),
@@ -572,6 +583,7 @@ impl TestApp {
             decided_at: countersign_model::now_ms(),
             fingerprint: Decision::fingerprint_of(Action::Approve, None, None, None),
             expired: false,
+            receipt: None,
         };
         let mut entry = AuditEntry::new(&run_id, AuditKind::Decided);
         entry.actor = Some("rita".into());
@@ -582,10 +594,12 @@ impl TestApp {
             expiry: false,
             link: None,
             role_decides: true,
+            receipts: false,
             proposals: vec![Proposal {
                 decision,
                 checked_digest: None,
                 entry,
+                receipt_for: String::new(),
             }],
         };
         let outcome = store.decide(&run_id, &request).await.unwrap();

@@ -48,6 +48,7 @@ impl Engine {
                             };
                             let deadline = now + self.approval_timeout(tool).as_millis() as i64;
                             let reviewers = tool.reviewers();
+                            let policy_version = tool.policy_version();
                             call.held = Some(HeldCall {
                                 call_id: call.call_id.clone(),
                                 tool: tool.name.clone(),
@@ -55,8 +56,9 @@ impl Engine {
                                     run.run_id.as_str(),
                                     &tool.name,
                                     &call.input,
-                                    &tool.policy_version(),
+                                    &policy_version,
                                 ),
+                                policy_version,
                                 input: call.input.clone(),
                                 summary,
                                 reason,
@@ -83,6 +85,7 @@ impl Engine {
                 tool,
                 &call.call_id,
                 &call.input,
+                None,
                 CallOutcome::Executed,
             )
         }))
@@ -134,6 +137,7 @@ impl Engine {
                         tool,
                         &call.call_id,
                         &call.input,
+                        decision.receipt.as_deref(),
                         CallOutcome::Approved,
                     )
                     .await?
@@ -160,6 +164,7 @@ impl Engine {
                                 tool,
                                 &call.call_id,
                                 &input,
+                                decision.receipt.as_deref(),
                                 CallOutcome::Edited,
                             )
                             .await?
@@ -179,6 +184,7 @@ impl Engine {
                 let detail = serde_json::json!({
                     "action": decision.action, "decided_by": by,
                     "outcome": result.outcome, "is_error": result.is_error,
+                    "receipt": decision.receipt.is_some(),
                 });
                 executed.push(self.entry(run, AuditKind::Executed, Some(pending), detail));
             }

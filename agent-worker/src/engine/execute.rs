@@ -13,7 +13,11 @@ use serde_json::Value;
 use tracing::warn;
 
 impl Engine {
-    /// Runs one call of `turn` through its execution record, so it never runs twice silently.
+    /// Runs one call of `turn` through its execution record, so it never runs twice silently;
+    /// an approved call carries its `receipt`. A tool that refuses the receipt is reported to
+    /// the model as a failure and to a person with `run.attention`: the call did not run,
+    /// though someone (or something) let it through to the tool.
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn execute(
         &self,
         run: &RunId,
@@ -21,6 +25,7 @@ impl Engine {
         tool: &ToolDef,
         call_id: &str,
         input: &Value,
+        receipt: Option<&str>,
         outcome: CallOutcome,
     ) -> Result<CallResult, StoreError> {
         // This attempt's own mark, so a lost reply is not taken for an interrupted call.
@@ -33,22 +38,9 @@ impl Engine {
                     "The outcome of this {} call is unknown: it was started, but the worker running it stopped before recording the result. It was not sent again because the tool is not idempotent. A person should check whether it took effect.",
                     tool.name
                 );
-                let attention = Event::RunAttention {
-                    run_id: run.clone(),
-                    call_id: Some(call_id.to_string()),
-                    tool: Some(tool.name.clone()),
-                    input: input.clone(),
-                    reason: reason.clone(),
-                };
-                let msg_id = msg_id::attention(run, Some(call_id));
-                if let Err(e) = self
-                    .bus
-                    .publish(self.bus.names.run_attention(run), &msg_id, attention)
-                    .await
-                {
-                    // Still recorded below and told to the model; the audit trail has it too.
-                    warn!(error = %e, "could not publish run.attention");
-                }
+                // Still recorded below and told to the model; the audit trail has it too.
+                self.attention(run, Some((call_id, tool, input)), reason.clone())
+                    .await;
                 let result = CallResult {
                     outcome: CallOutcome::Unknown,
                     is_error: true,
@@ -60,9 +52,52 @@ impl Engine {
             ExecBegin::InterruptedBefore | ExecBegin::Run => {}
         }
         let started = std::time::Instant::now();
-        let result = tools::call_http(&self.http, tool, run, turn, call_id, input, outcome).await;
+        let answer = tools::call_http(
+            &self.http, tool, run, turn, call_id, input, receipt, outcome,
+        )
+        .await;
         self.metrics.tool_call(&tool.name, started.elapsed());
-        self.store.exec_finish(run, call_id, &result).await?;
-        Ok(result)
+        if let Some(challenge) = &answer.receipt_refused {
+            warn!(call_id, tool = %tool.name, challenge, "the tool refused the call's receipt");
+            let reason = format!(
+                "The tool {} refused this call's countersignature receipt ({challenge}), so it did not run. {}",
+                tool.name,
+                match receipt {
+                    Some(_) =>
+                        "The receipt did not match the call, had expired or was used before.",
+                    None =>
+                        "The call carried no receipt: no decision the gateway signed let it run.",
+                }
+            );
+            self.attention(run, Some((call_id, tool, input)), reason)
+                .await;
+        }
+        self.store.exec_finish(run, call_id, &answer.result).await?;
+        Ok(answer.result)
+    }
+
+    /// Publishes `run.attention` for the run, or one of its calls (id, tool, input): a person
+    /// should look. Best effort: what it reports is recorded and audited besides.
+    pub(super) async fn attention(
+        &self,
+        run: &RunId,
+        call: Option<(&str, &ToolDef, &Value)>,
+        reason: String,
+    ) {
+        let attention = Event::RunAttention {
+            run_id: run.clone(),
+            call_id: call.map(|(id, _, _)| id.to_string()),
+            tool: call.map(|(_, tool, _)| tool.name.clone()),
+            input: call.map_or(Value::Null, |(_, _, input)| input.clone()),
+            reason,
+        };
+        let msg_id = msg_id::attention(run, call.map(|(id, _, _)| id));
+        if let Err(e) = self
+            .bus
+            .publish(self.bus.names.run_attention(run), &msg_id, attention)
+            .await
+        {
+            warn!(error = %e, "could not publish run.attention");
+        }
     }
 }

@@ -21,7 +21,6 @@ mod timers;
 use crate::agents::Agents;
 use crate::model::{ModelError, ModelRequest};
 use countersign_model::audit::{AuditEntry, AuditKind};
-use countersign_model::events::Event;
 use countersign_model::now_ms;
 use countersign_model::people::Directory;
 use countersign_model::run::{
@@ -29,7 +28,6 @@ use countersign_model::run::{
 };
 use countersign_runtime::bus::{Bus, BusError};
 use countersign_runtime::metrics::Metrics;
-use countersign_runtime::names::msg_id;
 use countersign_runtime::trace_context;
 use countersign_runtime::work::{Outcome, Source};
 use countersign_store::relay::Relay;
@@ -153,26 +151,9 @@ impl Engine {
     async fn give_up(&self, id: &RunId, e: &StepError) {
         warn!(error = %e, "the run's stored state cannot be read; a person must look");
         let _ = self.store.release(id, &self.settings.owner).await;
-        let attention = Event::RunAttention {
-            run_id: id.clone(),
-            call_id: None,
-            tool: None,
-            input: Value::Null,
-            reason: format!(
-                "The run's stored state cannot be read ({e}), so no worker goes on with it."
-            ),
-        };
-        let published = self
-            .bus
-            .publish(
-                self.bus.names.run_attention(id),
-                &msg_id::attention(id, None),
-                attention,
-            )
-            .await;
-        if let Err(e) = published {
-            warn!(error = %e, "could not publish run.attention");
-        }
+        let reason =
+            format!("The run's stored state cannot be read ({e}), so no worker goes on with it.");
+        self.attention(id, None, reason).await;
     }
 
     async fn try_process(&self, id: &RunId, job: Job, attempt: u64) -> Result<Outcome, StepError> {

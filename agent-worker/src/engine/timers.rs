@@ -202,6 +202,7 @@ impl Engine {
             decided_at: self.store.time_ms().await?,
             fingerprint: Decision::fingerprint_of(Action::Reject, None, None, Some(reason)),
             expired: true,
+            receipt: None,
         };
         let mut entry = AuditEntry::new(&due.run_id, AuditKind::Expired);
         entry.actor = Some(SYSTEM_ACTOR.into());
@@ -214,10 +215,12 @@ impl Engine {
             expiry: true,
             link: None,
             role_decides: true,
+            receipts: false,
             proposals: vec![Proposal {
                 decision,
                 checked_digest: None,
                 entry,
+                receipt_for: String::new(),
             }],
         };
         match self.store.decide(&due.run_id, &request).await? {

@@ -137,6 +137,13 @@ impl DecideError {
                 "link_used",
                 "this link was already used or has expired".to_string(),
             ),
+            RefusalCode::ReceiptStale => (
+                StatusCode::CONFLICT,
+                "approvals_changed",
+                format!(
+                    "other approvals of call {call:?} were recorded while this one was; send it again"
+                ),
+            ),
             RefusalCode::RunCancelled => (
                 StatusCode::CONFLICT,
                 "run_cancelled",

@@ -19,7 +19,7 @@ use countersign_model::edit::FieldChange;
 use countersign_model::now_ms;
 use countersign_model::run::Run;
 use countersign_runtime::trace_context;
-use countersign_store::{CallDecided, DecideOutcome, DecideRequest};
+use countersign_store::{CallDecided, DecideOutcome, DecideRequest, RefusalCode};
 use std::collections::HashSet;
 use tracing::Instrument;
 
@@ -61,16 +61,51 @@ async fn record(
     proposed: Vec<Proposed>,
     by: &Decider<'_>,
 ) -> Result<Vec<CallDecided>, DecideError> {
-    let proposals = proposed
-        .into_iter()
-        .map(|p| proposal::proposal(&state.catalog, run, p, by))
-        .collect::<Result<Vec<_>, _>>()?;
+    // A receipt names everyone whose approval completed its call; should another approval
+    // land between reading them and recording, the script says so and the receipts are
+    // signed again for who it is now.
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        match record_once(state, run, &proposed, by).await {
+            Err(DecideError::Refused { code, .. })
+                if code == RefusalCode::ReceiptStale && attempts < 3 => {}
+            done => return done,
+        }
+    }
+}
+
+async fn record_once(
+    state: &AppState,
+    run: &Run,
+    proposed: &[Proposed],
+    by: &Decider<'_>,
+) -> Result<Vec<CallDecided>, DecideError> {
+    let mut proposals = Vec::with_capacity(proposed.len());
+    for p in proposed {
+        let several = run
+            .held_calls()
+            .any(|c| c.call_id == p.call_id && c.reviewers.quorum > 1);
+        let voters = match several && state.receipts.signs() {
+            true => state.store.voters(&run.run_id, &p.call_id).await?,
+            false => Vec::new(),
+        };
+        proposals.push(proposal::proposal(
+            &state.catalog,
+            &state.receipts,
+            run,
+            p.clone(),
+            by,
+            &voters,
+        )?);
+    }
     let request = DecideRequest {
         principal: by.principal,
         door: by.door,
         expiry: false,
         link: by.link,
         role_decides: by.role.decides(),
+        receipts: state.receipts.signs(),
         proposals,
     };
     match state.store.decide(&run.run_id, &request).await? {

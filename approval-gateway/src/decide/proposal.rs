@@ -5,6 +5,7 @@
 
 use super::error::DecideError;
 use super::input::{Decider, Proposed};
+use crate::receipts::Receipts;
 use countersign_model::agent::Catalog;
 use countersign_model::audit::{AuditEntry, AuditKind};
 use countersign_model::edit::{self, FieldChange};
@@ -35,11 +36,16 @@ pub(super) fn checked_edit(
     Ok(edit::changes(&pending.input, input))
 }
 
+/// The decision, its audit entry and, when it lets the call run, its receipt. `voters` are
+/// who had approved the call before, for a call that needs several approvals: its receipt is
+/// signed only by the approval that completes the quorum, naming them all.
 pub(super) fn proposal(
     catalog: &Catalog,
+    receipts: &Receipts,
     run: &Run,
     p: Proposed,
     by: &Decider<'_>,
+    voters: &[String],
 ) -> Result<Proposal, DecideError> {
     let pending = run.held_calls().find(|c| c.call_id == p.call_id);
     let mut checked_digest = None;
@@ -66,6 +72,22 @@ pub(super) fn proposal(
         p.note.as_deref(),
         p.reason.as_deref(),
     );
+    let mut receipt_for = Vec::new();
+    let mut receipt = None;
+    if let (Some(held), Some(runs_with)) = (pending, p.input.as_ref().or(pending.map(|c| &c.input)))
+        && p.action != Action::Reject
+    {
+        receipt_for = deciders_if_final(held.reviewers.quorum, voters, by.principal);
+        if !receipt_for.is_empty() {
+            let tool = catalog.get(&run.agent).and_then(|a| a.tool(&held.tool));
+            receipt = receipts.issue(run, held, tool, p.action, runs_with, receipt_for.clone());
+        }
+    }
+    if let Some(issued) = &receipt {
+        entry.detail["receipt"] = json!({"jti": issued.jti, "kid": issued.kid});
+    } else {
+        receipt_for.clear();
+    }
     Ok(Proposal {
         decision: Decision {
             call_id: p.call_id,
@@ -79,8 +101,24 @@ pub(super) fn proposal(
             decided_at: entry.at,
             fingerprint,
             expired: false,
+            receipt: receipt.map(|issued| issued.token),
         },
         checked_digest,
         entry,
+        receipt_for: receipt_for.join(", "),
     })
+}
+
+/// Everyone a decision by `principal` would name, sorted, if it completes the call's
+/// approvals (given `voters` before it); none if more are still needed.
+fn deciders_if_final(quorum: u32, voters: &[String], principal: &str) -> Vec<String> {
+    let mut names: Vec<String> = voters.to_vec();
+    if !names.iter().any(|v| v == principal) {
+        names.push(principal.to_string());
+    }
+    if names.len() < quorum.max(1) as usize {
+        return Vec::new();
+    }
+    names.sort();
+    names
 }

@@ -6,6 +6,7 @@ mod approvals;
 mod audit;
 mod decisions;
 mod health;
+mod jwks;
 mod runs;
 mod sessions;
 mod view;
@@ -31,6 +32,7 @@ pub(crate) fn router(state: AppState, metrics: Option<Router<AppState>>) -> Rout
         .merge(approvals::router())
         .merge(sessions::router())
         .merge(health::router())
+        .merge(jwks::router())
         .merge(slack::router())
         .merge(
             // The reviewers' pages: none changes anything for a form sent from another site.

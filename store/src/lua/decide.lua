@@ -8,6 +8,8 @@
 -- decides (see `authority.rs`: the gateway's configuration knows roles, this script the held
 -- calls); `link_key`, when given, is the email link used, spent with the decision if it
 -- still holds `grant`. Tail: the count of decisions, then each (see `read_proposed`).
+-- With `receipts` '1', a decision that lets a call run carries its receipt in its JSON and
+-- names in `receipt_for` who the receipt says decided.
 -- Replies {'ok', results JSON, outbox...}, {'refused', refusal JSON}, or {'missing', ''}.
 expiry = expiry == '1'
 local run = redis.call('HMGET', run_key, 'status', 'cancel')
@@ -27,6 +29,19 @@ local function refuse(d, code, detail)
     if ttl > 0 then redis.call('PEXPIRE', refusals_key, ttl) end
   end
   return {'refused', cjson.encode(why)}
+end
+
+-- Everyone who has approved `call_id` so far, of a call that needs several approvals, sorted.
+local function approvers(call_id)
+  local names = {}
+  local prefix = call_id .. '|'
+  for _, field in ipairs(redis.call('HKEYS', votes_key)) do
+    if string.sub(field, 1, #prefix) == prefix then
+      table.insert(names, string.sub(field, #prefix + 1))
+    end
+  end
+  table.sort(names)
+  return names
 end
 
 local decisions = {}
@@ -85,6 +100,22 @@ for _, d in ipairs(decisions) do
         and redis.call('HEXISTS', votes_key, d.call_id .. '|' .. principal) == 1 then
         d.result = 'already_voted'
       end
+      -- A decision that lets the call run carries the receipt of exactly that decision: the
+      -- gateway signed it for who it expected to complete it, which another approval of a
+      -- quorum may have changed since.
+      if receipts == '1' and d.action ~= 'reject' and not d.result then
+        local names = {principal}
+        local final = true
+        if held.quorum > 1 then
+          local approvals = tonumber(redis.call('HGET', votes_key, d.call_id .. '#') or '0')
+          final = approvals + 1 >= held.quorum
+          names = approvers(d.call_id)
+          table.insert(names, principal)
+          table.sort(names)
+        end
+        local expected = final and table.concat(names, ', ') or ''
+        if d.receipt_for ~= expected then return refuse(d, 'receipt_stale', expected) end
+      end
     end
   end
 end
@@ -116,17 +147,8 @@ for _, d in ipairs(decisions) do
         out.status = 'approval_recorded'
       else
         -- The quorum is met: the decision names everyone who approved.
-        local names = {}
-        local fields = redis.call('HGETALL', votes_key)
-        local prefix = d.call_id .. '|'
-        for i = 1, #fields, 2 do
-          if string.sub(fields[i], 1, #prefix) == prefix then
-            table.insert(names, string.sub(fields[i], #prefix + 1))
-          end
-        end
-        table.sort(names)
         local merged = cjson.decode(decision)
-        merged.decided_by = table.concat(names, ', ')
+        merged.decided_by = table.concat(approvers(d.call_id), ', ')
         decision = cjson.encode(merged)
       end
     end

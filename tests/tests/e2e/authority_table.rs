@@ -127,6 +127,7 @@ fn held_call(policy: Policy) -> HeldCall {
         tool: "issue_refund".into(),
         input: json!({"order_id": "A-1", "amount": 129}),
         digest: format!("sha256:{}", "a".repeat(64)),
+        policy_version: String::new(),
         summary: "Refund $129".into(),
         reason: "over the limit".into(),
         reviewers: Reviewers {
@@ -226,6 +227,7 @@ async fn script_accepts(
         decided_at: 0,
         fingerprint: Decision::fingerprint_of(action, input.as_ref(), None, reason.as_deref()),
         expired: false,
+        receipt: None,
     };
     let mut entry = AuditEntry::new(id, AuditKind::Decided);
     entry.actor = Some(principal.into());
@@ -235,10 +237,12 @@ async fn script_accepts(
         expiry: false,
         link: None,
         role_decides: role.decides(),
+        receipts: false,
         proposals: vec![Proposal {
             decision,
             checked_digest: (action == Action::Edit).then(|| call.digest.clone()),
             entry,
+            receipt_for: String::new(),
         }],
     };
     match store.decide(id, &request).await.unwrap() {
