@@ -2,18 +2,28 @@
 //! receipt for it: a JWS in compact form (a JWT) with `alg: EdDSA` (Ed25519) and a `kid`,
 //! whose claims name the issuer, the tool it is for (`aud`), the run and call, the digest of
 //! the exact input the tool will receive, the action, who decided and the policy version. The
-//! call carries it to the tool, which checks it ([`verify`]) against the request it came
-//! with, so a call nobody approved cannot run even if everything between the decision and the
-//! tool is wrong.
+//! call carries it to the tool, which checks it ([`Verifier::check`], or the tower layer
+//! [`RequireReceipt`] in front of the tool's handler) against the request it came with, so a
+//! call nobody approved cannot run even if everything between the decision and the tool is
+//! wrong.
 //!
 //! The public keys are published as a JWK Set ([`KeySet`]), retired keys included for as long
-//! as receipts they signed may still arrive, so a key can be rotated without failing those.
+//! as receipts they signed may still arrive, so a key can be rotated without failing those;
+//! a tool fetches and follows them with [`Jwks`].
 
+mod jwks;
 mod keys;
+mod layer;
+mod replay;
 mod verify;
 
+pub use jwks::{Jwks, JwksError, Refresh};
 pub use keys::{KeySet, PublicKey, Signer};
-pub use verify::{Expect, Refusal, Replay, SeenJtis, verify};
+pub use layer::{BODY_LIMIT, RECEIPT_HEADER, RequireReceipt, RequireReceiptService};
+#[cfg(feature = "redis")]
+pub use replay::RedisReplay;
+pub use replay::{Replay, ReplayError, Seen, SeenJtis};
+pub use verify::{Checked, Refusal, Verifier};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};

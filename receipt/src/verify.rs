@@ -1,31 +1,21 @@
 //! The tool's check of a receipt against the request it came with: signed by a published key,
 //! issued by the expected gateway, for this tool (`aud` and `tool`), not expired (with a small
-//! leeway for clocks), for exactly this input, and not used before.
+//! leeway for clocks), for exactly this input, and not used before by another request.
 
-use crate::{Claims, KeySet, input_digest};
+use crate::jwks::Jwks;
+use crate::replay::{Replay, Seen, SeenJtis};
+use crate::{Claims, PublicKey, input_digest};
 use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
-use std::collections::HashMap;
-use std::sync::Mutex;
 
 /// How far clocks may disagree, in seconds.
 const LEEWAY_SECS: u64 = 30;
 
-/// What the tool expects of a receipt.
-pub struct Expect<'a> {
-    /// The gateway's public base URL.
-    pub issuer: &'a str,
-    /// The tool's own name for itself.
-    pub audience: &'a str,
-    /// The tool's name in the agent's definition.
-    pub tool: &'a str,
-    /// The input the tool received.
-    pub input: &'a serde_json::Value,
-}
-
 /// Why a receipt does not let the call run; each says what is wrong.
-#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
+    #[error("the request carries no receipt")]
+    Missing,
     #[error("the receipt is not a JWT this tool can read: {0}")]
     Malformed(String),
     #[error("the receipt is signed with key {0:?}, which is not published")]
@@ -40,37 +30,145 @@ pub enum Refusal {
     Expired,
     #[error("the input is not the one that was approved")]
     InputChanged,
-    #[error("the receipt was used before")]
+    #[error("the receipt was used before, by another request")]
     Replayed,
+    /// The published keys are out of date and cannot be fetched; the detail is for the
+    /// tool's log, not for its answer.
+    #[error("the receipt's keys cannot be fetched now")]
+    KeysUnavailable(String),
+    /// The replay store did not answer; the detail is for the tool's log.
+    #[error("the receipt cannot be checked for earlier use now")]
+    ReplayUnavailable(String),
 }
 
-/// Remembers the receipts a tool has run, so each runs once.
-pub trait Replay {
-    /// True the first time `jti` is seen; `exp` is when the receipt stops counting anyway, so
-    /// it need not be remembered longer.
-    fn first_use(&self, jti: &str, exp: i64) -> bool;
-}
-
-/// [`Replay`] in memory, for one process; expired entries are dropped as new ones come.
-#[derive(Default)]
-pub struct SeenJtis(Mutex<HashMap<String, i64>>);
-
-impl Replay for SeenJtis {
-    fn first_use(&self, jti: &str, exp: i64) -> bool {
-        let mut seen = self.0.lock().expect("lock poisoned");
-        let now = jsonwebtoken::get_current_timestamp() as i64;
-        seen.retain(|_, until| *until + LEEWAY_SECS as i64 >= now);
-        seen.insert(jti.to_string(), exp).is_none()
+impl Refusal {
+    /// A stable name for machines: the `code` of a refusal's HTTP answer.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::Missing => "missing",
+            Self::Malformed(_) => "malformed",
+            Self::UnknownKey(_) => "unknown_key",
+            Self::BadSignature => "bad_signature",
+            Self::OtherIssuer => "other_issuer",
+            Self::OtherTool => "other_tool",
+            Self::Expired => "expired",
+            Self::InputChanged => "input_changed",
+            Self::Replayed => "replayed",
+            Self::KeysUnavailable(_) => "keys_unavailable",
+            Self::ReplayUnavailable(_) => "replay_unavailable",
+        }
     }
 }
 
-/// Checks `token` as the receipt of a call of `expect`; its claims when it may run.
-pub fn verify(
-    token: &str,
-    keys: &KeySet,
-    expect: &Expect<'_>,
-    replay: &impl Replay,
-) -> Result<Claims, Refusal> {
+/// A receipt that lets its call run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Checked {
+    pub claims: Claims,
+    /// The receipt was let through before for a request with the same `Idempotency-Key`:
+    /// the tool answers as it answered that request, and runs nothing again.
+    pub again: bool,
+}
+
+/// What a tool checks receipts with: the gateway's keys, who the tool expects receipts from
+/// and for, and the receipts it has run.
+pub struct Verifier<R = SeenJtis> {
+    keys: Jwks,
+    issuer: String,
+    audience: String,
+    replay: R,
+}
+
+impl<R: Replay> Verifier<R> {
+    /// `issuer` is the gateway's public base URL, `audience` the tool service's own name.
+    pub fn new(
+        keys: Jwks,
+        issuer: impl Into<String>,
+        audience: impl Into<String>,
+        replay: R,
+    ) -> Self {
+        Self {
+            keys,
+            issuer: issuer.into(),
+            audience: audience.into(),
+            replay,
+        }
+    }
+
+    pub fn keys(&self) -> &Jwks {
+        &self.keys
+    }
+
+    /// Checks `token`, the receipt a request came with, for a call of `tool` (its name in the
+    /// agent's definition) whose input is the JSON `body`, sent with `idempotency_key`.
+    pub async fn check(
+        &self,
+        token: Option<&str>,
+        tool: &str,
+        idempotency_key: Option<&str>,
+        body: &[u8],
+    ) -> Result<Checked, Refusal> {
+        let token = token.ok_or(Refusal::Missing)?;
+        let kid = kid_of(token)?;
+        let key = match self.keys.find(&kid).await {
+            Ok(Some(key)) => key,
+            Ok(None) => return Err(Refusal::UnknownKey(kid)),
+            Err(e) => return Err(Refusal::KeysUnavailable(e.to_string())),
+        };
+        let claims = self.signed_claims(token, &key)?;
+        if claims.tool != tool {
+            return Err(Refusal::OtherTool);
+        }
+        // A body that is not JSON cannot be the input anyone approved.
+        let input: serde_json::Value =
+            serde_json::from_slice(body).map_err(|_| Refusal::InputChanged)?;
+        if claims.input_digest != input_digest(&input) {
+            return Err(Refusal::InputChanged);
+        }
+        // Last, so a receipt refused for anything else is not spent. Remembered for a leeway
+        // past the last second this tool accepts it, as another instance's clock may be
+        // behind this one's by as much.
+        let until = claims.exp.saturating_add(2 * LEEWAY_SECS as i64);
+        let seen = self
+            .replay
+            .first_use(&claims.jti, idempotency_key.unwrap_or(""), until)
+            .await
+            .map_err(|e| Refusal::ReplayUnavailable(e.to_string()))?;
+        match seen {
+            Seen::First => Ok(Checked {
+                claims,
+                again: false,
+            }),
+            Seen::Again => Ok(Checked {
+                claims,
+                again: true,
+            }),
+            Seen::Reused => Err(Refusal::Replayed),
+        }
+    }
+
+    /// The claims of `token` if `key` signed it, for this gateway and tool service, unexpired.
+    fn signed_claims(&self, token: &str, key: &PublicKey) -> Result<Claims, Refusal> {
+        let key = DecodingKey::from_ed_components(&key.x)
+            .map_err(|e| Refusal::Malformed(e.to_string()))?;
+        let mut validation = Validation::new(Algorithm::EdDSA);
+        validation.leeway = LEEWAY_SECS;
+        validation.set_audience(&[&self.audience]);
+        validation.set_issuer(&[&self.issuer]);
+        validation.set_required_spec_claims(&["exp", "iss", "aud"]);
+        jsonwebtoken::decode::<Claims>(token, &key, &validation)
+            .map(|data| data.claims)
+            .map_err(|e| match e.kind() {
+                ErrorKind::InvalidSignature => Refusal::BadSignature,
+                ErrorKind::ExpiredSignature => Refusal::Expired,
+                ErrorKind::InvalidIssuer => Refusal::OtherIssuer,
+                ErrorKind::InvalidAudience => Refusal::OtherTool,
+                _ => Refusal::Malformed(e.to_string()),
+            })
+    }
+}
+
+/// The `kid` of an EdDSA receipt's header.
+fn kid_of(token: &str) -> Result<String, Refusal> {
     let header =
         jsonwebtoken::decode_header(token).map_err(|e| Refusal::Malformed(e.to_string()))?;
     if header.alg != Algorithm::EdDSA {
@@ -79,35 +177,7 @@ pub fn verify(
             header.alg
         )));
     }
-    let kid = header
+    header
         .kid
-        .ok_or_else(|| Refusal::Malformed("the header names no kid".into()))?;
-    let key = keys.find(&kid).ok_or(Refusal::UnknownKey(kid))?;
-    let key =
-        DecodingKey::from_ed_components(&key.x).map_err(|e| Refusal::Malformed(e.to_string()))?;
-    let mut validation = Validation::new(Algorithm::EdDSA);
-    validation.leeway = LEEWAY_SECS;
-    validation.set_audience(&[expect.audience]);
-    validation.set_issuer(&[expect.issuer]);
-    validation.set_required_spec_claims(&["exp", "iss", "aud"]);
-    let claims = jsonwebtoken::decode::<Claims>(token, &key, &validation)
-        .map_err(|e| match e.kind() {
-            ErrorKind::InvalidSignature => Refusal::BadSignature,
-            ErrorKind::ExpiredSignature => Refusal::Expired,
-            ErrorKind::InvalidIssuer => Refusal::OtherIssuer,
-            ErrorKind::InvalidAudience => Refusal::OtherTool,
-            _ => Refusal::Malformed(e.to_string()),
-        })?
-        .claims;
-    if claims.tool != expect.tool {
-        return Err(Refusal::OtherTool);
-    }
-    if claims.input_digest != input_digest(expect.input) {
-        return Err(Refusal::InputChanged);
-    }
-    // Last, so a receipt refused for anything else is not spent.
-    if !replay.first_use(&claims.jti, claims.exp) {
-        return Err(Refusal::Replayed);
-    }
-    Ok(claims)
+        .ok_or_else(|| Refusal::Malformed("the header names no kid".into()))
 }

@@ -24,6 +24,7 @@ mod outbox;
 mod pause_and_resume;
 mod probes;
 mod providers_and_tools;
+mod receipt_replay;
 mod redis_deployments;
 mod restarts;
 mod reviewers;

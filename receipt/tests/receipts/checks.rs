@@ -1,149 +1,142 @@
 //! Receipts signed here, checked here and by a JWT implementation nobody here wrote.
 
+use crate::support::{AUDIENCE, ISSUER, TOOL, body, claims, now, set, verifier};
 use countersign_receipt::{
-    Claims, Expect, KeySet, Refusal, SeenJtis, Signer, input_digest, verify,
+    Checked, Jwks, KeySet, Refusal, SeenJtis, Signer, Verifier, input_digest,
 };
 use serde_json::{Value, json};
 
-const ISSUER: &str = "https://countersign.example.com";
-
-fn now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64
-}
-
-/// Issued at a fixed second of today, so two made apart compare equal.
-fn claims(input: &Value, jti: &str) -> Claims {
-    let issued = now() / 86_400 * 86_400;
-    Claims {
-        iss: ISSUER.into(),
-        aud: "refunds".into(),
-        iat: issued,
-        exp: issued + 2 * 86_400,
-        jti: jti.into(),
-        run_id: "run_1".into(),
-        call_id: "toolu_2".into(),
-        tool: "issue_refund".into(),
-        input_digest: input_digest(input),
-        action: "approve".into(),
-        decided_by: vec!["rita".into()],
-        policy_version: "p1".into(),
-    }
-}
-
-fn expect(input: &Value) -> Expect<'_> {
-    Expect {
-        issuer: ISSUER,
-        audience: "refunds",
-        tool: "issue_refund",
-        input,
-    }
-}
-
-fn set(signers: &[&Signer]) -> KeySet {
-    KeySet {
-        keys: signers.iter().map(|s| s.public().clone()).collect(),
-    }
-}
-
-#[test]
-fn an_approved_calls_receipt_verifies_once_with_its_claims() {
+#[tokio::test]
+async fn a_receipt_runs_once_and_a_retry_with_the_same_idempotency_key_comes_through_again() {
     let (signer, _) = Signer::generate("k1").unwrap();
     let input = json!({"order_id": "A-1001", "amount": 129});
     let token = signer.sign(&claims(&input, "j1"));
-    let seen = SeenJtis::default();
-    let got = verify(&token, &set(&[&signer]), &expect(&input), &seen).unwrap();
-    assert_eq!(got, claims(&input, "j1"));
+    let verifier = verifier(Jwks::fixed(set(&[&signer])));
+    let sent = body(&input);
+    let check = |key| verifier.check(Some(&token), TOOL, key, &sent);
+
     assert_eq!(
-        verify(&token, &set(&[&signer]), &expect(&input), &seen),
-        Err(Refusal::Replayed)
+        check(Some("run_1:1:toolu_2")).await,
+        Ok(Checked {
+            claims: claims(&input, "j1"),
+            again: false
+        })
     );
+    assert_eq!(
+        check(Some("run_1:1:toolu_2")).await,
+        Ok(Checked {
+            claims: claims(&input, "j1"),
+            again: true
+        })
+    );
+    assert_eq!(check(Some("run_1:1:toolu_3")).await, Err(Refusal::Replayed));
+    assert_eq!(check(None).await, Err(Refusal::Replayed));
+    assert_eq!(check(Some("")).await, Err(Refusal::Replayed));
+
+    // First used without a key, a receipt has no retry.
+    let keyless = signer.sign(&claims(&input, "j2"));
+    let check = |key| verifier.check(Some(&keyless), TOOL, key, &sent);
+    assert!(check(None).await.is_ok());
+    assert_eq!(check(None).await, Err(Refusal::Replayed));
+    assert_eq!(check(Some("run_1:1:toolu_2")).await, Err(Refusal::Replayed));
 }
 
-#[test]
-fn a_receipt_for_other_input_another_tool_issuer_or_key_or_expired_is_refused_and_not_spent() {
+#[tokio::test]
+async fn a_receipt_missing_or_for_other_input_tool_issuer_or_key_or_expired_is_refused_and_not_spent()
+ {
     let (signer, _) = Signer::generate("k1").unwrap();
     let (stranger, _) = Signer::generate("k9").unwrap();
     let keys = set(&[&signer]);
     let approved = json!({"order_id": "A-1001", "amount": 20});
     let edited_away = json!({"order_id": "A-1001", "amount": 129});
-    let seen = SeenJtis::default();
+    let verifier = verifier(Jwks::fixed(keys.clone()));
+    let check = |token: String, tool, input: &Value| {
+        let body = body(input);
+        let verifier = &verifier;
+        async move { verifier.check(Some(&token), tool, Some("k"), &body).await }
+    };
     let token = signer.sign(&claims(&approved, "j2"));
 
-    // The body the tool received is not the one approved (an edit's original input with the
-    // edit's receipt).
     assert_eq!(
-        verify(&token, &keys, &expect(&edited_away), &seen),
+        verifier
+            .check(None, TOOL, Some("k"), &body(&approved))
+            .await,
+        Err(Refusal::Missing)
+    );
+    // The body the tool received is not the one approved (an edit's original input with the
+    // edit's receipt), or not JSON at all.
+    assert_eq!(
+        check(token.clone(), TOOL, &edited_away).await,
         Err(Refusal::InputChanged)
     );
-    let other_tool = Expect {
-        audience: "emails",
-        ..expect(&approved)
-    };
     assert_eq!(
-        verify(&token, &keys, &other_tool, &seen),
+        verifier
+            .check(Some(&token), TOOL, Some("k"), b"amount=20")
+            .await,
+        Err(Refusal::InputChanged)
+    );
+    assert_eq!(
+        check(token.clone(), "send_email", &approved).await,
         Err(Refusal::OtherTool)
     );
-    let other_name = Expect {
-        tool: "send_email",
-        ..expect(&approved)
-    };
+    let other_service = Verifier::new(
+        Jwks::fixed(keys.clone()),
+        ISSUER,
+        "emails",
+        SeenJtis::default(),
+    );
     assert_eq!(
-        verify(&token, &keys, &other_name, &seen),
+        other_service
+            .check(Some(&token), TOOL, None, &body(&approved))
+            .await,
         Err(Refusal::OtherTool)
     );
-    let other_issuer = Expect {
-        issuer: "https://elsewhere.example.com",
-        ..expect(&approved)
-    };
+    let other_gateway = Verifier::new(
+        Jwks::fixed(keys),
+        "https://elsewhere.example.com",
+        AUDIENCE,
+        SeenJtis::default(),
+    );
     assert_eq!(
-        verify(&token, &keys, &other_issuer, &seen),
+        other_gateway
+            .check(Some(&token), TOOL, None, &body(&approved))
+            .await,
         Err(Refusal::OtherIssuer)
     );
-    let unknown = stranger.sign(&claims(&approved, "j3"));
     assert_eq!(
-        verify(&unknown, &keys, &expect(&approved), &seen),
+        check(stranger.sign(&claims(&approved, "j3")), TOOL, &approved).await,
         Err(Refusal::UnknownKey("k9".into()))
     );
     // The stranger's signature under a published kid.
     let (impostor, _) = Signer::generate("k1").unwrap();
-    let forged = impostor.sign(&claims(&approved, "j4"));
     assert_eq!(
-        verify(&forged, &keys, &expect(&approved), &seen),
+        check(impostor.sign(&claims(&approved, "j4")), TOOL, &approved).await,
         Err(Refusal::BadSignature)
     );
     let mut old = claims(&approved, "j5");
     old.iat = now() - 7200;
     old.exp = now() - 3600;
     assert_eq!(
-        verify(&signer.sign(&old), &keys, &expect(&approved), &seen),
+        check(signer.sign(&old), TOOL, &approved).await,
         Err(Refusal::Expired)
     );
     assert!(matches!(
-        verify("not.a.jwt", &keys, &expect(&approved), &seen),
+        check("not.a.jwt".into(), TOOL, &approved).await,
         Err(Refusal::Malformed(_))
     ));
     // None of that spent the receipt.
-    assert!(verify(&token, &keys, &expect(&approved), &seen).is_ok());
+    assert!(check(token, TOOL, &approved).await.is_ok());
 }
 
-#[test]
-fn receipts_of_a_retired_key_verify_while_it_is_published_and_not_after() {
-    let (old, _) = Signer::generate("2026-11").unwrap();
-    let (new, _) = Signer::generate("2026-12").unwrap();
-    let input = json!({"amount": 5});
-    let before = old.sign(&claims(&input, "j6"));
-    let after = new.sign(&claims(&input, "j7"));
-    let rotating = set(&[&new, &old]);
-    assert!(verify(&before, &rotating, &expect(&input), &SeenJtis::default()).is_ok());
-    assert!(verify(&after, &rotating, &expect(&input), &SeenJtis::default()).is_ok());
-    let retired = set(&[&new]);
-    assert_eq!(
-        verify(&before, &retired, &expect(&input), &SeenJtis::default()),
-        Err(Refusal::UnknownKey("2026-11".into()))
-    );
+#[tokio::test]
+async fn the_body_is_compared_as_canonical_json_so_key_order_and_spacing_do_not_matter() {
+    let (signer, _) = Signer::generate("k1").unwrap();
+    let approved = json!({"order_id": "A-1001", "amount": 129});
+    let token = signer.sign(&claims(&approved, "j9"));
+    let sent = br#"{ "amount": 129.0,
+        "order_id": "A-1001" }"#;
+    let verifier = verifier(Jwks::fixed(set(&[&signer])));
+    assert!(verifier.check(Some(&token), TOOL, None, sent).await.is_ok());
 }
 
 #[test]
