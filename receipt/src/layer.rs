@@ -150,10 +150,11 @@ fn refused<B: From<Bytes>>(tool: &str, refusal: &Refusal) -> Response<B> {
     };
     let mut response = answer(status, refusal.code(), &refusal.to_string());
     if status == StatusCode::UNAUTHORIZED {
-        // A 401 names the way to authenticate (RFC 9110, 15.5.2).
+        // A 401 names the way to authenticate (RFC 9110, 15.5.2), and here why it failed.
+        let challenge = format!("Countersign-Receipt error=\"{}\"", refusal.code());
         response.headers_mut().insert(
             WWW_AUTHENTICATE,
-            HeaderValue::from_static("Countersign-Receipt"),
+            HeaderValue::from_str(&challenge).expect("codes are header-safe"),
         );
     }
     response
