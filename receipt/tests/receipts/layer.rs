@@ -183,7 +183,8 @@ async fn every_refusal_is_answered_401_with_its_code_and_never_reaches_the_tool(
                 &json!({"error": refusal.to_string(), "code": refusal.code()})
             )
         );
-        assert_eq!(challenge.as_deref(), Some("Countersign-Receipt"));
+        let expected = format!("Countersign-Receipt error=\"{}\"", refusal.code());
+        assert_eq!(challenge.as_deref(), Some(expected.as_str()));
     }
     assert_eq!(
         Refusal::UnknownKey("k9".into()).code(),
