@@ -1,11 +1,19 @@
 //! The demo's orders and refunds service: the refund agent's tools. It honours
 //! `Idempotency-Key` (a repeated key answers the first answer and refunds nothing more) and
 //! counts what it receives per key, which is how the tests prove a refund ran exactly once.
+//!
+//! Served [`Countersigned`], it checks receipts as a tool author would: a refund over
+//! [`REFUND_LIMIT`] (what the demo policy sends to a person) runs only with a valid
+//! countersignature receipt for exactly that refund, and any receipt a smaller one carries
+//! must be valid too; otherwise it answers 401 and refunds nothing.
 
+use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
+use countersign_receipt::{Claims, Jwks, RECEIPT_HEADER, Refresh, SeenJtis, Verifier};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -20,6 +28,27 @@ struct Ledger {
     answers: HashMap<(String, String), Value>,
     /// Refunds applied, in order.
     refunds: Vec<Value>,
+    /// The receipts refunds ran with, in order.
+    receipts: Vec<Claims>,
+    /// Refunds refused for their receipt, by refusal code.
+    refused: Vec<String>,
+}
+
+/// The largest refund the demo runs without a person's countersignature, as the demo
+/// agent's policy has it.
+pub const REFUND_LIMIT: f64 = 20.0;
+
+/// Where the refunds service checks receipts against: the gateway's JWK Set
+/// (`GET /.well-known/jwks.json`) and the issuer it signs as.
+pub struct Countersigned {
+    pub jwks_url: String,
+    pub issuer: String,
+}
+
+#[derive(Clone)]
+struct Service {
+    ledger: Arc<Mutex<Ledger>>,
+    verifier: Option<Arc<Verifier>>,
 }
 
 /// A running demo tools service.
@@ -30,23 +59,55 @@ pub struct DemoTools {
 }
 
 impl DemoTools {
-    /// Serves on `listener` until the process ends.
+    /// Serves on `listener` until the process ends, checking no receipt.
     pub fn serve(listener: TcpListener) -> std::io::Result<Self> {
-        Self::serve_watched(listener).map(|(tools, _)| tools)
+        Self::serve_watched(listener, None).map(|(tools, _)| tools)
+    }
+
+    /// Serves on `listener`, checking refunds' receipts against `countersigned`.
+    pub fn serve_countersigned(
+        listener: TcpListener,
+        countersigned: Countersigned,
+    ) -> std::io::Result<Self> {
+        Self::serve_watched(listener, Some(countersigned)).map(|(tools, _)| tools)
     }
 
     /// Like [`DemoTools::serve`], with the server's task, which ends only if it fails.
     pub fn serve_watched(
         listener: TcpListener,
+        countersigned: Option<Countersigned>,
     ) -> std::io::Result<(Self, JoinHandle<std::io::Result<()>>)> {
         let base_url = format!("http://{}", listener.local_addr()?);
         let ledger = Arc::new(Mutex::new(Ledger::default()));
+        let verifier = countersigned.map(|c| {
+            let keys = Jwks::from_url(c.jwks_url, Refresh::default());
+            // The agent's tools name themselves by their tool names (no `audience` set).
+            Arc::new(Verifier::new(
+                keys,
+                c.issuer,
+                "issue_refund",
+                SeenJtis::default(),
+            ))
+        });
         let app = Router::new()
             .route("/orders/lookup", post(lookup))
             .route("/refunds", post(refund))
-            .with_state(ledger.clone());
+            .with_state(Service {
+                ledger: ledger.clone(),
+                verifier,
+            });
         let task = tokio::spawn(async move { axum::serve(listener, app).await });
         Ok((Self { base_url, ledger }, task))
+    }
+
+    /// The receipts refunds ran with, in order.
+    pub fn receipts(&self) -> Vec<Claims> {
+        self.ledger.lock().unwrap().receipts.clone()
+    }
+
+    /// The codes of the receipt refusals the refunds service answered, in order.
+    pub fn refused(&self) -> Vec<String> {
+        self.ledger.lock().unwrap().refused.clone()
     }
 
     /// How many requests `path` received with this idempotency key.
@@ -120,11 +181,11 @@ fn once(
 }
 
 async fn lookup(
-    State(ledger): State<Arc<Mutex<Ledger>>>,
+    State(service): State<Service>,
     headers: HeaderMap,
     Json(input): Json<Value>,
 ) -> Answer {
-    once(&ledger, "/orders/lookup", &headers, |_| {
+    once(&service.ledger, "/orders/lookup", &headers, |_| {
         let id = input["order_id"].as_str().unwrap_or_default();
         match orders().remove(id) {
             Some(order) => (StatusCode::OK, Json(order)),
@@ -136,12 +197,38 @@ async fn lookup(
     })
 }
 
-async fn refund(
-    State(ledger): State<Arc<Mutex<Ledger>>>,
-    headers: HeaderMap,
-    Json(input): Json<Value>,
-) -> Answer {
-    once(&ledger, "/refunds", &headers, |ledger| {
+async fn refund(State(service): State<Service>, headers: HeaderMap, body: Bytes) -> Response {
+    let Ok(input) = serde_json::from_slice::<Value>(&body) else {
+        return (
+            StatusCode::BAD_REQUEST,
+            Json(json!({"error": "the body is not JSON"})),
+        )
+            .into_response();
+    };
+    let mut receipt = None;
+    if let Some(verifier) = &service.verifier {
+        let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+        let needed = input["amount"].as_f64().is_none_or(|a| a > REFUND_LIMIT);
+        if needed || header(RECEIPT_HEADER).is_some() {
+            let checked = verifier
+                .check(
+                    header(RECEIPT_HEADER),
+                    "issue_refund",
+                    header("idempotency-key"),
+                    &body,
+                )
+                .await;
+            match checked {
+                Ok(checked) => receipt = Some(checked.claims),
+                Err(refusal) => {
+                    let mut ledger = service.ledger.lock().unwrap();
+                    ledger.refused.push(refusal.code().to_string());
+                    return countersign_receipt::refused(&refusal);
+                }
+            }
+        }
+    }
+    once(&service.ledger, "/refunds", &headers, |ledger| {
         let refund = json!({
             "refund_id": format!("rf_{}", ledger.refunds.len() + 1),
             "order_id": input["order_id"],
@@ -149,6 +236,8 @@ async fn refund(
             "status": "refunded",
         });
         ledger.refunds.push(refund.clone());
+        ledger.receipts.extend(receipt);
         (StatusCode::OK, Json(refund))
     })
+    .into_response()
 }

@@ -7,7 +7,7 @@
 //! `countersign_local::place`.
 
 use anyhow::{Context, bail};
-use countersign_local::demo_tools::DemoTools;
+use countersign_local::demo_tools::{Countersigned, DemoTools};
 use countersign_local::nats_users::NatsUsers;
 use countersign_local::place::{EXAMPLE_TOOLS, Place};
 use countersign_local::ready::wait_ready;
@@ -76,7 +76,14 @@ async fn run() -> anyhow::Result<ExitCode> {
     let tools = tokio::net::TcpListener::bind(Place::addr(place.tools))
         .await
         .with_context(|| format!("bind the demo tools on {}", Place::addr(place.tools)))?;
-    let (_, tools) = DemoTools::serve_watched(tools)?;
+    let gateway_addr = Place::addr(place.gateway);
+    let gateway_url = format!("http://{gateway_addr}");
+    // The refunds service checks refunds' receipts against this gateway, as a tool would.
+    let countersigned = Countersigned {
+        jwks_url: format!("{gateway_url}/.well-known/jwks.json"),
+        issuer: gateway_url.clone(),
+    };
+    let (_, tools) = DemoTools::serve_watched(tools, Some(countersigned))?;
     let stop_tools = shutdown.clone();
     parts.service("demo tools", async move {
         tokio::select! {
@@ -86,13 +93,14 @@ async fn run() -> anyhow::Result<ExitCode> {
     });
 
     let (mut gateway, mut worker, requester_key, key) = configs(connections, agents_dir)?;
+    gateway.receipts.key_file = Some(receipt_key(&place.dir)?);
+    gateway.receipts.issuer = Some(gateway_url);
     if let Some(users) = &nats_users {
         users.log_in_gateway(&mut gateway.connections);
         users.log_in_worker(&mut worker.connections);
     }
     worker.health_listen = Place::addr(place.worker);
     let grace = Duration::from_secs(worker.shutdown_grace_secs) + Duration::from_secs(15);
-    let gateway_addr = Place::addr(place.gateway);
     let listener = tokio::net::TcpListener::bind(&gateway_addr)
         .await
         .with_context(|| format!("bind the gateway on {gateway_addr}"))?;
@@ -217,6 +225,27 @@ fn start_servers(
 }
 
 /// The gateway's and the worker's configuration, and the requester's and your keys.
+/// The gateway's receipt signing key, made on the first start and kept in the data folder, so
+/// receipts signed before a restart still verify after it.
+fn receipt_key(dir: &std::path::Path) -> anyhow::Result<PathBuf> {
+    let path = dir.join("receipt-key.pem");
+    if !path.exists() {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        // The kid given here is not kept: the gateway names the key by its thumbprint.
+        let (_, pem) = countersign_receipt::Signer::generate("local")?;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .and_then(|mut file| file.write_all(pem.as_bytes()))
+            .with_context(|| format!("write {}", path.display()))?;
+        tracing::info!(path = %path.display(), "made a receipt signing key");
+    }
+    Ok(path)
+}
+
 fn configs(
     connections: Connections,
     agents_dir: PathBuf,

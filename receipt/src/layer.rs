@@ -131,22 +131,25 @@ where
                     parts.extensions.insert::<Checked>(checked);
                     inner.call(Request::from_parts(parts, B::from(body))).await
                 }
-                Err(refusal) => Ok(refused(&tool, &refusal)),
+                Err(refusal) => {
+                    tracing::debug!(%tool, code = refusal.code(), "receipt refused");
+                    Ok(refused(&refusal))
+                }
             }
         })
     }
 }
 
-fn refused<B: From<Bytes>>(tool: &str, refusal: &Refusal) -> Response<B> {
+/// The answer to a refused receipt, as the layer gives it, for a tool that calls
+/// [`Verifier::check`] itself: 401 with the refusal's code and a `Countersign-Receipt`
+/// challenge, or 503 when the keys or the replay store cannot be reached.
+pub fn refused<B: From<Bytes>>(refusal: &Refusal) -> Response<B> {
     let status = match refusal {
         Refusal::KeysUnavailable(detail) | Refusal::ReplayUnavailable(detail) => {
-            tracing::warn!(tool, code = refusal.code(), detail, "receipt not checkable");
+            tracing::warn!(code = refusal.code(), detail, "receipt not checkable");
             StatusCode::SERVICE_UNAVAILABLE
         }
-        _ => {
-            tracing::debug!(tool, code = refusal.code(), "receipt refused");
-            StatusCode::UNAUTHORIZED
-        }
+        _ => StatusCode::UNAUTHORIZED,
     };
     let mut response = answer(status, refusal.code(), &refusal.to_string());
     if status == StatusCode::UNAUTHORIZED {

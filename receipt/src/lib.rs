@@ -19,11 +19,11 @@ mod verify;
 
 pub use jwks::{Jwks, JwksError, Refresh};
 pub use keys::{KeySet, PublicKey, Signer};
-pub use layer::{BODY_LIMIT, RECEIPT_HEADER, RequireReceipt, RequireReceiptService};
+pub use layer::{BODY_LIMIT, RECEIPT_HEADER, RequireReceipt, RequireReceiptService, refused};
 #[cfg(feature = "redis")]
 pub use replay::RedisReplay;
 pub use replay::{Replay, ReplayError, Seen, SeenJtis};
-pub use verify::{Checked, Refusal, Verifier};
+pub use verify::{Checked, Refusal, Verifier, signed_by};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};

@@ -11,8 +11,8 @@ mod redis;
 #[cfg(feature = "redis")]
 pub use self::redis::RedisReplay;
 
-use std::collections::HashMap;
 use std::collections::hash_map::Entry;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 
 /// What a replay store knows of a receipt's `jti`.
@@ -54,9 +54,18 @@ fn used_before(recorded: &str, idempotency_key: &str) -> Seen {
     }
 }
 
-/// [`Replay`] in memory, for one process; expired entries are dropped as new ones come.
+/// [`Replay`] in memory, for one process. Entries are dropped once expired, oldest first, as
+/// new ones come: each use costs the same however many receipts are remembered.
 #[derive(Default)]
-pub struct SeenJtis(Mutex<HashMap<String, (String, i64)>>);
+pub struct SeenJtis(Mutex<Remembered>);
+
+#[derive(Default)]
+struct Remembered {
+    /// Each receipt's first idempotency key and when it stops counting.
+    by_jti: HashMap<String, (String, i64)>,
+    /// The same receipts by when they stop counting.
+    by_expiry: BTreeSet<(i64, String)>,
+}
 
 impl Replay for SeenJtis {
     async fn first_use(
@@ -65,9 +74,20 @@ impl Replay for SeenJtis {
         idempotency_key: &str,
         until: i64,
     ) -> Result<Seen, ReplayError> {
-        let mut seen = self.0.lock().expect("lock poisoned");
+        let mut guard = self.0.lock().expect("lock poisoned");
         let now = jsonwebtoken::get_current_timestamp() as i64;
-        seen.retain(|_, (_, until)| *until >= now);
+        let Remembered { by_jti, by_expiry } = &mut *guard;
+        while let Some((expiry, _)) = by_expiry.first()
+            && *expiry < now
+        {
+            if let Some((_, gone)) = by_expiry.pop_first() {
+                by_jti.remove(&gone);
+            }
+        }
+        let seen = by_jti;
+        if !seen.contains_key(jti) {
+            by_expiry.insert((until, jti.to_string()));
+        }
         Ok(match seen.entry(jti.to_string()) {
             Entry::Occupied(first) => used_before(&first.get().0, idempotency_key),
             Entry::Vacant(entry) => {

@@ -4,7 +4,7 @@
 
 use crate::jwks::Jwks;
 use crate::replay::{Replay, Seen, SeenJtis};
-use crate::{Claims, PublicKey, input_digest};
+use crate::{Claims, KeySet, PublicKey, input_digest};
 use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 
@@ -148,23 +148,40 @@ impl<R: Replay> Verifier<R> {
 
     /// The claims of `token` if `key` signed it, for this gateway and tool service, unexpired.
     fn signed_claims(&self, token: &str, key: &PublicKey) -> Result<Claims, Refusal> {
-        let key = DecodingKey::from_ed_components(&key.x)
-            .map_err(|e| Refusal::Malformed(e.to_string()))?;
         let mut validation = Validation::new(Algorithm::EdDSA);
         validation.leeway = LEEWAY_SECS;
         validation.set_audience(&[&self.audience]);
         validation.set_issuer(&[&self.issuer]);
         validation.set_required_spec_claims(&["exp", "iss", "aud"]);
-        jsonwebtoken::decode::<Claims>(token, &key, &validation)
-            .map(|data| data.claims)
-            .map_err(|e| match e.kind() {
-                ErrorKind::InvalidSignature => Refusal::BadSignature,
-                ErrorKind::ExpiredSignature => Refusal::Expired,
-                ErrorKind::InvalidIssuer => Refusal::OtherIssuer,
-                ErrorKind::InvalidAudience => Refusal::OtherTool,
-                _ => Refusal::Malformed(e.to_string()),
-            })
+        decode(token, key, &validation)
     }
+}
+
+/// The claims of a receipt kept as a record, if one of `keys` signed it, whatever its age,
+/// issuer or audience: for an audit, long after the call ran. Never a reason to run a call
+/// (that is [`Verifier::check`]).
+pub fn signed_by(token: &str, keys: &KeySet) -> Result<Claims, Refusal> {
+    let kid = kid_of(token)?;
+    let key = keys.find(&kid).ok_or(Refusal::UnknownKey(kid))?;
+    let mut validation = Validation::new(Algorithm::EdDSA);
+    validation.validate_exp = false;
+    validation.validate_aud = false;
+    validation.required_spec_claims.clear();
+    decode(token, key, &validation)
+}
+
+fn decode(token: &str, key: &PublicKey, validation: &Validation) -> Result<Claims, Refusal> {
+    let key =
+        DecodingKey::from_ed_components(&key.x).map_err(|e| Refusal::Malformed(e.to_string()))?;
+    jsonwebtoken::decode::<Claims>(token, &key, validation)
+        .map(|data| data.claims)
+        .map_err(|e| match e.kind() {
+            ErrorKind::InvalidSignature => Refusal::BadSignature,
+            ErrorKind::ExpiredSignature => Refusal::Expired,
+            ErrorKind::InvalidIssuer => Refusal::OtherIssuer,
+            ErrorKind::InvalidAudience => Refusal::OtherTool,
+            _ => Refusal::Malformed(e.to_string()),
+        })
 }
 
 /// The `kid` of an EdDSA receipt's header.

@@ -5,7 +5,7 @@ use crate::infra::Infra;
 use crate::wait_for;
 use approval_gateway::config::{ApiKey, Person, Role};
 use countersign_fake_model::{Brain, FakeModel};
-use countersign_local::demo_tools::DemoTools;
+use countersign_local::demo_tools::{Countersigned, DemoTools};
 use countersign_model::agent::Provider;
 use countersign_model::audit::{AuditEntry, AuditKind};
 use countersign_model::run::{Action, Decision, RunId};
@@ -218,8 +218,17 @@ impl<'a> TestAppBuilder<'a> {
         };
         let namespace = self.namespace.unwrap_or_else(new_namespace);
         let model = FakeModel::start(self.brain).await;
-        let tools =
-            DemoTools::serve(tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap()).unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let gateway_url = format!("http://{}", listener.local_addr().unwrap());
+        // The refunds service checks receipts as a tool author would, against this gateway.
+        let tools = DemoTools::serve_countersigned(
+            tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+            Countersigned {
+                jwks_url: format!("{gateway_url}/.well-known/jwks.json"),
+                issuer: gateway_url.clone(),
+            },
+        )
+        .unwrap();
         let agents_dir = std::env::temp_dir().join(format!("countersign-{namespace}"));
         std::fs::create_dir_all(&agents_dir).unwrap();
         std::fs::write(
@@ -228,8 +237,6 @@ impl<'a> TestAppBuilder<'a> {
         )
         .unwrap();
 
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let gateway_url = format!("http://{}", listener.local_addr().unwrap());
         let mut config = gateway_config(&infra, &namespace, &agents_dir);
         // Receipts as a deployment signs them: a key file of its own, the gateway's URL as
         // the issuer.
@@ -335,6 +342,11 @@ impl TestApp {
             probes: None,
         });
         url
+    }
+
+    /// The folder of the app's agent files (and its receipt key, `receipt-key.pem`).
+    pub fn agents_dir(&self) -> &std::path::Path {
+        &self.agents_dir
     }
 
     /// The digest of a refund call as anyone who knows the agent's file and the run id can
@@ -566,11 +578,22 @@ impl TestApp {
     /// that died right after it would leave it: stored, and never published by anyone but the
     /// outbox sweepers.
     pub async fn approve_without_announcing(&self, run_id: &str, call_id: &str, digest: &Value) {
+        self.record_approval(run_id, call_id, digest, true).await;
+    }
+
+    /// Writes an approval by rita of `call_id` straight into Redis through the decision
+    /// script, announcing nothing: with its receipt signed by the gateway's key (`signed`),
+    /// as the gateway records one, or with none, as someone with Redis access could.
+    pub async fn record_approval(&self, run_id: &str, call_id: &str, digest: &Value, signed: bool) {
         let names = Names::new(&self.namespace).unwrap();
         let store = Store::connect(&self.connections(), names, Metrics::default())
             .await
             .unwrap();
         let run_id = RunId::parse(run_id).unwrap();
+        let receipt = match signed {
+            true => Some(self.sign_receipt(&store, &run_id, call_id).await),
+            false => None,
+        };
         let decision = Decision {
             call_id: call_id.into(),
             digest: digest.as_str().unwrap().into(),
@@ -583,7 +606,7 @@ impl TestApp {
             decided_at: countersign_model::now_ms(),
             fingerprint: Decision::fingerprint_of(Action::Approve, None, None, None),
             expired: false,
-            receipt: None,
+            receipt,
         };
         let mut entry = AuditEntry::new(&run_id, AuditKind::Decided);
         entry.actor = Some("rita".into());
@@ -594,12 +617,12 @@ impl TestApp {
             expiry: false,
             link: None,
             role_decides: true,
-            receipts: false,
+            receipts: signed,
             proposals: vec![Proposal {
                 decision,
                 checked_digest: None,
                 entry,
-                receipt_for: String::new(),
+                receipt_for: if signed { "rita".into() } else { String::new() },
             }],
         };
         let outcome = store.decide(&run_id, &request).await.unwrap();
@@ -607,6 +630,30 @@ impl TestApp {
             matches!(outcome, DecideOutcome::Decided { .. }),
             "{outcome:?}"
         );
+    }
+
+    /// A receipt for rita's approval of the held `call_id`, signed with the gateway's key.
+    async fn sign_receipt(&self, store: &Store, run_id: &RunId, call_id: &str) -> String {
+        let run = store.load(run_id).await.unwrap().unwrap();
+        let call = run.held_calls().find(|c| c.call_id == call_id).unwrap();
+        let key_file = self.gateway_config.receipts.key_file.as_ref().unwrap();
+        let pem = std::fs::read_to_string(key_file).unwrap();
+        let signer = countersign_receipt::Signer::from_pem(RECEIPT_KID, &pem).unwrap();
+        let iat = countersign_model::now_ms() / 1000;
+        signer.sign(&countersign_receipt::Claims {
+            iss: self.gateway_url.clone(),
+            aud: call.tool.clone(),
+            iat,
+            exp: iat + 3600,
+            jti: uuid::Uuid::new_v4().to_string(),
+            run_id: run_id.to_string(),
+            call_id: call_id.into(),
+            tool: call.tool.clone(),
+            input_digest: countersign_receipt::input_digest(&call.input),
+            action: "approve".into(),
+            decided_by: vec!["rita".into()],
+            policy_version: call.policy_version.clone(),
+        })
     }
 
     /// The gateway's `/metrics`.

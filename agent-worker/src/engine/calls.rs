@@ -184,7 +184,8 @@ impl Engine {
                 let detail = serde_json::json!({
                     "action": decision.action, "decided_by": by,
                     "outcome": result.outcome, "is_error": result.is_error,
-                    "receipt": decision.receipt.is_some(),
+                    // The countersignature the tool was sent, kept with the trail.
+                    "receipt": decision.receipt,
                 });
                 executed.push(self.entry(run, AuditKind::Executed, Some(pending), detail));
             }

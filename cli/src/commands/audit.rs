@@ -1,12 +1,16 @@
 //! `countersign audit RUN [--verify]`: the run's audit trail, whether its hash chain holds, and
 //! the latest refused decisions. `--verify` does not take the gateway's word for the chain: it
-//! recomputes every link here, with the same code the services use, and fails if one breaks.
+//! recomputes every link here, with the same code the services use, and fails if one breaks;
+//! and it checks every countersignature receipt the trail kept (the one each approved call
+//! was sent with) against the gateway's published keys: signed by one of them, for this run
+//! and call, the receipt its decision named.
 
 use crate::client::Gateway;
 use crate::error::CliError;
 use crate::render::{Table, clip, moment, print_json};
 use crate::view::{Trail, read};
-use countersign_model::audit::{AuditEntry, verify};
+use countersign_model::audit::{AuditEntry, AuditKind, verify};
+use countersign_receipt::KeySet;
 use serde_json::Value;
 
 pub async fn run(gateway: &Gateway, run: &str, check: bool, json: bool) -> Result<(), CliError> {
@@ -28,14 +32,53 @@ pub async fn run(gateway: &Gateway, run: &str, check: bool, json: bool) -> Resul
                 trail.entries.len()
             ))
         })?;
+        let keys = gateway
+            .get(gateway.url(&[".well-known", "jwks.json"]))
+            .await?;
+        let keys: KeySet = read(keys)?;
+        let receipts = check_receipts(run, &trail.entries, &keys).map_err(CliError::Failed)?;
         if !json {
             println!("chain: verified here, {} links hold", trail.entries.len());
+            println!("receipts: {receipts} verified here against the gateway's published keys");
         }
     }
     if !json {
         print_refusals(&trail.refusals);
     }
     Ok(())
+}
+
+/// Checks the receipt of every execution entry: signed by a key of `keys`, naming this run
+/// and call, and the one the call's decision entry named (by `jti`). How many held.
+fn check_receipts(run: &str, elements: &[Value], keys: &KeySet) -> Result<usize, String> {
+    let entries: Vec<AuditEntry> = elements.iter().filter_map(Trail::entry).collect();
+    let mut checked = 0;
+    for (i, entry) in entries.iter().enumerate() {
+        let Some(token) = entry.detail["receipt"].as_str() else {
+            continue;
+        };
+        let call = entry.call_id.as_deref().unwrap_or_default();
+        let claims = countersign_receipt::signed_by(token, keys)
+            .map_err(|refusal| format!("the receipt of call {call} ({i}) fails: {refusal}"))?;
+        let decided = entries[..i]
+            .iter()
+            .rev()
+            .find(|e| e.kind == AuditKind::Decided && e.call_id.as_deref() == Some(call))
+            .map(|e| &e.detail["receipt"]["jti"]);
+        if claims.run_id != run || claims.call_id != call {
+            return Err(format!(
+                "the receipt sent with call {call} ({i}) is for call {} of run {}",
+                claims.call_id, claims.run_id
+            ));
+        }
+        if decided.and_then(Value::as_str) != Some(claims.jti.as_str()) {
+            return Err(format!(
+                "the receipt sent with call {call} ({i}) is not the one its decision recorded"
+            ));
+        }
+        checked += 1;
+    }
+    Ok(checked)
 }
 
 fn print_trail(trail: &Trail) {

@@ -364,6 +364,7 @@ async fn audit_verify_passes_on_a_real_run_and_fails_once_the_chain_is_edited_in
         "rita",
         "chain: holds",
         "chain: verified here",
+        "receipts: 1 verified here",
     ] {
         assert!(audit.contains(part), "{part:?} missing from:\n{audit}");
     }

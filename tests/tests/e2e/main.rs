@@ -25,6 +25,7 @@ mod pause_and_resume;
 mod probes;
 mod providers_and_tools;
 mod receipt_replay;
+mod receipts;
 mod redis_deployments;
 mod restarts;
 mod reviewers;

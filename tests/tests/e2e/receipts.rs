@@ -1,0 +1,421 @@
+//! Countersignature receipts end to end: every approved call (approve, edit, the last
+//! approval of a quorum) reaches the demo refunds service with a receipt the gateway signed
+//! for exactly that call, which the service checks as a tool author would; whatever no
+//! decision countersigned is refused there, changes nothing, and is put before a person.
+
+use countersign_fake_model::refund_brain;
+use countersign_receipt::{
+    Claims, Jwks, KeySet, Refresh, SeenJtis, Signer, Verifier, input_digest,
+};
+use countersign_tests::app::{PATIENCE, RECEIPT_KID, REQUESTER_KEY, TestApp};
+use futures::StreamExt;
+use jwt_simple::prelude::{Ed25519PublicKey, EdDSAPublicKeyLike, NoCustomClaims};
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+
+/// The refund the demo model asks for.
+fn asked() -> Value {
+    json!({"order_id": "A-1001", "amount": 129, "reason": "arrived broken"})
+}
+
+/// The receipts the run's execution entries kept, by call.
+async fn kept_receipts(app: &TestApp, run_id: &str) -> Vec<(String, String)> {
+    let (_, trail) = app.get(&format!("/v1/runs/{run_id}/audit")).await;
+    trail["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| &e["entry"])
+        .filter(|e| e["kind"] == "executed")
+        .filter_map(|e| {
+            Some((
+                e["call_id"].as_str()?.to_string(),
+                e["detail"]["receipt"].as_str()?.to_string(),
+            ))
+        })
+        .collect()
+}
+
+/// Posts a refund straight to the demo service, as a worker would (or an attacker could).
+async fn post_refund(
+    app: &TestApp,
+    receipt: Option<&str>,
+    key: &str,
+    input: &Value,
+) -> (StatusCode, Value) {
+    let mut request = app
+        .http
+        .post(format!("{}/refunds", app.tools.base_url))
+        .header("Idempotency-Key", key)
+        .json(input);
+    if let Some(receipt) = receipt {
+        request = request.header("Countersign-Receipt", receipt);
+    }
+    let response = request.send().await.unwrap();
+    (response.status(), response.json().await.unwrap())
+}
+
+/// Claims as the gateway would sign them for `input`, for tests that sign their own.
+fn claims_for(app: &TestApp, run_id: &str, input: &Value, exp: i64) -> Claims {
+    let now = countersign_model::now_ms() / 1000;
+    Claims {
+        iss: app.gateway_url.clone(),
+        aud: "issue_refund".into(),
+        iat: now,
+        exp: now + exp,
+        jti: uuid::Uuid::new_v4().to_string(),
+        run_id: run_id.into(),
+        call_id: "toolu_2".into(),
+        tool: "issue_refund".into(),
+        input_digest: input_digest(input),
+        action: "approve".into(),
+        decided_by: vec!["rita".into()],
+        policy_version: "p".into(),
+    }
+}
+
+fn test_signer(app: &TestApp) -> Signer {
+    let key_file = app.agents_dir().join("receipt-key.pem");
+    Signer::from_pem(RECEIPT_KID, &std::fs::read_to_string(key_file).unwrap()).unwrap()
+}
+
+#[tokio::test]
+async fn approved_and_edited_calls_reach_the_tool_with_receipts_that_name_exactly_them() {
+    let app = TestApp::spawn(refund_brain).await;
+
+    // Approved as asked.
+    let approved = app.start_run("Refund A-1001.").await;
+    let paused = app.wait_status(&approved, "awaiting_approval").await;
+    let held = &paused["pending"][0];
+    let (status, _) = app.approve(&approved, "toolu_2", &held["digest"]).await;
+    assert_eq!(status, 200);
+    app.wait_status(&approved, "completed").await;
+
+    // Edited down to 50.
+    let edited = app.start_run("Refund A-1001.").await;
+    let paused = app.wait_status(&edited, "awaiting_approval").await;
+    let edit = json!({"order_id": "A-1001", "amount": 50, "reason": "partial"});
+    let (status, body) = app
+        .decide(
+            &edited,
+            json!([{"call_id": "toolu_2", "digest": paused["pending"][0]["digest"],
+                     "action": "edit", "input": edit, "note": "half"}]),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    app.wait_status(&edited, "completed").await;
+
+    let receipts = app.tools.receipts();
+    assert_eq!(receipts.len(), 2, "each refund ran once, with its receipt");
+    assert!(app.tools.refused().is_empty());
+    let (first, second) = (&receipts[0], &receipts[1]);
+    assert_eq!(
+        (
+            first.run_id.as_str(),
+            first.call_id.as_str(),
+            first.tool.as_str()
+        ),
+        (approved.as_str(), "toolu_2", "issue_refund")
+    );
+    assert_eq!(
+        (first.iss.as_str(), first.aud.as_str()),
+        (app.gateway_url.as_str(), "issue_refund")
+    );
+    assert_eq!(first.action, "approve");
+    assert_eq!(first.decided_by, vec!["rita".to_string()]);
+    assert_eq!(first.input_digest, input_digest(&asked()));
+    assert_eq!(
+        first.policy_version,
+        held["policy_version"].as_str().unwrap()
+    );
+    assert!(first.exp > first.iat);
+    assert_eq!(second.run_id, edited);
+    assert_eq!(second.action, "edit");
+    assert_eq!(
+        second.input_digest,
+        input_digest(&edit),
+        "the edited input, not the asked one"
+    );
+    assert_ne!(first.jti, second.jti);
+
+    // The decision's audit entry names the receipt; the execution entry kept what was sent.
+    let (_, trail) = app.get(&format!("/v1/runs/{approved}/audit")).await;
+    let decided = trail["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["entry"]["kind"] == "decided")
+        .unwrap();
+    assert_eq!(
+        decided["entry"]["detail"]["receipt"],
+        json!({"jti": first.jti, "kid": RECEIPT_KID})
+    );
+
+    // A JWT library nobody here wrote verifies it with the key the gateway publishes.
+    let jwks: Value = app
+        .http
+        .get(format!("{}/.well-known/jwks.json", app.gateway_url))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let jwk = &jwks["keys"][0];
+    assert_eq!(
+        (
+            jwk["kty"].as_str(),
+            jwk["crv"].as_str(),
+            jwk["kid"].as_str()
+        ),
+        (Some("OKP"), Some("Ed25519"), Some(RECEIPT_KID))
+    );
+    use base64::Engine;
+    let x = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(jwk["x"].as_str().unwrap())
+        .unwrap();
+    let key = Ed25519PublicKey::from_bytes(&x).unwrap();
+    let (_, token) = &kept_receipts(&app, &approved).await[0];
+    let verified = key.verify_token::<NoCustomClaims>(token, None).unwrap();
+    assert_eq!(verified.jwt_id.as_deref(), Some(first.jti.as_str()));
+}
+
+#[tokio::test]
+async fn the_last_approval_of_a_quorum_signs_a_receipt_naming_every_approver() {
+    let policy = "approvers = [\"role:finance\"]\nquorum = 2\n";
+    let app = TestApp::builder(refund_brain).policy(policy).start().await;
+    let (status, body) = app
+        .request(
+            Method::POST,
+            "/v1/runs",
+            Some(REQUESTER_KEY),
+            Some(json!({"agent": "refunds", "input": "Refund A-1001.", "requested_by": "carol"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let run_id = body["run_id"].as_str().unwrap().to_string();
+    let paused = app.wait_status(&run_id, "awaiting_approval").await;
+    let approve = json!({"call_id": "toolu_2", "digest": paused["pending"][0]["digest"], "action": "approve"});
+    let (status, body) = app.decide_as("bob", &run_id, approve.clone()).await;
+    assert_eq!(status, 200, "{body}");
+    let (_, run) = app.get(&format!("/v1/runs/{run_id}")).await;
+    assert!(
+        run["pending"][0]["decision"].is_null(),
+        "one approval of two signs nothing"
+    );
+    let (status, body) = app.decide_as("alice", &run_id, approve).await;
+    assert_eq!(status, 200, "{body}");
+    app.wait_status(&run_id, "completed").await;
+
+    let receipts = app.tools.receipts();
+    assert_eq!(receipts.len(), 1);
+    assert_eq!(
+        receipts[0].decided_by,
+        vec!["alice".to_string(), "bob".to_string()]
+    );
+    assert_eq!(app.tools.refunds().len(), 1);
+}
+
+#[tokio::test]
+async fn the_tool_refuses_every_receipt_that_is_not_this_calls_and_refunds_nothing_more() {
+    let app = TestApp::spawn(refund_brain).await;
+    let run_id = app.refund_cycle().await;
+    let (_, token) = kept_receipts(&app, &run_id).await.pop().unwrap();
+    let key = format!("{run_id}:1:toolu_2");
+    assert_eq!(app.tools.refunds().len(), 1);
+
+    // The same request again (a retry after a crash) is answered as before; nothing more runs.
+    let (status, body) = post_refund(&app, Some(&token), &key, &asked()).await;
+    assert_eq!(
+        (status, body["refund_id"].as_str()),
+        (StatusCode::OK, Some("rf_1"))
+    );
+
+    let signer = test_signer(&app);
+    let (rogue, _) = Signer::generate("rogue").unwrap();
+    let mut other_tool = claims_for(&app, &run_id, &asked(), 600);
+    other_tool.aud = "send_email".into();
+    other_tool.tool = "send_email".into();
+    let cases: Vec<(&str, Option<String>, String, Value, &str)> = vec![
+        ("no receipt", None, "k1".into(), asked(), "missing"),
+        (
+            "used twice, by another request",
+            Some(token.clone()),
+            "k2".into(),
+            asked(),
+            "replayed",
+        ),
+        (
+            "a body changed after signing",
+            Some(token.clone()),
+            key.clone(),
+            json!({"order_id": "A-1001", "amount": 500, "reason": "arrived broken"}),
+            "input_changed",
+        ),
+        (
+            "expired",
+            Some(signer.sign(&claims_for(&app, &run_id, &asked(), -3600))),
+            "k3".into(),
+            asked(),
+            "expired",
+        ),
+        (
+            "signed by an unknown key",
+            Some(rogue.sign(&claims_for(&app, &run_id, &asked(), 600))),
+            "k4".into(),
+            asked(),
+            "unknown_key",
+        ),
+        (
+            "for another tool",
+            Some(signer.sign(&other_tool)),
+            "k5".into(),
+            asked(),
+            "other_tool",
+        ),
+        (
+            "not a JWT",
+            Some("not.a.jwt".into()),
+            "k6".into(),
+            asked(),
+            "malformed",
+        ),
+    ];
+    for (what, receipt, key, input, code) in cases {
+        let (status, body) = post_refund(&app, receipt.as_deref(), &key, &input).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{what}: {body}");
+        assert_eq!(body["code"], code, "{what}: {body}");
+        assert_eq!(app.tools.refunds().len(), 1, "{what} refunded something");
+    }
+}
+
+#[tokio::test]
+async fn an_edits_receipt_does_not_carry_the_asked_input_nor_an_approvals_the_edited_one() {
+    let app = TestApp::spawn(refund_brain).await;
+    let run_id = app.start_run("Refund A-1001.").await;
+    let paused = app.wait_status(&run_id, "awaiting_approval").await;
+    let edit = json!({"order_id": "A-1001", "amount": 50, "reason": "partial"});
+    app.decide(
+        &run_id,
+        json!([{"call_id": "toolu_2", "digest": paused["pending"][0]["digest"],
+                 "action": "edit", "input": edit}]),
+    )
+    .await;
+    app.wait_status(&run_id, "completed").await;
+    let (_, edit_receipt) = kept_receipts(&app, &run_id).await.pop().unwrap();
+    let (status, body) = post_refund(&app, Some(&edit_receipt), "k1", &asked()).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (StatusCode::UNAUTHORIZED, Some("input_changed"))
+    );
+
+    let approved = app.refund_cycle().await;
+    let (_, approve_receipt) = kept_receipts(&app, &approved).await.pop().unwrap();
+    let (status, body) = post_refund(&app, Some(&approve_receipt), "k2", &edit).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (StatusCode::UNAUTHORIZED, Some("input_changed"))
+    );
+    assert_eq!(app.tools.refunds().len(), 2, "one per run, nothing more");
+}
+
+#[tokio::test]
+async fn a_decision_written_straight_into_redis_is_refused_by_the_tool_and_put_before_a_person() {
+    let app = TestApp::spawn(refund_brain).await;
+    let run_id = app.start_run("Refund A-1001.").await;
+    let paused = app.wait_status(&run_id, "awaiting_approval").await;
+    let nats = async_nats::connect(&app.infra.nats_url).await.unwrap();
+    let mut attention = nats
+        .subscribe(format!("{}.run.attention.{run_id}", app.namespace))
+        .await
+        .unwrap();
+
+    // Someone with Redis access records an approval: no gateway signed it.
+    app.record_approval(&run_id, "toolu_2", &paused["pending"][0]["digest"], false)
+        .await;
+    app.wait_status(&run_id, "completed").await;
+
+    assert!(app.tools.refunds().is_empty(), "nothing was refunded");
+    assert_eq!(app.tools.refused(), vec!["missing".to_string()]);
+    let event = tokio::time::timeout(PATIENCE, attention.next())
+        .await
+        .unwrap()
+        .unwrap();
+    let event: Value = serde_json::from_slice(&event.payload).unwrap();
+    assert_eq!(event["call_id"], "toolu_2");
+    let reason = event["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("refused this call's countersignature receipt"),
+        "{reason}"
+    );
+    assert!(reason.contains("carried no receipt"), "{reason}");
+    let results = countersign_fake_model::last_results(&app.model.requests()[1]);
+    assert_eq!(results[1]["is_error"], true, "the model is told it failed");
+    assert!(
+        kept_receipts(&app, &run_id).await.is_empty(),
+        "the trail says none was sent"
+    );
+}
+
+#[tokio::test]
+async fn receipts_signed_before_a_rotation_verify_while_the_old_key_is_published_and_not_after() {
+    let mut app = TestApp::spawn(refund_brain).await;
+    let old = test_signer(&app);
+    let receipt = old.sign(&claims_for(&app, "run_x", &asked(), 600));
+    let body = serde_json::to_vec(&asked()).unwrap();
+
+    // The new key signs; the old one is published as retired.
+    let dir = app.agents_dir().to_path_buf();
+    let (_, new_pem) = Signer::generate("test-key-2").unwrap();
+    std::fs::write(dir.join("new-key.pem"), new_pem).unwrap();
+    let retired = KeySet {
+        keys: vec![old.public().clone()],
+    };
+    std::fs::write(
+        dir.join("retired.json"),
+        serde_json::to_string(&retired).unwrap(),
+    )
+    .unwrap();
+    let rotated = app
+        .spawn_gateway(|config| {
+            config.receipts.key_file = Some(dir.join("new-key.pem"));
+            config.receipts.kid = Some("test-key-2".into());
+            config.receipts.retired_keys_file = Some(dir.join("retired.json"));
+        })
+        .await;
+    let issuer = app.gateway_url.clone();
+    let check = |gateway: &str| {
+        let verifier = Verifier::new(
+            Jwks::from_url(
+                format!("{gateway}/.well-known/jwks.json"),
+                Refresh::default(),
+            ),
+            issuer.clone(),
+            "issue_refund",
+            SeenJtis::default(),
+        );
+        let (receipt, body) = (receipt.clone(), body.clone());
+        async move {
+            verifier
+                .check(Some(&receipt), "issue_refund", Some("k"), &body)
+                .await
+                .map(|c| c.claims.jti)
+        }
+    };
+    assert!(
+        check(&rotated).await.is_ok(),
+        "the retired key still verifies"
+    );
+
+    // Once retired keys are no longer published, what they signed is refused.
+    let retired_for_good = app
+        .spawn_gateway(|config| {
+            config.receipts.key_file = Some(dir.join("new-key.pem"));
+            config.receipts.kid = Some("test-key-2".into());
+        })
+        .await;
+    assert_eq!(
+        check(&retired_for_good).await,
+        Err(countersign_receipt::Refusal::UnknownKey(RECEIPT_KID.into()))
+    );
+}
