@@ -28,25 +28,33 @@ pub struct Answer {
     pub receipt_refused: Option<String>,
 }
 
+/// One call as its tool receives it.
+pub struct ToolCall<'a> {
+    pub run: &'a RunId,
+    pub turn: u32,
+    pub call_id: &'a str,
+    pub input: &'a serde_json::Value,
+    /// The receipt of the decision that approved it; none for a call the policy let through.
+    pub receipt: Option<&'a str>,
+}
+
 /// Runs one call; `outcome` is what a success is reported as (executed, approved, edited).
-#[tracing::instrument(name = "tool.call", skip_all, fields(tool = %tool.name, call_id))]
-#[allow(clippy::too_many_arguments)]
+#[tracing::instrument(name = "tool.call", skip_all, fields(tool = %tool.name, call_id = call.call_id))]
 pub async fn call_http(
     http: &reqwest::Client,
     tool: &ToolDef,
-    run: &RunId,
-    turn: u32,
-    call_id: &str,
-    input: &serde_json::Value,
-    receipt: Option<&str>,
+    call: &ToolCall<'_>,
     outcome: CallOutcome,
 ) -> Answer {
     let mut request = http
         .post(&tool.http.url)
-        .header("Idempotency-Key", idempotency_key(run, turn, call_id))
+        .header(
+            "Idempotency-Key",
+            idempotency_key(call.run, call.turn, call.call_id),
+        )
         .timeout(Duration::from_millis(tool.http.timeout_ms))
-        .json(input);
-    if let Some(receipt) = receipt {
+        .json(call.input);
+    if let Some(receipt) = call.receipt {
         request = request.header(RECEIPT_HEADER, receipt);
     }
     let response = request.send().await;

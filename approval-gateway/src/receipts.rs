@@ -4,6 +4,7 @@
 //! check receipts with are served at `GET /.well-known/jwks.json`.
 
 use crate::config::{Config, ReceiptsConfig};
+use crate::decide::action_name;
 use anyhow::Context;
 use countersign_model::agent::ToolDef;
 use countersign_model::run::{Action, HeldCall, Run};
@@ -13,7 +14,8 @@ use serde_json::Value;
 /// The signing key, if configured, and the keys published for verification.
 pub(crate) struct Receipts {
     signer: Option<Signer>,
-    published: KeySet,
+    /// The published JWK Set, serialized once: it changes only with the configuration.
+    published: String,
     issuer: String,
     ttl_secs: i64,
 }
@@ -71,14 +73,15 @@ impl Receipts {
             .unwrap_or_else(|| "countersign".into());
         Ok(Self {
             signer,
-            published,
+            published: serde_json::to_string(&published)?,
             issuer,
             ttl_secs: i64::try_from(*ttl_secs).context("receipts.ttl_secs is too large")?,
         })
     }
 
-    /// The public keys: the signing key first, then the retired ones still accepted.
-    pub(crate) fn published(&self) -> &KeySet {
+    /// The public keys as a JWK Set: the signing key first, then the retired ones still
+    /// accepted.
+    pub(crate) fn published(&self) -> &str {
         &self.published
     }
 
@@ -112,10 +115,7 @@ impl Receipts {
             call_id: call.call_id.clone(),
             tool: call.tool.clone(),
             input_digest: input_digest(input),
-            action: serde_json::to_value(action)
-                .ok()
-                .and_then(|a| a.as_str().map(str::to_string))
-                .unwrap_or_default(),
+            action: action_name(action).into(),
             decided_by,
             policy_version: call.policy_version.clone(),
         };

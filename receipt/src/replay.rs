@@ -84,13 +84,10 @@ impl Replay for SeenJtis {
                 by_jti.remove(&gone);
             }
         }
-        let seen = by_jti;
-        if !seen.contains_key(jti) {
-            by_expiry.insert((until, jti.to_string()));
-        }
-        Ok(match seen.entry(jti.to_string()) {
+        Ok(match by_jti.entry(jti.to_string()) {
             Entry::Occupied(first) => used_before(&first.get().0, idempotency_key),
             Entry::Vacant(entry) => {
+                by_expiry.insert((until, jti.to_string()));
                 entry.insert((idempotency_key.to_string(), until));
                 Seen::First
             }

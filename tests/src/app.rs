@@ -636,24 +636,52 @@ impl TestApp {
     async fn sign_receipt(&self, store: &Store, run_id: &RunId, call_id: &str) -> String {
         let run = store.load(run_id).await.unwrap().unwrap();
         let call = run.held_calls().find(|c| c.call_id == call_id).unwrap();
+        let mut claims = self.receipt_claims(run_id.as_str(), &call.input, 3600);
+        claims.call_id = call_id.into();
+        claims.aud = call.tool.clone();
+        claims.tool = call.tool.clone();
+        claims.policy_version = call.policy_version.clone();
+        self.receipt_signer().sign(&claims)
+    }
+
+    /// The key the app's gateway signs receipts with.
+    pub fn receipt_signer(&self) -> countersign_receipt::Signer {
         let key_file = self.gateway_config.receipts.key_file.as_ref().unwrap();
         let pem = std::fs::read_to_string(key_file).unwrap();
-        let signer = countersign_receipt::Signer::from_pem(RECEIPT_KID, &pem).unwrap();
+        countersign_receipt::Signer::from_pem(RECEIPT_KID, &pem).unwrap()
+    }
+
+    /// The claims of rita's approval of the demo refund `toolu_2` of `run_id` with `input`,
+    /// as this app's gateway signs them, expiring `exp_secs` from now.
+    pub fn receipt_claims(
+        &self,
+        run_id: &str,
+        input: &Value,
+        exp_secs: i64,
+    ) -> countersign_receipt::Claims {
         let iat = countersign_model::now_ms() / 1000;
-        signer.sign(&countersign_receipt::Claims {
+        countersign_receipt::Claims {
             iss: self.gateway_url.clone(),
-            aud: call.tool.clone(),
+            aud: "issue_refund".into(),
             iat,
-            exp: iat + 3600,
+            exp: iat + exp_secs,
             jti: uuid::Uuid::new_v4().to_string(),
-            run_id: run_id.to_string(),
-            call_id: call_id.into(),
-            tool: call.tool.clone(),
-            input_digest: countersign_receipt::input_digest(&call.input),
+            run_id: run_id.into(),
+            call_id: "toolu_2".into(),
+            tool: "issue_refund".into(),
+            input_digest: countersign_receipt::input_digest(input),
             action: "approve".into(),
             decided_by: vec!["rita".into()],
-            policy_version: call.policy_version.clone(),
-        })
+            policy_version: "p".into(),
+        }
+    }
+
+    /// Follows the run's `run.attention` events as they are published.
+    pub async fn attention_events(&self, run_id: &str) -> async_nats::Subscriber {
+        let nats = async_nats::connect(&self.infra.nats_url).await.unwrap();
+        nats.subscribe(format!("{}.run.attention.{run_id}", self.namespace))
+            .await
+            .unwrap()
     }
 
     /// The gateway's `/metrics`.

@@ -5,6 +5,7 @@
 use super::{Engine, StepError, failed, results_message};
 use crate::agents::RunnableAgent;
 use crate::policy::Gate;
+use crate::tools::ToolCall;
 use countersign_model::audit::{AuditEntry, AuditKind};
 use countersign_model::digest::call_digest;
 use countersign_model::edit;
@@ -80,12 +81,14 @@ impl Engine {
         let results = futures::future::join_all(free.iter().map(|&(i, tool)| {
             let call = &held[i];
             self.execute(
-                &run.run_id,
-                run.turns,
                 tool,
-                &call.call_id,
-                &call.input,
-                None,
+                ToolCall {
+                    run: &run.run_id,
+                    turn: run.turns,
+                    call_id: &call.call_id,
+                    input: &call.input,
+                    receipt: None,
+                },
                 CallOutcome::Executed,
             )
         }))
@@ -132,12 +135,14 @@ impl Engine {
                 },
                 Action::Approve => {
                     self.execute(
-                        &run.run_id,
-                        run.turns,
                         tool,
-                        &call.call_id,
-                        &call.input,
-                        decision.receipt.as_deref(),
+                        ToolCall {
+                            run: &run.run_id,
+                            turn: run.turns,
+                            call_id: &call.call_id,
+                            input: &call.input,
+                            receipt: decision.receipt.as_deref(),
+                        },
                         CallOutcome::Approved,
                     )
                     .await?
@@ -159,12 +164,14 @@ impl Engine {
                         )),
                         Ok(()) => {
                             self.execute(
-                                &run.run_id,
-                                run.turns,
                                 tool,
-                                &call.call_id,
-                                &input,
-                                decision.receipt.as_deref(),
+                                ToolCall {
+                                    run: &run.run_id,
+                                    turn: run.turns,
+                                    call_id: &call.call_id,
+                                    input: &input,
+                                    receipt: decision.receipt.as_deref(),
+                                },
                                 CallOutcome::Edited,
                             )
                             .await?

@@ -3,7 +3,7 @@
 //! declared idempotent and is otherwise reported as `unknown`, with `run.attention`.
 
 use super::Engine;
-use crate::tools;
+use crate::tools::{self, ToolCall};
 use countersign_model::agent::ToolDef;
 use countersign_model::events::Event;
 use countersign_model::run::{CallOutcome, CallResult, RunId};
@@ -17,17 +17,19 @@ impl Engine {
     /// an approved call carries its `receipt`. A tool that refuses the receipt is reported to
     /// the model as a failure and to a person with `run.attention`: the call did not run,
     /// though someone (or something) let it through to the tool.
-    #[allow(clippy::too_many_arguments)]
     pub(super) async fn execute(
         &self,
-        run: &RunId,
-        turn: u32,
         tool: &ToolDef,
-        call_id: &str,
-        input: &Value,
-        receipt: Option<&str>,
+        call: ToolCall<'_>,
         outcome: CallOutcome,
     ) -> Result<CallResult, StoreError> {
+        let ToolCall {
+            run,
+            call_id,
+            input,
+            receipt,
+            ..
+        } = call;
         // This attempt's own mark, so a lost reply is not taken for an interrupted call.
         let token = uuid::Uuid::new_v4().simple().to_string();
         match self.store.exec_begin(run, call_id, &token).await? {
@@ -52,10 +54,7 @@ impl Engine {
             ExecBegin::InterruptedBefore | ExecBegin::Run => {}
         }
         let started = std::time::Instant::now();
-        let answer = tools::call_http(
-            &self.http, tool, run, turn, call_id, input, receipt, outcome,
-        )
-        .await;
+        let answer = tools::call_http(&self.http, tool, &call, outcome).await;
         self.metrics.tool_call(&tool.name, started.elapsed());
         if let Some(challenge) = &answer.receipt_refused {
             warn!(call_id, tool = %tool.name, challenge, "the tool refused the call's receipt");

@@ -3,11 +3,11 @@
 //! reads. Tools cache it; an unknown `kid` is their cue to fetch it again.
 
 use crate::state::AppState;
+use axum::Router;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::get;
-use axum::{Json, Router};
 
 pub(super) fn router() -> Router<AppState> {
     Router::new().route("/.well-known/jwks.json", get(jwks))
@@ -15,7 +15,10 @@ pub(super) fn router() -> Router<AppState> {
 
 async fn jwks(State(state): State<AppState>) -> impl IntoResponse {
     (
-        [(header::CACHE_CONTROL, "public, max-age=300")],
-        Json(state.receipts.published().clone()),
+        [
+            (header::CACHE_CONTROL, "public, max-age=300"),
+            (header::CONTENT_TYPE, "application/json"),
+        ],
+        state.receipts.published().to_string(),
     )
 }

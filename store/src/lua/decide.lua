@@ -115,6 +115,8 @@ for _, d in ipairs(decisions) do
         end
         local expected = final and table.concat(names, ', ') or ''
         if d.receipt_for ~= expected then return refuse(d, 'receipt_stale', expected) end
+        -- Who the recorded decision names, once this approval completes it.
+        if final then d.names = expected end
       end
     end
   end
@@ -148,7 +150,7 @@ for _, d in ipairs(decisions) do
       else
         -- The quorum is met: the decision names everyone who approved.
         local merged = cjson.decode(decision)
-        merged.decided_by = table.concat(approvers(d.call_id), ', ')
+        merged.decided_by = d.names or table.concat(approvers(d.call_id), ', ')
         decision = cjson.encode(merged)
       end
     end

@@ -4,9 +4,7 @@
 //! decision countersigned is refused there, changes nothing, and is put before a person.
 
 use countersign_fake_model::refund_brain;
-use countersign_receipt::{
-    Claims, Jwks, KeySet, Refresh, SeenJtis, Signer, Verifier, input_digest,
-};
+use countersign_receipt::{Jwks, KeySet, Refresh, SeenJtis, Signer, Verifier, input_digest};
 use countersign_tests::app::{PATIENCE, RECEIPT_KID, REQUESTER_KEY, TestApp};
 use futures::StreamExt;
 use jwt_simple::prelude::{Ed25519PublicKey, EdDSAPublicKeyLike, NoCustomClaims};
@@ -53,30 +51,6 @@ async fn post_refund(
     }
     let response = request.send().await.unwrap();
     (response.status(), response.json().await.unwrap())
-}
-
-/// Claims as the gateway would sign them for `input`, for tests that sign their own.
-fn claims_for(app: &TestApp, run_id: &str, input: &Value, exp: i64) -> Claims {
-    let now = countersign_model::now_ms() / 1000;
-    Claims {
-        iss: app.gateway_url.clone(),
-        aud: "issue_refund".into(),
-        iat: now,
-        exp: now + exp,
-        jti: uuid::Uuid::new_v4().to_string(),
-        run_id: run_id.into(),
-        call_id: "toolu_2".into(),
-        tool: "issue_refund".into(),
-        input_digest: input_digest(input),
-        action: "approve".into(),
-        decided_by: vec!["rita".into()],
-        policy_version: "p".into(),
-    }
-}
-
-fn test_signer(app: &TestApp) -> Signer {
-    let key_file = app.agents_dir().join("receipt-key.pem");
-    Signer::from_pem(RECEIPT_KID, &std::fs::read_to_string(key_file).unwrap()).unwrap()
 }
 
 #[tokio::test]
@@ -152,15 +126,8 @@ async fn approved_and_edited_calls_reach_the_tool_with_receipts_that_name_exactl
     );
 
     // A JWT library nobody here wrote verifies it with the key the gateway publishes.
-    let jwks: Value = app
-        .http
-        .get(format!("{}/.well-known/jwks.json", app.gateway_url))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (status, jwks) = app.get("/.well-known/jwks.json").await;
+    assert_eq!(status, 200, "{jwks}");
     let jwk = &jwks["keys"][0];
     assert_eq!(
         (
@@ -231,9 +198,9 @@ async fn the_tool_refuses_every_receipt_that_is_not_this_calls_and_refunds_nothi
         (StatusCode::OK, Some("rf_1"))
     );
 
-    let signer = test_signer(&app);
+    let signer = app.receipt_signer();
     let (rogue, _) = Signer::generate("rogue").unwrap();
-    let mut other_tool = claims_for(&app, &run_id, &asked(), 600);
+    let mut other_tool = app.receipt_claims(&run_id, &asked(), 600);
     other_tool.aud = "send_email".into();
     other_tool.tool = "send_email".into();
     let cases: Vec<(&str, Option<String>, String, Value, &str)> = vec![
@@ -254,14 +221,14 @@ async fn the_tool_refuses_every_receipt_that_is_not_this_calls_and_refunds_nothi
         ),
         (
             "expired",
-            Some(signer.sign(&claims_for(&app, &run_id, &asked(), -3600))),
+            Some(signer.sign(&app.receipt_claims(&run_id, &asked(), -3600))),
             "k3".into(),
             asked(),
             "expired",
         ),
         (
             "signed by an unknown key",
-            Some(rogue.sign(&claims_for(&app, &run_id, &asked(), 600))),
+            Some(rogue.sign(&app.receipt_claims(&run_id, &asked(), 600))),
             "k4".into(),
             asked(),
             "unknown_key",
@@ -324,11 +291,7 @@ async fn a_decision_written_straight_into_redis_is_refused_by_the_tool_and_put_b
     let app = TestApp::spawn(refund_brain).await;
     let run_id = app.start_run("Refund A-1001.").await;
     let paused = app.wait_status(&run_id, "awaiting_approval").await;
-    let nats = async_nats::connect(&app.infra.nats_url).await.unwrap();
-    let mut attention = nats
-        .subscribe(format!("{}.run.attention.{run_id}", app.namespace))
-        .await
-        .unwrap();
+    let mut attention = app.attention_events(&run_id).await;
 
     // Someone with Redis access records an approval: no gateway signed it.
     app.record_approval(&run_id, "toolu_2", &paused["pending"][0]["digest"], false)
@@ -360,8 +323,8 @@ async fn a_decision_written_straight_into_redis_is_refused_by_the_tool_and_put_b
 #[tokio::test]
 async fn receipts_signed_before_a_rotation_verify_while_the_old_key_is_published_and_not_after() {
     let mut app = TestApp::spawn(refund_brain).await;
-    let old = test_signer(&app);
-    let receipt = old.sign(&claims_for(&app, "run_x", &asked(), 600));
+    let old = app.receipt_signer();
+    let receipt = old.sign(&app.receipt_claims("run_x", &asked(), 600));
     let body = serde_json::to_vec(&asked()).unwrap();
 
     // The new key signs; the old one is published as retired.

@@ -24,11 +24,7 @@ async fn a_started_call_found_after_a_crash_is_reported_unknown_and_not_run_agai
     let app = TestApp::spawn(refund_brain).await;
     let run_id = app.start_run("Refund A-1001.").await;
     let paused = app.wait_status(&run_id, "awaiting_approval").await;
-    let nats = async_nats::connect(&app.infra.nats_url).await.unwrap();
-    let mut attention = nats
-        .subscribe(format!("{}.run.attention.{run_id}", app.namespace))
-        .await
-        .unwrap();
+    let mut attention = app.attention_events(&run_id).await;
 
     mark_refund_started(&app, &run_id).await;
 
