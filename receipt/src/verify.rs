@@ -26,6 +26,10 @@ pub enum Refusal {
     OtherIssuer,
     #[error("the receipt is for another tool")]
     OtherTool,
+    /// The request's `Idempotency-Key` (`RUN:TURN:CALL`, as workers send it) does not name
+    /// the receipt's run and call.
+    #[error("the receipt is for another call than the one this request makes")]
+    OtherCall,
     #[error("the receipt has expired")]
     Expired,
     #[error("the input is not the one that was approved")]
@@ -51,6 +55,7 @@ impl Refusal {
             Self::BadSignature => "bad_signature",
             Self::OtherIssuer => "other_issuer",
             Self::OtherTool => "other_tool",
+            Self::OtherCall => "other_call",
             Self::Expired => "expired",
             Self::InputChanged => "input_changed",
             Self::Replayed => "replayed",
@@ -118,6 +123,9 @@ impl<R: Replay> Verifier<R> {
         if claims.tool != tool {
             return Err(Refusal::OtherTool);
         }
+        if !idempotency_key.is_some_and(|key| names_call(key, &claims)) {
+            return Err(Refusal::OtherCall);
+        }
         // A body that is not JSON cannot be the input anyone approved.
         let input: serde_json::Value =
             serde_json::from_slice(body).map_err(|_| Refusal::InputChanged)?;
@@ -182,6 +190,15 @@ fn decode(token: &str, key: &PublicKey, validation: &Validation) -> Result<Claim
             ErrorKind::InvalidAudience => Refusal::OtherTool,
             _ => Refusal::Malformed(e.to_string()),
         })
+}
+
+/// Whether an `Idempotency-Key` names the receipt's call: workers send `RUN:TURN:CALL`.
+fn names_call(key: &str, claims: &Claims) -> bool {
+    key.strip_prefix(claims.run_id.as_str())
+        .and_then(|rest| rest.strip_prefix(':'))
+        .and_then(|rest| rest.strip_suffix(claims.call_id.as_str()))
+        .and_then(|rest| rest.strip_suffix(':'))
+        .is_some_and(|turn| !turn.is_empty() && turn.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// The `kid` of an EdDSA receipt's header.

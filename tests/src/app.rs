@@ -676,6 +676,24 @@ impl TestApp {
         }
     }
 
+    /// Waits until the workers have taken and acknowledged every `approval.decided` message.
+    pub async fn decisions_drained(&self) {
+        let js =
+            async_nats::jetstream::new(async_nats::connect(&self.infra.nats_url).await.unwrap());
+        wait_for("the decisions to be acked", PATIENCE, || async {
+            let mut consumer: async_nats::jetstream::consumer::PullConsumer = js
+                .get_consumer_from_stream(
+                    format!("{}_workers-decided", self.namespace),
+                    format!("{}_APPROVALS", self.namespace),
+                )
+                .await
+                .ok()?;
+            let info = consumer.info().await.ok()?;
+            (info.num_ack_pending == 0 && info.num_pending == 0).then_some(())
+        })
+        .await;
+    }
+
     /// Follows the run's `run.attention` events as they are published.
     pub async fn attention_events(&self, run_id: &str) -> async_nats::Subscriber {
         let nats = async_nats::connect(&self.infra.nats_url).await.unwrap();

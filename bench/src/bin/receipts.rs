@@ -54,7 +54,7 @@ fn main() -> anyhow::Result<()> {
         let checked = runtime.block_on(verifier.check(
             Some(&token),
             "issue_refund",
-            Some("run:1:toolu_2"),
+            Some("run_01JZ8X9K2M3N4P5Q6R7S8T9V0W:1:toolu_2"),
             &body,
         ));
         check.push(started.elapsed());

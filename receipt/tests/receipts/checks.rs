@@ -1,6 +1,6 @@
 //! Receipts signed here, checked here and by a JWT implementation nobody here wrote.
 
-use crate::support::{AUDIENCE, ISSUER, TOOL, body, claims, now, set, verifier};
+use crate::support::{AUDIENCE, ISSUER, KEY, TOOL, body, claims, now, set, verifier};
 use countersign_receipt::{
     Checked, Jwks, KeySet, Refusal, SeenJtis, Signer, Verifier, input_digest,
 };
@@ -29,16 +29,33 @@ async fn a_receipt_runs_once_and_a_retry_with_the_same_idempotency_key_comes_thr
             again: true
         })
     );
-    assert_eq!(check(Some("run_1:1:toolu_3")).await, Err(Refusal::Replayed));
-    assert_eq!(check(None).await, Err(Refusal::Replayed));
-    assert_eq!(check(Some("")).await, Err(Refusal::Replayed));
+    // Another request of the same call (another turn's key) may not run it again.
+    assert_eq!(check(Some("run_1:2:toolu_2")).await, Err(Refusal::Replayed));
+}
 
-    // First used without a key, a receipt has no retry.
-    let keyless = signer.sign(&claims(&input, "j2"));
-    let check = |key| verifier.check(Some(&keyless), TOOL, key, &sent);
-    assert!(check(None).await.is_ok());
-    assert_eq!(check(None).await, Err(Refusal::Replayed));
-    assert_eq!(check(Some("run_1:1:toolu_2")).await, Err(Refusal::Replayed));
+#[tokio::test]
+async fn a_receipt_runs_only_for_the_run_and_call_its_request_names() {
+    let (signer, _) = Signer::generate("k1").unwrap();
+    let input = json!({"order_id": "A-1001", "amount": 129});
+    let token = signer.sign(&claims(&input, "j1"));
+    let verifier = verifier(Jwks::fixed(set(&[&signer])));
+    let sent = body(&input);
+    let check = |key| verifier.check(Some(&token), TOOL, key, &sent);
+
+    // The same input asked by another call, or another run, or a request that names none:
+    // refused, and the receipt is not spent.
+    for key in [
+        Some("run_1:1:toolu_3"),
+        Some("run_2:1:toolu_2"),
+        Some("run_1:toolu_2"),
+        Some("run_1:x:toolu_2"),
+        Some("run_11:1:toolu_2"),
+        Some(""),
+        None,
+    ] {
+        assert_eq!(check(key).await, Err(Refusal::OtherCall), "{key:?}");
+    }
+    assert!(check(Some(KEY)).await.is_ok());
 }
 
 #[tokio::test]
@@ -53,13 +70,13 @@ async fn a_receipt_missing_or_for_other_input_tool_issuer_or_key_or_expired_is_r
     let check = |token: String, tool, input: &Value| {
         let body = body(input);
         let verifier = &verifier;
-        async move { verifier.check(Some(&token), tool, Some("k"), &body).await }
+        async move { verifier.check(Some(&token), tool, Some(KEY), &body).await }
     };
     let token = signer.sign(&claims(&approved, "j2"));
 
     assert_eq!(
         verifier
-            .check(None, TOOL, Some("k"), &body(&approved))
+            .check(None, TOOL, Some(KEY), &body(&approved))
             .await,
         Err(Refusal::Missing)
     );
@@ -71,7 +88,7 @@ async fn a_receipt_missing_or_for_other_input_tool_issuer_or_key_or_expired_is_r
     );
     assert_eq!(
         verifier
-            .check(Some(&token), TOOL, Some("k"), b"amount=20")
+            .check(Some(&token), TOOL, Some(KEY), b"amount=20")
             .await,
         Err(Refusal::InputChanged)
     );
@@ -87,7 +104,7 @@ async fn a_receipt_missing_or_for_other_input_tool_issuer_or_key_or_expired_is_r
     );
     assert_eq!(
         other_service
-            .check(Some(&token), TOOL, None, &body(&approved))
+            .check(Some(&token), TOOL, Some(KEY), &body(&approved))
             .await,
         Err(Refusal::OtherTool)
     );
@@ -99,7 +116,7 @@ async fn a_receipt_missing_or_for_other_input_tool_issuer_or_key_or_expired_is_r
     );
     assert_eq!(
         other_gateway
-            .check(Some(&token), TOOL, None, &body(&approved))
+            .check(Some(&token), TOOL, Some(KEY), &body(&approved))
             .await,
         Err(Refusal::OtherIssuer)
     );
@@ -136,7 +153,12 @@ async fn the_body_is_compared_as_canonical_json_so_key_order_and_spacing_do_not_
     let sent = br#"{ "amount": 129.0,
         "order_id": "A-1001" }"#;
     let verifier = verifier(Jwks::fixed(set(&[&signer])));
-    assert!(verifier.check(Some(&token), TOOL, None, sent).await.is_ok());
+    assert!(
+        verifier
+            .check(Some(&token), TOOL, Some(KEY), sent)
+            .await
+            .is_ok()
+    );
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! for a key the copy lacks (at most once per interval) and when the copy is too old, and not
 //! used once too old to trust.
 
-use crate::support::{TOOL, body, claims, set, verifier, wait_for};
+use crate::support::{KEY, TOOL, body, claims, set, verifier, wait_for};
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
@@ -66,7 +66,7 @@ fn receipt(signer: &Signer, jti: &str) -> (String, Vec<u8>) {
 }
 
 async fn check(verifier: &Verifier, (token, body): &(String, Vec<u8>)) -> Result<bool, Refusal> {
-    let checked = verifier.check(Some(token), TOOL, Some("key"), body).await;
+    let checked = verifier.check(Some(token), TOOL, Some(KEY), body).await;
     checked.map(|c| c.again)
 }
 

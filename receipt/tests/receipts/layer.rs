@@ -1,7 +1,7 @@
 //! `RequireReceipt` in front of a tool's axum handler: what reaches the handler, and what is
 //! answered without it.
 
-use crate::support::{TOOL, body, claims, now, set, verifier};
+use crate::support::{KEY, TOOL, body, claims, now, set, verifier};
 use axum::body::{Body, Bytes, to_bytes};
 use axum::extract::State;
 use axum::http::{Request, StatusCode, header};
@@ -141,7 +141,7 @@ async fn every_refusal_is_answered_401_with_its_code_and_never_reaches_the_tool(
     let changed = json!({"order_id": "A-1001", "amount": 1290});
 
     let (status, _, _) = tool
-        .post("/refunds", Some(&token), Some("first"), body(&input()))
+        .post("/refunds", Some(&token), Some(KEY), body(&input()))
         .await;
     assert_eq!(status, StatusCode::OK);
     let cases = [
@@ -174,7 +174,7 @@ async fn every_refusal_is_answered_401_with_its_code_and_never_reaches_the_tool(
     ];
     for (path, receipt, sent, refusal) in cases {
         let (status, challenge, answer) = tool
-            .post(path, receipt.as_deref(), Some("second"), sent)
+            .post(path, receipt.as_deref(), Some("run_1:2:toolu_2"), sent)
             .await;
         assert_eq!(
             (status, &answer),

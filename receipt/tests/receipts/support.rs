@@ -17,6 +17,9 @@ pub fn now() -> i64 {
         .as_secs() as i64
 }
 
+/// The `Idempotency-Key` of the call [`claims`] names, as a worker sends it.
+pub const KEY: &str = "run_1:1:toolu_2";
+
 /// Issued at a fixed second of today, so two made apart compare equal.
 pub fn claims(input: &Value, jti: &str) -> Claims {
     let issued = now() / 86_400 * 86_400;

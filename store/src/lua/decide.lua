@@ -114,7 +114,11 @@ for _, d in ipairs(decisions) do
           table.sort(names)
         end
         local expected = final and table.concat(names, ', ') or ''
-        if d.receipt_for ~= expected then return refuse(d, 'receipt_stale', expected) end
+        if d.receipt_for ~= expected then
+          -- Not the reviewer's refusal: the gateway signs again and retries, so it is not
+          -- kept with the run's refusals.
+          return {'refused', cjson.encode({call_id = d.call_id, code = 'receipt_stale', detail = expected})}
+        end
         -- Who the recorded decision names, once this approval completes it.
         if final then d.names = expected end
       end

@@ -169,7 +169,7 @@ async fn while_its_replay_store_is_down_a_tool_answers_503_and_runs_nothing() {
         reqwest::Client::new()
             .post(&url)
             .header("Countersign-Receipt", receipt)
-            .header("Idempotency-Key", format!("run_1:1:{jti}"))
+            .header("Idempotency-Key", "run_1:1:toolu_2")
             .json(&input)
             .send()
     };

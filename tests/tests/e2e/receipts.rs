@@ -184,6 +184,42 @@ async fn the_last_approval_of_a_quorum_signs_a_receipt_naming_every_approver() {
 }
 
 #[tokio::test]
+async fn two_approvals_completing_a_quorum_at_once_sign_one_receipt_naming_both() {
+    let policy = "approvers = [\"role:finance\"]\nquorum = 2\n";
+    let app = TestApp::builder(refund_brain).policy(policy).start().await;
+    let inputs: Vec<String> = (0..6)
+        .map(|i| format!("Refund A-1001, case {i}."))
+        .collect();
+    let paused = app.paused_refunds(&inputs).await;
+
+    // Each of alice and bob may believe theirs is the first approval: whichever the script
+    // takes second completes the quorum, and its receipt must name both.
+    let app = &app;
+    futures::future::join_all(paused.iter().map(|(run_id, digest)| async move {
+        let approve = json!({"call_id": "toolu_2", "digest": digest, "action": "approve"});
+        let (a, b) = tokio::join!(
+            app.decide_as("alice", run_id, approve.clone()),
+            app.decide_as("bob", run_id, approve.clone())
+        );
+        assert_eq!((a.0, b.0), (StatusCode::OK, StatusCode::OK), "{a:?} {b:?}");
+        app.wait_status(run_id, "completed").await;
+        // The gateway's retry is no refused decision of the reviewer's.
+        let (_, trail) = app.get(&format!("/v1/runs/{run_id}/audit")).await;
+        assert_eq!(trail["refusals"], json!([]), "{trail}");
+    }))
+    .await;
+
+    let receipts = app.tools.receipts();
+    assert_eq!(receipts.len(), paused.len(), "each refund ran once");
+    for receipt in receipts {
+        assert_eq!(
+            receipt.decided_by,
+            vec!["alice".to_string(), "bob".to_string()]
+        );
+    }
+}
+
+#[tokio::test]
 async fn the_tool_refuses_every_receipt_that_is_not_this_calls_and_refunds_nothing_more() {
     let app = TestApp::spawn(refund_brain).await;
     let run_id = app.refund_cycle().await;
@@ -203,14 +239,38 @@ async fn the_tool_refuses_every_receipt_that_is_not_this_calls_and_refunds_nothi
     let mut other_tool = app.receipt_claims(&run_id, &asked(), 600);
     other_tool.aud = "send_email".into();
     other_tool.tool = "send_email".into();
+    let mut other_call = app.receipt_claims(&run_id, &asked(), 600);
+    other_call.call_id = "toolu_9".into();
+    let fresh = |run: &str| signer.sign(&app.receipt_claims(run, &asked(), 600));
     let cases: Vec<(&str, Option<String>, String, Value, &str)> = vec![
-        ("no receipt", None, "k1".into(), asked(), "missing"),
+        ("no receipt", None, key.clone(), asked(), "missing"),
         (
-            "used twice, by another request",
+            "used twice, by another request of the call",
             Some(token.clone()),
-            "k2".into(),
+            format!("{run_id}:2:toolu_2"),
             asked(),
             "replayed",
+        ),
+        (
+            "for another call of the run, with the same input",
+            Some(signer.sign(&other_call)),
+            key.clone(),
+            asked(),
+            "other_call",
+        ),
+        (
+            "for another run, with the same input",
+            Some(fresh("run_0000000000000000000000other")),
+            key.clone(),
+            asked(),
+            "other_call",
+        ),
+        (
+            "with a request that names no call",
+            Some(fresh(&run_id)),
+            "k1".into(),
+            asked(),
+            "other_call",
         ),
         (
             "a body changed after signing",
@@ -222,28 +282,28 @@ async fn the_tool_refuses_every_receipt_that_is_not_this_calls_and_refunds_nothi
         (
             "expired",
             Some(signer.sign(&app.receipt_claims(&run_id, &asked(), -3600))),
-            "k3".into(),
+            key.clone(),
             asked(),
             "expired",
         ),
         (
             "signed by an unknown key",
             Some(rogue.sign(&app.receipt_claims(&run_id, &asked(), 600))),
-            "k4".into(),
+            key.clone(),
             asked(),
             "unknown_key",
         ),
         (
             "for another tool",
             Some(signer.sign(&other_tool)),
-            "k5".into(),
+            key.clone(),
             asked(),
             "other_tool",
         ),
         (
             "not a JWT",
             Some("not.a.jwt".into()),
-            "k6".into(),
+            key.clone(),
             asked(),
             "malformed",
         ),
@@ -270,7 +330,13 @@ async fn an_edits_receipt_does_not_carry_the_asked_input_nor_an_approvals_the_ed
     .await;
     app.wait_status(&run_id, "completed").await;
     let (_, edit_receipt) = kept_receipts(&app, &run_id).await.pop().unwrap();
-    let (status, body) = post_refund(&app, Some(&edit_receipt), "k1", &asked()).await;
+    let (status, body) = post_refund(
+        &app,
+        Some(&edit_receipt),
+        &format!("{run_id}:1:toolu_2"),
+        &asked(),
+    )
+    .await;
     assert_eq!(
         (status, body["code"].as_str()),
         (StatusCode::UNAUTHORIZED, Some("input_changed"))
@@ -278,7 +344,13 @@ async fn an_edits_receipt_does_not_carry_the_asked_input_nor_an_approvals_the_ed
 
     let approved = app.refund_cycle().await;
     let (_, approve_receipt) = kept_receipts(&app, &approved).await.pop().unwrap();
-    let (status, body) = post_refund(&app, Some(&approve_receipt), "k2", &edit).await;
+    let (status, body) = post_refund(
+        &app,
+        Some(&approve_receipt),
+        &format!("{approved}:1:toolu_2"),
+        &edit,
+    )
+    .await;
     assert_eq!(
         (status, body["code"].as_str()),
         (StatusCode::UNAUTHORIZED, Some("input_changed"))
@@ -321,6 +393,41 @@ async fn a_decision_written_straight_into_redis_is_refused_by_the_tool_and_put_b
 }
 
 #[tokio::test]
+async fn an_approval_published_by_hand_on_nats_with_no_recorded_decision_runs_nothing() {
+    let app = TestApp::spawn(refund_brain).await;
+    let run_id = app.start_run("Refund A-1001.").await;
+    let paused = app.wait_status(&run_id, "awaiting_approval").await;
+
+    // Anyone who can publish on NATS announces an approval nobody recorded.
+    let forged = json!({"type": "approval.decided", "run_id": run_id, "call_id": "toolu_2",
+                        "action": "approve", "decided_by": "mallory", "all_decided": true});
+    let js = async_nats::jetstream::new(async_nats::connect(&app.infra.nats_url).await.unwrap());
+    js.publish(
+        format!("{}.approval.decided.{run_id}", app.namespace),
+        forged.to_string().into(),
+    )
+    .await
+    .unwrap()
+    .await
+    .unwrap();
+    app.decisions_drained().await;
+
+    let (_, run) = app.get(&format!("/v1/runs/{run_id}")).await;
+    assert_eq!(run["status"], "awaiting_approval");
+    assert!(run["pending"][0]["decision"].is_null());
+    assert!(app.tools.refunds().is_empty() && app.tools.refused().is_empty());
+
+    // The recorded decision still resumes it, with its receipt, once.
+    let (status, _) = app
+        .approve(&run_id, "toolu_2", &paused["pending"][0]["digest"])
+        .await;
+    assert_eq!(status, 200);
+    app.wait_status(&run_id, "completed").await;
+    assert_eq!(app.tools.receipts().len(), 1);
+    assert_eq!(app.tools.receipts()[0].decided_by, vec!["rita".to_string()]);
+}
+
+#[tokio::test]
 async fn receipts_signed_before_a_rotation_verify_while_the_old_key_is_published_and_not_after() {
     let mut app = TestApp::spawn(refund_brain).await;
     let old = app.receipt_signer();
@@ -360,7 +467,12 @@ async fn receipts_signed_before_a_rotation_verify_while_the_old_key_is_published
         let (receipt, body) = (receipt.clone(), body.clone());
         async move {
             verifier
-                .check(Some(&receipt), "issue_refund", Some("k"), &body)
+                .check(
+                    Some(&receipt),
+                    "issue_refund",
+                    Some("run_x:1:toolu_2"),
+                    &body,
+                )
                 .await
                 .map(|c| c.claims.jti)
         }

@@ -117,19 +117,7 @@ async fn a_run_whose_stored_state_cannot_be_read_asks_for_attention_instead_of_r
     );
     assert!(attention["call_id"].is_null());
     // The decision's message was acked, not handed back again and again.
-    let js = async_nats::jetstream::new(async_nats::connect(&app.infra.nats_url).await.unwrap());
-    countersign_tests::wait_for("the decision to be acked", PATIENCE, || async {
-        let mut consumer: async_nats::jetstream::consumer::PullConsumer = js
-            .get_consumer_from_stream(
-                format!("{}_workers-decided", app.namespace),
-                format!("{}_APPROVALS", app.namespace),
-            )
-            .await
-            .ok()?;
-        let info = consumer.info().await.ok()?;
-        (info.num_ack_pending == 0 && info.num_pending == 0).then_some(())
-    })
-    .await;
+    app.decisions_drained().await;
     assert!(app.tools.refunds().is_empty());
 }
 
