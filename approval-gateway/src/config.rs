@@ -71,7 +71,9 @@ pub struct Config {
     /// Connections served at once; further ones wait in the listen backlog until one
     /// closes. Default 1024.
     pub max_connections: usize,
-    /// Countersignature receipts for approved calls.
+    /// Countersignature receipts for approved calls; `COUNTERSIGN_RECEIPT_KEY_FILE` sets
+    /// `key_file` (the table's other keys stay as the file has them).
+    #[env("COUNTERSIGN_RECEIPT_KEY_FILE", with = receipt_key_file_from_env)]
     pub receipts: ReceiptsConfig,
 }
 
@@ -437,6 +439,13 @@ impl Config {
 
 /// `COUNTERSIGN_API_KEYS`: `key:role:principal` entries separated by commas, as the
 /// `[[api_keys]]` tables they stand for (without `speaks_for`).
+fn receipt_key_file_from_env(text: &str) -> anyhow::Result<toml::Value> {
+    Ok(toml::Value::Table(toml::Table::from_iter([(
+        "key_file".to_string(),
+        toml::Value::String(text.to_string()),
+    )])))
+}
+
 fn api_keys_from_env(text: &str) -> anyhow::Result<toml::Value> {
     let keys = text
         .split(',')
@@ -538,6 +547,20 @@ mod tests {
             printed.contains("hooks.example.com/in?token=redacted"),
             "{printed}"
         );
+    }
+
+    #[test]
+    fn the_receipt_key_file_variable_keeps_the_rest_of_the_receipts_table() {
+        let file = "[receipts]\nissuer = \"https://a.example\"\nkey_file = \"/from/file\"\n";
+        let env = |name: &str| {
+            (name == "COUNTERSIGN_RECEIPT_KEY_FILE").then(|| "/run/secrets/key".to_string())
+        };
+        let (config, _) = parse::<Config>(file, &env).unwrap();
+        assert_eq!(
+            config.receipts.key_file.as_deref(),
+            Some(std::path::Path::new("/run/secrets/key"))
+        );
+        assert_eq!(config.receipts.issuer.as_deref(), Some("https://a.example"));
     }
 
     #[test]

@@ -242,6 +242,31 @@ mod tests {
     }
 
     #[test]
+    fn a_pkcs8_v1_key_as_openssl_writes_it_signs() {
+        let pair = Ed25519KeyPair::generate().unwrap();
+        let v1 = pair.to_pkcs8v1().unwrap();
+        let signer = Signer::from_secret(&pem(v1.as_ref()), None).unwrap();
+        let token = signer.sign(&crate::Claims {
+            iss: "i".into(),
+            aud: "a".into(),
+            iat: 0,
+            exp: 1,
+            jti: "j".into(),
+            run_id: "r".into(),
+            call_id: "c".into(),
+            tool: "t".into(),
+            input_digest: "d".into(),
+            action: "approve".into(),
+            decided_by: vec!["p".into()],
+            policy_version: "v".into(),
+        });
+        let keys = KeySet {
+            keys: vec![signer.public().clone()],
+        };
+        assert_eq!(crate::signed_by(&token, &keys).unwrap().jti, "j");
+    }
+
+    #[test]
     fn a_key_of_another_kind_is_refused_with_what_is_wrong() {
         let p256 = r#"{"kty":"EC","crv":"P-256","d":"AA","x":"AA"}"#;
         assert!(matches!(

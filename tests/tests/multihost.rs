@@ -285,6 +285,10 @@ async fn three_hundred_runs_survive_killed_leaders_lost_workers_a_network_cut_an
         &format!("http = {{ url = \"{refunds_url}\" }}\nidempotent = true"),
     );
     std::fs::write(dir.join("agents/refunds.toml"), agent).unwrap();
+    // The gateways' shared receipt key, readable by the images' user.
+    let (_, pem) = countersign_receipt::Signer::generate("multihost").unwrap();
+    std::fs::write(dir.join("receipt-key.pem"), pem).unwrap();
+
     // Short leases, so a worker cut off hands its runs over within seconds.
     std::fs::write(
         dir.join("config/worker.toml"),
@@ -326,6 +330,10 @@ async fn three_hundred_runs_survive_killed_leaders_lost_workers_a_network_cut_an
         (
             "NATS_ADMIN_PASSWORD",
             format!("pw{}", uuid::Uuid::new_v4().simple()),
+        ),
+        (
+            "COUNTERSIGN_RECEIPT_KEY",
+            dir.join("receipt-key.pem").display().to_string(),
         ),
         ("GATEWAY_1_PUBLISH", "127.0.0.1:".to_string()),
         ("GATEWAY_2_PUBLISH", "127.0.0.1:".to_string()),
@@ -435,6 +443,23 @@ async fn three_hundred_runs_survive_killed_leaders_lost_workers_a_network_cut_an
     let refunds = tools.refunds();
     assert_eq!(refunds.len(), all_runs.len(), "refunds applied");
     let by_key = tools.received_by_key("/refunds");
+    // Both gateways publish the one shared key, which every receipt below verifies with.
+    let mut published = Vec::new();
+    for i in 0..2 {
+        let keys: countersign_receipt::KeySet = driver
+            .http
+            .get(format!("{}/.well-known/jwks.json", driver.gateway(i)))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        published.push(keys);
+    }
+    assert_eq!(published[0], published[1]);
+    assert_eq!(published[0].keys.len(), 1);
+    let keys = published.remove(0);
     for (i, id) in all_runs.iter().enumerate() {
         let key = format!("{id}:1:toolu_2");
         assert!(
@@ -465,6 +490,16 @@ async fn three_hundred_runs_survive_killed_leaders_lost_workers_a_network_cut_an
             1,
             "run {id}: {kinds:?}"
         );
+        // Whichever gateway recorded the approval signed its receipt with the shared key.
+        let executed = trail["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["entry"]["kind"] == "executed")
+            .unwrap();
+        let receipt = executed["entry"]["detail"]["receipt"].as_str().unwrap();
+        let claims = countersign_receipt::signed_by(receipt, &keys).unwrap();
+        assert_eq!(claims.run_id, *id);
     }
     println!(
         "{} runs completed, each refund applied once, in {:.1} s",

@@ -114,11 +114,19 @@ fn layer<T: Settings + DeserializeOwned>(
         };
         let layer = match var.parse {
             None => Layer::Text(var.name, text),
-            Some(parse) => Layer::Parsed(
-                var.name,
-                parse(&text)
-                    .map_err(|e| anyhow::anyhow!("environment variable {}: {e}", var.name))?,
-            ),
+            Some(parse) => {
+                let mut value = parse(&text)
+                    .map_err(|e| anyhow::anyhow!("environment variable {}: {e}", var.name))?;
+                // A variable that sets some keys of a table leaves the file's others.
+                if let (toml::Value::Table(over), Some(Layer::File(toml::Value::Table(under)))) =
+                    (&mut value, entries.get(var.key))
+                {
+                    let mut merged = under.clone();
+                    merged.extend(std::mem::take(over));
+                    *over = merged;
+                }
+                Layer::Parsed(var.name, value)
+            }
         };
         entries.insert(var.key.to_string(), layer);
     }
