@@ -32,6 +32,8 @@ struct Ledger {
     receipts: Vec<Claims>,
     /// Refunds refused for their receipt, by refusal code.
     refused: Vec<String>,
+    /// Requests that came with a receipt, per path.
+    carrying_receipts: HashMap<String, u32>,
 }
 
 /// The largest refund the demo runs without a person's countersignature, as the demo
@@ -105,6 +107,12 @@ impl DemoTools {
         self.ledger.lock().unwrap().receipts.clone()
     }
 
+    /// How many requests `path` received with a receipt.
+    pub fn carrying_receipts(&self, path: &str) -> u32 {
+        let ledger = self.ledger.lock().unwrap();
+        ledger.carrying_receipts.get(path).copied().unwrap_or(0)
+    }
+
     /// The codes of the receipt refusals the refunds service answered, in order.
     pub fn refused(&self) -> Vec<String> {
         self.ledger.lock().unwrap().refused.clone()
@@ -168,6 +176,12 @@ fn once(
         .unwrap_or("")
         .to_string();
     let mut ledger = ledger.lock().unwrap();
+    if headers.contains_key(RECEIPT_HEADER) {
+        *ledger
+            .carrying_receipts
+            .entry(path.to_string())
+            .or_default() += 1;
+    }
     let slot = (path.to_string(), key);
     *ledger.received.entry(slot.clone()).or_default() += 1;
     if let Some(answer) = ledger.answers.get(&slot) {

@@ -81,6 +81,10 @@ async fn approved_and_edited_calls_reach_the_tool_with_receipts_that_name_exactl
 
     let receipts = app.tools.receipts();
     assert_eq!(receipts.len(), 2, "each refund ran once, with its receipt");
+    // The order lookups the policy let through without a person carried none.
+    assert_eq!(app.tools.received_by_key("/orders/lookup").len(), 2);
+    assert_eq!(app.tools.carrying_receipts("/orders/lookup"), 0);
+    assert_eq!(app.tools.carrying_receipts("/refunds"), 2);
     assert!(app.tools.refused().is_empty());
     let (first, second) = (&receipts[0], &receipts[1]);
     assert_eq!(
