@@ -260,13 +260,19 @@ impl System {
         let port = free_port()?;
         let gateway_url = format!("http://127.0.0.1:{port}");
         let config = dir.join("gateway.toml");
+        // Approved calls get receipts, as in any deployment.
+        let key_file = dir.join("receipt-key.pem");
+        let (_, pem) = countersign_receipt::Signer::generate("bench")?;
+        std::fs::write(&key_file, pem)?;
         std::fs::write(
             &config,
             format!(
                 "{}listen = \"127.0.0.1:{port}\"\n\n\
                  [[api_keys]]\nkey = \"{REQUESTER_KEY}\"\nrole = \"requester\"\nprincipal = \"{REQUESTER}\"\n\n\
-                 [[api_keys]]\nkey = \"{REVIEWER_KEY}\"\nrole = \"reviewer\"\nprincipal = \"{REVIEWER}\"\n{PEOPLE}",
-                shared.toml()
+                 [[api_keys]]\nkey = \"{REVIEWER_KEY}\"\nrole = \"reviewer\"\nprincipal = \"{REVIEWER}\"\n{PEOPLE}\n\
+                 [receipts]\nkey_file = {:?}\n",
+                shared.toml(),
+                key_file.display().to_string()
             ),
         )?;
         let gateway = Proc::spawn(
