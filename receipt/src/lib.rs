@@ -14,6 +14,7 @@
 mod jwks;
 mod keys;
 mod layer;
+pub mod mcp;
 mod replay;
 mod verify;
 

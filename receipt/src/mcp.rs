@@ -1,0 +1,33 @@
+//! Receipts over MCP. An MCP `tools/call` has no headers of its own, so countersign carries
+//! what an HTTP call sends as headers in the request's `_meta`, under the `countersign.dev/`
+//! prefix (the MCP specification reserves `_meta` keys with prefixes naming MCP itself and
+//! leaves others to their owners): the run and call ids, the idempotency key
+//! (`RUN:TURN:CALL`, as in `Idempotency-Key`) and, for an approved call, the receipt.
+
+use crate::{Checked, Refusal, Verifier};
+use serde_json::{Map, Value};
+
+/// The run the call belongs to.
+pub const META_RUN_ID: &str = "countersign.dev/run_id";
+/// The call's id within the run.
+pub const META_CALL_ID: &str = "countersign.dev/call_id";
+/// `RUN:TURN:CALL`: a tool that remembers it applies one call once.
+pub const META_IDEMPOTENCY_KEY: &str = "countersign.dev/idempotency_key";
+/// The countersignature receipt of the decision that approved the call.
+pub const META_RECEIPT: &str = "countersign.dev/receipt";
+
+impl Verifier {
+    /// [`Verifier::check`] for an MCP `tools/call` of `tool` with these `arguments` and this
+    /// `_meta`.
+    pub async fn check_mcp(
+        &self,
+        meta: &Map<String, Value>,
+        tool: &str,
+        arguments: &Value,
+    ) -> Result<Checked, Refusal> {
+        let text = |key: &str| meta.get(key).and_then(Value::as_str);
+        let body = serde_json::to_vec(arguments).expect("JSON values serialize");
+        self.check(text(META_RECEIPT), tool, text(META_IDEMPOTENCY_KEY), &body)
+            .await
+    }
+}
