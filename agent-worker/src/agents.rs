@@ -3,6 +3,7 @@
 use crate::model::Model;
 use crate::policy::Policy;
 use countersign_model::agent::{Agent, Catalog};
+use countersign_runtime::mcp::McpClients;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
@@ -10,6 +11,8 @@ pub struct RunnableAgent {
     pub agent: Arc<Agent>,
     pub model: Model,
     pub policies: HashMap<String, Policy>,
+    /// The process's sessions with MCP servers, for the agent's MCP tools.
+    pub mcp: McpClients,
 }
 
 #[derive(Default)]
@@ -19,8 +22,9 @@ pub struct Agents {
 
 impl Agents {
     /// Compiles every agent of the catalog; a policy that does not compile stops the worker
-    /// at start rather than at the first call.
-    pub fn compile(catalog: &Catalog) -> anyhow::Result<Self> {
+    /// at start rather than at the first call. The agents call MCP servers through `mcp`, the
+    /// sessions their loading opened.
+    pub fn compile(catalog: &Catalog, mcp: McpClients) -> anyhow::Result<Self> {
         let env = Arc::new(cel::Env::stdlib());
         let mut by_name = BTreeMap::new();
         for agent in catalog.iter() {
@@ -32,6 +36,7 @@ impl Agents {
                 model: Model::for_agent(agent)?,
                 agent: agent.clone(),
                 policies,
+                mcp: mcp.clone(),
             };
             by_name.insert(agent.def.name.clone(), runnable);
         }

@@ -16,6 +16,7 @@ use countersign_model::agent::Catalog;
 use countersign_model::people::Directory;
 use countersign_runtime::bus::{Bus, ConsumerSettings};
 use countersign_runtime::health::Consumers;
+use countersign_runtime::mcp::McpClients;
 use countersign_runtime::metrics::Metrics;
 use countersign_runtime::metrics_http;
 use countersign_runtime::names::{Names, Service};
@@ -86,8 +87,9 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let names = Names::new(&config.connections.namespace)?;
-    let catalog = countersign_runtime::agents::load_dir(&config.agents_dir)?;
-    let agents = Arc::new(Agents::compile(&catalog)?);
+    let mcp = McpClients::default();
+    let catalog = countersign_runtime::agents::load_dir(&config.agents_dir, &mcp).await?;
+    let agents = Arc::new(Agents::compile(&catalog, mcp)?);
     let people = Directory::new(&config.people);
     check_roles(&catalog, &people)?;
     let metrics = Metrics::default();

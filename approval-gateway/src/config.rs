@@ -630,7 +630,8 @@ mod unknown_keys {
         };
         let check = |channel: &str, config: &Config| {
             std::fs::write(dir.join("a.toml"), agent(channel)).unwrap();
-            config.check_channels(&countersign_runtime::agents::load_dir(&dir).unwrap())
+            let agent = countersign_model::agent::Agent::from_toml(&agent(channel), &dir).unwrap();
+            config.check_channels(&countersign_model::agent::Catalog::new([agent]).unwrap())
         };
         let bare = Config::default();
         for channel in ["webhook:ops", "slack:#x", "email:approvers"] {

@@ -36,6 +36,7 @@ pub use channels::slack;
 
 use config::Config;
 use countersign_runtime::bus::Bus;
+use countersign_runtime::mcp::McpClients;
 use countersign_runtime::metrics::Metrics;
 use countersign_runtime::metrics_http::Placed;
 use countersign_runtime::names::{Names, Service};
@@ -53,7 +54,8 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let names = Names::new(&config.connections.namespace)?;
-    let catalog = countersign_runtime::agents::load_dir(&config.agents_dir)?;
+    let mcp = McpClients::default();
+    let catalog = countersign_runtime::agents::load_dir(&config.agents_dir, &mcp).await?;
     config.check_channels(&catalog)?;
     let metrics = Metrics::default();
     let store = Store::connect_waiting(&config.connections, names.clone(), metrics.clone()).await?;

@@ -5,6 +5,7 @@
 use crate::digest::{canonical_json, sha256_hex};
 use crate::edit;
 use crate::input_problem::InputProblem;
+use crate::mcp::{self, McpServerDef, McpTool};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -23,6 +24,120 @@ pub struct AgentDef {
     pub model: ModelDef,
     #[serde(default)]
     pub tools: Vec<ToolDef>,
+    /// MCP servers whose tools the agent uses besides its own `tools`.
+    #[serde(default)]
+    pub mcp_servers: Vec<McpServerDef>,
+}
+
+impl AgentDef {
+    pub fn parse(text: &str) -> Result<Self, AgentError> {
+        toml::from_str(text).map_err(|e| AgentError::Parse(e.to_string()))
+    }
+
+    /// Makes the tools of its MCP servers its own, from what each server listed: an entry in
+    /// `tools` naming a server takes its description and schema from it, and every other tool
+    /// the agent selects gets the default policy. A tool nobody found, or found twice, refuses
+    /// the file.
+    fn take_mcp_tools(
+        &mut self,
+        discovered: &BTreeMap<String, Vec<McpTool>>,
+    ) -> Result<(), AgentError> {
+        let mut servers = BTreeMap::new();
+        for server in &self.mcp_servers {
+            server.check().map_err(|error| AgentError::Mcp {
+                server: server.name.clone(),
+                error,
+            })?;
+            let listed = discovered.get(&server.name).map_or(&[][..], Vec::as_slice);
+            if servers
+                .insert(server.name.as_str(), (server, listed))
+                .is_some()
+            {
+                return Err(AgentError::Mcp {
+                    server: server.name.clone(),
+                    error: "is defined twice".into(),
+                });
+            }
+            if let mcp::ToolSelection::Only(names) = &server.tools
+                && let Some(missing) = names.iter().find(|n| !listed.iter().any(|t| &t.name == *n))
+            {
+                return Err(AgentError::Mcp {
+                    server: server.name.clone(),
+                    error: format!("lists no tool {missing:?}"),
+                });
+            }
+        }
+        for tool in &mut self.tools {
+            let err = |error: String| AgentError::Policy {
+                tool: tool.name.clone(),
+                error,
+            };
+            match (&tool.http, &tool.mcp) {
+                (Some(_), None) if tool.input_schema.is_null() => {
+                    return Err(err("an HTTP tool needs an input_schema".into()));
+                }
+                (Some(_), None) => {}
+                (None, Some(name)) => {
+                    let Some((server, listed)) = servers.get(name.as_str()) else {
+                        return Err(err(format!(
+                            "mcp = {name:?} names no [[mcp_servers]] entry"
+                        )));
+                    };
+                    let Some(found) = listed.iter().find(|t| t.name == tool.name) else {
+                        return Err(err(format!("the MCP server {name:?} lists no such tool")));
+                    };
+                    if !server.selects(&tool.name) {
+                        return Err(err(format!(
+                            "it is not among the tools the agent takes from {name:?}"
+                        )));
+                    }
+                    if !tool.description.is_empty() || !tool.input_schema.is_null() {
+                        return Err(err(
+                            "an MCP tool's description and input_schema come from its server"
+                                .into(),
+                        ));
+                    }
+                    tool.description = described(found);
+                    tool.input_schema = found.input_schema.clone();
+                    tool.discovered = Some(found.clone());
+                }
+                _ => return Err(err("give either http or mcp, not both".into())),
+            }
+        }
+        for (server, listed) in servers.values() {
+            for found in listed.iter().filter(|t| server.selects(&t.name)) {
+                let own = |t: &&ToolDef| t.name == found.name && t.mcp.is_some();
+                if self.tools.iter().any(|t| own(&t)) {
+                    continue;
+                }
+                self.tools.push(ToolDef {
+                    name: found.name.clone(),
+                    description: described(found),
+                    input_schema: found.input_schema.clone(),
+                    http: None,
+                    mcp: Some(server.name.clone()),
+                    discovered: Some(found.clone()),
+                    approval: mcp::default_approval(server, found),
+                    audience: None,
+                    idempotent: mcp::default_idempotent(server, found),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The MCP server of this name.
+    pub fn mcp_server(&self, name: &str) -> Option<&McpServerDef> {
+        self.mcp_servers.iter().find(|s| s.name == name)
+    }
+}
+
+/// What the model is told an MCP tool does: its description, else its title.
+fn described(tool: &McpTool) -> String {
+    tool.description
+        .clone()
+        .or_else(|| tool.title.clone())
+        .unwrap_or_default()
 }
 
 fn default_max_turns() -> u32 {
@@ -72,9 +187,23 @@ fn default_max_tokens() -> u32 {
 #[serde(deny_unknown_fields)]
 pub struct ToolDef {
     pub name: String,
+    /// What the model is told the tool does; an MCP tool's comes from its server.
+    #[serde(default)]
     pub description: String,
+    /// The JSON Schema of the tool's input; an MCP tool's comes from its server.
+    #[serde(default)]
     pub input_schema: Value,
-    pub http: HttpToolDef,
+    /// Where an HTTP tool is called.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<HttpToolDef>,
+    /// For a tool of an MCP server: the server's name in `mcp_servers`. Its entry in `tools`
+    /// gives it a policy; without one it gets [`mcp::default_approval`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp: Option<String>,
+    /// For a tool of an MCP server: what its server's `tools/list` said of it when the agent
+    /// loaded, part of the policy version.
+    #[serde(skip_deserializing, default, skip_serializing_if = "Option::is_none")]
+    pub discovered: Option<McpTool>,
     /// When a person must approve a call. Absent means `always`: a tool nobody classified
     /// is treated as risky.
     #[serde(default)]
@@ -213,6 +342,26 @@ fn parse_duration(text: &str) -> Option<std::time::Duration> {
 
 fn always() -> String {
     "always".into()
+}
+
+impl ApprovalRule {
+    /// Every call held, for anyone whose key may decide, with the defaults of an empty
+    /// `[tools.approval]`.
+    pub fn held() -> Self {
+        Self {
+            when: always(),
+            reason: None,
+            summary: None,
+            approvers: Vec::new(),
+            quorum: 1,
+            channels: Vec::new(),
+            allow_self_approval: false,
+            timeout: None,
+            on_expiry: OnExpiry::Reject,
+            escalate_to: Vec::new(),
+            remind_before: None,
+        }
+    }
 }
 
 fn one() -> u32 {
@@ -384,13 +533,17 @@ impl ToolDef {
         Ok(())
     }
 
-    /// Identifies the tool's schema and policy: decisions are bound to it through the digest.
+    /// Identifies the tool's schema and policy (and an MCP tool's whole definition as its
+    /// server gave it): decisions are bound to it through the digest.
     pub fn policy_version(&self) -> String {
-        let bound = serde_json::json!({
+        let mut bound = serde_json::json!({
             "name": self.name,
             "input_schema": self.input_schema,
             "approval": self.approval,
         });
+        if let Some(discovered) = &self.discovered {
+            bound["mcp"] = serde_json::json!({"server": self.mcp, "tool": discovered});
+        }
         sha256_hex(canonical_json(&bound))[..16].to_string()
     }
 }
@@ -406,8 +559,27 @@ pub struct Agent {
 }
 
 impl Agent {
+    /// An agent file without MCP servers (one with them needs [`Agent::from_def`] and what
+    /// discovery found).
     pub fn from_toml(text: &str, dir: &Path) -> Result<Self, AgentError> {
-        let def: AgentDef = toml::from_str(text).map_err(|e| AgentError::Parse(e.to_string()))?;
+        Self::from_def(text, AgentDef::parse(text)?, dir, &BTreeMap::new())
+    }
+
+    /// The agent of the file `text`, parsed as `def`, with the tools each of its MCP servers
+    /// listed (by server name). The discovered tools are part of its version.
+    pub fn from_def(
+        text: &str,
+        mut def: AgentDef,
+        dir: &Path,
+        discovered: &BTreeMap<String, Vec<McpTool>>,
+    ) -> Result<Self, AgentError> {
+        def.take_mcp_tools(discovered)?;
+        let version = if def.mcp_servers.is_empty() {
+            sha256_hex(text)
+        } else {
+            let listed = serde_json::to_value(discovered).expect("tools serialize");
+            sha256_hex(format!("{text}\n{}", canonical_json(&listed)))
+        };
         let mut validators = BTreeMap::new();
         for tool in &def.tools {
             tool.check_reviewers().map_err(|error| AgentError::Policy {
@@ -424,7 +596,7 @@ impl Agent {
             }
         }
         Ok(Self {
-            version: sha256_hex(text)[..12].to_string(),
+            version: version[..12].to_string(),
             dir: dir.to_path_buf(),
             def,
             validators,
@@ -492,6 +664,10 @@ pub enum AgentError {
     Schema { tool: String, error: String },
     #[error("tool {tool:?} has an invalid approval policy: {error}")]
     Policy { tool: String, error: String },
+    #[error("MCP server {server:?}: {error}")]
+    Mcp { server: String, error: String },
+    #[error("MCP server {server:?} could not be listed: {error}")]
+    Discovery { server: String, error: String },
     #[error("tool {0:?} is defined twice")]
     DuplicateTool(String),
     #[error("agent {0:?} is defined twice")]
@@ -513,18 +689,11 @@ pub struct Catalog {
 pub const SCRIPT_SUFFIX: &str = ".script.toml";
 
 impl Catalog {
-    /// The agents of a directory's files, given as (path, text) in the order they were read,
-    /// scripts (`*.script.toml`) left out; reading them is the runtime's part.
-    pub fn from_files(
-        dir: &Path,
-        files: impl IntoIterator<Item = (PathBuf, String)>,
-    ) -> Result<Self, AgentError> {
+    /// The agents of a directory's files, in the order they were read (reading them, and
+    /// asking their MCP servers for tools, is the runtime's part).
+    pub fn new(loaded: impl IntoIterator<Item = Agent>) -> Result<Self, AgentError> {
         let mut agents = BTreeMap::new();
-        for (path, text) in files {
-            let agent = Agent::from_toml(&text, dir).map_err(|e| AgentError::InFile {
-                path: path.clone(),
-                error: Box::new(e),
-            })?;
+        for agent in loaded {
             let name = agent.def.name.clone();
             if agents.insert(name.clone(), Arc::new(agent)).is_some() {
                 return Err(AgentError::DuplicateAgent(name));
@@ -665,6 +834,133 @@ channels = ["slack:#refunds", "webhook:ops"]
             let text = REFUNDS.replace("quorum = 2", bad);
             assert!(Agent::from_toml(&text, Path::new(".")).is_err(), "{bad}");
         }
+    }
+
+    const SHOP: &str = r#"
+name = "shop"
+system = "s"
+[model]
+provider = "scripted"
+name = "m"
+
+[[mcp_servers]]
+name = "orders"
+url = "http://127.0.0.1:1/mcp"
+trusted = true
+
+[[tools]]
+name = "issue_refund"
+mcp = "orders"
+[tools.approval]
+when = "input.amount > 20.0"
+"#;
+
+    fn listed(tools: &[(&str, serde_json::Value)]) -> BTreeMap<String, Vec<McpTool>> {
+        let tools = tools
+            .iter()
+            .map(|(name, annotations)| {
+                serde_json::from_value(serde_json::json!({
+                    "name": name, "description": format!("{name} does things"),
+                    "inputSchema": {"type": "object", "properties": {"amount": {"type": "number"}}},
+                    "annotations": annotations,
+                }))
+                .unwrap()
+            })
+            .collect();
+        BTreeMap::from([("orders".to_string(), tools)])
+    }
+
+    fn shop(text: &str, found: &BTreeMap<String, Vec<McpTool>>) -> Result<Agent, AgentError> {
+        Agent::from_def(text, AgentDef::parse(text)?, Path::new("."), found)
+    }
+
+    #[test]
+    fn an_agent_takes_the_tools_its_mcp_servers_list() {
+        let found = listed(&[
+            ("issue_refund", serde_json::json!({"readOnlyHint": true})),
+            (
+                "get_order",
+                serde_json::json!({"readOnlyHint": true, "idempotentHint": true}),
+            ),
+            ("cancel_order", serde_json::json!({})),
+        ]);
+        let agent = shop(SHOP, &found).unwrap();
+        // Its own entry is its policy, whatever the server hints.
+        let refund = agent.tool("issue_refund").unwrap();
+        assert!(
+            matches!(&refund.approval, ApprovalDef::Rule(r) if r.when == "input.amount > 20.0")
+        );
+        assert_eq!(refund.description, "issue_refund does things");
+        assert!(!refund.idempotent);
+        let lookup = agent.tool("get_order").unwrap();
+        assert!(matches!(
+            lookup.approval,
+            ApprovalDef::Mode(ApprovalMode::Never)
+        ));
+        assert!(lookup.idempotent);
+        assert_eq!(lookup.mcp.as_deref(), Some("orders"));
+        let cancel = agent.tool("cancel_order").unwrap();
+        assert!(matches!(&cancel.approval, ApprovalDef::Rule(r) if r.when == "always"));
+        assert!(
+            agent
+                .validate_input("get_order", &serde_json::json!({"amount": "x"}))
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn what_a_server_lists_is_part_of_the_versions() {
+        let before = listed(&[
+            ("issue_refund", serde_json::json!({})),
+            ("get_order", serde_json::json!({})),
+        ]);
+        let mut after = before.clone();
+        after.get_mut("orders").unwrap()[1].description = Some("changed".into());
+        let (a, b) = (shop(SHOP, &before).unwrap(), shop(SHOP, &after).unwrap());
+        assert_ne!(a.version, b.version);
+        let version = |agent: &Agent, tool| agent.tool(tool).unwrap().policy_version();
+        assert_ne!(version(&a, "get_order"), version(&b, "get_order"));
+        assert_eq!(version(&a, "issue_refund"), version(&b, "issue_refund"));
+        let mut added = before.clone();
+        let mut new_tool = after["orders"][1].clone();
+        new_tool.name = "new_tool".into();
+        added.get_mut("orders").unwrap().push(new_tool);
+        let c = shop(SHOP, &added).unwrap();
+        assert_ne!(a.version, c.version);
+        assert!(c.tool("new_tool").is_some());
+    }
+
+    #[test]
+    fn mcp_tools_the_server_does_not_list_refuse_the_file() {
+        let found = listed(&[("get_order", serde_json::json!({}))]);
+        // The agent's own entry names a tool the server does not have.
+        assert!(shop(SHOP, &found).is_err());
+        let both = listed(&[("issue_refund", serde_json::json!({}))]);
+        for bad in [
+            SHOP.replace("mcp = \"orders\"", "mcp = \"elsewhere\""),
+            SHOP.replace(
+                "mcp = \"orders\"",
+                "mcp = \"orders\"\ndescription = \"mine\"",
+            ),
+            SHOP.replace(
+                "mcp = \"orders\"",
+                "mcp = \"orders\"\nhttp = { url = \"http://x\" }",
+            ),
+            SHOP.replace("trusted = true", "trusted = true\ntools = [\"get_order\"]"),
+            SHOP.replace("url = \"http://127.0.0.1:1/mcp\"", ""),
+        ] {
+            assert!(shop(&bad, &both).is_err(), "{bad}");
+        }
+        let only = SHOP.replace(
+            "trusted = true",
+            "trusted = true\ntools = [\"issue_refund\"]",
+        );
+        let more = listed(&[
+            ("issue_refund", serde_json::json!({})),
+            ("get_order", serde_json::json!({})),
+        ]);
+        let agent = shop(&only, &more).unwrap();
+        assert!(agent.tool("get_order").is_none());
     }
 
     #[test]

@@ -11,6 +11,7 @@ pub mod digest;
 pub mod edit;
 pub mod events;
 pub mod input_problem;
+pub mod mcp;
 pub mod people;
 pub mod run;
 pub mod script;

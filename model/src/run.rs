@@ -199,6 +199,17 @@ pub struct CallResult {
     pub is_error: bool,
 }
 
+impl CallResult {
+    /// A call that ran (or could not be run) and failed, in `content`'s words.
+    pub fn failed(content: String) -> Self {
+        Self {
+            outcome: CallOutcome::Failed,
+            content,
+            is_error: true,
+        }
+    }
+}
+
 /// A call held for a person, with everything a reviewer is shown.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct HeldCall {

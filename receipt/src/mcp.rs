@@ -2,7 +2,8 @@
 //! what an HTTP call sends as headers in the request's `_meta`, under the `countersign.dev/`
 //! prefix (the MCP specification reserves `_meta` keys with prefixes naming MCP itself and
 //! leaves others to their owners): the run and call ids, the idempotency key
-//! (`RUN:TURN:CALL`, as in `Idempotency-Key`) and, for an approved call, the receipt.
+//! (`RUN:TURN:CALL`, as in `Idempotency-Key`) and, for an approved call, the receipt. A tool
+//! that refuses a receipt answers an error result naming the refusal in its own `_meta`.
 
 use crate::{Checked, Refusal, Verifier};
 use serde_json::{Map, Value};
@@ -15,6 +16,9 @@ pub const META_CALL_ID: &str = "countersign.dev/call_id";
 pub const META_IDEMPOTENCY_KEY: &str = "countersign.dev/idempotency_key";
 /// The countersignature receipt of the decision that approved the call.
 pub const META_RECEIPT: &str = "countersign.dev/receipt";
+/// In a refused call's result (`isError`): the [`Refusal`] code, the MCP counterpart of an
+/// HTTP tool's `WWW-Authenticate: Countersign-Receipt error="..."`.
+pub const META_RECEIPT_REFUSED: &str = "countersign.dev/receipt_refused";
 
 impl Verifier {
     /// [`Verifier::check`] for an MCP `tools/call` of `tool` with these `arguments` and this

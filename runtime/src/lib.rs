@@ -7,6 +7,7 @@ pub mod agents;
 pub mod bus;
 pub mod config;
 pub mod health;
+pub mod mcp;
 pub mod metrics;
 pub mod metrics_http;
 pub mod names;

@@ -352,8 +352,8 @@ impl TestApp {
     /// The digest of a refund call as anyone who knows the agent's file and the run id can
     /// work it out in advance.
     pub fn refund_digest(&self, run_id: &str, input: &Value) -> String {
-        let catalog = countersign_runtime::agents::load_dir(&self.agents_dir).unwrap();
-        let agent = catalog.get("refunds").unwrap();
+        let text = std::fs::read_to_string(self.agents_dir.join("refunds.toml")).unwrap();
+        let agent = countersign_model::agent::Agent::from_toml(&text, &self.agents_dir).unwrap();
         let tool = agent
             .def
             .tools

@@ -2,7 +2,7 @@
 //! person, or run at once), and, once the held ones are decided, turned into the results the
 //! model is told, in plain words.
 
-use super::{Engine, StepError, failed, results_message};
+use super::{Engine, StepError, results_message};
 use crate::agents::RunnableAgent;
 use crate::policy::Gate;
 use crate::tools::ToolCall;
@@ -30,11 +30,14 @@ impl Engine {
         for mut call in calls {
             match agent.agent.tool(&call.tool) {
                 None => {
-                    call.result = Some(failed(format!("There is no tool named {:?}.", call.tool)));
+                    call.result = Some(CallResult::failed(format!(
+                        "There is no tool named {:?}.",
+                        call.tool
+                    )));
                 }
                 Some(tool) => match agent.agent.validate_input(&tool.name, &call.input) {
                     Err(errors) => {
-                        call.result = Some(failed(format!(
+                        call.result = Some(CallResult::failed(format!(
                             "The input does not match the schema of {}: {}",
                             tool.name,
                             errors.join("; ")
@@ -81,6 +84,7 @@ impl Engine {
         let results = futures::future::join_all(free.iter().map(|&(i, tool)| {
             let call = &held[i];
             self.execute(
+                agent,
                 tool,
                 ToolCall {
                     run: &run.run_id,
@@ -118,7 +122,10 @@ impl Engine {
                 );
             };
             let Some(tool) = agent.agent.tool(&call.tool) else {
-                call.result = Some(failed(format!("The tool {} no longer exists.", call.tool)));
+                call.result = Some(CallResult::failed(format!(
+                    "The tool {} no longer exists.",
+                    call.tool
+                )));
                 continue;
             };
             let by = &decision.decided_by;
@@ -135,6 +142,7 @@ impl Engine {
                 },
                 Action::Approve => {
                     self.execute(
+                        agent,
                         tool,
                         ToolCall {
                             run: &run.run_id,
@@ -158,12 +166,13 @@ impl Engine {
                 Action::Edit => {
                     let input = decision.input.clone().unwrap_or(Value::Null);
                     let mut result = match agent.agent.validate_input(&tool.name, &input) {
-                        Err(errors) => failed(format!(
+                        Err(errors) => CallResult::failed(format!(
                             "The reviewer's edited input does not match the schema: {}",
                             errors.join("; ")
                         )),
                         Ok(()) => {
                             self.execute(
+                                agent,
                                 tool,
                                 ToolCall {
                                     run: &run.run_id,

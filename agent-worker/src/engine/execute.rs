@@ -3,6 +3,7 @@
 //! declared idempotent and is otherwise reported as `unknown`, with `run.attention`.
 
 use super::Engine;
+use crate::agents::RunnableAgent;
 use crate::tools::{self, ToolCall};
 use countersign_model::agent::ToolDef;
 use countersign_model::events::Event;
@@ -19,6 +20,7 @@ impl Engine {
     /// though someone (or something) let it through to the tool.
     pub(super) async fn execute(
         &self,
+        agent: &RunnableAgent,
         tool: &ToolDef,
         call: ToolCall<'_>,
         outcome: CallOutcome,
@@ -54,7 +56,7 @@ impl Engine {
             ExecBegin::InterruptedBefore | ExecBegin::Run => {}
         }
         let started = std::time::Instant::now();
-        let answer = tools::call_http(&self.http, tool, &call, outcome).await;
+        let answer = tools::call(&self.http, agent, tool, &call, outcome).await;
         self.metrics.tool_call(&tool.name, started.elapsed());
         if let Some(challenge) = &answer.receipt_refused {
             warn!(call_id, tool = %tool.name, challenge, "the tool refused the call's receipt");

@@ -23,9 +23,7 @@ use crate::model::{ModelError, ModelRequest};
 use countersign_model::audit::{AuditEntry, AuditKind};
 use countersign_model::now_ms;
 use countersign_model::people::Directory;
-use countersign_model::run::{
-    Block, CallOutcome, CallResult, HeldCall, Message, Role, Run, RunId, TurnCall,
-};
+use countersign_model::run::{Block, CallResult, HeldCall, Message, Role, Run, RunId, TurnCall};
 use countersign_runtime::bus::{Bus, BusError};
 use countersign_runtime::metrics::Metrics;
 use countersign_runtime::trace_context;
@@ -340,14 +338,6 @@ impl Engine {
     }
 }
 
-fn failed(content: String) -> CallResult {
-    CallResult {
-        outcome: CallOutcome::Failed,
-        content,
-        is_error: true,
-    }
-}
-
 /// The one message that answers a turn: a result per call, in the model's order.
 fn results_message(calls: &[TurnCall]) -> Message {
     Message {
@@ -358,7 +348,7 @@ fn results_message(calls: &[TurnCall]) -> Message {
                 let result = c
                     .result
                     .clone()
-                    .unwrap_or_else(|| failed("No result.".into()));
+                    .unwrap_or_else(|| CallResult::failed("No result.".into()));
                 Block::ToolResult {
                     tool_use_id: c.model_id().to_string(),
                     content: result.content,

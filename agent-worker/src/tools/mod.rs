@@ -1,0 +1,69 @@
+//! Calling tools, over HTTP or MCP. Either way the call names itself by an idempotency key
+//! made of the run, the turn and the call id, so a tool that honours it never applies one call
+//! twice, nor takes two calls for one (as it could if a model numbered its calls afresh each
+//! turn); an approved call carries its countersignature receipt. A failure or a timeout is an
+//! error result for the model, never a crash.
+
+mod http;
+mod mcp;
+
+use crate::agents::RunnableAgent;
+use countersign_model::agent::ToolDef;
+use countersign_model::run::{CallOutcome, CallResult, RunId};
+
+/// The most of a tool's answer passed on to the model.
+const MAX_RESULT_CHARS: usize = 16_000;
+
+pub fn idempotency_key(run: &RunId, turn: u32, call_id: &str) -> String {
+    format!("{run}:{turn}:{call_id}")
+}
+
+/// The header an approved call's receipt travels in.
+pub const RECEIPT_HEADER: &str = "Countersign-Receipt";
+
+/// What a tool answered.
+pub struct Answer {
+    pub result: CallResult,
+    /// Set when the tool refused the call's receipt (or its lack of one): the
+    /// `WWW-Authenticate` challenge it answered with.
+    pub receipt_refused: Option<String>,
+}
+
+/// One call as its tool receives it.
+pub struct ToolCall<'a> {
+    pub run: &'a RunId,
+    pub turn: u32,
+    pub call_id: &'a str,
+    pub input: &'a serde_json::Value,
+    /// The receipt of the decision that approved it; none for a call the policy let through.
+    pub receipt: Option<&'a str>,
+}
+
+/// Runs one call of `agent`'s `tool`; `outcome` is what a success is reported as (executed,
+/// approved, edited).
+pub async fn call(
+    http: &reqwest::Client,
+    agent: &RunnableAgent,
+    tool: &ToolDef,
+    call: &ToolCall<'_>,
+    outcome: CallOutcome,
+) -> Answer {
+    let server = tool
+        .mcp
+        .as_deref()
+        .and_then(|name| agent.agent.def.mcp_server(name));
+    match (&tool.http, server) {
+        (Some(endpoint), _) => http::call(http, tool, endpoint, call, outcome).await,
+        (None, Some(server)) => mcp::call(agent, server, tool, call, outcome).await,
+        // The agent's loading makes every tool one or the other.
+        (None, None) => Answer {
+            result: CallResult::failed(format!("The tool {} has no endpoint.", tool.name)),
+            receipt_refused: None,
+        },
+    }
+}
+
+/// At most [`MAX_RESULT_CHARS`] of a tool's answer.
+fn bounded(text: &str) -> String {
+    text.chars().take(MAX_RESULT_CHARS).collect()
+}
