@@ -94,14 +94,20 @@ pub struct McpTool {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
     pub input_schema: Value,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Annotations::is_empty")]
     pub annotations: Annotations,
+    /// The rest of the definition (`outputSchema`, `icons`, `_meta`...), kept so that the
+    /// tool is shown on as its server gave it and any change to it is a change of version.
+    #[serde(flatten)]
+    pub other: BTreeMap<String, Value>,
 }
 
 /// MCP's tool annotations: hints, absent ones meaning what the specification says.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Annotations {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub read_only_hint: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -110,9 +116,16 @@ pub struct Annotations {
     pub idempotent_hint: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub open_world_hint: Option<bool>,
+    /// Hints later versions of the specification add.
+    #[serde(flatten)]
+    pub other: BTreeMap<String, Value>,
 }
 
 impl Annotations {
+    fn is_empty(&self) -> bool {
+        self == &Self::default()
+    }
+
     /// Absent means false.
     pub fn read_only(&self) -> bool {
         self.read_only_hint.unwrap_or(false)
@@ -276,6 +289,18 @@ mod tests {
             toml::from_str("name = \"s\"\ncommand = [\"srv\"]\ntools = [\"a\"]").unwrap();
         assert!(listed.selects("a") && !listed.selects("b"));
         assert!(server(true).selects("anything"));
+    }
+
+    #[test]
+    fn a_tool_is_kept_whole_as_its_server_described_it() {
+        let wire = json!({
+            "name": "t", "inputSchema": {"type": "object"},
+            "outputSchema": {"type": "object"}, "icons": [{"src": "https://x/i.png"}],
+            "annotations": {"readOnlyHint": true, "futureHint": 3},
+        });
+        let tool: McpTool = serde_json::from_value(wire.clone()).unwrap();
+        assert!(tool.annotations.read_only());
+        assert_eq!(serde_json::to_value(&tool).unwrap(), wire);
     }
 
     #[test]
