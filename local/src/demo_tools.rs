@@ -6,6 +6,9 @@
 //! [`REFUND_LIMIT`] (what the demo policy sends to a person) runs only with a valid
 //! countersignature receipt for exactly that refund, and any receipt a smaller one carries
 //! must be valid too; otherwise it answers 401 and refunds nothing.
+//!
+//! The same tools are MCP tools at `/mcp` ([`crate::demo_mcp`]), answered by the same code
+//! from the same ledger; there a refused receipt is an error result naming the refusal.
 
 use axum::body::Bytes;
 use axum::extract::State;
@@ -13,12 +16,16 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
-use countersign_receipt::{Claims, Jwks, RECEIPT_HEADER, Refresh, SeenJtis, Verifier};
+use countersign_receipt::{
+    Checked, Claims, Jwks, RECEIPT_HEADER, Refresh, Refusal, SeenJtis, Verifier,
+};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
+
+use crate::demo_mcp;
 
 #[derive(Default)]
 struct Ledger {
@@ -48,7 +55,7 @@ pub struct Countersigned {
 }
 
 #[derive(Clone)]
-struct Service {
+pub(crate) struct Service {
     ledger: Arc<Mutex<Ledger>>,
     verifier: Option<Arc<Verifier>>,
 }
@@ -91,15 +98,22 @@ impl DemoTools {
                 SeenJtis::default(),
             ))
         });
+        let service = Service {
+            ledger: ledger.clone(),
+            verifier,
+        };
         let app = Router::new()
             .route("/orders/lookup", post(lookup))
             .route("/refunds", post(refund))
-            .with_state(Service {
-                ledger: ledger.clone(),
-                verifier,
-            });
+            .with_state(service.clone())
+            .nest_service("/mcp", demo_mcp::service(service));
         let task = tokio::spawn(async move { axum::serve(listener, app).await });
         Ok((Self { base_url, ledger }, task))
+    }
+
+    /// The MCP endpoint (Streamable HTTP) serving the same tools.
+    pub fn mcp_url(&self) -> String {
+        format!("{}/mcp", self.base_url)
     }
 
     /// The receipts refunds ran with, in order.
@@ -107,7 +121,8 @@ impl DemoTools {
         self.ledger.lock().unwrap().receipts.clone()
     }
 
-    /// How many requests `path` received with a receipt.
+    /// How many requests `path` received with a receipt. Here and below `path` is the HTTP
+    /// path, or for MCP calls `mcp:` and the tool's name (`mcp:issue_refund`).
     pub fn carrying_receipts(&self, path: &str) -> u32 {
         let ledger = self.ledger.lock().unwrap();
         ledger.carrying_receipts.get(path).copied().unwrap_or(0)
@@ -161,54 +176,127 @@ fn orders() -> HashMap<&'static str, Value> {
     ])
 }
 
-type Answer = (StatusCode, Json<Value>);
+/// A request as the ledger sees it, however it came (HTTP or MCP).
+pub(crate) struct Request<'a> {
+    /// The ledger's name for what was asked: the HTTP path, or `mcp:` and the tool's name.
+    pub path: &'a str,
+    pub idempotency_key: Option<&'a str>,
+    pub receipt: Option<&'a str>,
+}
 
-/// Counts the request and replays the first answer for a repeated key.
-fn once(
-    ledger: &Mutex<Ledger>,
-    path: &str,
-    headers: &HeaderMap,
-    apply: impl FnOnce(&mut Ledger) -> Answer,
-) -> Answer {
-    let key = headers
-        .get("idempotency-key")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_string();
-    let mut ledger = ledger.lock().unwrap();
-    if headers.contains_key(RECEIPT_HEADER) {
-        *ledger
-            .carrying_receipts
-            .entry(path.to_string())
-            .or_default() += 1;
+/// What the service answers a request, before HTTP or MCP puts it in its own terms.
+pub(crate) enum Outcome {
+    /// The tool's answer; for a repeated idempotency key, the first one again.
+    Done(Value),
+    /// What was asked about does not exist.
+    NotFound(String),
+    /// The request's receipt was refused: nothing ran.
+    Refused(Refusal),
+}
+
+impl Service {
+    /// Counts the request and replays the first answer for a repeated key.
+    fn once(&self, request: &Request, apply: impl FnOnce(&mut Ledger) -> Outcome) -> Outcome {
+        let mut ledger = self.ledger.lock().unwrap();
+        if request.receipt.is_some() {
+            *ledger
+                .carrying_receipts
+                .entry(request.path.to_string())
+                .or_default() += 1;
+        }
+        let key = request.idempotency_key.unwrap_or("").to_string();
+        let slot = (request.path.to_string(), key);
+        *ledger.received.entry(slot.clone()).or_default() += 1;
+        if let Some(answer) = ledger.answers.get(&slot) {
+            return Outcome::Done(answer.clone());
+        }
+        let outcome = apply(&mut ledger);
+        if let Outcome::Done(answer) = &outcome
+            && !slot.1.is_empty()
+        {
+            ledger.answers.insert(slot, answer.clone());
+        }
+        outcome
     }
-    let slot = (path.to_string(), key);
-    *ledger.received.entry(slot.clone()).or_default() += 1;
-    if let Some(answer) = ledger.answers.get(&slot) {
-        return (StatusCode::OK, Json(answer.clone()));
+
+    /// `get_order`: the order named by `input.order_id`.
+    pub(crate) fn lookup(&self, request: &Request, input: &Value) -> Outcome {
+        self.once(request, |_| {
+            let id = input["order_id"].as_str().unwrap_or_default();
+            match orders().remove(id) {
+                Some(order) => Outcome::Done(order),
+                None => Outcome::NotFound(format!("no order {id}")),
+            }
+        })
     }
-    let (status, Json(body)) = apply(&mut ledger);
-    if status.is_success() && !slot.1.is_empty() {
-        ledger.answers.insert(slot, body.clone());
+
+    /// `issue_refund`: refunds `input.amount` for `input.order_id`. With a verifier, a refund
+    /// over [`REFUND_LIMIT`], or one that carries a receipt, runs only if `check` (the
+    /// verifier's check of the receipt against the request as it came) accepts it.
+    pub(crate) async fn refund<F>(
+        &self,
+        request: &Request<'_>,
+        input: &Value,
+        check: impl FnOnce(Arc<Verifier>) -> F,
+    ) -> Outcome
+    where
+        F: Future<Output = Result<Checked, Refusal>>,
+    {
+        let mut receipt = None;
+        if let Some(verifier) = &self.verifier {
+            let needed = input["amount"].as_f64().is_none_or(|a| a > REFUND_LIMIT);
+            if needed || request.receipt.is_some() {
+                match check(verifier.clone()).await {
+                    Ok(checked) => receipt = Some(checked.claims),
+                    Err(refusal) => {
+                        let mut ledger = self.ledger.lock().unwrap();
+                        ledger.refused.push(refusal.code().to_string());
+                        return Outcome::Refused(refusal);
+                    }
+                }
+            }
+        }
+        self.once(request, |ledger| {
+            let refund = json!({
+                "refund_id": format!("rf_{}", ledger.refunds.len() + 1),
+                "order_id": input["order_id"],
+                "amount": input["amount"],
+                "status": "refunded",
+            });
+            ledger.refunds.push(refund.clone());
+            ledger.receipts.extend(receipt);
+            Outcome::Done(refund)
+        })
     }
-    (status, Json(body))
+}
+
+/// A request as HTTP carries it: the idempotency key and receipt in headers.
+fn http_request<'a>(path: &'a str, headers: &'a HeaderMap) -> Request<'a> {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    Request {
+        path,
+        idempotency_key: header("idempotency-key"),
+        receipt: header(RECEIPT_HEADER),
+    }
+}
+
+/// An outcome as HTTP answers it.
+fn http_answer(outcome: Outcome) -> Response {
+    match outcome {
+        Outcome::Done(answer) => (StatusCode::OK, Json(answer)).into_response(),
+        Outcome::NotFound(error) => {
+            (StatusCode::NOT_FOUND, Json(json!({"error": error}))).into_response()
+        }
+        Outcome::Refused(refusal) => countersign_receipt::refused(&refusal),
+    }
 }
 
 async fn lookup(
     State(service): State<Service>,
     headers: HeaderMap,
     Json(input): Json<Value>,
-) -> Answer {
-    once(&service.ledger, "/orders/lookup", &headers, |_| {
-        let id = input["order_id"].as_str().unwrap_or_default();
-        match orders().remove(id) {
-            Some(order) => (StatusCode::OK, Json(order)),
-            None => (
-                StatusCode::NOT_FOUND,
-                Json(json!({"error": format!("no order {id}")})),
-            ),
-        }
-    })
+) -> Response {
+    http_answer(service.lookup(&http_request("/orders/lookup", &headers), &input))
 }
 
 async fn refund(State(service): State<Service>, headers: HeaderMap, body: Bytes) -> Response {
@@ -219,39 +307,11 @@ async fn refund(State(service): State<Service>, headers: HeaderMap, body: Bytes)
         )
             .into_response();
     };
-    let mut receipt = None;
-    if let Some(verifier) = &service.verifier {
-        let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-        let needed = input["amount"].as_f64().is_none_or(|a| a > REFUND_LIMIT);
-        if needed || header(RECEIPT_HEADER).is_some() {
-            let checked = verifier
-                .check(
-                    header(RECEIPT_HEADER),
-                    "issue_refund",
-                    header("idempotency-key"),
-                    &body,
-                )
-                .await;
-            match checked {
-                Ok(checked) => receipt = Some(checked.claims),
-                Err(refusal) => {
-                    let mut ledger = service.ledger.lock().unwrap();
-                    ledger.refused.push(refusal.code().to_string());
-                    return countersign_receipt::refused(&refusal);
-                }
-            }
-        }
-    }
-    once(&service.ledger, "/refunds", &headers, |ledger| {
-        let refund = json!({
-            "refund_id": format!("rf_{}", ledger.refunds.len() + 1),
-            "order_id": input["order_id"],
-            "amount": input["amount"],
-            "status": "refunded",
-        });
-        ledger.refunds.push(refund.clone());
-        ledger.receipts.extend(receipt);
-        (StatusCode::OK, Json(refund))
-    })
-    .into_response()
+    let request = http_request("/refunds", &headers);
+    let (receipt, key) = (request.receipt, request.idempotency_key);
+    // The receipt signs the body exactly as it came.
+    let check = move |verifier: Arc<Verifier>| async move {
+        verifier.check(receipt, "issue_refund", key, &body).await
+    };
+    http_answer(service.refund(&request, &input, check).await)
 }
