@@ -266,3 +266,25 @@ async fn a_server_that_went_down_fails_calls_until_it_is_back_then_the_session_r
     // Nothing was sent twice: the failed calls never reached the server.
     assert_eq!(server.calls().len(), 2);
 }
+
+#[tokio::test]
+async fn a_server_run_beside_the_process_is_reached_over_stdio() {
+    let command = format!("command = [{:?}]", env!("CARGO_BIN_EXE_mcp_stdio"));
+    let dir = shop_agent("unused", "");
+    // The same agent, reached by its command instead of a URL.
+    let path = dir.join("shop.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, text.replace("url = \"unused\"", &command)).unwrap();
+    let clients = McpClients::default();
+    let catalog = countersign_runtime::agents::load_dir(&dir, &clients)
+        .await
+        .unwrap();
+    let agent = catalog.get("shop").unwrap();
+    assert!(agent.tool("echo").is_some());
+    let server = agent.def.mcp_server("orders").unwrap();
+    let answer = clients
+        .call("shop", server, "echo", &json!({"a": 1}), Map::new())
+        .await
+        .unwrap();
+    assert_eq!(answer["content"][0]["text"], "echoed");
+}
