@@ -4,6 +4,7 @@
 //! is the runtime's part; this is the pure rest.
 
 use crate::agent::{ApprovalDef, ApprovalMode, ApprovalRule};
+use crate::run::Image;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -209,6 +210,33 @@ pub fn result_text(result: &Value) -> (String, bool) {
     )
 }
 
+/// The most of one image passed to the model (base64 characters, about 3.75 MB decoded);
+/// a larger one reaches it only as its mention in the text.
+pub const MAX_IMAGE_CHARS: usize = 5_000_000;
+/// The most images of one result passed to the model.
+pub const MAX_IMAGES: usize = 8;
+
+/// The image blocks of a `tools/call` result, for the model to see (the text mentions them
+/// for reviewers): at most [`MAX_IMAGES`], each at most [`MAX_IMAGE_CHARS`].
+pub fn result_images(result: &Value) -> Vec<Image> {
+    result["content"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|block| block["type"] == "image")
+        .filter_map(|block| {
+            Some(Image {
+                media_type: block["mimeType"].as_str()?.to_string(),
+                data: block["data"]
+                    .as_str()
+                    .filter(|d| d.len() <= MAX_IMAGE_CHARS)?
+                    .to_string(),
+            })
+        })
+        .take(MAX_IMAGES)
+        .collect()
+}
+
 fn resource_line(resource: &Value) -> String {
     let field = |name: &str| resource[name].as_str().filter(|s| !s.is_empty());
     let mut line = format!("[resource {}", field("uri").unwrap_or("(no uri)"));
@@ -324,6 +352,13 @@ mod tests {
         );
         let structured = json!({"content": [], "structuredContent": {"amount": 5}});
         assert_eq!(result_text(&structured).0, r#"{"amount":5}"#);
+        assert_eq!(
+            result_images(&result),
+            [Image {
+                media_type: "image/png".into(),
+                data: "iVBORw0KGgo=".into()
+            }]
+        );
         let error = json!({"content": [{"type": "text", "text": "no"}], "isError": true});
         assert_eq!(result_text(&error), ("no".to_string(), true));
     }

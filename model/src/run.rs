@@ -141,7 +141,20 @@ pub enum Block {
         content: String,
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         is_error: bool,
+        /// Images the tool answered with besides its text (an MCP tool's image blocks); each
+        /// provider's adapter passes them on in its own format.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        images: Vec<Image>,
     },
+}
+
+/// An image a tool answered with.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Image {
+    /// `image/png`, `image/jpeg`, ...
+    pub media_type: String,
+    /// The image, base64.
+    pub data: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -197,6 +210,9 @@ pub struct CallResult {
     pub outcome: CallOutcome,
     pub content: String,
     pub is_error: bool,
+    /// Images besides the text, for the model (reviewers read what `content` says of them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<Image>,
 }
 
 impl CallResult {
@@ -206,6 +222,7 @@ impl CallResult {
             outcome: CallOutcome::Failed,
             content,
             is_error: true,
+            images: Vec::new(),
         }
     }
 }
@@ -585,6 +602,7 @@ mod tests {
             tool_use_id: "t1".into(),
             content: "ok".into(),
             is_error: false,
+            images: Vec::new(),
         };
         assert_eq!(
             serde_json::to_value(&b).unwrap(),

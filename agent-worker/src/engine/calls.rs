@@ -139,6 +139,7 @@ impl Engine {
                             .unwrap_or_default()
                             .to_rfc3339()
                     ),
+                    images: Vec::new(),
                 },
                 Action::Approve => {
                     self.execute(
@@ -162,6 +163,7 @@ impl Engine {
                         "A reviewer ({by}) rejected this call, so it did not run. Their reason: {}",
                         decision.reason.as_deref().unwrap_or("none given")
                     ),
+                    images: Vec::new(),
                 },
                 Action::Edit => {
                     let input = decision.input.clone().unwrap_or(Value::Null);

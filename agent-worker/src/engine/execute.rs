@@ -49,6 +49,7 @@ impl Engine {
                     outcome: CallOutcome::Unknown,
                     is_error: true,
                     content: reason,
+                    images: Vec::new(),
                 };
                 self.store.exec_finish(run, call_id, &result).await?;
                 return Ok(result);

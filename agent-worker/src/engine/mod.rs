@@ -353,6 +353,7 @@ fn results_message(calls: &[TurnCall]) -> Message {
                     tool_use_id: c.model_id().to_string(),
                     content: result.content,
                     is_error: result.is_error,
+                    images: result.images,
                 }
             })
             .collect(),

@@ -1,5 +1,7 @@
 //! The OpenAI Chat Completions API. Tool calls carry their arguments as a JSON string, and
 //! each tool result is its own `tool` message (consecutive ones answer one assistant turn).
+//! A `tool` message carries text only, so images tools answered with follow the turn's results
+//! in a user message, as data URLs.
 
 use super::{Endpoint, ModelError, ModelRequest, post_json};
 use countersign_model::run::{Block, Message, Role};
@@ -93,10 +95,60 @@ fn to_openai(message: &Message) -> Vec<Value> {
                     _ => None,
                 })
                 .collect();
+            let images: Vec<Value> = message
+                .content
+                .iter()
+                .flat_map(|b| match b {
+                    Block::ToolResult { images, .. } => images.as_slice(),
+                    _ => &[],
+                })
+                .map(|image| {
+                    let url = format!("data:{};base64,{}", image.media_type, image.data);
+                    json!({"type": "image_url", "image_url": {"url": url}})
+                })
+                .collect();
+            if !images.is_empty() {
+                let mut parts =
+                    vec![json!({"type": "text", "text": "Images the tools answered with:"})];
+                parts.extend(images);
+                out.push(json!({"role": "user", "content": parts}));
+            }
             if !text.is_empty() {
                 out.push(json!({"role": "user", "content": text}));
             }
             out
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use countersign_model::run::Image;
+
+    #[test]
+    fn images_of_tool_results_follow_the_tool_messages_as_data_urls() {
+        let message = Message {
+            role: Role::User,
+            content: vec![Block::ToolResult {
+                tool_use_id: "call_1".into(),
+                content: "[image image/png]".into(),
+                is_error: false,
+                images: vec![Image {
+                    media_type: "image/png".into(),
+                    data: "iVBORw0KGgo=".into(),
+                }],
+            }],
+        };
+        let out = to_openai(&message);
+        assert_eq!(
+            out[0],
+            json!({"role": "tool", "tool_call_id": "call_1", "content": "[image image/png]"})
+        );
+        assert_eq!(out[1]["role"], "user");
+        assert_eq!(
+            out[1]["content"][1],
+            json!({"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}})
+        );
     }
 }

@@ -57,6 +57,7 @@ pub async fn call(
                     outcome,
                     content: body,
                     is_error: false,
+                    images: Vec::new(),
                 }
             } else {
                 CallResult::failed(format!(

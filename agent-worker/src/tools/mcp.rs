@@ -6,7 +6,7 @@
 use super::{Answer, ToolCall, bounded, idempotency_key};
 use crate::agents::RunnableAgent;
 use countersign_model::agent::ToolDef;
-use countersign_model::mcp::{McpServerDef, result_text};
+use countersign_model::mcp::{McpServerDef, result_images, result_text};
 use countersign_model::run::{CallOutcome, CallResult};
 use countersign_receipt::mcp::{
     META_CALL_ID, META_IDEMPOTENCY_KEY, META_RECEIPT, META_RECEIPT_REFUSED, META_RUN_ID,
@@ -43,6 +43,7 @@ pub async fn call(
                 .map(|code| format!("{META_RECEIPT_REFUSED} {code}"));
             let (text, is_error) = result_text(&result);
             CallResult {
+                images: result_images(&result),
                 outcome: if is_error {
                     CallOutcome::Failed
                 } else {

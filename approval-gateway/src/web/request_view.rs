@@ -381,7 +381,7 @@ pub(crate) fn conversation(messages: &[Message]) -> Markup {
                             p { "Asked to run " strong { (name) } ":" }
                             pre { (pretty(input)) }
                         }
-                        Block::ToolResult { tool_use_id, content, is_error } => {
+                        Block::ToolResult { tool_use_id, content, is_error, .. } => {
                             p {
                                 strong { (tools.get(tool_use_id.as_str()).copied().unwrap_or("A tool")) }
                                 @if *is_error { " failed:" } @else { " answered:" }
@@ -417,6 +417,7 @@ mod tests {
                         tool_use_id: "call_0".into(),
                         content: answer.into(),
                         is_error: false,
+                        images: Vec::new(),
                     }],
                 },
             ]
@@ -445,6 +446,7 @@ mod tests {
                     tool_use_id: "t1".into(),
                     content: "{\"note\": \"<img src=x onerror=alert(1)>\"}".into(),
                     is_error: false,
+                    images: Vec::new(),
                 }],
             },
         ];

@@ -145,6 +145,7 @@ fn evidence(messages: &[Message]) -> String {
                 tool_use_id,
                 content,
                 is_error,
+                ..
             } => {
                 let call = calls
                     .get(tool_use_id.as_str())
@@ -188,6 +189,7 @@ mod tests {
                     tool_use_id: "c1".into(),
                     content: "{\"status\": \"delivered\"}".into(),
                     is_error: false,
+                    images: Vec::new(),
                 }],
             },
         ];

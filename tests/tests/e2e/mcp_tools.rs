@@ -288,3 +288,55 @@ async fn a_server_run_beside_the_process_is_reached_over_stdio() {
         .unwrap();
     assert_eq!(answer["content"][0]["text"], "echoed");
 }
+
+#[tokio::test]
+async fn content_blocks_reach_the_model_as_the_provider_takes_them_and_errors_stay_errors() {
+    let tools = vec![
+        TestTool {
+            annotations: Some(ToolAnnotations::new().read_only(true)),
+            ..TestTool::new("get_order", TestAnswer::Image("iVBORw0KGgo=".into()))
+        },
+        TestTool::new(
+            "issue_refund",
+            TestAnswer::Error("the card was closed".into()),
+        ),
+    ];
+    let server = McpServer::start(tools, 10).await;
+    let mut app = TestApp::builder(refund_brain)
+        .mcp_tools()
+        .workers(0)
+        .start()
+        .await;
+    let demo = app.tools.mcp_url();
+    app.rewrite_agent(|agent| agent.replace(&demo, &server.url()));
+    app.spawn_worker();
+    let run_id = app.start_run("Refund A-1001.").await;
+    let paused = app.wait_status(&run_id, "awaiting_approval").await;
+    let (status, _) = app
+        .approve(&run_id, "toolu_2", &paused["pending"][0]["digest"])
+        .await;
+    assert_eq!(status, 200);
+    app.wait_status(&run_id, "completed").await;
+
+    let results = last_results(&app.model.requests()[1]);
+    // Anthropic's shape: the text (which names the image for reviewers), then the image.
+    assert_eq!(
+        results[0]["content"],
+        json!([
+            {"type": "text", "text": "[image image/png]"},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}},
+        ])
+    );
+    assert_eq!(results[1]["is_error"], true);
+    assert_eq!(results[1]["content"], "the card was closed");
+    let calls = server.calls();
+    assert_eq!(calls.len(), 2);
+    assert_eq!(
+        calls[1].meta["countersign.dev/idempotency_key"],
+        format!("{run_id}:1:toolu_2")
+    );
+    assert!(
+        calls[1].meta["countersign.dev/receipt"].is_string(),
+        "an approved call carries its receipt"
+    );
+}
