@@ -15,9 +15,7 @@ use serde_json::{Map, Value};
 pub(super) fn of(id: &RunId, tool: &str, waited: Waited) -> CallToolResult {
     let result = match waited {
         Waited::Done(run) => finished(&run, tool),
-        Waited::Pending(Some(run)) if run.status == RunStatus::AwaitingApproval => {
-            held(&run, tool)
-        }
+        Waited::Pending(Some(run)) if run.status == RunStatus::AwaitingApproval => held(&run, tool),
         Waited::Pending(run) => {
             let status = run.map_or("queued", |r| r.status.as_str());
             return still_waiting(id, tool, &format!("the run is {status}"));

@@ -18,7 +18,10 @@ use countersign_model::agent::Provider;
 use tokio_util::sync::CancellationToken;
 
 /// The endpoints of the catalog's `mcp_client` agents, which `stop` closes.
-pub(super) fn router(state: &AppState, stop: &CancellationToken) -> anyhow::Result<Router<AppState>> {
+pub(super) fn router(
+    state: &AppState,
+    stop: &CancellationToken,
+) -> anyhow::Result<Router<AppState>> {
     let mut router = Router::new().route("/mcp/{agent}", any(not_a_proxy));
     let proxies = state
         .catalog
@@ -26,7 +29,10 @@ pub(super) fn router(state: &AppState, stop: &CancellationToken) -> anyhow::Resu
         .filter(|a| a.def.model.provider == Provider::McpClient);
     for agent in proxies {
         let path = format!("/mcp/{}", agent.def.name);
-        router = router.nest_service(&path, mcp_proxy::service(state, agent.clone(), stop.clone())?);
+        router = router.nest_service(
+            &path,
+            mcp_proxy::service(state, agent.clone(), stop.clone())?,
+        );
     }
     Ok(router.layer(from_fn_with_state(state.clone(), authenticate)))
 }

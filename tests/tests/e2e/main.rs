@@ -18,6 +18,7 @@ mod inbox_paging;
 mod listener;
 mod local_runner;
 mod many_workers;
+mod mcp_proxy;
 mod metrics;
 mod nats;
 mod outbox;
