@@ -8,12 +8,18 @@ use countersign_tests::app::{ADMIN_KEY, PATIENCE, READER_KEY, REQUESTER_KEY, Tes
 use countersign_tests::mcp_server::{McpServer, TestAnswer, TestTool};
 use countersign_tests::wait_for;
 use reqwest::{Method, StatusCode};
-use rmcp::ServiceExt;
-use rmcp::model::{CallToolRequestParams, CallToolResult, ProtocolVersion, ToolAnnotations};
-use rmcp::service::{ClientLifecycleMode, ClientServiceExt, RoleClient, RunningService};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, NumberOrString, ProgressNotificationParam,
+    ProgressToken, ProtocolVersion, RequestMetaObject, ToolAnnotations,
+};
+use rmcp::service::{
+    ClientLifecycleMode, ClientServiceExt, NotificationContext, RoleClient, RunningService,
+};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{ClientHandler, ServiceExt};
 use serde_json::{Value, json};
+use tokio::sync::watch;
 
 const AGENT: &str = "shopfront";
 
@@ -73,9 +79,33 @@ async fn connect(
     app: &TestApp,
     key: &str,
 ) -> Result<RunningService<RoleClient, ()>, rmcp::service::ClientInitializeError> {
+    connect_as((), app, key).await
+}
+
+async fn connect_as<C: ClientHandler>(
+    handler: C,
+    app: &TestApp,
+    key: &str,
+) -> Result<RunningService<RoleClient, C>, rmcp::service::ClientInitializeError> {
     let config = StreamableHttpClientTransportConfig::with_uri(endpoint(app)).auth_header(key);
-    ().serve(StreamableHttpClientTransport::from_config(config))
+    handler
+        .serve(StreamableHttpClientTransport::from_config(config))
         .await
+}
+
+/// A client that keeps the messages of the progress notifications it is sent.
+#[derive(Clone, Default)]
+struct Progress(watch::Sender<Vec<String>>);
+
+impl ClientHandler for Progress {
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _: NotificationContext<RoleClient>,
+    ) {
+        self.0
+            .send_modify(|seen| seen.push(params.message.unwrap_or_default()));
+    }
 }
 
 fn call(tool: &str, arguments: Value) -> CallToolRequestParams {
@@ -124,7 +154,9 @@ fn refunds(upstream: &McpServer) -> usize {
 async fn a_lookup_answers_at_once_and_a_held_refund_answers_once_a_person_approves() {
     let upstream = upstream().await;
     let app = proxy(&upstream, 60).await;
-    let client = connect(&app, REQUESTER_KEY).await.unwrap();
+    let progress = Progress::default();
+    let told = progress.0.subscribe();
+    let client = connect_as(progress, &app, REQUESTER_KEY).await.unwrap();
 
     let tools = client.list_all_tools().await.unwrap();
     let mut names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
@@ -152,10 +184,18 @@ async fn a_lookup_answers_at_once_and_a_held_refund_answers_once_a_person_approv
     assert!(text(&bad).contains("amount"), "{}", text(&bad));
 
     let peer = client.peer().clone();
-    let refunding =
-        tokio::spawn(async move { peer.call_tool(call("refund", json!({"amount": 50}))).await });
+    let mut refund = call("refund", json!({"amount": 50}));
+    let mut meta = RequestMetaObject::default();
+    meta.set_progress_token(ProgressToken(NumberOrString::Number(7)));
+    refund.meta = Some(meta);
+    let refunding = tokio::spawn(async move { peer.call_tool(refund).await });
     let (run, digest) = held_refund(&app).await;
     assert_eq!(refunds(&upstream), 0, "nothing runs before the decision");
+    let waiting = format!("awaiting a decision on run {run}");
+    wait_for("a progress notification", PATIENCE, || async {
+        told.borrow().iter().any(|m| *m == waiting).then_some(())
+    })
+    .await;
     let (_, shown) = app.get(&format!("/v1/runs/{run}")).await;
     assert_eq!(shown["requested_by"], "rick", "the key's principal asked");
     assert!(shown["metadata"]["mcp"]["session"].is_string(), "{shown}");
