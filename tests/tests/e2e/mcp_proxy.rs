@@ -193,7 +193,7 @@ async fn a_lookup_answers_at_once_and_a_held_refund_answers_once_a_person_approv
     assert_eq!(refunds(&upstream), 0, "nothing runs before the decision");
     let waiting = format!("awaiting a decision on run {run}");
     wait_for("a progress notification", PATIENCE, || async {
-        told.borrow().iter().any(|m| *m == waiting).then_some(())
+        told.borrow().contains(&waiting).then_some(())
     })
     .await;
     let (_, shown) = app.get(&format!("/v1/runs/{run}")).await;
