@@ -9,7 +9,7 @@
 
 use crate::demo_tools::{Outcome, Request, Service};
 use countersign_receipt::Verifier;
-use countersign_receipt::mcp::{META_IDEMPOTENCY_KEY, META_RECEIPT};
+use countersign_receipt::mcp::{META_IDEMPOTENCY_KEY, META_RECEIPT, META_RECEIPT_REFUSED};
 use rmcp::ServerHandler;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData,
@@ -124,10 +124,20 @@ fn answer(outcome: Outcome) -> CallToolResult {
     match outcome {
         Outcome::Done(answer) => CallToolResult::structured(answer),
         Outcome::NotFound(error) => CallToolResult::error(vec![ContentBlock::text(error)]),
-        Outcome::Refused(refusal) => CallToolResult::error(vec![ContentBlock::text(format!(
-            "receipt refused ({}): {refusal}",
-            refusal.code()
-        ))]),
+        Outcome::Refused(refusal) => {
+            let mut result = CallToolResult::error(vec![ContentBlock::text(format!(
+                "receipt refused ({}): {refusal}",
+                refusal.code()
+            ))]);
+            // Where the worker looks for a refusal, as HTTP's `WWW-Authenticate`.
+            let code = serde_json::Value::from(refusal.code());
+            result.meta = Some(rmcp::model::MetaObject(
+                [(META_RECEIPT_REFUSED.to_string(), code)]
+                    .into_iter()
+                    .collect(),
+            ));
+            result
+        }
     }
 }
 

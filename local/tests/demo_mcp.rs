@@ -5,7 +5,7 @@
 use axum::Json;
 use axum::routing::get;
 use countersign_local::demo_tools::{Countersigned, DemoTools};
-use countersign_receipt::mcp::{META_IDEMPOTENCY_KEY, META_RECEIPT};
+use countersign_receipt::mcp::{META_IDEMPOTENCY_KEY, META_RECEIPT, META_RECEIPT_REFUSED};
 use countersign_receipt::{Claims, KeySet, Signer};
 use rmcp::ServiceExt;
 use rmcp::model::{
@@ -169,6 +169,8 @@ async fn a_refund_over_the_limit_without_a_receipt_is_refused_and_runs_nothing()
         .unwrap();
     assert_eq!(refused.is_error, Some(true));
     assert!(text(&refused).contains("(missing)"), "{}", text(&refused));
+    let meta = refused.meta.as_ref().unwrap();
+    assert_eq!(meta.0[META_RECEIPT_REFUSED], "missing");
     assert_eq!(tools.refused(), ["missing"]);
     assert!(tools.refunds().is_empty());
     assert_eq!(tools.received("mcp:issue_refund", "run-b:1:toolu_2"), 0);

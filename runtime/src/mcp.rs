@@ -146,6 +146,8 @@ impl Session {
         match tokio::time::timeout(self.timeout(), self.connect()).await {
             Ok(Ok(client)) => {
                 let peer = client.peer().clone();
+                let protocol = peer.peer_info().map(|i| i.protocol_version.to_string());
+                tracing::info!(server = %self.server.name, protocol, "MCP session open");
                 *state = State {
                     client: Some(client),
                     ..State::default()

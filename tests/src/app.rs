@@ -132,7 +132,7 @@ pub struct TestApp {
     workers: Vec<Option<Running>>,
 }
 
-pub use countersign_local::demo_agent::refunds_agent;
+pub use countersign_local::demo_agent::{refunds_agent, refunds_mcp_agent};
 
 /// The `kid` of a test app's receipt key.
 pub const RECEIPT_KID: &str = "test-key-1";
@@ -146,6 +146,7 @@ pub struct TestAppBuilder<'a> {
     provider: Provider,
     workers: usize,
     policy: String,
+    mcp: bool,
     gateway: Vec<GatewayChange<'a>>,
     worker: Vec<WorkerChange<'a>>,
     infra: Option<Infra>,
@@ -175,6 +176,13 @@ impl<'a> TestAppBuilder<'a> {
     /// Lines added to the refund tool's approval table.
     pub fn policy(mut self, lines: &str) -> Self {
         self.policy.push_str(lines);
+        self
+    }
+
+    /// The refund agent takes its tools from the demo service's MCP endpoint
+    /// ([`refunds_mcp_agent`]) instead of its HTTP ones.
+    pub fn mcp_tools(mut self) -> Self {
+        self.mcp = true;
         self
     }
 
@@ -241,7 +249,11 @@ impl<'a> TestAppBuilder<'a> {
         std::fs::create_dir_all(&agents_dir).unwrap();
         std::fs::write(
             agents_dir.join("refunds.toml"),
-            refunds_agent(self.provider.as_str(), &model.base_url, &tools.base_url) + &self.policy,
+            if self.mcp {
+                refunds_mcp_agent(self.provider.as_str(), &model.base_url, &tools.mcp_url())
+            } else {
+                refunds_agent(self.provider.as_str(), &model.base_url, &tools.base_url)
+            } + &self.policy,
         )
         .unwrap();
         for (file, text) in &self.agents {
@@ -310,6 +322,7 @@ impl TestApp {
             provider: Provider::Anthropic,
             workers: 1,
             policy: String::new(),
+            mcp: false,
             gateway: Vec::new(),
             worker: Vec::new(),
             infra: None,
@@ -413,6 +426,19 @@ impl TestApp {
 
     pub fn worker_config(&self) -> agent_worker::config::Config {
         worker_config(self.connections(), &self.agents_dir)
+    }
+
+    /// Leaves what a worker leaves when it dies between marking `call_id` of the run
+    /// started and recording its result.
+    pub async fn mark_started(&self, run_id: &str, call_id: &str) {
+        let mut conn = self.infra.redis().await;
+        let _: i64 = redis::cmd("HSET")
+            .arg(format!("cs:{}:exec:{{{run_id}}}", self.namespace))
+            .arg(call_id)
+            .arg("started")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
     }
 
     /// Rewrites the refund agent the next workers load (the gateway keeps what it loaded).

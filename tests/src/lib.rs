@@ -67,19 +67,20 @@ pub fn metric_value(text: &str, series: &str) -> Option<f64> {
     })
 }
 
-/// Starts a refund run on the gateway at `base` with `key` (which must start runs) and waits,
+/// Starts a refund run of `agent` on the gateway at `base` with `key` (which must start runs) and waits,
 /// within `timeout`, until a worker has paused it; the run's id. `what` names the wait.
 pub async fn start_until_paused(
     http: &reqwest::Client,
     base: &str,
     key: &str,
+    agent: &str,
     what: &str,
     timeout: Duration,
 ) -> String {
     let started = http
         .post(format!("{base}/v1/runs"))
         .bearer_auth(key)
-        .json(&serde_json::json!({"agent": "refunds", "input": "Refund order A-1001."}))
+        .json(&serde_json::json!({"agent": agent, "input": "Refund order A-1001."}))
         .send()
         .await
         .unwrap();

@@ -121,6 +121,30 @@ struct Shared {
     peers: Mutex<Vec<Peer<RoleServer>>>,
 }
 
+impl Shared {
+    fn new(tools: Vec<TestTool>, page_size: usize) -> Arc<Self> {
+        Arc::new(Self {
+            tools: Mutex::new(tools),
+            page_size,
+            calls: watch::Sender::new(Vec::new()),
+            held: watch::Sender::new(HashSet::new()),
+            peers: Mutex::new(Vec::new()),
+        })
+    }
+}
+
+/// Serves `tools` on stdin and stdout until stdin closes: the server an agent's
+/// `mcp_servers[].command` starts (the `mcp_stdio` binary of this package).
+pub async fn serve_stdio(tools: Vec<TestTool>, page_size: usize) -> anyhow::Result<()> {
+    let handler = Handler {
+        shared: Shared::new(tools, page_size),
+        stopped: CancellationToken::new(),
+    };
+    let running = rmcp::ServiceExt::serve(handler, rmcp::transport::stdio()).await?;
+    running.waiting().await?;
+    Ok(())
+}
+
 /// The MCP server of one session.
 #[derive(Clone)]
 struct Handler {
@@ -233,16 +257,9 @@ impl McpServer {
         required: Option<(HeaderName, HeaderValue)>,
     ) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let shared = Arc::new(Shared {
-            tools: Mutex::new(tools),
-            page_size,
-            calls: watch::Sender::new(Vec::new()),
-            held: watch::Sender::new(HashSet::new()),
-            peers: Mutex::new(Vec::new()),
-        });
         let mut server = Self {
             addr: listener.local_addr().unwrap(),
-            shared,
+            shared: Shared::new(tools, page_size),
             required,
             running: None,
         };

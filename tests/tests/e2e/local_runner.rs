@@ -1,11 +1,12 @@
 //! The local runner (`cargo run -p countersign-local`) as a person runs it: started again and
 //! again on a fresh data folder, it prints its banner only once a run can be started and
 //! taken; a child server that dies, or a worker that fails, is reported at once and stops it
-//! with a failure; a second
-//! runner on the same ports says another one runs and how to stop it or move. Its output,
-//! not a terminal, carries no colour codes.
+//! with a failure; a second runner on the same ports says another one runs and how to stop it
+//! or move; the demo agent on MCP tools pauses and completes once approved. Its output, not a
+//! terminal, carries no colour codes.
 
 use countersign_runtime::names::Names;
+use countersign_tests::wait_for;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -16,6 +17,8 @@ const STARTS: usize = 50;
 /// How long a start may take to print its banner before the test fails.
 const BANNER_WITHIN: Duration = Duration::from_secs(30);
 const REQUESTER_KEY: &str = "local-requester-key-0000";
+/// The key the runner prints for deciding.
+const DEMO_KEY: &str = "local-demo-key-0000";
 const BANNER: &str = "countersign is running";
 
 /// A runner started on its own ports and data folder.
@@ -127,16 +130,18 @@ impl Runner {
         assert_no_colour(&stderr);
     }
 
-    /// Starts a refund run as the support desk and waits until the worker has paused it.
-    async fn run_a_refund(&self) {
+    /// Starts a refund run of `agent` as the support desk and waits until the worker has
+    /// paused it; its id.
+    async fn run_a_refund(&self, agent: &str) -> String {
         countersign_tests::start_until_paused(
             &reqwest::Client::new(),
             &self.gateway,
             REQUESTER_KEY,
+            agent,
             "a run started right after the banner",
             Duration::from_secs(20),
         )
-        .await;
+        .await
     }
 
     /// The runner's child process named `name` (`nats-server`, `redis-server`).
@@ -174,7 +179,7 @@ async fn the_local_runner_started_again_and_again_on_a_fresh_folder_takes_a_run_
         let (runner, took) = start(&dir, free_offset()).await;
         slowest = slowest.max(took);
         assert_no_colour(&runner.stdout);
-        runner.run_a_refund().await;
+        runner.run_a_refund("refunds").await;
         runner.stop().await;
         let _ = std::fs::remove_dir_all(&dir);
         eprintln!("start {start_number}: banner after {took:?}");
@@ -182,6 +187,56 @@ async fn the_local_runner_started_again_and_again_on_a_fresh_folder_takes_a_run_
     println!(
         "{STARTS} starts of the local runner on a fresh folder: each took a run; slowest banner after {slowest:?}"
     );
+}
+
+#[tokio::test]
+async fn the_demo_agent_on_mcp_tools_pauses_and_completes_once_approved() {
+    let dir = fresh_dir();
+    let (runner, _) = start(&dir, free_offset()).await;
+    let run_id = runner.run_a_refund("refunds-mcp").await;
+    let http = reqwest::Client::new();
+    let url = format!("{}/v1/runs/{run_id}", runner.gateway);
+    let read = || async {
+        let run: serde_json::Value = http
+            .get(&url)
+            .bearer_auth(REQUESTER_KEY)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        run
+    };
+    let paused = read().await;
+    assert_eq!(paused["pending"][0]["tool"], "issue_refund");
+    let decided = http
+        .post(format!("{url}/decisions"))
+        .bearer_auth(DEMO_KEY)
+        .json(&serde_json::json!({"decisions": [{
+            "call_id": paused["pending"][0]["call_id"],
+            "digest": paused["pending"][0]["digest"],
+            "action": "approve",
+        }]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(decided.status(), 200, "{}", decided.text().await.unwrap());
+    let done = wait_for(
+        "the MCP run to complete",
+        Duration::from_secs(20),
+        || async {
+            let run = read().await;
+            (run["status"] == "completed").then_some(run)
+        },
+    )
+    .await;
+    assert!(
+        done["answer"].as_str().unwrap().contains("A-1001"),
+        "{done}"
+    );
+    runner.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[tokio::test]
@@ -233,7 +288,7 @@ async fn a_second_runner_on_the_same_ports_says_one_runs_and_how_to_stop_it_or_m
         assert!(stderr.contains(said), "{said:?} missing from:\n{stderr}");
     }
     // The first runner goes on as it was.
-    first.run_a_refund().await;
+    first.run_a_refund("refunds").await;
     first.stop().await;
     let _ = std::fs::remove_dir_all(&dir);
 }

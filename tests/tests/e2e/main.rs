@@ -19,6 +19,7 @@ mod listener;
 mod local_runner;
 mod many_workers;
 mod mcp_proxy;
+mod mcp_tools;
 mod metrics;
 mod nats;
 mod outbox;

@@ -122,6 +122,7 @@ async fn two_gateways_and_three_workers_started_at_once_on_empty_servers_are_all
             &http,
             &gateway,
             REQUESTER_KEY,
+            "refunds",
             &format!("round {round}"),
             READY_WITHIN,
         )

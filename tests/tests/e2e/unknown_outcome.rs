@@ -6,19 +6,6 @@ use countersign_runtime::metrics::Metrics;
 use countersign_tests::app::{PATIENCE, TestApp};
 use futures::StreamExt;
 
-/// Leaves what a worker leaves when it dies between marking the refund started and
-/// recording its result.
-async fn mark_refund_started(app: &TestApp, run_id: &str) {
-    let mut conn = app.infra.redis().await;
-    let _: i64 = redis::cmd("HSET")
-        .arg(format!("cs:{}:exec:{{{run_id}}}", app.namespace))
-        .arg("toolu_2")
-        .arg("started")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-}
-
 #[tokio::test]
 async fn a_started_call_found_after_a_crash_is_reported_unknown_and_not_run_again() {
     let app = TestApp::spawn(refund_brain).await;
@@ -26,7 +13,7 @@ async fn a_started_call_found_after_a_crash_is_reported_unknown_and_not_run_agai
     let paused = app.wait_status(&run_id, "awaiting_approval").await;
     let mut attention = app.attention_events(&run_id).await;
 
-    mark_refund_started(&app, &run_id).await;
+    app.mark_started(&run_id, "toolu_2").await;
 
     let (status, _) = app
         .approve(&run_id, "toolu_2", &paused["pending"][0]["digest"])
@@ -64,7 +51,7 @@ async fn a_started_call_on_an_idempotent_tool_is_sent_again_with_the_same_key() 
     app.spawn_worker();
     let run_id = app.start_run("Refund A-1001.").await;
     let paused = app.wait_status(&run_id, "awaiting_approval").await;
-    mark_refund_started(&app, &run_id).await;
+    app.mark_started(&run_id, "toolu_2").await;
 
     let (status, _) = app
         .approve(&run_id, "toolu_2", &paused["pending"][0]["digest"])
