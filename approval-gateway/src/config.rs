@@ -75,6 +75,24 @@ pub struct Config {
     /// `key_file` (the table's other keys stay as the file has them).
     #[env("COUNTERSIGN_RECEIPT_KEY_FILE", with = receipt_key_file_from_env)]
     pub receipts: ReceiptsConfig,
+    /// The MCP endpoint of `mcp_client` agents, `/mcp/{agent}`.
+    pub mcp: McpConfig,
+}
+
+/// How `/mcp/{agent}` answers a `tools/call`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct McpConfig {
+    /// Seconds a `tools/call` waits for its run to finish (for a held call: for a person's
+    /// decision) before it is answered that the call waits, and that calling again with the
+    /// same arguments returns its outcome. Default 60.
+    pub wait_secs: u64,
+}
+
+impl Default for McpConfig {
+    fn default() -> Self {
+        Self { wait_secs: 60 }
+    }
 }
 
 impl Default for Config {
@@ -101,6 +119,7 @@ impl Default for Config {
             idle_timeout_ms: 60_000,
             max_connections: 1024,
             receipts: ReceiptsConfig::default(),
+            mcp: McpConfig::default(),
         }
     }
 }
@@ -342,6 +361,7 @@ impl Config {
                 "the public base URL {url:?} must start with https:// or http://"
             );
         }
+        anyhow::ensure!(self.mcp.wait_secs >= 1, "mcp.wait_secs must be at least 1");
         anyhow::ensure!(
             self.delivery_max_attempts >= 1,
             "delivery_max_attempts must be at least 1"

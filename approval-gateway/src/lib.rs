@@ -7,6 +7,7 @@
 //! - `auth/`: who is calling (API keys, signed senders) and the extractors that say so.
 //! - `decide/`: a proposed decision, checked and recorded; the only way in for every channel.
 //! - `runs`: a run started (stored, then announced) or cancelled.
+//! - `mcp_proxy`: the MCP server an `mcp_client` agent is at `/mcp/{agent}`, a run per call.
 //! - `receipts`: the countersignature receipts of approved calls, and their keys.
 //! - `deliveries`: approval events, fanned out to deliveries, sent to their channels.
 //! - `channels/`: one module per channel behind the contract in `channels::delivery`; Slack
@@ -23,6 +24,7 @@ pub mod config;
 pub(crate) mod decide;
 pub(crate) mod deliveries;
 pub(crate) mod error;
+pub(crate) mod mcp_proxy;
 pub(crate) mod receipts;
 pub(crate) mod routes;
 pub(crate) mod runs;
@@ -87,7 +89,7 @@ pub async fn run(
         stop.clone(),
     )
     .await?;
-    let app = routes::router(state.clone(), served.route.take());
+    let app = routes::router(state.clone(), served.route.take(), &stop)?;
     tracing::info!(addr = %listener.local_addr()?, "gateway listening");
     server::serve(listener, app, &state.config, stop.clone()).await;
     stop.cancel();

@@ -16,7 +16,9 @@ use std::sync::Arc;
 #[serde(deny_unknown_fields)]
 pub struct AgentDef {
     pub name: String,
-    /// The system prompt.
+    /// The system prompt; none for an `mcp_client` agent, whose model is not a language
+    /// model.
+    #[serde(default)]
     pub system: String,
     /// How many model calls one run may make before it fails.
     #[serde(default = "default_max_turns")]
@@ -126,6 +128,23 @@ impl AgentDef {
         Ok(())
     }
 
+    /// A language model needs its name; an `mcp_client` agent fronts MCP servers, so it has
+    /// at least one and no tool of another kind (its client could not be told of one).
+    fn check_model(&self) -> Result<(), AgentError> {
+        let refuse = |error: &str| Err(AgentError::Model(error.to_string()));
+        match self.model.provider {
+            Provider::McpClient if self.mcp_servers.is_empty() => {
+                refuse("an mcp_client agent needs at least one [[mcp_servers]] entry")
+            }
+            Provider::McpClient if self.tools.iter().any(|t| t.mcp.is_none()) => {
+                refuse("an mcp_client agent's tools all come from its MCP servers")
+            }
+            Provider::McpClient => Ok(()),
+            _ if self.model.name.trim().is_empty() => refuse("the model needs a name"),
+            _ => Ok(()),
+        }
+    }
+
     /// The MCP server of this name.
     pub fn mcp_server(&self, name: &str) -> Option<&McpServerDef> {
         self.mcp_servers.iter().find(|s| s.name == name)
@@ -150,6 +169,10 @@ pub enum Provider {
     Anthropic,
     Openai,
     Scripted,
+    /// No language model: the model is the MCP client on the other side of the gateway's
+    /// `/mcp/{agent}`, each of whose `tools/call`s is a run of one call (see
+    /// [`crate::mcp_proxy`]).
+    McpClient,
 }
 
 impl Provider {
@@ -159,6 +182,7 @@ impl Provider {
             Provider::Anthropic => "anthropic",
             Provider::Openai => "openai",
             Provider::Scripted => "scripted",
+            Provider::McpClient => "mcp_client",
         }
     }
 }
@@ -167,6 +191,8 @@ impl Provider {
 #[serde(deny_unknown_fields)]
 pub struct ModelDef {
     pub provider: Provider,
+    /// The model's name at its provider; not needed for `mcp_client`.
+    #[serde(default)]
     pub name: String,
     #[serde(default = "default_max_tokens")]
     pub max_tokens: u32,
@@ -574,6 +600,7 @@ impl Agent {
         discovered: &BTreeMap<String, Vec<McpTool>>,
     ) -> Result<Self, AgentError> {
         def.take_mcp_tools(discovered)?;
+        def.check_model()?;
         let version = if def.mcp_servers.is_empty() {
             sha256_hex(text)
         } else {
@@ -664,6 +691,8 @@ pub enum AgentError {
     Schema { tool: String, error: String },
     #[error("tool {tool:?} has an invalid approval policy: {error}")]
     Policy { tool: String, error: String },
+    #[error("[model]: {0}")]
+    Model(String),
     #[error("MCP server {server:?}: {error}")]
     Mcp { server: String, error: String },
     #[error("MCP server {server:?} could not be listed: {error}")]
@@ -961,6 +990,24 @@ when = "input.amount > 20.0"
         ]);
         let agent = shop(&only, &more).unwrap();
         assert!(agent.tool("get_order").is_none());
+    }
+
+    #[test]
+    fn an_mcp_client_agent_fronts_mcp_servers_and_needs_no_model_name_or_prompt() {
+        let proxy = "name = \"shop\"\n[model]\nprovider = \"mcp_client\"\n\n[[mcp_servers]]\nname = \"orders\"\nurl = \"http://127.0.0.1:1/mcp\"\n";
+        let found = listed(&[("issue_refund", serde_json::json!({}))]);
+        let agent = shop(proxy, &found).unwrap();
+        assert_eq!(agent.def.model.provider, Provider::McpClient);
+        assert!(agent.tool("issue_refund").is_some());
+        let without_servers = "name = \"shop\"\n[model]\nprovider = \"mcp_client\"\n";
+        assert!(shop(without_servers, &found).is_err());
+        let with_http = format!(
+            "{proxy}\n[[tools]]\nname = \"h\"\ninput_schema = {{ type = \"object\" }}\nhttp = {{ url = \"http://x\" }}\n"
+        );
+        assert!(shop(&with_http, &found).is_err());
+        // A language model still needs its name.
+        let unnamed = SHOP.replace("name = \"m\"\n", "");
+        assert!(matches!(shop(&unnamed, &found), Err(AgentError::Model(_))));
     }
 
     #[test]

@@ -12,6 +12,7 @@ pub mod edit;
 pub mod events;
 pub mod input_problem;
 pub mod mcp;
+pub mod mcp_proxy;
 pub mod people;
 pub mod run;
 pub mod script;

@@ -111,6 +111,10 @@ impl Names {
     pub fn run_failed(&self, run: &RunId) -> String {
         self.subject(&format!("run.failed.{run}"))
     }
+    /// Every `run.*` event of one run (completed, failed, cancelled, attention).
+    pub fn run_events(&self, run: &RunId) -> String {
+        self.subject(&format!("run.*.{run}"))
+    }
     pub fn run_events_all(&self) -> String {
         self.subject("run.>")
     }

@@ -151,6 +151,8 @@ pub struct TestAppBuilder<'a> {
     worker: Vec<WorkerChange<'a>>,
     infra: Option<Infra>,
     namespace: Option<String>,
+    /// More agent files: their names and texts.
+    agents: Vec<(String, String)>,
 }
 
 /// What a test changes in the gateway's configuration.
@@ -196,6 +198,12 @@ impl<'a> TestAppBuilder<'a> {
     /// Adjusts the configuration of the workers that start with the app.
     pub fn worker(mut self, configure: impl Fn(&mut agent_worker::config::Config) + 'a) -> Self {
         self.worker.push(Box::new(configure));
+        self
+    }
+
+    /// Another agent file beside the refunds agent, `file` in the agents folder.
+    pub fn agent(mut self, file: &str, text: String) -> Self {
+        self.agents.push((file.to_string(), text));
         self
     }
 
@@ -248,6 +256,9 @@ impl<'a> TestAppBuilder<'a> {
             } + &self.policy,
         )
         .unwrap();
+        for (file, text) in &self.agents {
+            std::fs::write(agents_dir.join(file), text).unwrap();
+        }
 
         let mut config = gateway_config(&infra, &namespace, &agents_dir);
         // Receipts as a deployment signs them: a key file of its own, the gateway's URL as
@@ -316,6 +327,7 @@ impl TestApp {
             worker: Vec::new(),
             infra: None,
             namespace: None,
+            agents: Vec::new(),
         }
     }
 

@@ -1,11 +1,13 @@
 //! The language models: the Anthropic Messages API, the OpenAI Chat Completions API, and a
-//! scripted model that replays canned turns. Each takes the provider-neutral conversation and
-//! answers with the assistant's blocks (text and tool_use).
+//! scripted model that replays canned turns; and, for an `mcp_client` agent, the model that
+//! asks for the one call an MCP client sent (`countersign_model::mcp_proxy`). Each takes the
+//! provider-neutral conversation and answers with the assistant's blocks (text and tool_use).
 
 mod anthropic;
 mod openai;
 
 use countersign_model::agent::{Agent, Provider, ToolDef};
+use countersign_model::mcp_proxy;
 use countersign_model::run::{Block, Message};
 use countersign_model::script::Script;
 use countersign_runtime::redact::redact_error;
@@ -57,6 +59,8 @@ pub enum Model {
     Anthropic(Endpoint),
     OpenAi(Endpoint),
     Scripted(Script),
+    /// The MCP client on the other side of the gateway's `/mcp/{agent}`.
+    McpClient,
 }
 
 impl Model {
@@ -82,6 +86,7 @@ impl Model {
                 })?;
                 Self::Scripted(load_script(&agent.dir.join(path))?)
             }
+            Provider::McpClient => Self::McpClient,
         })
     }
 
@@ -94,6 +99,8 @@ impl Model {
             Self::Anthropic(endpoint) => anthropic::complete(http, endpoint, req).await,
             Self::OpenAi(endpoint) => openai::complete(http, endpoint, req).await,
             Self::Scripted(script) => Ok(script.answer(req.messages)),
+            // A run that does not hold a call cannot become one by trying again.
+            Self::McpClient => mcp_proxy::answer(req.messages).map_err(ModelError::Fatal),
         }
     }
 }

@@ -7,6 +7,7 @@ mod audit;
 mod decisions;
 mod health;
 mod jwks;
+mod mcp;
 mod runs;
 mod sessions;
 mod view;
@@ -20,11 +21,17 @@ use axum::extract::DefaultBodyLimit;
 use axum::http::{Method, Uri, header};
 use axum::middleware::from_fn_with_state;
 use axum::response::{IntoResponse, Response};
+use tokio_util::sync::CancellationToken;
 
-/// Every route, with `metrics` (`/metrics`) unless it is served on an address of its own.
-pub(crate) fn router(state: AppState, metrics: Option<Router<AppState>>) -> Router {
+/// Every route, with `metrics` (`/metrics`) unless it is served on an address of its own;
+/// `stop` closes the MCP endpoints' sessions and streams.
+pub(crate) fn router(
+    state: AppState,
+    metrics: Option<Router<AppState>>,
+    stop: &CancellationToken,
+) -> anyhow::Result<Router> {
     let limit = state.config.max_body_bytes;
-    Router::new()
+    let app = Router::new()
         .merge(metrics.unwrap_or_default())
         .merge(runs::router())
         .merge(decisions::router())
@@ -33,6 +40,7 @@ pub(crate) fn router(state: AppState, metrics: Option<Router<AppState>>) -> Rout
         .merge(sessions::router())
         .merge(health::router())
         .merge(jwks::router())
+        .merge(mcp::router(&state, stop)?)
         .merge(slack::router())
         .merge(
             // The reviewers' pages: none changes anything for a form sent from another site.
@@ -47,7 +55,8 @@ pub(crate) fn router(state: AppState, metrics: Option<Router<AppState>>) -> Rout
         })
         .layer(DefaultBodyLimit::max(limit))
         .layer(axum::middleware::map_response(json_errors))
-        .with_state(state)
+        .with_state(state);
+    Ok(app)
 }
 
 /// Rewrites an error answer that is neither JSON nor a page into the API's JSON error: axum's

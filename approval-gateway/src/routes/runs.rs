@@ -12,6 +12,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use countersign_model::agent::Provider;
 use countersign_model::digest::{canonical_json, sha256_hex};
 use countersign_model::run::Run;
 use countersign_runtime::trace_context;
@@ -79,6 +80,12 @@ async fn start(
             body.agent
         )));
     };
+    if agent.def.model.provider == Provider::McpClient {
+        return Err(ApiError::bad_request(format!(
+            "the runs of agent {:?} come from its MCP clients, one per tools/call at /mcp/{}",
+            body.agent, body.agent
+        )));
+    }
     let idempotency = match headers.get("idempotency-key") {
         None => None,
         Some(key) => {

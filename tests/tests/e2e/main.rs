@@ -18,6 +18,7 @@ mod inbox_paging;
 mod listener;
 mod local_runner;
 mod many_workers;
+mod mcp_proxy;
 mod mcp_tools;
 mod metrics;
 mod nats;

@@ -1,0 +1,388 @@
+//! Countersign in front of an MCP server for a client it does not run: an `mcp_client` agent
+//! at the gateway's `/mcp/{agent}`, reached by a client built from rmcp's client side, fronting
+//! a test MCP server whose `lookup` is read-only (a trusted server: it runs at once) and whose
+//! `refund` the agent's policy holds.
+
+use countersign_receipt::mcp::{META_RECEIPT, META_RUN_ID};
+use countersign_tests::app::{ADMIN_KEY, PATIENCE, READER_KEY, REQUESTER_KEY, TestApp};
+use countersign_tests::mcp_server::{McpServer, TestAnswer, TestTool};
+use countersign_tests::wait_for;
+use reqwest::{Method, StatusCode};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, NumberOrString, ProgressNotificationParam,
+    ProgressToken, ProtocolVersion, RequestMetaObject, ToolAnnotations,
+};
+use rmcp::service::{
+    ClientLifecycleMode, ClientServiceExt, NotificationContext, RoleClient, RunningService,
+};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{ClientHandler, ServiceExt};
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+const AGENT: &str = "shopfront";
+
+/// The upstream MCP server: a read-only lookup and a refund.
+async fn upstream() -> McpServer {
+    let mut lookup = TestTool::new("lookup", TestAnswer::Text("A-1: $30, paid".into()));
+    lookup.input_schema = json!({
+        "type": "object",
+        "properties": {"order_id": {"type": "string"}},
+        "required": ["order_id"],
+    });
+    lookup.annotations = Some(ToolAnnotations::new().read_only(true));
+    let mut refund = TestTool::new("refund", TestAnswer::Text("refunded".into()));
+    refund.input_schema = json!({
+        "type": "object",
+        "properties": {"amount": {"type": "number"}},
+        "required": ["amount"],
+    });
+    McpServer::start(vec![lookup, refund], 10).await
+}
+
+/// A gateway and worker with the proxy agent in front of `upstream`; a call waits at most
+/// `wait_secs` for its outcome.
+async fn proxy(upstream: &McpServer, wait_secs: u64) -> TestApp {
+    let agent = format!(
+        r#"name = "{AGENT}"
+
+[model]
+provider = "mcp_client"
+
+[[mcp_servers]]
+name = "shop"
+url = "{url}"
+trusted = true
+
+[[tools]]
+name = "refund"
+mcp = "shop"
+[tools.approval]
+reason = "refunds move money"
+"#,
+        url = upstream.url()
+    );
+    TestApp::builder(|_: &Value| countersign_fake_model::anthropic_text("Unused."))
+        .agent(&format!("{AGENT}.toml"), agent)
+        .gateway(move |config| config.mcp.wait_secs = wait_secs)
+        .start()
+        .await
+}
+
+fn endpoint(app: &TestApp) -> String {
+    format!("{}/mcp/{AGENT}", app.gateway_url)
+}
+
+/// A client of the proxy with `key`, on a protocol version with sessions (rmcp's `serve`).
+async fn connect(
+    app: &TestApp,
+    key: &str,
+) -> Result<RunningService<RoleClient, ()>, rmcp::service::ClientInitializeError> {
+    connect_as((), app, key).await
+}
+
+async fn connect_as<C: ClientHandler>(
+    handler: C,
+    app: &TestApp,
+    key: &str,
+) -> Result<RunningService<RoleClient, C>, rmcp::service::ClientInitializeError> {
+    let config = StreamableHttpClientTransportConfig::with_uri(endpoint(app)).auth_header(key);
+    handler
+        .serve(StreamableHttpClientTransport::from_config(config))
+        .await
+}
+
+/// A client that keeps the messages of the progress notifications it is sent.
+#[derive(Clone, Default)]
+struct Progress(watch::Sender<Vec<String>>);
+
+impl ClientHandler for Progress {
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _: NotificationContext<RoleClient>,
+    ) {
+        self.0
+            .send_modify(|seen| seen.push(params.message.unwrap_or_default()));
+    }
+}
+
+fn call(tool: &str, arguments: Value) -> CallToolRequestParams {
+    let Value::Object(arguments) = arguments else {
+        panic!("arguments are an object")
+    };
+    CallToolRequestParams::new(tool.to_string()).with_arguments(arguments)
+}
+
+fn text(result: &CallToolResult) -> &str {
+    &result.content[0].as_text().expect("a text block").text
+}
+
+fn is_error(result: &CallToolResult) -> bool {
+    result.is_error == Some(true)
+}
+
+/// Waits until the proxy agent's refund waits for a person; its run id and digest.
+async fn held_refund(app: &TestApp) -> (String, Value) {
+    wait_for("the refund to be held", PATIENCE, || async {
+        let (_, body) = app.get("/v1/approvals").await;
+        let approvals = body["approvals"].as_array()?;
+        let held = approvals.iter().find(|a| a["agent"] == AGENT)?;
+        Some((held["run_id"].as_str()?.to_string(), held["digest"].clone()))
+    })
+    .await
+}
+
+async fn decide(app: &TestApp, run: &str, digest: &Value, decision: Value) {
+    let mut decision = decision;
+    decision["call_id"] = json!("mcp_call");
+    decision["digest"] = digest.clone();
+    let (status, body) = app.decide(run, json!([decision])).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+}
+
+fn refunds(upstream: &McpServer) -> usize {
+    upstream
+        .calls()
+        .iter()
+        .filter(|c| c.tool == "refund")
+        .count()
+}
+
+#[tokio::test]
+async fn a_lookup_answers_at_once_and_a_held_refund_answers_once_a_person_approves() {
+    let upstream = upstream().await;
+    let app = proxy(&upstream, 60).await;
+    let progress = Progress::default();
+    let told = progress.0.subscribe();
+    let client = connect_as(progress, &app, REQUESTER_KEY).await.unwrap();
+
+    let tools = client.list_all_tools().await.unwrap();
+    let mut names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+    names.sort();
+    assert_eq!(names, ["lookup", "refund"]);
+    let lookup = tools.iter().find(|t| t.name == "lookup").unwrap();
+    assert_eq!(
+        lookup.annotations.as_ref().and_then(|a| a.read_only_hint),
+        Some(true),
+        "listed as the upstream described it"
+    );
+
+    let looked_up = client
+        .call_tool(call("lookup", json!({"order_id": "A-1"})))
+        .await
+        .unwrap();
+    assert_eq!(text(&looked_up), "A-1: $30, paid");
+    assert!(!is_error(&looked_up));
+
+    let bad = client
+        .call_tool(call("refund", json!({"amount": "lots"})))
+        .await
+        .unwrap();
+    assert!(is_error(&bad));
+    assert!(text(&bad).contains("amount"), "{}", text(&bad));
+
+    let peer = client.peer().clone();
+    let mut refund = call("refund", json!({"amount": 50}));
+    let mut meta = RequestMetaObject::default();
+    meta.set_progress_token(ProgressToken(NumberOrString::Number(7)));
+    refund.meta = Some(meta);
+    let refunding = tokio::spawn(async move { peer.call_tool(refund).await });
+    let (run, digest) = held_refund(&app).await;
+    assert_eq!(refunds(&upstream), 0, "nothing runs before the decision");
+    let waiting = format!("awaiting a decision on run {run}");
+    wait_for("a progress notification", PATIENCE, || async {
+        told.borrow().contains(&waiting).then_some(())
+    })
+    .await;
+    let (_, shown) = app.get(&format!("/v1/runs/{run}")).await;
+    assert_eq!(shown["requested_by"], "rick", "the key's principal asked");
+    assert!(shown["metadata"]["mcp"]["session"].is_string(), "{shown}");
+    decide(&app, &run, &digest, json!({"action": "approve"})).await;
+
+    let refunded = tokio::time::timeout(PATIENCE, refunding)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(text(&refunded), "refunded");
+    assert!(!is_error(&refunded));
+    let calls = upstream.calls();
+    let sent: Vec<_> = calls.iter().filter(|c| c.tool == "refund").collect();
+    assert_eq!(sent.len(), 1);
+    assert!(sent[0].meta[META_RECEIPT].is_string(), "{:?}", sent[0].meta);
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_rejected_refund_answers_the_reviewer_s_reason() {
+    let upstream = upstream().await;
+    let app = proxy(&upstream, 60).await;
+    let client = connect(&app, REQUESTER_KEY).await.unwrap();
+    let peer = client.peer().clone();
+    let refunding =
+        tokio::spawn(async move { peer.call_tool(call("refund", json!({"amount": 900}))).await });
+    let (run, digest) = held_refund(&app).await;
+    decide(
+        &app,
+        &run,
+        &digest,
+        json!({"action": "reject", "reason": "over the limit"}),
+    )
+    .await;
+
+    let rejected = tokio::time::timeout(PATIENCE, refunding)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(is_error(&rejected));
+    assert!(
+        text(&rejected).contains("over the limit"),
+        "{}",
+        text(&rejected)
+    );
+    assert_eq!(refunds(&upstream), 0);
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_call_that_outwaits_the_proxy_names_its_run_and_the_same_call_later_gets_the_outcome_once()
+ {
+    let upstream = upstream().await;
+    let app = proxy(&upstream, 1).await;
+    let client = connect(&app, REQUESTER_KEY).await.unwrap();
+    let refund = || call("refund", json!({"amount": 75}));
+
+    let waiting = client.call_tool(refund()).await.unwrap();
+    assert!(is_error(&waiting));
+    let meta = waiting.meta.as_ref().expect("the answer names its run");
+    let run = meta.0[META_RUN_ID].as_str().unwrap().to_string();
+    assert!(text(&waiting).contains(&run), "{}", text(&waiting));
+    assert!(text(&waiting).contains("mcp_call"), "{}", text(&waiting));
+    assert!(
+        text(&waiting).contains("same arguments"),
+        "{}",
+        text(&waiting)
+    );
+
+    let (held, digest) = held_refund(&app).await;
+    assert_eq!(held, run);
+    let again = client.call_tool(refund()).await.unwrap();
+    assert!(is_error(&again), "still undecided");
+    assert_eq!(
+        again.meta.unwrap().0[META_RUN_ID],
+        run.as_str(),
+        "the same run"
+    );
+
+    decide(&app, &run, &digest, json!({"action": "approve"})).await;
+    app.wait_status(&run, "completed").await;
+    for _ in 0..2 {
+        let decided = client.call_tool(refund()).await.unwrap();
+        assert_eq!(text(&decided), "refunded");
+        assert!(!is_error(&decided));
+    }
+    assert_eq!(
+        refunds(&upstream),
+        1,
+        "one upstream call, however often asked"
+    );
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_client_of_the_newest_protocol_version_is_served_without_a_session() {
+    let upstream = upstream().await;
+    let app = proxy(&upstream, 60).await;
+    let config =
+        StreamableHttpClientTransportConfig::with_uri(endpoint(&app)).auth_header(REQUESTER_KEY);
+    let client = ()
+        .serve_with_lifecycle(
+            StreamableHttpClientTransport::from_config(config),
+            ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(client.list_all_tools().await.unwrap().len(), 2);
+    let looked_up = client
+        .call_tool(call("lookup", json!({"order_id": "A-2"})))
+        .await
+        .unwrap();
+    assert_eq!(text(&looked_up), "A-1: $30, paid");
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn only_keys_that_may_start_runs_get_in_and_only_mcp_client_agents_have_an_endpoint() {
+    let upstream = upstream().await;
+    let app = proxy(&upstream, 60).await;
+    assert!(
+        connect(&app, READER_KEY).await.is_err(),
+        "a reader key opens no session"
+    );
+    let initialize = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "curl", "version": "1"}},
+    });
+    let path = format!("/mcp/{AGENT}");
+    let (status, body) = app
+        .request(Method::POST, &path, None, Some(initialize.clone()))
+        .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("Bearer"),
+        "{body}"
+    );
+    let (status, body) = app
+        .request(
+            Method::POST,
+            &path,
+            Some(READER_KEY),
+            Some(initialize.clone()),
+        )
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert!(
+        body["error"]["message"].as_str().unwrap().contains("reed"),
+        "{body}"
+    );
+
+    let (status, body) = app
+        .request(
+            Method::POST,
+            "/mcp/refunds",
+            Some(ADMIN_KEY),
+            Some(initialize),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("mcp_client"),
+        "{body}"
+    );
+
+    let (status, body) = app
+        .request(
+            Method::POST,
+            "/v1/runs",
+            Some(REQUESTER_KEY),
+            Some(json!({"agent": AGENT, "input": "{}"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(
+        body["error"]["message"].as_str().unwrap().contains("/mcp/"),
+        "{body}"
+    );
+}
