@@ -71,6 +71,7 @@ pub fn result(messages: &[Message]) -> Option<(&str, bool)> {
                 tool_use_id,
                 content,
                 is_error,
+                ..
             } if tool_use_id == CALL_ID => Some((content.as_str(), *is_error)),
             _ => None,
         })
@@ -108,6 +109,7 @@ mod tests {
                 tool_use_id: CALL_ID.into(),
                 content: "refunded".into(),
                 is_error: false,
+                images: Vec::new(),
             }],
         });
         assert_eq!(result(&messages), Some(("refunded", false)));
