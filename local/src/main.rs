@@ -366,7 +366,12 @@ fn write_agents(examples: &Path, out: &Path, tools: &str) -> anyhow::Result<&'st
             && !name.ends_with(countersign_model::agent::SCRIPT_SUFFIX)
         {
             let mut agent: toml::Table = toml::from_str(&text)?;
-            if let Some(model) = agent.get_mut("model").and_then(|m| m.as_table_mut()) {
+            // Only the scripted agents take the real model; an MCP proxy agent has none.
+            if let Some(model) = agent
+                .get_mut("model")
+                .and_then(|m| m.as_table_mut())
+                .filter(|m| m.get("provider").and_then(|p| p.as_str()) == Some("scripted"))
+            {
                 model.insert("provider".into(), provider.0.into());
                 model.insert("name".into(), provider.1.into());
                 model.remove("script");

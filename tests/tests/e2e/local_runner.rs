@@ -2,11 +2,16 @@
 //! again on a fresh data folder, it prints its banner only once a run can be started and
 //! taken; a child server that dies, or a worker that fails, is reported at once and stops it
 //! with a failure; a second runner on the same ports says another one runs and how to stop it
-//! or move; the demo agent on MCP tools pauses and completes once approved. Its output, not a
+//! or move; the demo agent on MCP tools pauses and completes once approved, and an MCP client
+//! reaches the demo tools through the gateway. Its output, not a
 //! terminal, carries no colour codes.
 
 use countersign_runtime::names::Names;
 use countersign_tests::wait_for;
+use rmcp::ServiceExt;
+use rmcp::model::CallToolRequestParams;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -235,6 +240,24 @@ async fn the_demo_agent_on_mcp_tools_pauses_and_completes_once_approved() {
         done["answer"].as_str().unwrap().contains("A-1001"),
         "{done}"
     );
+
+    // An MCP client the runner does not run reaches the same tools through the gateway.
+    let config = StreamableHttpClientTransportConfig::with_uri(format!(
+        "{}/mcp/refunds-proxy",
+        runner.gateway
+    ))
+    .auth_header(REQUESTER_KEY);
+    let client = ().serve(StreamableHttpClientTransport::from_config(config)).await.unwrap();
+    let tools = client.list_all_tools().await.unwrap();
+    assert_eq!(tools.len(), 2, "{tools:?}");
+    let lookup: CallToolRequestParams = serde_json::from_value(serde_json::json!({
+        "name": "get_order", "arguments": {"order_id": "A-1001"},
+    }))
+    .unwrap();
+    let answer = client.call_tool(lookup).await.unwrap();
+    assert_ne!(answer.is_error, Some(true), "{answer:?}");
+    assert!(format!("{answer:?}").contains("delivered"), "{answer:?}");
+    client.cancel().await.unwrap();
     runner.stop().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
