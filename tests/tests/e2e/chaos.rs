@@ -55,6 +55,17 @@ pub(super) fn worker_process_config(app: &TestApp) -> (std::path::PathBuf, std::
         .replace(&refund_url, &format!("{refund_url}\nidempotent = true"));
     assert!(agent.contains("idempotent = true"));
     std::fs::write(agents.join("refunds.toml"), agent).unwrap();
+    let config = worker_process_config_on(app, &dir, &agents);
+    (dir, config)
+}
+
+/// A config file in `dir` for worker processes on the app's servers that load the agents of
+/// `agents`, with short leases so a killed one's runs are taken over within seconds.
+pub(super) fn worker_process_config_on(
+    app: &TestApp,
+    dir: &std::path::Path,
+    agents: &std::path::Path,
+) -> std::path::PathBuf {
     let config = dir.join("worker.toml");
     std::fs::write(
         &config,
@@ -69,7 +80,7 @@ pub(super) fn worker_process_config(app: &TestApp) -> (std::path::PathBuf, std::
         ),
     )
     .unwrap();
-    (dir, config)
+    config
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -340,3 +340,60 @@ async fn content_blocks_reach_the_model_as_the_provider_takes_them_and_errors_st
         "an approved call carries its receipt"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_during_an_mcp_call_leaves_it_unknown_and_it_is_never_sent_again() {
+    let tools = vec![
+        TestTool {
+            annotations: Some(ToolAnnotations::new().read_only(true)),
+            ..TestTool::new("get_order", TestAnswer::Text("delivered".into()))
+        },
+        TestTool::new("issue_refund", TestAnswer::Text("refunded".into())),
+    ];
+    let server = McpServer::start(tools, 10).await;
+    let app = TestApp::builder(refund_brain)
+        .mcp_tools()
+        .workers(0)
+        .start()
+        .await;
+    let demo = app.tools.mcp_url();
+    app.rewrite_agent(|agent| agent.replace(&demo, &server.url()));
+    let dir = app.agents_dir().join("processes");
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = super::chaos::worker_process_config_on(&app, &dir, app.agents_dir());
+    let mut first = super::chaos::worker_command(&config).spawn().unwrap();
+
+    let run_id = app.start_run("Refund A-1001.").await;
+    let paused = app.wait_status(&run_id, "awaiting_approval").await;
+    let mut attention = app.attention_events(&run_id).await;
+    server.hold("issue_refund");
+    let (status, _) = app
+        .approve(&run_id, "toolu_2", &paused["pending"][0]["digest"])
+        .await;
+    assert_eq!(status, 200);
+    // The refund reached the server; the worker dies before it can record the answer.
+    server.wait_calls(2).await;
+    first.kill().await.unwrap();
+    server.release();
+
+    let _second = super::chaos::worker_command(&config).spawn().unwrap();
+    app.wait_status(&run_id, "completed").await;
+    let refunds = server
+        .calls()
+        .iter()
+        .filter(|c| c.tool == "issue_refund")
+        .count();
+    assert_eq!(refunds, 1, "never sent again: the tool is not idempotent");
+    let results = last_results(&app.model.requests()[1]);
+    let told = results[1]["content"].as_str().unwrap();
+    assert!(
+        told.contains("outcome of this issue_refund call is unknown"),
+        "{told}"
+    );
+    let event = tokio::time::timeout(PATIENCE, attention.next())
+        .await
+        .unwrap()
+        .unwrap();
+    let event: serde_json::Value = serde_json::from_slice(&event.payload).unwrap();
+    assert_eq!(event["call_id"], "toolu_2");
+}
