@@ -2,6 +2,11 @@
 //! key or by Standard Webhooks signature (see [`Authenticated`]). A signed body must name the
 //! run it decides, since the signature covers the body and not the path. All decisions of a
 //! request are checked and recorded together, or none is (see [`crate::decide`]).
+//!
+//! `POST /v1/decisions`: a batch, decisions on calls of several runs. Each run's decisions
+//! are checked and recorded by that run's own script step, as if sent to its own route; the
+//! answer says, decision by decision, what became of it, so one stale digest refuses its run's
+//! decisions and leaves the other runs' recorded.
 
 use crate::auth::{Authenticated, Permission};
 use crate::decide::{self, Decider, Proposed};
@@ -10,13 +15,18 @@ use crate::state::AppState;
 use axum::extract::{Path, State};
 use axum::routing::post;
 use axum::{Json, Router};
-use countersign_store::DecidedStatus;
+use countersign_store::{CallDecided, DecidedStatus};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 pub(super) fn router() -> Router<AppState> {
-    Router::new().route("/v1/runs/{run_id}/decisions", post(decide))
+    Router::new()
+        .route("/v1/runs/{run_id}/decisions", post(decide))
+        .route("/v1/decisions", post(decide_batch))
 }
+
+/// The most decisions one batch may carry.
+const MAX_BATCH: usize = 100;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -64,23 +74,100 @@ async fn decide(
     };
     let calls = decide::decide(&state, &run_id, body.decisions, &by).await?;
     let resumes = calls.iter().any(|c| c.all_decided);
-    let answers: Vec<Value> = calls
-        .iter()
-        .map(|c| {
-            let status = match c.status {
-                DecidedStatus::Recorded => "recorded",
-                DecidedStatus::ApprovalRecorded => "approval_recorded",
-                DecidedStatus::AlreadyRecorded | DecidedStatus::AlreadyVoted => "already_recorded",
-            };
-            let mut answer = json!({"call_id": c.call_id, "status": status});
-            if let (Some(approvals), Some(quorum)) = (c.approvals, c.quorum) {
-                answer["approvals"] = json!(approvals);
-                answer["quorum"] = json!(quorum);
-            }
-            answer
-        })
-        .collect();
+    let answers: Vec<Value> = calls.iter().map(answer).collect();
     Ok(Json(
         json!({"run_id": run_id, "decided_by": principal, "decisions": answers, "resumes": resumes}),
     ))
+}
+
+/// What became of one recorded decision.
+fn answer(c: &CallDecided) -> Value {
+    let status = match c.status {
+        DecidedStatus::Recorded => "recorded",
+        DecidedStatus::ApprovalRecorded => "approval_recorded",
+        DecidedStatus::AlreadyRecorded | DecidedStatus::AlreadyVoted => "already_recorded",
+    };
+    let mut answer = json!({"call_id": c.call_id, "status": status, "resumes": c.all_decided});
+    if let (Some(approvals), Some(quorum)) = (c.approvals, c.quorum) {
+        answer["approvals"] = json!(approvals);
+        answer["quorum"] = json!(quorum);
+    }
+    answer
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BatchBody {
+    /// Each a decision as `/v1/runs/{run_id}/decisions` takes it, with its `run_id`.
+    decisions: Vec<Map<String, Value>>,
+    decided_by: Option<String>,
+}
+
+#[tracing::instrument(skip_all)]
+async fn decide_batch(
+    State(state): State<AppState>,
+    Authenticated { caller, body, .. }: Authenticated<BatchBody>,
+) -> Result<Json<Value>, ApiError> {
+    caller.require(Permission::Decide)?;
+    if body.decisions.is_empty() || body.decisions.len() > MAX_BATCH {
+        return Err(ApiError::bad_request(format!(
+            "decisions must hold 1 to {MAX_BATCH} decisions"
+        )));
+    }
+    // By run, in the order each run first appears.
+    let mut runs: Vec<(String, Vec<Proposed>)> = Vec::new();
+    for (i, mut decision) in body.decisions.into_iter().enumerate() {
+        let run_id = match decision.remove("run_id") {
+            Some(Value::String(run_id)) if !run_id.is_empty() => run_id,
+            _ => {
+                return Err(ApiError::bad_request(format!(
+                    "decisions[{i}] has no run_id"
+                )));
+            }
+        };
+        let proposed: Proposed = serde_json::from_value(Value::Object(decision))
+            .map_err(|e| ApiError::bad_request(format!("decisions[{i}]: {e}")))?;
+        match runs.iter_mut().find(|(id, _)| *id == run_id) {
+            Some((_, proposals)) => proposals.push(proposed),
+            None => runs.push((run_id, vec![proposed])),
+        }
+    }
+    let (principal, role) = caller.deciding_as(body.decided_by.as_deref(), &state.config)?;
+    let by = Decider {
+        principal: &principal,
+        role,
+        door: CHANNEL,
+        link: None,
+    };
+    let decided = futures::future::join_all(runs.into_iter().map(|(run_id, proposals)| {
+        let (state, by) = (&state, &by);
+        async move {
+            let calls: Vec<String> = proposals.iter().map(|p| p.call_id.clone()).collect();
+            let outcome = decide::decide(state, &run_id, proposals, by).await;
+            (run_id, calls, outcome)
+        }
+    }))
+    .await;
+    let mut results = Vec::new();
+    for (run_id, calls, outcome) in decided {
+        match outcome {
+            Ok(recorded) => results.extend(recorded.iter().map(|c| {
+                let mut answer = answer(c);
+                answer["run_id"] = json!(run_id);
+                answer
+            })),
+            Err(refused) => {
+                let refused = ApiError::from(refused);
+                let mut error = json!({"code": refused.code, "message": refused.message});
+                if let Some(details) = refused.details {
+                    error["details"] = details;
+                }
+                results.extend(calls.into_iter().map(|call_id| {
+                    json!({"run_id": run_id, "call_id": call_id, "status": "refused",
+                           "http_status": refused.status.as_u16(), "error": error})
+                }));
+            }
+        }
+    }
+    Ok(Json(json!({"decided_by": principal, "results": results})))
 }

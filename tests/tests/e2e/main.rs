@@ -3,6 +3,7 @@
 
 mod authority_table;
 mod bad_input;
+mod batch_decisions;
 mod browser;
 mod cancel;
 mod chaos;
