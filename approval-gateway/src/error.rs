@@ -110,13 +110,20 @@ impl ApiError {
     }
 }
 
+impl ApiError {
+    /// What the answer's `error` holds: `{code, message, details?}`.
+    pub(crate) fn body(&self) -> Value {
+        let mut error = json!({"code": self.code, "message": self.message});
+        if let Some(details) = &self.details {
+            error["details"] = details.clone();
+        }
+        error
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut error = json!({"code": self.code, "message": self.message});
-        if let Some(details) = self.details {
-            error["details"] = details;
-        }
-        (self.status, Json(json!({ "error": error }))).into_response()
+        (self.status, Json(json!({ "error": self.body() }))).into_response()
     }
 }
 

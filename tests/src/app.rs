@@ -441,6 +441,28 @@ impl TestApp {
             .unwrap();
     }
 
+    /// Checks what a completed refund run whose refund (`toolu_2`) was started before a crash
+    /// told: the model, that the outcome is unknown; a person, by the `run.attention` that
+    /// `attention` receives, naming the call. That event, for more checks.
+    pub async fn assert_refund_reported_unknown(
+        &self,
+        attention: &mut async_nats::Subscriber,
+    ) -> Value {
+        let results = countersign_fake_model::last_results(&self.model.requests()[1]);
+        let told = results[1]["content"].as_str().unwrap();
+        assert!(
+            told.contains("outcome of this issue_refund call is unknown"),
+            "{told}"
+        );
+        let event = tokio::time::timeout(PATIENCE, futures::StreamExt::next(attention))
+            .await
+            .unwrap()
+            .unwrap();
+        let event: Value = serde_json::from_slice(&event.payload).unwrap();
+        assert_eq!(event["call_id"], "toolu_2");
+        event
+    }
+
     /// Rewrites the refund agent the next workers load (the gateway keeps what it loaded).
     pub fn rewrite_agent(&self, edit: impl FnOnce(String) -> String) {
         let path = self.agents_dir.join("refunds.toml");

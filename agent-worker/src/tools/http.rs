@@ -9,7 +9,6 @@ use countersign_runtime::redact::redact_error;
 use std::time::Duration;
 
 /// Runs one call; `outcome` is what a success is reported as (executed, approved, edited).
-#[tracing::instrument(name = "tool.call", skip_all, fields(tool = %tool.name, call_id = call.call_id))]
 pub async fn call(
     http: &reqwest::Client,
     tool: &ToolDef,

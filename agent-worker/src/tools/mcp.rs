@@ -13,7 +13,6 @@ use countersign_receipt::mcp::{
 };
 use serde_json::Map;
 
-#[tracing::instrument(name = "tool.call", skip_all, fields(tool = %tool.name, call_id = call.call_id, mcp = %server.name))]
 pub async fn call(
     agent: &RunnableAgent,
     server: &McpServerDef,

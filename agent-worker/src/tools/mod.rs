@@ -41,6 +41,7 @@ pub struct ToolCall<'a> {
 
 /// Runs one call of `agent`'s `tool`; `outcome` is what a success is reported as (executed,
 /// approved, edited).
+#[tracing::instrument(name = "tool.call", skip_all, fields(tool = %tool.name, call_id = call.call_id, mcp = tool.mcp.as_deref()))]
 pub async fn call(
     http: &reqwest::Client,
     agent: &RunnableAgent,

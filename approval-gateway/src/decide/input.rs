@@ -34,6 +34,18 @@ pub(crate) struct Decider<'a> {
     pub(crate) link: Option<(&'a str, &'a str)>,
 }
 
+impl<'a> Decider<'a> {
+    /// Someone deciding through the API (`door` "api"), by key or signed request.
+    pub(crate) fn api(principal: &'a str, role: Role) -> Self {
+        Self {
+            principal,
+            role,
+            door: "api",
+            link: None,
+        }
+    }
+}
+
 /// Bad input, refused before anything is stored.
 pub(super) fn check_shape(p: &Proposed) -> Result<(), DecideError> {
     let bad = |message: String| Err(DecideError::BadInput(message));

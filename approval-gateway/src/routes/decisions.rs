@@ -38,9 +38,6 @@ struct DecisionsBody {
     decided_by: Option<String>,
 }
 
-/// The channel API decisions are recorded as coming from.
-const CHANNEL: &str = "api";
-
 #[tracing::instrument(skip_all, fields(run_id = %run_id))]
 async fn decide(
     State(state): State<AppState>,
@@ -66,12 +63,7 @@ async fn decide(
         _ => {}
     }
     let (principal, role) = caller.deciding_as(body.decided_by.as_deref(), &state.config)?;
-    let by = Decider {
-        principal: &principal,
-        role,
-        door: CHANNEL,
-        link: None,
-    };
+    let by = Decider::api(&principal, role);
     let calls = decide::decide(&state, &run_id, body.decisions, &by).await?;
     let resumes = calls.iter().any(|c| c.all_decided);
     let answers: Vec<Value> = calls.iter().map(answer).collect();
@@ -133,12 +125,7 @@ async fn decide_batch(
         }
     }
     let (principal, role) = caller.deciding_as(body.decided_by.as_deref(), &state.config)?;
-    let by = Decider {
-        principal: &principal,
-        role,
-        door: CHANNEL,
-        link: None,
-    };
+    let by = Decider::api(&principal, role);
     let decided = futures::future::join_all(runs.into_iter().map(|(run_id, proposals)| {
         let (state, by) = (&state, &by);
         async move {
@@ -158,10 +145,7 @@ async fn decide_batch(
             })),
             Err(refused) => {
                 let refused = ApiError::from(refused);
-                let mut error = json!({"code": refused.code, "message": refused.message});
-                if let Some(details) = refused.details {
-                    error["details"] = details;
-                }
+                let error = refused.body();
                 results.extend(calls.into_iter().map(|call_id| {
                     json!({"run_id": run_id, "call_id": call_id, "status": "refused",
                            "http_status": refused.status.as_u16(), "error": error})

@@ -10,7 +10,6 @@ use countersign_runtime::mcp::McpClients;
 use countersign_tests::app::{PATIENCE, TestApp};
 use countersign_tests::mcp_server::{McpServer, TestAnswer, TestTool};
 use countersign_tests::wait_for;
-use futures::StreamExt;
 use rmcp::model::ToolAnnotations;
 use serde_json::{Map, json};
 use std::path::PathBuf;
@@ -81,18 +80,7 @@ async fn a_started_mcp_call_found_after_a_crash_is_reported_unknown_and_not_sent
         0,
         "never sent again"
     );
-    let results = last_results(&app.model.requests()[1]);
-    let told = results[1]["content"].as_str().unwrap();
-    assert!(
-        told.contains("outcome of this issue_refund call is unknown"),
-        "{told}"
-    );
-    let event = tokio::time::timeout(PATIENCE, attention.next())
-        .await
-        .unwrap()
-        .unwrap();
-    let event: serde_json::Value = serde_json::from_slice(&event.payload).unwrap();
-    assert_eq!(event["call_id"], "toolu_2");
+    app.assert_refund_reported_unknown(&mut attention).await;
 }
 
 #[tokio::test]
@@ -384,16 +372,5 @@ async fn a_worker_killed_during_an_mcp_call_leaves_it_unknown_and_it_is_never_se
         .filter(|c| c.tool == "issue_refund")
         .count();
     assert_eq!(refunds, 1, "never sent again: the tool is not idempotent");
-    let results = last_results(&app.model.requests()[1]);
-    let told = results[1]["content"].as_str().unwrap();
-    assert!(
-        told.contains("outcome of this issue_refund call is unknown"),
-        "{told}"
-    );
-    let event = tokio::time::timeout(PATIENCE, attention.next())
-        .await
-        .unwrap()
-        .unwrap();
-    let event: serde_json::Value = serde_json::from_slice(&event.payload).unwrap();
-    assert_eq!(event["call_id"], "toolu_2");
+    app.assert_refund_reported_unknown(&mut attention).await;
 }

@@ -4,7 +4,6 @@
 use countersign_fake_model::{last_results, refund_brain};
 use countersign_runtime::metrics::Metrics;
 use countersign_tests::app::{PATIENCE, TestApp};
-use futures::StreamExt;
 
 #[tokio::test]
 async fn a_started_call_found_after_a_crash_is_reported_unknown_and_not_run_again() {
@@ -26,18 +25,7 @@ async fn a_started_call_found_after_a_crash_is_reported_unknown_and_not_run_agai
         0,
         "never sent again"
     );
-    let results = last_results(&app.model.requests()[1]);
-    let told = results[1]["content"].as_str().unwrap();
-    assert!(
-        told.contains("outcome of this issue_refund call is unknown"),
-        "{told}"
-    );
-
-    let event = tokio::time::timeout(PATIENCE, attention.next())
-        .await
-        .unwrap()
-        .unwrap();
-    let event: serde_json::Value = serde_json::from_slice(&event.payload).unwrap();
+    let event = app.assert_refund_reported_unknown(&mut attention).await;
     assert_eq!(event["type"], "run.attention");
     assert_eq!(event["call_id"], "toolu_2");
     assert_eq!(event["input"]["amount"], 129);
