@@ -7,6 +7,7 @@
 pub mod agent;
 pub mod audit;
 pub mod authority;
+pub mod condition;
 pub mod digest;
 pub mod edit;
 pub mod events;
