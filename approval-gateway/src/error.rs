@@ -161,6 +161,19 @@ impl IntoResponse for AuthError {
     }
 }
 
+impl From<crate::grants::RevokeError> for ApiError {
+    fn from(e: crate::grants::RevokeError) -> Self {
+        use crate::grants::RevokeError;
+        match e {
+            RevokeError::NoGrant(_) => Self::not_found(e.to_string()),
+            RevokeError::NotAllowed(..) => {
+                Self::new(StatusCode::FORBIDDEN, "forbidden", e.to_string())
+            }
+            RevokeError::Store(cause) => Self::unavailable(cause),
+        }
+    }
+}
+
 impl From<DecideError> for ApiError {
     fn from(e: DecideError) -> Self {
         match e {
@@ -170,6 +183,7 @@ impl From<DecideError> for ApiError {
                     .with_details(json!({ "errors": errors }))
             }
             DecideError::NoRun(m) => Self::not_found(m),
+            DecideError::GrantRefused(m) => Self::new(StatusCode::FORBIDDEN, "grant_refused", m),
             DecideError::Backend(cause) => Self::unavailable(cause),
             DecideError::Refused {
                 status,

@@ -24,6 +24,7 @@ pub mod config;
 pub(crate) mod decide;
 pub(crate) mod deliveries;
 pub(crate) mod error;
+pub(crate) mod grants;
 pub(crate) mod mcp_proxy;
 pub(crate) mod receipts;
 pub(crate) mod routes;

@@ -27,6 +27,13 @@ pub(crate) struct Issued {
     pub(crate) kid: String,
 }
 
+/// Who a receipt says decided: everyone whose approval the decision needed, and the standing
+/// grant they decided it under, if any.
+pub(crate) struct DecidedBy<'a> {
+    pub(crate) names: Vec<String>,
+    pub(crate) grant: Option<&'a str>,
+}
+
 impl Receipts {
     pub(crate) fn load(config: &Config) -> anyhow::Result<Self> {
         let ReceiptsConfig {
@@ -99,7 +106,7 @@ impl Receipts {
         tool: Option<&ToolDef>,
         action: Action,
         input: &Value,
-        decided_by: Vec<String>,
+        decided_by: DecidedBy<'_>,
     ) -> Option<Issued> {
         let signer = self.signer.as_ref()?;
         let iat = countersign_model::now_ms() / 1000;
@@ -116,8 +123,9 @@ impl Receipts {
             tool: call.tool.clone(),
             input_digest: input_digest(input),
             action: action_name(action).into(),
-            decided_by,
+            decided_by: decided_by.names,
             policy_version: call.policy_version.clone(),
+            grant: decided_by.grant.map(str::to_string),
         };
         Some(Issued {
             token: signer.sign(&claims),

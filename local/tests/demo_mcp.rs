@@ -219,6 +219,7 @@ async fn a_refund_over_the_limit_runs_with_a_valid_receipt_in_meta() {
         action: "approve".into(),
         decided_by: vec!["rita".into()],
         policy_version: "p".into(),
+        grant: None,
     });
 
     let ran = client

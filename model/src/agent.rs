@@ -316,7 +316,28 @@ pub struct ApprovalRule {
     /// How long before the deadline to remind the approvers (`10m`, `1h`); default none.
     #[serde(default)]
     pub remind_before: Option<Span>,
+    /// Whether a reviewer may approve calls like one in advance (a standing grant). Default
+    /// true.
+    #[serde(default = "yes")]
+    pub grants: bool,
+    /// The most uses a grant may have. Default 100.
+    #[serde(default = "default_grant_max_uses")]
+    pub grant_max_uses: u32,
+    /// The longest a grant may last (`8h`, `7d`). Default 24h; never more than 30 days.
+    #[serde(default)]
+    pub grant_max_duration: Option<Span>,
 }
+
+fn yes() -> bool {
+    true
+}
+
+fn default_grant_max_uses() -> u32 {
+    100
+}
+
+/// How long a grant may last when the policy does not say.
+const DEFAULT_GRANT_MAX_SECS: u64 = 86400;
 
 /// A span of time written `90s`, `30m`, `24h` or `7d`, parsed once, when the agent is loaded
 /// (a bad one refuses the file); it is written back as it was given.
@@ -386,6 +407,9 @@ impl ApprovalRule {
             on_expiry: OnExpiry::Reject,
             escalate_to: Vec::new(),
             remind_before: None,
+            grants: true,
+            grant_max_uses: default_grant_max_uses(),
+            grant_max_duration: None,
         }
     }
 }
@@ -528,6 +552,24 @@ impl ToolDef {
                 on_expiry: rule.on_expiry,
                 escalate_to: rule.escalate_to.clone(),
             },
+        }
+    }
+
+    /// What the policy allows of standing grants on this tool's calls.
+    pub fn grant_limits(&self) -> crate::grant::GrantLimits {
+        let default = ApprovalRule::held();
+        let rule = match &self.approval {
+            ApprovalDef::Rule(rule) => rule,
+            ApprovalDef::Mode(_) => &default,
+        };
+        crate::grant::GrantLimits {
+            allowed: rule.grants,
+            max_uses: rule.grant_max_uses,
+            max_duration_secs: rule
+                .grant_max_duration
+                .as_ref()
+                .map_or(DEFAULT_GRANT_MAX_SECS, |d| d.duration.as_secs())
+                .min(crate::grant::MAX_DURATION_SECS),
         }
     }
 

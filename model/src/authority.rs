@@ -18,7 +18,12 @@
 //!   the policy allows self-approval;
 //! - a call that needs several approvals cannot be edited;
 //! - nothing is decided on a run someone asked to cancel.
+//!
+//! A standing grant is made by approving a call, so whoever may approve it may grant (and the
+//! script checks each maker again for every call the grant decides); it is revoked by
+//! [`may_revoke`]'s rule: its makers, an admin, or anyone who may decide its tool's calls.
 
+use crate::grant::Grant;
 use crate::run::{Action, HeldCall, Run};
 use serde::{Deserialize, Serialize};
 
@@ -133,6 +138,16 @@ pub fn offered(call: &HeldCall, run: RunFacts<'_>) -> Vec<Action> {
         .into_iter()
         .filter(|a| action_allowed(*a, call, false).is_ok())
         .collect()
+}
+
+/// Whether `who` may revoke `grant`, on a tool whose calls `deciders` decide (None: anyone
+/// whose role decides). Revoking only takes relief away, so anyone who could decide the calls
+/// it covers may.
+pub fn may_revoke(who: Principal<'_>, grant: &Grant, deciders: Option<&[String]>) -> bool {
+    who.role == Role::Admin
+        || (who.role.decides()
+            && (grant.granted_by.iter().any(|g| g == who.id)
+                || deciders.is_none_or(|d| d.iter().any(|p| p == who.id))))
 }
 
 /// The part of the rule that depends on the action: self-approval and quorum.

@@ -135,7 +135,11 @@ mod tests {
     #[test]
     fn bad_conditions_are_refused_with_their_reason() {
         assert!(Condition::compile("  ").unwrap_err().contains("empty"));
-        assert!(Condition::compile("input.amount <=").unwrap_err().contains("not CEL"));
+        assert!(
+            Condition::compile("input.amount <=")
+                .unwrap_err()
+                .contains("not CEL")
+        );
         assert!(Condition::compile(&"x".repeat(MAX_CONDITION + 1)).is_err());
     }
 

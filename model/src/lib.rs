@@ -11,6 +11,7 @@ pub mod condition;
 pub mod digest;
 pub mod edit;
 pub mod events;
+pub mod grant;
 pub mod input_problem;
 pub mod mcp;
 pub mod mcp_proxy;

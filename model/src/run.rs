@@ -488,6 +488,12 @@ pub struct Decision {
     /// for a decision that lets it run; stored with the decision by the decision script.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub receipt: Option<String>,
+    /// The standing grant this approval also makes (see [`crate::grant`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grant: Option<crate::grant::GrantTerms>,
+    /// The standing grant that decided the call, when nobody was asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub under_grant: Option<String>,
 }
 
 impl Decision {

@@ -259,6 +259,7 @@ mod tests {
             action: "approve".into(),
             decided_by: vec!["p".into()],
             policy_version: "v".into(),
+            grant: None,
         });
         let keys = KeySet {
             keys: vec![signer.public().clone()],

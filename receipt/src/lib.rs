@@ -53,6 +53,9 @@ pub struct Claims {
     /// Everyone whose approval the decision needed, a quorum's all.
     pub decided_by: Vec<String>,
     pub policy_version: String,
+    /// The standing grant the call was approved under, when nobody was asked for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grant: Option<String>,
 }
 
 /// The digest of a JSON input as anyone can recompute it: `sha256:` and the lowercase hex

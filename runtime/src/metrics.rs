@@ -9,6 +9,8 @@
 //! - `countersign_calls_total{event}`: `held` for a person, `expired`, `escalated`, and
 //!   `resolved` once a held turn goes back to the model; held − resolved is what is pending.
 //! - `countersign_decisions_total{door, outcome}`: `recorded`, or the refusal's code.
+//! - `countersign_grants_total{event}`: standing grants `made`, `used` (a call approved
+//!   under one), `revoked`.
 //! - `countersign_pause_seconds` (run created → paused), `countersign_decision_seconds` (held
 //!   → decided), `countersign_resume_seconds` (last decision → the model called again).
 //! - `countersign_model_call_seconds{provider}`, `countersign_tool_call_seconds{tool}`,
@@ -49,6 +51,7 @@ struct Inner {
     runs: Family<Labels, Counter>,
     calls: Family<Labels, Counter>,
     decisions: Family<Labels, Counter>,
+    grants: Family<Labels, Counter>,
     pause: Histogram,
     decision: Histogram,
     resume: Histogram,
@@ -68,6 +71,7 @@ impl Default for Metrics {
             runs: Family::default(),
             calls: Family::default(),
             decisions: Family::default(),
+            grants: Family::default(),
             pause: buckets(),
             decision: human_buckets(),
             resume: buckets(),
@@ -90,6 +94,11 @@ impl Default for Metrics {
             "decisions",
             "Decisions by channel and outcome",
             inner.decisions.clone(),
+        );
+        r.register(
+            "grants",
+            "Standing grants made, used and revoked",
+            inner.grants.clone(),
         );
         r.register(
             "pause_seconds",
@@ -163,6 +172,10 @@ impl Metrics {
     pub fn decision(&self, door: &str, outcome: &str) {
         let labels = vec![("door", door.to_string()), ("outcome", outcome.to_string())];
         self.0.decisions.get_or_create(&labels).inc();
+    }
+
+    pub fn grant(&self, event: &'static str) {
+        self.0.grants.get_or_create(&label("event", event)).inc();
     }
 
     pub fn paused_after(&self, ms: i64) {

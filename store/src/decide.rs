@@ -36,6 +36,10 @@ pub struct DecideRequest<'a> {
     /// Whether the gateway signs receipts: then a decision that lets a call run must carry
     /// one naming exactly who decided it.
     pub receipts: bool,
+    /// Who made the standing grant deciding, each checked as a decider of every call (then
+    /// `principal` is the name recorded, `alice, under grant grt_…`); empty when a person
+    /// decides.
+    pub granted_by: &'a [String],
     pub proposals: Vec<Proposal>,
 }
 
@@ -64,6 +68,10 @@ pub struct CallDecided {
     /// Whether every held call of the turn is now decided (the run resumes).
     #[serde(default)]
     pub all_decided: bool,
+    /// The standing grant the decision made, once made (the gateway makes it after the
+    /// script recorded the approval that carries its terms).
+    #[serde(skip)]
+    pub grant: Option<countersign_model::grant::Grant>,
 }
 
 /// Why the script refused a request; nothing was recorded.
@@ -95,6 +103,9 @@ pub enum RefusalCode {
     RoleMayNotDecide,
     /// Someone asked to cancel the run (detail: its status).
     RunCancelled,
+    /// The standing grant was made by fewer people than the call's quorum (detail: the
+    /// quorum).
+    GrantShort,
     /// The receipt does not name who the decision would (another approval of the quorum came
     /// first, detail: who it would), or the decision lets the call run without one: sign
     /// again and retry.
@@ -146,6 +157,10 @@ impl Store {
             decided_subject: &self.names.approval_decided(id),
             expired_subject: &self.names.approval_expired(id),
             grant: request.link.map_or("", |(_, grant)| grant),
+            granted_by: &match request.granted_by {
+                [] => String::new(),
+                names => to_json(&names)?,
+            },
         };
         let (status, detail, queued) = self
             .on_run(&script::DECIDE, id, &args, |script, chain| {

@@ -87,6 +87,27 @@ impl Keys {
     pub fn exec_key(&self, run: &RunId) -> String {
         self.key(&format!("exec:{{{run}}}"))
     }
+    /// Hash of a standing grant: `def` (the grant as made, JSON), `uses`, and `revoked`
+    /// (JSON) once revoked. Every grant key shares the hash tag `{grants}`, so a use, a
+    /// revocation and the count are one script on one Cluster slot.
+    pub fn grant_key(&self, id: &str) -> String {
+        self.key(&format!("grant:{{grants}}:{id}"))
+    }
+    /// Hash: `run_id|call_id` -> the [`countersign_model::grant::GrantUse`] (JSON) of each
+    /// call a grant approved.
+    pub fn grant_uses_key(&self, id: &str) -> String {
+        self.key(&format!("grant-uses:{{grants}}:{id}"))
+    }
+    /// Sorted set of every grant id kept, scored by when it was made.
+    pub fn grants_key(&self) -> String {
+        self.key("grants:{grants}")
+    }
+    /// Sorted set of the grant ids on one agent's tool, scored by when each expires: where a
+    /// held call's grants are looked up.
+    pub fn grants_for_key(&self, agent: &str, tool: &str) -> String {
+        let id = countersign_model::digest::sha256_hex(format!("{agent}\n{tool}"));
+        self.key(&format!("grants-for:{{grants}}:{}", &id[..32]))
+    }
     /// String: the body hash a signed request's `webhook-id` came with, per sender.
     pub fn webhook_id_key(&self, sender: &str, webhook_id: &str) -> String {
         let id = countersign_model::digest::sha256_hex(format!("{sender}\n{webhook_id}"));

@@ -33,6 +33,7 @@
 mod connection;
 mod decide;
 mod exec;
+mod grants;
 mod inbox;
 pub mod keys;
 mod outbox;
@@ -47,6 +48,7 @@ pub use decide::{
     CallDecided, DecideOutcome, DecideRequest, DecidedStatus, Proposal, Refusal, RefusalCode,
 };
 pub use exec::ExecBegin;
+pub use grants::{KEEP_ENDED, UseOutcome};
 pub use inbox::Awaiting;
 pub use records::IdempotencyRecord;
 pub use timers::{Due, DueTimer, Timer};

@@ -4,6 +4,7 @@
 
 use super::{Store, StoreError};
 use countersign_model::run::RunId;
+use std::collections::HashMap;
 use std::time::Duration;
 
 impl Store {
@@ -46,6 +47,24 @@ impl Store {
             .iter()
             .filter_map(|f| f.strip_prefix(&prefix).map(str::to_string))
             .collect())
+    }
+
+    /// The approvals counted so far of a call that needs several, as recorded.
+    pub async fn votes(
+        &self,
+        id: &RunId,
+        call_id: &str,
+    ) -> Result<Vec<countersign_model::run::Decision>, StoreError> {
+        let fields: HashMap<String, String> = redis::cmd("HGETALL")
+            .arg(self.keys.votes_key(id))
+            .query_async(&mut self.conn.clone())
+            .await?;
+        let prefix = format!("{call_id}|");
+        fields
+            .iter()
+            .filter(|(field, _)| field.starts_with(&prefix))
+            .map(|(_, vote)| super::from_json(vote))
+            .collect()
     }
 
     /// Stores what a single-use link token may do, under the token's hash, for `ttl`.

@@ -204,6 +204,11 @@ scripts! {
     ESCALATE: Escalate<'static> = on_run(&[], "escalate.lua");
     REMIND: Remind<'static> = on_run(&[], "remind.lua");
     CANCEL: Cancel<'static> = on_run(&[], "cancel.lua");
+    GRANT_CREATE: GrantCreate<'static> = plain(
+        &["grant_key", "uses_key", "grants_key", "for_key"], "grant_create.lua");
+    GRANT_USE: GrantUse<'static> = plain(&["grant_key", "uses_key"], "grant_use.lua");
+    GRANT_RELEASE: GrantRelease<'static> = plain(&["grant_key", "uses_key"], "grant_release.lua");
+    GRANT_REVOKE: GrantRevoke<'static> = plain(&["grant_key"], "grant_revoke.lua");
     /// The one place a decision becomes true; `link_key` is the email link used, if any.
     DECIDE: Decide<'static> = on_run(&["link_key"], "decide.lua");
 }
@@ -328,6 +333,8 @@ argv! {
         expired_subject: &'a str,
         /// What the email link used must still grant; empty without one.
         grant: &'a str,
+        /// Who made the standing grant deciding (JSON list); empty when a person decides.
+        granted_by: &'a str,
     }
 }
 
@@ -355,6 +362,39 @@ argv! {
         decided_event: &'a str,
         /// Its `approval.expired`, should the deadline decide, but the deadline and channels.
         expired_event: &'a str,
+    }
+}
+
+argv! {
+    pub(crate) struct GrantCreate<'a> {
+        id: &'a str,
+        /// The grant (JSON); the script sets `created_at` and `expires_at` on Redis's clock.
+        def: &'a str,
+        expires_in_ms: u64,
+        /// How long an ended grant is kept to be listed.
+        keep_ms: u64,
+    }
+}
+
+argv! {
+    pub(crate) struct GrantUse<'a> {
+        /// `run_id|call_id`.
+        use_key: &'a str,
+        /// The [`countersign_model::grant::GrantUse`] (JSON), `at` set by the script.
+        use_json: &'a str,
+    }
+}
+
+argv! {
+    pub(crate) struct GrantRelease<'a> {
+        use_key: &'a str,
+    }
+}
+
+argv! {
+    pub(crate) struct GrantRevoke<'a> {
+        /// The [`countersign_model::grant::Revocation`] (JSON), `at` set by the script.
+        revocation: &'a str,
     }
 }
 

@@ -667,6 +667,8 @@ impl TestApp {
             fingerprint: Decision::fingerprint_of(Action::Approve, None, None, None),
             expired: false,
             receipt,
+            grant: None,
+            under_grant: None,
         };
         let mut entry = AuditEntry::new(&run_id, AuditKind::Decided);
         entry.actor = Some("rita".into());
@@ -678,6 +680,7 @@ impl TestApp {
             link: None,
             role_decides: true,
             receipts: signed,
+            granted_by: &[],
             proposals: vec![Proposal {
                 decision,
                 checked_digest: None,
@@ -733,6 +736,7 @@ impl TestApp {
             action: "approve".into(),
             decided_by: vec!["rita".into()],
             policy_version: "p".into(),
+            grant: None,
         }
     }
 

@@ -203,6 +203,8 @@ impl Engine {
             fingerprint: Decision::fingerprint_of(Action::Reject, None, None, Some(reason)),
             expired: true,
             receipt: None,
+            grant: None,
+            under_grant: None,
         };
         let mut entry = AuditEntry::new(&due.run_id, AuditKind::Expired);
         entry.actor = Some(SYSTEM_ACTOR.into());
@@ -216,6 +218,7 @@ impl Engine {
             link: None,
             role_decides: true,
             receipts: false,
+            granted_by: &[],
             proposals: vec![Proposal {
                 decision,
                 checked_digest: None,

@@ -28,6 +28,9 @@ pub(crate) enum DecideError {
         message: String,
         recorded: Option<Box<Decision>>,
     },
+    /// The policy does not allow the grant asked for (`grants = false`, or past its caps).
+    #[error("{0}")]
+    GrantRefused(String),
     #[error("{0}")]
     NoRun(String),
     /// Redis or NATS failed, or the script answered what it should not.
@@ -142,6 +145,13 @@ impl DecideError {
                 "approvals_changed",
                 format!(
                     "other approvals of call {call:?} were recorded while this one was; send it again"
+                ),
+            ),
+            RefusalCode::GrantShort => (
+                StatusCode::FORBIDDEN,
+                "not_an_approver",
+                format!(
+                    "call {call:?} needs {detail} approvals, more than the standing grant's makers"
                 ),
             ),
             RefusalCode::RunCancelled => (

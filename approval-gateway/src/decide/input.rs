@@ -3,6 +3,7 @@
 
 use super::error::DecideError;
 use crate::config::Role;
+use countersign_model::grant::{Grant, GrantTerms};
 use countersign_model::run::Action;
 use serde::Deserialize;
 use serde_json::Value;
@@ -22,6 +23,9 @@ pub(crate) struct Proposed {
     pub(crate) input: Option<Value>,
     pub(crate) note: Option<String>,
     pub(crate) reason: Option<String>,
+    /// With an approval: calls like this one are approved in advance on these terms.
+    #[serde(default)]
+    pub(crate) grant: Option<GrantTerms>,
 }
 
 /// Who decides, with the role their door established, through which door, with which
@@ -32,6 +36,9 @@ pub(crate) struct Decider<'a> {
     pub(crate) door: &'a str,
     /// (token hash, grant) of the email link used: spent with the decision.
     pub(crate) link: Option<(&'a str, &'a str)>,
+    /// The standing grant deciding, in its makers' names (then `principal` is
+    /// [`Grant::decided_by`]).
+    pub(crate) grant: Option<&'a Grant>,
 }
 
 impl<'a> Decider<'a> {
@@ -42,6 +49,7 @@ impl<'a> Decider<'a> {
             role,
             door: "api",
             link: None,
+            grant: None,
         }
     }
 }
@@ -78,6 +86,11 @@ pub(super) fn check_shape(p: &Proposed) -> Result<(), DecideError> {
         }
     }
     let blank = |s: &Option<String>| s.as_deref().is_none_or(|s| s.trim().is_empty());
+    if p.grant.is_some() && p.action != Action::Approve {
+        return bad(format!(
+            "only an approval allows calls like it (call {call:?})"
+        ));
+    }
     match p.action {
         Action::Reject if blank(&p.reason) => {
             bad(format!("rejecting call {call:?} needs a reason"))

@@ -16,6 +16,7 @@ pub(crate) use input::{Decider, MAX_TEXT, Proposed};
 
 use crate::state::AppState;
 use countersign_model::edit::FieldChange;
+use countersign_model::grant::GrantTerms;
 use countersign_model::now_ms;
 use countersign_model::run::Run;
 use countersign_runtime::trace_context;
@@ -52,7 +53,19 @@ pub(crate) async fn decide(
     // A span of the run's trace, whichever channel and gateway the decision came through.
     let span = tracing::info_span!("decision", run_id = %run.run_id, door = by.door, principal = by.principal);
     trace_context::adopt(&span, run.trace.as_deref());
-    record(state, &run, proposed, by).instrument(span).await
+    let grants: Vec<(String, GrantTerms)> = proposed
+        .iter()
+        .filter_map(|p| Some((p.call_id.clone(), p.grant.clone()?)))
+        .collect();
+    let mut calls = record(state, &run, proposed, by).instrument(span).await?;
+    // The approvals are recorded; the grants they carry are made now (again, harmlessly, for
+    // a repeat: a grant is made once per call).
+    for (call_id, terms) in grants {
+        if let Some(call) = calls.iter_mut().find(|c| c.call_id == call_id) {
+            call.grant = crate::grants::made(state, &run, &call_id, &terms, by.door).await?;
+        }
+    }
+    Ok(calls)
 }
 
 async fn record(
@@ -106,6 +119,7 @@ async fn record_once(
         link: by.link,
         role_decides: by.role.decides(),
         receipts: state.receipts.signs(),
+        granted_by: by.grant.map_or(&[], |g| &g.granted_by),
         proposals,
     };
     match state.store.decide(&run.run_id, &request).await? {

@@ -5,10 +5,13 @@
 
 use super::error::DecideError;
 use super::input::{Decider, Proposed};
-use crate::receipts::Receipts;
+use crate::receipts::{DecidedBy, Receipts};
 use countersign_model::agent::Catalog;
 use countersign_model::audit::{AuditEntry, AuditKind};
+use countersign_model::condition::Condition;
+use countersign_model::digest::sha256_hex;
 use countersign_model::edit::{self, FieldChange};
+use countersign_model::grant::{Grant, GrantTerms};
 use countersign_model::run::{Action, Decision, HeldCall, Run};
 use countersign_store::Proposal;
 use serde_json::{Value, json};
@@ -36,6 +39,52 @@ pub(super) fn checked_edit(
     Ok(edit::changes(&pending.input, input))
 }
 
+/// Whether the policy of `pending`'s tool allows a grant on `terms`, and whether they make
+/// sense: a condition that compiles and covers the call it is made on, and a requester to
+/// limit it to when asked.
+fn check_grant(
+    catalog: &Catalog,
+    run: &Run,
+    pending: &HeldCall,
+    terms: &GrantTerms,
+) -> Result<(), DecideError> {
+    let bad = |message: String| Err(DecideError::BadInput(message));
+    let tool = catalog
+        .get(&run.agent)
+        .and_then(|a| a.tool(&pending.tool).cloned());
+    let Some(tool) = tool else {
+        return bad(format!(
+            "the agent {:?} no longer has the tool {:?}: no grant can be made for it",
+            run.agent, pending.tool
+        ));
+    };
+    if let Err(e) = tool.grant_limits().check(terms) {
+        return Err(DecideError::GrantRefused(e));
+    }
+    let condition = Condition::compile(&terms.condition).map_err(DecideError::BadInput)?;
+    match condition.check(&pending.input) {
+        Ok(true) => {}
+        Ok(false) => {
+            return bad(format!(
+                "the condition {:?} does not cover call {:?} itself",
+                condition.source(),
+                pending.call_id
+            ));
+        }
+        Err(e) => {
+            return bad(format!(
+                "the condition {:?} cannot be evaluated for call {:?}: {e}",
+                condition.source(),
+                pending.call_id
+            ));
+        }
+    }
+    if terms.same_requester && run.requested_by.is_none() {
+        return bad("same_requester: this run has no requester to limit the grant to".into());
+    }
+    Ok(())
+}
+
 /// The decision, its audit entry and, when it lets the call run, its receipt. `voters` are
 /// who had approved the call before, for a call that needs several approvals: its receipt is
 /// signed only by the approval that completes the quorum, naming them all.
@@ -54,6 +103,9 @@ pub(super) fn proposal(
         changes = Some(checked_edit(catalog, run, pending, input)?);
         checked_digest = Some(pending.digest.clone());
     }
+    if let (Some(terms), Some(pending)) = (&p.grant, pending) {
+        check_grant(catalog, run, pending, terms)?;
+    }
     let digest = p.digest.unwrap_or_default();
     let mut entry = AuditEntry::new(&run.run_id, AuditKind::Decided);
     entry.call_id = Some(p.call_id.clone());
@@ -66,21 +118,38 @@ pub(super) fn proposal(
     if let Some(changes) = changes {
         entry.detail["changes"] = json!(changes);
     }
-    let fingerprint = Decision::fingerprint_of(
+    let mut fingerprint = Decision::fingerprint_of(
         p.action,
         p.input.as_ref(),
         p.note.as_deref(),
         p.reason.as_deref(),
     );
+    if let Some(terms) = &p.grant {
+        entry.detail["grant"] = json!({
+            "id": Grant::id_for(run.run_id.as_str(), &p.call_id), "terms": terms,
+        });
+        // Approving with a grant and without are two different decisions.
+        fingerprint = sha256_hex(format!("{fingerprint}\n{}", terms.digest()));
+    }
+    if let Some(grant) = by.grant {
+        entry.detail["under_grant"] = json!(grant.id);
+    }
     let mut receipt_for = Vec::new();
     let mut receipt = None;
     if let (Some(held), Some(runs_with)) = (pending, p.input.as_ref().or(pending.map(|c| &c.input)))
         && p.action != Action::Reject
     {
-        receipt_for = deciders_if_final(held.reviewers.quorum, voters, by.principal);
+        receipt_for = match by.grant {
+            Some(grant) => grant.granted_by.clone(),
+            None => deciders_if_final(held.reviewers.quorum, voters, by.principal),
+        };
         if !receipt_for.is_empty() {
             let tool = catalog.get(&run.agent).and_then(|a| a.tool(&held.tool));
-            receipt = receipts.issue(run, held, tool, p.action, runs_with, receipt_for.clone());
+            let decided_by = DecidedBy {
+                names: receipt_for.clone(),
+                grant: by.grant.map(|g| g.id.as_str()),
+            };
+            receipt = receipts.issue(run, held, tool, p.action, runs_with, decided_by);
         }
     }
     if let Some(issued) = &receipt {
@@ -102,6 +171,8 @@ pub(super) fn proposal(
             fingerprint,
             expired: false,
             receipt: receipt.map(|issued| issued.token),
+            grant: p.grant,
+            under_grant: by.grant.map(|g| g.id.clone()),
         },
         checked_digest,
         entry,

@@ -3,6 +3,7 @@
 //! event is matched here, once: webhooks get it whole, Slack and email per call.
 
 use crate::channels::delivery::Delivery;
+use crate::grants;
 use crate::state::AppState;
 use async_nats::jetstream::Message;
 use countersign_model::agent::Channel;
@@ -41,13 +42,33 @@ fn targets(state: &AppState, event: &Event) -> BTreeSet<Channel> {
 /// Queues the deliveries of one approval event; should one not be queued, the event is handed
 /// back to come again (the deliveries' ids are stable, so those queued are not sent twice).
 pub(super) async fn fan_out(state: &AppState, msg: &Message) -> Outcome {
-    let envelope: Envelope = match serde_json::from_slice(&msg.payload) {
+    let mut envelope: Envelope = match serde_json::from_slice(&msg.payload) {
         Ok(envelope) => envelope,
         Err(e) => {
             warn!(error = %e, "unreadable approval event dropped");
             return Outcome::GiveUp;
         }
     };
+    // Calls a standing grant covers are decided now, and nobody is asked about them.
+    if let Event::ApprovalRequested {
+        run_id,
+        agent,
+        calls,
+        requested_by,
+        ..
+    } = &mut envelope.event
+    {
+        match grants::apply(state, run_id, agent, calls, requested_by.as_deref()).await {
+            Ok(decided) => calls.retain(|c| !decided.contains(&c.call_id)),
+            Err(e) => {
+                warn!(error = %e, "could not look for standing grants; the event will come again");
+                return Outcome::Retry(Duration::from_secs(1));
+            }
+        }
+        if calls.is_empty() {
+            return Outcome::Ack;
+        }
+    }
     // The event's own message id (or stream position) makes each delivery's id stable when
     // this message is redelivered.
     let event_id = msg

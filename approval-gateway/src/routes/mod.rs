@@ -5,6 +5,7 @@
 mod approvals;
 mod audit;
 mod decisions;
+mod grants;
 mod health;
 mod jwks;
 mod mcp;
@@ -35,6 +36,7 @@ pub(crate) fn router(
         .merge(metrics.unwrap_or_default())
         .merge(runs::router())
         .merge(decisions::router())
+        .merge(grants::router())
         .merge(audit::router())
         .merge(approvals::router())
         .merge(sessions::router())

@@ -422,6 +422,7 @@ pub(crate) fn proposal(
         input,
         note: text("note").filter(|_| action == Action::Edit),
         reason: text("reason").filter(|_| action == Action::Reject),
+        grant: None,
     })
 }
 

@@ -255,6 +255,7 @@ async fn submit(
         role: session.role,
         door: CHANNEL,
         link: None,
+        grant: None,
     };
     let refused = match decide::decide_one(&state, &run_id, proposed, &by).await {
         Ok(_) => {

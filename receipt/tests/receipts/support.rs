@@ -36,6 +36,7 @@ pub fn claims(input: &Value, jti: &str) -> Claims {
         action: "approve".into(),
         decided_by: vec!["rita".into()],
         policy_version: "p1".into(),
+        grant: None,
     }
 }
 

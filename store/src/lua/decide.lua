@@ -10,6 +10,9 @@
 -- still holds `grant`. Tail: the count of decisions, then each (see `read_proposed`).
 -- With `receipts` '1', a decision that lets a call run carries its receipt in its JSON and
 -- names in `receipt_for` who the receipt says decided.
+-- `granted_by`, when not empty, is the JSON list of who made the standing grant deciding the
+-- calls (`principal` is then the name the decision records, `alice, under grant grt_…`): each
+-- of them is checked as if deciding, and together they must make the call's quorum.
 -- Replies {'ok', results JSON, outbox...}, {'refused', refusal JSON}, or {'missing', ''}.
 expiry = expiry == '1'
 local run = redis.call('HMGET', run_key, 'status', 'cancel')
@@ -43,6 +46,11 @@ local function approvers(call_id)
   table.sort(names)
   return names
 end
+
+local granters = nil
+if granted_by ~= '' then granters = cjson.decode(granted_by) end
+-- Who is deciding, each checked: the principal, or everyone who made the grant.
+local deciding = granters or {principal}
 
 local decisions = {}
 local p = tail + 1
@@ -82,21 +90,27 @@ for _, d in ipairs(decisions) do
       if held.deadline and now >= held.deadline and not held.escalates then
         return refuse(d, 'past_deadline', tostring(held.deadline))
       end
-      if held.deciders then
-        local listed = false
-        for _, p in ipairs(held.deciders) do
-          if p == principal then listed = true end
+      for _, who in ipairs(deciding) do
+        if held.deciders then
+          local listed = false
+          for _, p in ipairs(held.deciders) do
+            if p == who then listed = true end
+          end
+          if not listed then return refuse(d, 'not_approver', cjson.encode(held.deciders)) end
         end
-        if not listed then return refuse(d, 'not_approver', cjson.encode(held.deciders)) end
+        if d.action ~= 'reject' and not held.self_ok and requester == who then
+          return refuse(d, 'own_request')
+        end
       end
-      if d.action ~= 'reject' and not held.self_ok and requester == principal then
-        return refuse(d, 'own_request')
+      if granters and #granters < held.quorum then
+        return refuse(d, 'grant_short', tostring(held.quorum))
       end
+      local votes = held.quorum > 1 and not granters
       if d.action == 'edit' then
         if held.quorum > 1 then return refuse(d, 'edit_with_quorum', tostring(held.quorum)) end
         if d.checked ~= d.digest then return refuse(d, 'edit_unchecked') end
       end
-      if held.quorum > 1 and d.action == 'approve'
+      if votes and d.action == 'approve'
         and redis.call('HEXISTS', votes_key, d.call_id .. '|' .. principal) == 1 then
         d.result = 'already_voted'
       end
@@ -106,7 +120,11 @@ for _, d in ipairs(decisions) do
       if receipts == '1' and d.action ~= 'reject' and not d.result then
         local names = {principal}
         local final = true
-        if held.quorum > 1 then
+        if granters then
+          names = {}
+          for _, who in ipairs(granters) do table.insert(names, who) end
+          table.sort(names)
+        elseif votes then
           local approvals = tonumber(redis.call('HGET', votes_key, d.call_id .. '#') or '0')
           final = approvals + 1 >= held.quorum
           names = approvers(d.call_id)
@@ -143,7 +161,7 @@ for _, d in ipairs(decisions) do
     append_audit(d.entry, d.sha, d.prev_guess, d.link)
     redis.call('HINCRBY', run_key, 'version', 1)
     local final = true
-    if held.quorum > 1 and d.action == 'approve' then
+    if held.quorum > 1 and not granters and d.action == 'approve' then
       redis.call('HSET', votes_key, d.call_id .. '|' .. principal, decision)
       local approvals = redis.call('HINCRBY', votes_key, d.call_id .. '#', 1)
       out.approvals = approvals

@@ -228,6 +228,8 @@ async fn script_accepts(
         fingerprint: Decision::fingerprint_of(action, input.as_ref(), None, reason.as_deref()),
         expired: false,
         receipt: None,
+        grant: None,
+        under_grant: None,
     };
     let mut entry = AuditEntry::new(id, AuditKind::Decided);
     entry.actor = Some(principal.into());
@@ -238,6 +240,7 @@ async fn script_accepts(
         link: None,
         role_decides: role.decides(),
         receipts: false,
+        granted_by: &[],
         proposals: vec![Proposal {
             decision,
             checked_digest: (action == Action::Edit).then(|| call.digest.clone()),

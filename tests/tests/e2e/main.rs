@@ -14,6 +14,7 @@ mod email;
 mod error_shape;
 mod escalation;
 mod expiry;
+mod grants;
 mod inbox;
 mod inbox_paging;
 mod listener;

@@ -165,6 +165,7 @@ async fn while_its_replay_store_is_down_a_tool_answers_503_and_runs_nothing() {
             action: "approve".into(),
             decided_by: vec!["rita".into()],
             policy_version: "p1".into(),
+            grant: None,
         });
         reqwest::Client::new()
             .post(&url)

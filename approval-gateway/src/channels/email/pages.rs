@@ -238,6 +238,7 @@ async fn submit(
         role: state.person_role(&grant.principal),
         door: CHANNEL,
         link: Some((&hash, &raw)),
+        grant: None,
     };
     match decide::decide_one(&state, grant.run_id.as_str(), proposed, &by).await {
         Ok(_) => {

@@ -116,6 +116,7 @@ async fn block_action(
                 role,
                 door: CHANNEL,
                 link: None,
+                grant: None,
             };
             if let Err(e) = decide::decide_one(state, &target.run_id, proposed, &by).await {
                 ephemeral(state, payload, &ApiError::from(e).message).await;
@@ -232,6 +233,7 @@ async fn view_submission(state: &AppState, payload: &Value, principal: Option<St
         role: state.person_role(&principal),
         door: CHANNEL,
         link: None,
+        grant: None,
     };
     match decide::decide_one(state, &run_id, proposed, &by).await {
         // The confirmation closes with the edit modal beneath it.
@@ -310,6 +312,7 @@ fn proposal(
         input,
         note,
         reason,
+        grant: None,
     }
 }
 

@@ -1,0 +1,222 @@
+//! Standing grants on the gateway. A grant is made from an approval that carries grant terms,
+//! once the decision script has recorded it (for a call that needs several approvals, once
+//! all of them carry the same terms); it is used for each later held call it covers, before
+//! the call is shown to anyone: one use is counted on the grant (atomic with revocation, see
+//! `store/src/grants.rs`), then the call is decided through the decision script like any
+//! other, in the names of the grant's makers, each checked as if deciding it, with a receipt
+//! naming the grant. A decision refused there gives its use back.
+
+use crate::config::Role;
+use crate::decide::{self, DecideError, Decider, Proposed};
+use crate::state::AppState;
+use countersign_model::authority::{self, Principal};
+use countersign_model::condition::Condition;
+use countersign_model::grant::{Grant, GrantTerms, GrantUse, Revocation};
+use countersign_model::run::{Action, HeldCall, Run, RunId};
+use countersign_store::UseOutcome;
+use tracing::{info, warn};
+
+/// Why a grant was not revoked.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum RevokeError {
+    #[error("no grant {0:?}")]
+    NoGrant(String),
+    #[error(
+        "{0} may not revoke grant {1}: only its makers, an admin, or someone who may decide its tool's calls may"
+    )]
+    NotAllowed(String, String),
+    #[error(transparent)]
+    Store(#[from] countersign_store::StoreError),
+}
+
+/// Revokes grant `id` as `who`: from the answer on, it approves nothing. Revoking one that
+/// was revoked before answers it as it was revoked.
+pub(crate) async fn revoke(
+    state: &AppState,
+    id: &str,
+    who: Principal<'_>,
+    reason: Option<String>,
+) -> Result<Grant, RevokeError> {
+    let grant = state
+        .store
+        .grant(id)
+        .await?
+        .ok_or_else(|| RevokeError::NoGrant(id.to_string()))?;
+    let approvers = state
+        .catalog
+        .get(&grant.agent)
+        .and_then(|a| a.tool(&grant.tool))
+        .map(|t| t.reviewers().approvers)
+        .unwrap_or_default();
+    let deciders = state.people.resolve(&approvers);
+    if !authority::may_revoke(who, &grant, deciders.as_deref()) {
+        return Err(RevokeError::NotAllowed(who.id.to_string(), grant.id));
+    }
+    let revocation = Revocation {
+        by: who.id.to_string(),
+        at: 0,
+        reason: reason.filter(|r| !r.trim().is_empty()),
+    };
+    let (revoked, now) = state
+        .store
+        .revoke_grant(id, &revocation)
+        .await?
+        .ok_or_else(|| RevokeError::NoGrant(id.to_string()))?;
+    if now {
+        state.metrics.grant("revoked");
+        info!(grant = %id, by = who.id, "standing grant revoked");
+    }
+    Ok(revoked)
+}
+
+/// Makes the grant that the recorded approval of `call_id` carries with `terms`, or answers
+/// it if made before; None while a quorum is still short, or when its approvals did not all
+/// carry the same terms (then no grant is made: each approver agreed to something else).
+pub(crate) async fn made(
+    state: &AppState,
+    run: &Run,
+    call_id: &str,
+    terms: &GrantTerms,
+    door: &str,
+) -> Result<Option<Grant>, DecideError> {
+    let Some(held) = run.held_calls().find(|c| c.call_id == call_id) else {
+        return Ok(None);
+    };
+    let decisions = state.store.decisions(&run.run_id).await?;
+    let Some(decision) = decisions.get(call_id) else {
+        return Ok(None);
+    };
+    if decision.action != Action::Approve || decision.grant.as_ref() != Some(terms) {
+        return Ok(None);
+    }
+    let mut granted_by = if held.reviewers.quorum > 1 {
+        let votes = state.store.votes(&run.run_id, call_id).await?;
+        if votes.iter().any(|v| v.grant.as_ref() != Some(terms)) {
+            return Ok(None);
+        }
+        votes.into_iter().map(|v| v.decided_by).collect()
+    } else {
+        vec![decision.decided_by.clone()]
+    };
+    granted_by.sort();
+    let grant = Grant {
+        id: Grant::id_for(run.run_id.as_str(), call_id),
+        agent: run.agent.clone(),
+        tool: held.tool.clone(),
+        policy_version: held.policy_version.clone(),
+        condition: terms.condition.trim().to_string(),
+        requester: match terms.same_requester {
+            true => run.requested_by.clone(),
+            false => None,
+        },
+        max_uses: terms.max_uses,
+        granted_by,
+        channel: door.to_string(),
+        run_id: run.run_id.to_string(),
+        call_id: call_id.to_string(),
+        created_at: 0,
+        expires_at: 0,
+        uses: 0,
+        revoked: None,
+    };
+    let (grant, created) = state
+        .store
+        .create_grant(&grant, terms.expires_in.duration)
+        .await?;
+    if created {
+        state.metrics.grant("made");
+        info!(grant = %grant.id, tool = %grant.tool, by = ?grant.granted_by, "standing grant made");
+    }
+    Ok(Some(grant))
+}
+
+/// Decides under a standing grant each of `calls` (held in `run_id`, a run of `agent`
+/// requested by `requested_by`) that one covers; the ids of the calls so decided. An error
+/// leaves the rest for a later attempt: what was counted and decided is found again then.
+pub(crate) async fn apply(
+    state: &AppState,
+    run_id: &RunId,
+    agent: &str,
+    calls: &[HeldCall],
+    requested_by: Option<&str>,
+) -> Result<Vec<String>, DecideError> {
+    let mut decided = Vec::new();
+    for call in calls {
+        let grants = state.store.grants_for(agent, &call.tool).await?;
+        let covering = grants.into_iter().filter(|g| {
+            g.is_for(agent, call, requested_by)
+                && Condition::compile(&g.condition).is_ok_and(|c| c.matches(&call.input))
+        });
+        for grant in covering {
+            if decide_under(state, run_id, call, &grant).await? {
+                decided.push(call.call_id.clone());
+                break;
+            }
+        }
+    }
+    Ok(decided)
+}
+
+/// Takes a use of `grant` for `call` and decides the call under it; false, with the use
+/// given back, when the grant has ended or its makers may not decide this call.
+async fn decide_under(
+    state: &AppState,
+    run_id: &RunId,
+    call: &HeldCall,
+    grant: &Grant,
+) -> Result<bool, DecideError> {
+    let used = GrantUse {
+        run_id: run_id.to_string(),
+        call_id: call.call_id.clone(),
+        digest: call.digest.clone(),
+        at: 0,
+    };
+    let outcome = state.store.use_grant(&grant.id, &used).await?;
+    if outcome == UseOutcome::Ended {
+        return Ok(false);
+    }
+    let principal = grant.decided_by();
+    // Each maker must still hold a role that decides (one the configuration no longer knows
+    // was vouched for by a key when the grant was made); the script checks each of them
+    // against this call's approvers and requester.
+    let still_decide = grant.granted_by.iter().all(|g| {
+        state
+            .config
+            .person_role(g)
+            .is_none_or(|role| role.decides())
+    });
+    let by = Decider {
+        principal: &principal,
+        role: if still_decide {
+            Role::Reviewer
+        } else {
+            Role::Reader
+        },
+        door: "grant",
+        link: None,
+        grant: Some(grant),
+    };
+    let proposed = Proposed {
+        call_id: call.call_id.clone(),
+        digest: Some(call.digest.clone()),
+        action: Action::Approve,
+        input: None,
+        note: None,
+        reason: None,
+        grant: None,
+    };
+    match decide::decide_one(state, run_id.as_str(), proposed, &by).await {
+        Ok(_) => {
+            if outcome == UseOutcome::Counted {
+                state.metrics.grant("used");
+            }
+            Ok(true)
+        }
+        Err(DecideError::Backend(e)) => Err(DecideError::Backend(e)),
+        Err(refused) => {
+            warn!(grant = %grant.id, call_id = %call.call_id, error = %refused, "a grant's call was not decided under it; its use is given back");
+            state.store.release_grant_use(&grant.id, &used).await?;
+            Ok(false)
+        }
+    }
+}

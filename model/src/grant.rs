@@ -1,0 +1,158 @@
+//! Standing grants: a decision that approves, in advance, calls like the one in front of the
+//! reviewer. A grant names the agent and tool, the tool's policy version it was made under (a
+//! changed policy voids it), a condition on the input ([`crate::condition`]), optionally the
+//! requester its calls must come from, a number of uses and an expiry. It is created by
+//! approving a held call with [`GrantTerms`], by everyone that call's approval needs, and each
+//! later call it covers is decided by the decision script in their names, `under grant`.
+
+use crate::agent::Span;
+use crate::run::HeldCall;
+use serde::{Deserialize, Serialize};
+
+/// The longest a grant may last, whatever the policy says.
+pub const MAX_DURATION_SECS: u64 = 30 * 86400;
+
+/// What a reviewer asks for when they approve a call and allow calls like it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GrantTerms {
+    /// CEL over `input`: the calls covered. It must cover the call it is made on.
+    pub condition: String,
+    /// Only calls of runs requested by the same requester as this one.
+    #[serde(default)]
+    pub same_requester: bool,
+    /// How many later calls it may approve.
+    pub max_uses: u32,
+    /// How long it lasts from when it is made (`30m`, `8h`, `7d`).
+    pub expires_in: Span,
+}
+
+impl GrantTerms {
+    /// The digest two approvals of a quorum must share for their grant to be made.
+    pub fn digest(&self) -> String {
+        let value = serde_json::to_value(self).unwrap_or_default();
+        crate::digest::sha256_hex(crate::digest::canonical_json(&value))
+    }
+}
+
+/// A grant as stored: what it covers, who made it, and how it stands.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Grant {
+    /// `grt_` and 24 hex digits, from the run and call it was made on: one call, one grant.
+    pub id: String,
+    pub agent: String,
+    pub tool: String,
+    /// The tool's policy version when it was made: calls held under another are not covered.
+    pub policy_version: String,
+    pub condition: String,
+    /// The requester every covered call's run must have, when the grant is so limited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requester: Option<String>,
+    pub max_uses: u32,
+    /// Everyone whose approval made it, sorted.
+    pub granted_by: Vec<String>,
+    /// The door the (last) approval came through.
+    pub channel: String,
+    pub run_id: String,
+    pub call_id: String,
+    pub created_at: i64,
+    pub expires_at: i64,
+    /// Uses so far (the store counts them).
+    #[serde(default)]
+    pub uses: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revoked: Option<Revocation>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Revocation {
+    pub by: String,
+    pub at: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GrantStatus {
+    Active,
+    UsedUp,
+    Expired,
+    Revoked,
+}
+
+/// One call a grant approved.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GrantUse {
+    pub run_id: String,
+    pub call_id: String,
+    pub digest: String,
+    pub at: i64,
+}
+
+impl Grant {
+    /// The grant's id for the call `call_id` of run `run_id`.
+    pub fn id_for(run_id: &str, call_id: &str) -> String {
+        let hash = crate::digest::sha256_hex(format!("{run_id}\n{call_id}"));
+        format!("grt_{}", &hash[..24])
+    }
+
+    pub fn status(&self, now_ms: i64) -> GrantStatus {
+        if self.revoked.is_some() {
+            GrantStatus::Revoked
+        } else if now_ms >= self.expires_at {
+            GrantStatus::Expired
+        } else if self.uses >= self.max_uses {
+            GrantStatus::UsedUp
+        } else {
+            GrantStatus::Active
+        }
+    }
+
+    /// Who a decision under this grant names: `alice, under grant grt_…`.
+    pub fn decided_by(&self) -> String {
+        format!("{}, under grant {}", self.granted_by.join(", "), self.id)
+    }
+
+    /// Whether the grant is about `call`, held in a run of `agent` requested by `requester`
+    /// (its condition and its uses are checked apart: see [`crate::condition`] and the store).
+    pub fn is_for(&self, agent: &str, call: &HeldCall, requester: Option<&str>) -> bool {
+        self.agent == agent
+            && self.tool == call.tool
+            && self.policy_version == call.policy_version
+            && self
+                .requester
+                .as_deref()
+                .is_none_or(|r| Some(r) == requester)
+    }
+}
+
+/// What a policy allows of grants on one tool.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GrantLimits {
+    pub allowed: bool,
+    pub max_uses: u32,
+    pub max_duration_secs: u64,
+}
+
+impl GrantLimits {
+    /// Why `terms` are not allowed, in a reviewer's words.
+    pub fn check(&self, terms: &GrantTerms) -> Result<(), String> {
+        if !self.allowed {
+            return Err("the policy does not allow grants for this tool (grants = false)".into());
+        }
+        if terms.max_uses == 0 || terms.max_uses > self.max_uses {
+            return Err(format!(
+                "max_uses must be 1 to {} for this tool",
+                self.max_uses
+            ));
+        }
+        if terms.expires_in.duration.as_secs() > self.max_duration_secs {
+            return Err(format!(
+                "expires_in may be at most {}s for this tool",
+                self.max_duration_secs
+            ));
+        }
+        Ok(())
+    }
+}

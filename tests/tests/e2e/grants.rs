@@ -1,0 +1,337 @@
+//! Standing grants: made by approving a call, used for later calls they cover through the
+//! decision script, counted atomically, revocable; authorized like the decision they come
+//! from.
+
+use countersign_fake_model::{anthropic_text, anthropic_tool_use, first_user_text, turn};
+use countersign_tests::app::{INTEGRATION_KEY, REQUESTER_KEY, REVIEWER_KEY, TestApp};
+use countersign_tests::wait_for;
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+/// A refund of what the user asks: "refund AMOUNT ORDER".
+fn refund_asked(request: &Value) -> Value {
+    if turn(request) > 0 {
+        return anthropic_text("Refunded.");
+    }
+    let text = first_user_text(request);
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let amount: f64 = words[1].parse().unwrap();
+    let input = json!({"order_id": words[2], "amount": amount, "reason": "duplicate charge"});
+    anthropic_tool_use("Refunding.", &[("toolu_2", "issue_refund", input)])
+}
+
+async fn start(app: &TestApp, amount: u32, order: &str, requested_by: Option<&str>) -> String {
+    let mut body = json!({"agent": "refunds", "input": format!("refund {amount} {order}")});
+    if let Some(who) = requested_by {
+        body["requested_by"] = json!(who);
+    }
+    let (status, run) = app
+        .request(Method::POST, "/v1/runs", Some(REQUESTER_KEY), Some(body))
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{run}");
+    run["run_id"].as_str().unwrap().to_string()
+}
+
+/// The digest of the run's held refund, once it waits.
+async fn held(app: &TestApp, run: &str) -> Value {
+    app.wait_status(run, "awaiting_approval").await["pending"][0]["digest"].clone()
+}
+
+const COVERS: &str = r#"input.amount <= 50.0 && input.order_id.startsWith("A-")"#;
+
+async fn grant(app: &TestApp, key: &str, run: &str, terms: Value) -> (StatusCode, Value) {
+    let digest = held(app, run).await;
+    let mut body = json!({"run_id": run, "call_id": "toolu_2", "digest": digest});
+    for (k, v) in terms.as_object().unwrap() {
+        body[k] = v.clone();
+    }
+    app.request(Method::POST, "/v1/grants", Some(key), Some(body))
+        .await
+}
+
+fn terms(max_uses: u32) -> Value {
+    json!({"condition": COVERS, "max_uses": max_uses, "expires_in": "1h"})
+}
+
+async fn grant_state(app: &TestApp, id: &str) -> Value {
+    let (status, grant) = app.get(&format!("/v1/grants/{id}")).await;
+    assert_eq!(status, StatusCode::OK, "{grant}");
+    grant
+}
+
+#[tokio::test]
+async fn a_grant_approves_the_later_calls_it_covers_and_no_others() {
+    let app = TestApp::spawn(refund_asked).await;
+    let first = start(&app, 30, "A-1", None).await;
+    let (status, made) = grant(&app, REVIEWER_KEY, &first, terms(5)).await;
+    assert_eq!(status, StatusCode::CREATED, "{made}");
+    let made = &made["grant"];
+    assert_eq!(made["status"], "active", "{made}");
+    assert_eq!(made["granted_by"], json!(["rita"]));
+    let id = made["id"].as_str().unwrap().to_string();
+    // The call it was made on is approved by it.
+    app.wait_status(&first, "completed").await;
+
+    let covered = start(&app, 45, "A-2", None).await;
+    let run = app.wait_status(&covered, "completed").await;
+    let decided = decision_entry(&app, &covered).await;
+    assert_eq!(decided["actor"], format!("rita, under grant {id}"), "{run}");
+    assert_eq!(decided["channel"], "grant");
+    assert_eq!(decided["detail"]["under_grant"], json!(id));
+
+    // Over the amount, or another order prefix: a person decides.
+    let over = start(&app, 80, "A-3", None).await;
+    let elsewhere = start(&app, 40, "B-4", None).await;
+    held(&app, &over).await;
+    held(&app, &elsewhere).await;
+
+    let state = grant_state(&app, &id).await;
+    assert_eq!(state["uses"], 1, "{state}");
+    assert_eq!(state["used_by"][0]["run_id"], json!(covered), "{state}");
+    // The refunds service checked each refund's receipt: two ran, the held ones did not, and
+    // the one under the grant says so.
+    assert_eq!(app.tools.refunds().len(), 2);
+    let receipts = app.tools.receipts();
+    let under = receipts.iter().find(|r| r.run_id == covered).unwrap();
+    assert_eq!(under.grant.as_deref(), Some(id.as_str()));
+    assert_eq!(under.decided_by, ["rita"]);
+}
+
+#[tokio::test]
+async fn a_hundred_concurrent_calls_against_ten_uses_approve_exactly_ten() {
+    let app = TestApp::spawn(refund_asked).await;
+    let first = start(&app, 30, "A-0", None).await;
+    let (status, made) = grant(&app, REVIEWER_KEY, &first, terms(10)).await;
+    assert_eq!(status, StatusCode::CREATED, "{made}");
+    let id = made["grant"]["id"].as_str().unwrap().to_string();
+    app.wait_status(&first, "completed").await;
+
+    let runs = futures::future::join_all((1..=100).map(|i| {
+        let app = &app;
+        async move { start(app, 30, &format!("A-{i}"), None).await }
+    }))
+    .await;
+    wait_for(
+        "ten runs to complete under the grant",
+        Duration::from_secs(120),
+        || async {
+            let mut done = 0;
+            for run in &runs {
+                if app.get_run_status(run).await == "completed" {
+                    done += 1;
+                }
+            }
+            (done >= 10).then_some(())
+        },
+    )
+    .await;
+    // Every other run waits for a person: rejecting them all is recorded for exactly the
+    // ninety the grant did not decide (a call decided under it refuses a second decision).
+    let mut rejections = Vec::new();
+    for run in &runs {
+        let digest = held_or_done(&app, run).await;
+        if let Some(digest) = digest {
+            rejections.push(
+                json!({"run_id": run, "call_id": "toolu_2", "digest": digest,
+                                   "action": "reject", "reason": "not now"}),
+            );
+        }
+    }
+    let mut recorded = 0;
+    for chunk in rejections.chunks(100) {
+        let (status, answer) = app
+            .request(
+                Method::POST,
+                "/v1/decisions",
+                Some(REVIEWER_KEY),
+                Some(json!({"decisions": chunk})),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{answer}");
+        recorded += answer["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["status"] == "recorded")
+            .count();
+    }
+    assert_eq!(recorded, 90);
+    let state = grant_state(&app, &id).await;
+    assert_eq!(state["uses"], 10, "{state}");
+    assert_eq!(state["status"], "used_up", "{state}");
+    // The first refund and the ten under the grant ran.
+    assert_eq!(app.tools.refunds().len(), 11);
+}
+
+/// The audit entry of the run's decision, its chain verified.
+async fn decision_entry(app: &TestApp, run: &str) -> Value {
+    let (_, trail) = app.get(&format!("/v1/runs/{run}/audit")).await;
+    assert_eq!(trail["verified"], true, "{trail}");
+    trail["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["entry"].clone())
+        .find(|e| e["kind"] == "decided")
+        .unwrap_or_else(|| panic!("no decision in {trail}"))
+}
+
+async fn decision_actor(app: &TestApp, run: &str) -> String {
+    decision_entry(app, run).await["actor"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// The digest of the run's held refund, or None once the run completed.
+async fn held_or_done(app: &TestApp, run: &str) -> Option<Value> {
+    wait_for(
+        "the run to wait or complete",
+        Duration::from_secs(60),
+        || async {
+            let (_, r) = app.get(&format!("/v1/runs/{run}")).await;
+            match r["status"].as_str() {
+                Some("completed") => Some(None),
+                Some("awaiting_approval") => Some(Some(r["pending"][0]["digest"].clone())),
+                _ => None,
+            }
+        },
+    )
+    .await
+}
+
+#[tokio::test]
+async fn a_revocation_racing_uses_leaves_no_use_after_its_answer() {
+    let app = TestApp::spawn(refund_asked).await;
+    let first = start(&app, 30, "A-0", None).await;
+    let (_, made) = grant(&app, REVIEWER_KEY, &first, terms(100)).await;
+    let id = made["grant"]["id"].as_str().unwrap().to_string();
+    let runs = futures::future::join_all((1..=30).map(|i| {
+        let app = &app;
+        async move { start(app, 30, &format!("A-{i}"), None).await }
+    }))
+    .await;
+    // Revoked while the runs are being decided under it: once it has approved one.
+    wait_for("the grant's first use", Duration::from_secs(60), || async {
+        (grant_state(&app, &id).await["uses"].as_u64() > Some(0)).then_some(())
+    })
+    .await;
+    let (status, revoked) = app
+        .request(
+            Method::POST,
+            &format!("/v1/grants/{id}/revoke"),
+            Some(REVIEWER_KEY),
+            Some(json!({"reason": "enough"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{revoked}");
+    assert_eq!(revoked["status"], "revoked");
+    let uses_at_answer = revoked["uses"].as_u64().unwrap();
+    let revoked_at = revoked["revoked"]["at"].as_i64().unwrap();
+    // Each run settles: completed under the grant, or waiting for a person.
+    let mut granted = 0;
+    for run in &runs {
+        if held_or_done(&app, run).await.is_none() {
+            granted += 1;
+        }
+    }
+    let state = grant_state(&app, &id).await;
+    let uses = state["uses"].as_u64().unwrap();
+    assert!(
+        uses <= uses_at_answer,
+        "{uses} uses after {uses_at_answer} at the revocation"
+    );
+    assert_eq!(granted, uses, "{state}");
+    for used in state["used_by"].as_array().unwrap() {
+        assert!(used["at"].as_i64().unwrap() <= revoked_at, "{state}");
+    }
+    // A revoked grant approves nothing more.
+    let late = start(&app, 30, "A-99", None).await;
+    held(&app, &late).await;
+}
+
+#[tokio::test]
+async fn nobody_grants_what_they_may_not_approve() {
+    let app = TestApp::builder(refund_asked)
+        .policy("grants = true\ngrant_max_uses = 20\n")
+        .start()
+        .await;
+    // rick asked for the run: he may not approve it, so he may not grant on it either.
+    let own = start(&app, 30, "A-1", Some("rick")).await;
+    let mut as_rick = terms(5);
+    as_rick["decided_by"] = json!("rick");
+    let (status, body) = grant(&app, INTEGRATION_KEY, &own, as_rick).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    let (status, body) = grant(&app, REVIEWER_KEY, &own, terms(21)).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert_eq!(body["error"]["code"], "grant_refused", "{body}");
+    let mut narrow = terms(5);
+    narrow["condition"] = json!("input.amount <= 10.0");
+    let (status, body) = grant(&app, REVIEWER_KEY, &own, narrow).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("does not cover"),
+        "{body}"
+    );
+    let mut broken = terms(5);
+    broken["condition"] = json!("input.amount <=");
+    let (status, body) = grant(&app, REVIEWER_KEY, &own, broken).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    let (_, grants) = app.get("/v1/grants").await;
+    assert_eq!(grants["grants"], json!([]), "{grants}");
+    assert_eq!(app.get_run_status(&own).await, "awaiting_approval");
+}
+
+#[tokio::test]
+async fn a_policy_without_grants_refuses_them() {
+    let app = TestApp::builder(refund_asked)
+        .policy("grants = false\n")
+        .start()
+        .await;
+    let run = start(&app, 30, "A-1", None).await;
+    let (status, body) = grant(&app, REVIEWER_KEY, &run, terms(5)).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("grants = false"),
+        "{body}"
+    );
+    assert_eq!(app.get_run_status(&run).await, "awaiting_approval");
+}
+
+#[tokio::test]
+async fn a_quorum_call_s_grant_needs_the_quorum() {
+    let app = TestApp::builder(refund_asked)
+        .policy("approvers = [\"role:finance\"]\nquorum = 2\n")
+        .start()
+        .await;
+    let first = start(&app, 30, "A-1", Some("carol")).await;
+    let as_person = |who: &str| {
+        let mut t = terms(3);
+        t["decided_by"] = json!(who);
+        t
+    };
+    let (status, body) = grant(&app, INTEGRATION_KEY, &first, as_person("alice")).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert_eq!(body["quorum"], 2, "{body}");
+    let (_, grants) = app.get("/v1/grants").await;
+    assert_eq!(grants["grants"], json!([]), "{grants}");
+    let (status, body) = grant(&app, INTEGRATION_KEY, &first, as_person("bob")).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(body["grant"]["granted_by"], json!(["alice", "bob"]));
+    app.wait_status(&first, "completed").await;
+
+    let covered = start(&app, 25, "A-2", Some("carol")).await;
+    app.wait_status(&covered, "completed").await;
+    let id = body["grant"]["id"].as_str().unwrap();
+    assert_eq!(
+        decision_actor(&app, &covered).await,
+        format!("alice, bob, under grant {id}")
+    );
+}
