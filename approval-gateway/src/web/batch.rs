@@ -5,6 +5,7 @@
 //! ([`decide::decide_batch`]: each run by its own script step), as channel `web`; the answer
 //! is a page saying what became of each.
 
+use super::inbox::short_run_id;
 use super::layout::{Page, PageError};
 use super::queue::Filters;
 use super::request_view::{CallView, refusal_words};
@@ -127,12 +128,15 @@ async fn submit(
         Err(DecideError::BadInput(message)) => return Ok(unsent(&message)),
         Err(other) => return Err(other.into()),
     };
-    let outcomes: Vec<Outcome> = runs.into_iter().flat_map(outcomes).collect();
-    let recorded = outcomes.iter().filter(|o| o.recorded).count();
     let done = match action {
         Action::Reject => "Rejected",
         _ => "Approved",
     };
+    let outcomes: Vec<Outcome> = runs
+        .into_iter()
+        .flat_map(|run| outcomes(run, done))
+        .collect();
+    let recorded = outcomes.iter().filter(|o| o.recorded).count();
     let title = format!("{done} {recorded} of {}", outcomes.len());
     let mut shown = Vec::with_capacity(outcomes.len());
     for o in outcomes {
@@ -144,7 +148,7 @@ async fn submit(
     page.signed_in = Some((&session.principal, &session.csrf));
     Ok(page.render(html! {
         @if recorded < shown.len() {
-            p.notice role="status" { "Some requests were not decided: each says why below. Nothing else changed for them." }
+            p.notice role="status" { "Some were not decided: each says why below, and nothing was recorded for it." }
         }
         ul #batch-results .batch-results {
             @for (o, summary) in &shown { (result(o, summary)) }
@@ -158,13 +162,15 @@ fn result(o: &Outcome, summary: &str) -> Markup {
     html! {
         li.batch-result data-outcome=(status) data-run=(o.run_id) data-call=(o.call_id) {
             a href=(format!("/inbox/runs/{}/calls/{}", o.run_id, o.call_id)) { (summary) }
+            " " span.run-id title=(o.run_id) { "run …" (short_run_id(&o.run_id)) }
             p { (o.words) }
         }
     }
 }
 
-/// Each call of one run's decisions, in a reviewer's words.
-fn outcomes(run: RunDecided) -> Vec<Outcome> {
+/// Each call of one run's decisions, in a reviewer's words; `done` says what was recorded
+/// ("Approved").
+fn outcomes(run: RunDecided, done: &str) -> Vec<Outcome> {
     let outcome = |call_id: String, recorded, words| Outcome {
         run_id: run.run_id.clone(),
         call_id,
@@ -174,7 +180,7 @@ fn outcomes(run: RunDecided) -> Vec<Outcome> {
     match &run.outcome {
         Ok(calls) => calls
             .iter()
-            .map(|c| outcome(c.call_id.clone(), true, recorded_words(c)))
+            .map(|c| outcome(c.call_id.clone(), true, recorded_words(c, done)))
             .collect(),
         Err(refused) => {
             let mut words = refused_words(refused);
@@ -191,7 +197,7 @@ fn outcomes(run: RunDecided) -> Vec<Outcome> {
     }
 }
 
-fn recorded_words(c: &CallDecided) -> String {
+fn recorded_words(c: &CallDecided, done: &str) -> String {
     match (c.status, c.approvals, c.quorum) {
         (DecidedStatus::ApprovalRecorded, Some(approvals), Some(quorum)) => {
             format!("Your approval is recorded: {approvals} of {quorum} needed.")
@@ -199,8 +205,8 @@ fn recorded_words(c: &CallDecided) -> String {
         (DecidedStatus::AlreadyRecorded | DecidedStatus::AlreadyVoted, ..) => {
             "Recorded already: you had decided it so.".into()
         }
-        _ if c.all_decided => "Recorded. Its run resumes.".into(),
-        _ => "Recorded.".into(),
+        _ if c.all_decided => format!("{done}: recorded. Its run resumes."),
+        _ => format!("{done}: recorded."),
     }
 }
 

@@ -75,7 +75,7 @@ fn key_values(input: &serde_json::Value) -> String {
 }
 
 /// The end of a run id, enough to tell runs apart on a screen.
-fn short_run_id(run_id: &str) -> &str {
+pub(super) fn short_run_id(run_id: &str) -> &str {
     run_id
         .char_indices()
         .rev()

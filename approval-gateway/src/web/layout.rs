@@ -151,6 +151,7 @@ ul.batch-results{list-style:none;padding:0;margin:0}
 li.batch-result{background:#fff;border:1px solid #d9dce3;border-left:5px solid #1b7a3e;border-radius:8px;padding:.6em 1em;margin:.5em 0}
 li.batch-result[data-outcome=refused]{border-left-color:#b42318}
 li.batch-result p{margin:.2em 0 0}
+li.batch-result .run-id{color:#5b6475;font-size:.9em;white-space:nowrap}
 .filters{display:flex;flex-wrap:wrap;gap:.5em;align-items:end}
 .filters label{margin:0}.filters select{width:auto}
 .digest{font-family:ui-monospace,monospace;font-size:.8em;word-break:break-all;color:#5b6475}

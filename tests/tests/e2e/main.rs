@@ -15,6 +15,7 @@ mod error_shape;
 mod escalation;
 mod expiry;
 mod inbox;
+mod inbox_batch;
 mod inbox_paging;
 mod listener;
 mod local_runner;
