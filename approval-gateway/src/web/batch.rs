@@ -90,6 +90,8 @@ async fn submit(
             "A rejection needs a reason, which the agents are told: write one and send again.",
         ));
     }
+    // A reason typed before choosing Approve is not part of the approval.
+    let reason = reason.filter(|_| action == Action::Reject);
     let mut decisions = Vec::new();
     for (name, value) in &pairs {
         if name != PICK {
@@ -104,7 +106,7 @@ async fn submit(
             action,
             input: None,
             note: None,
-            reason: reason.clone().filter(|_| action == Action::Reject),
+            reason: reason.clone(),
         };
         decisions.push((run_id, proposed));
     }
@@ -221,5 +223,26 @@ fn refused_words(refused: &DecideError) -> String {
               look at it as it is now."
             .into(),
         other => refusal_words(other).1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pick_reads_back_as_its_run_digest_and_whole_call_id() {
+        let value = pick_value("run_1", "sha256:ab", "call with spaces");
+        assert_eq!(
+            read_pick(&value),
+            Some((
+                "run_1".into(),
+                "sha256:ab".into(),
+                "call with spaces".into()
+            ))
+        );
+        for bad in ["", "run_1", "run_1 sha256:ab", " sha256:ab call"] {
+            assert_eq!(read_pick(bad), None, "{bad:?}");
+        }
     }
 }
