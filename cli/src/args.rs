@@ -10,7 +10,7 @@ use std::path::PathBuf;
     version,
     about = "Start agent runs, work the approval queue and check audit trails through a countersign gateway.",
     after_help = "Exit codes: 0 done; 1 a check failed (a broken audit chain, a call that is not \
-                  pending); 2 usage or configuration error; 3 the gateway refused the request; \
+                  pending, a decision of `--from` refused); 2 usage or configuration error; 3 the gateway refused the request; \
                   4 the gateway could not be reached or did not answer as a gateway does."
 )]
 pub struct Cli {
@@ -54,12 +54,19 @@ pub enum Command {
         /// The run's id
         run: String,
     },
-    /// Approve a call as it is
-    Approve(Decide),
-    /// Reject a call, with a reason the agent is told
+    /// Approve a call as it is, or each call `pending --json` listed (`--from`)
+    #[command(
+        override_usage = "countersign approve (RUN CALL --digest D | --from FILE|-) [OPTIONS]"
+    )]
+    Approve(Chosen),
+    /// Reject a call, or each call `pending --json` listed (`--from`), with a reason the agent
+    /// is told
+    #[command(
+        override_usage = "countersign reject (RUN CALL --digest D | --from FILE|-) --reason R [OPTIONS]"
+    )]
     Reject {
         #[command(flatten)]
-        call: Decide,
+        call: Chosen,
         /// Why (required): the agent is told
         #[arg(long)]
         reason: Option<String>,
@@ -120,11 +127,17 @@ pub struct PendingArgs {
     /// Only calls of this tool
     #[arg(long)]
     pub tool: Option<String>,
+    /// Only calls of runs this person asked for
+    #[arg(long, value_name = "WHO")]
+    pub requested_by: Option<String>,
+    /// Only calls whose input meets this CEL condition, e.g. 'input.amount < 50'
+    #[arg(long = "where", value_name = "CEL")]
+    pub condition: Option<String>,
 }
 
-/// The call a decision is about, and what it was shown as.
+/// One call, and what it was shown as.
 #[derive(Args)]
-pub struct Decide {
+pub struct Shown {
     /// The run's id
     pub run: String,
     /// The call's id, as `countersign show RUN` lists it
@@ -133,6 +146,32 @@ pub struct Decide {
     /// to what you saw, so a call that changed since is refused)
     #[arg(long)]
     pub digest: Option<String>,
+}
+
+/// The call a decision is about, and who decides.
+#[derive(Args)]
+pub struct Decide {
+    #[command(flatten)]
+    pub shown: Shown,
+    /// The person deciding, when the key may speak for others
+    #[arg(long)]
+    pub decided_by: Option<String>,
+}
+
+/// The call an approval or rejection is about, or a listing of calls to decide each.
+#[derive(Args)]
+pub struct Chosen {
+    #[command(flatten)]
+    pub shown: Option<Shown>,
+    /// Decide each call of this `countersign pending --json` output (a file, or - for standard
+    /// input), quoting the digest it lists for the call
+    #[arg(
+        long,
+        value_name = "FILE|-",
+        conflicts_with = "Shown",
+        required_unless_present = "Shown"
+    )]
+    pub from: Option<String>,
     /// The person deciding, when the key may speak for others
     #[arg(long)]
     pub decided_by: Option<String>,

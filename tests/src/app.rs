@@ -11,6 +11,7 @@ use countersign_model::audit::{AuditEntry, AuditKind};
 use countersign_model::run::{Action, Decision, RunId};
 use countersign_runtime::metrics::Metrics;
 use countersign_runtime::names::Names;
+use countersign_store::keys::Keys;
 use countersign_store::{DecideOutcome, DecideRequest, Proposal, Store};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -436,6 +437,31 @@ impl TestApp {
             .arg(format!("cs:{}:exec:{{{run_id}}}", self.namespace))
             .arg(call_id)
             .arg("started")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+
+    /// Changes the terms the decision script checks a held refund against, as if the call had
+    /// been held again with other input since a reviewer was shown it: the digest they were
+    /// shown no longer matches, and a decision quoting it is refused (`stale_digest`).
+    pub async fn change_held_call(&self, run_id: &str, call_id: &str) {
+        let id = RunId::parse(run_id).unwrap();
+        let key = Keys::of(&Names::new(&self.namespace).unwrap()).calls_key(&id);
+        let mut conn = self.infra.redis().await;
+        let terms: String = redis::cmd("HGET")
+            .arg(&key)
+            .arg(call_id)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let mut terms: Value = serde_json::from_str(&terms).unwrap();
+        let other = json!({"order_id": "A-1001", "amount": 999, "reason": "changed"});
+        terms["digest"] = self.refund_digest(run_id, &other).into();
+        let _: i64 = redis::cmd("HSET")
+            .arg(&key)
+            .arg(call_id)
+            .arg(terms.to_string())
             .query_async(&mut conn)
             .await
             .unwrap();

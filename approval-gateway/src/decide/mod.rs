@@ -7,10 +7,12 @@
 //! announcements (`lua/decide.lua`); nothing read here before it runs is trusted. What the
 //! script queued is published at once, and by the outbox sweepers if NATS is away.
 
+mod batch;
 pub(crate) mod error;
 mod input;
 mod proposal;
 
+pub(crate) use batch::{MAX_BATCH, RunDecided, decide_batch};
 pub(crate) use error::{DecideError, action_name};
 pub(crate) use input::{Decider, MAX_TEXT, Proposed};
 

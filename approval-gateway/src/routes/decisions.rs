@@ -25,9 +25,6 @@ pub(super) fn router() -> Router<AppState> {
         .route("/v1/decisions", post(decide_batch))
 }
 
-/// The most decisions one batch may carry.
-const MAX_BATCH: usize = 100;
-
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct DecisionsBody {
@@ -101,13 +98,7 @@ async fn decide_batch(
     Authenticated { caller, body, .. }: Authenticated<BatchBody>,
 ) -> Result<Json<Value>, ApiError> {
     caller.require(Permission::Decide)?;
-    if body.decisions.is_empty() || body.decisions.len() > MAX_BATCH {
-        return Err(ApiError::bad_request(format!(
-            "decisions must hold 1 to {MAX_BATCH} decisions"
-        )));
-    }
-    // By run, in the order each run first appears.
-    let mut runs: Vec<(String, Vec<Proposed>)> = Vec::new();
+    let mut decisions = Vec::with_capacity(body.decisions.len());
     for (i, mut decision) in body.decisions.into_iter().enumerate() {
         let run_id = match decision.remove("run_id") {
             Some(Value::String(run_id)) if !run_id.is_empty() => run_id,
@@ -119,35 +110,23 @@ async fn decide_batch(
         };
         let proposed: Proposed = serde_json::from_value(Value::Object(decision))
             .map_err(|e| ApiError::bad_request(format!("decisions[{i}]: {e}")))?;
-        match runs.iter_mut().find(|(id, _)| *id == run_id) {
-            Some((_, proposals)) => proposals.push(proposed),
-            None => runs.push((run_id, vec![proposed])),
-        }
+        decisions.push((run_id, proposed));
     }
     let (principal, role) = caller.deciding_as(body.decided_by.as_deref(), &state.config)?;
     let by = Decider::api(&principal, role);
-    let decided = futures::future::join_all(runs.into_iter().map(|(run_id, proposals)| {
-        let (state, by) = (&state, &by);
-        async move {
-            let calls: Vec<String> = proposals.iter().map(|p| p.call_id.clone()).collect();
-            let outcome = decide::decide(state, &run_id, proposals, by).await;
-            (run_id, calls, outcome)
-        }
-    }))
-    .await;
     let mut results = Vec::new();
-    for (run_id, calls, outcome) in decided {
-        match outcome {
+    for run in decide::decide_batch(&state, decisions, &by).await? {
+        match run.outcome {
             Ok(recorded) => results.extend(recorded.iter().map(|c| {
                 let mut answer = answer(c);
-                answer["run_id"] = json!(run_id);
+                answer["run_id"] = json!(run.run_id);
                 answer
             })),
             Err(refused) => {
                 let refused = ApiError::from(refused);
                 let error = refused.body();
-                results.extend(calls.into_iter().map(|call_id| {
-                    json!({"run_id": run_id, "call_id": call_id, "status": "refused",
+                results.extend(run.calls.into_iter().map(|call_id| {
+                    json!({"run_id": run.run_id, "call_id": call_id, "status": "refused",
                            "http_status": refused.status.as_u16(), "error": error})
                 }));
             }

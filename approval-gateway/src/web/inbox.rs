@@ -5,14 +5,18 @@
 //! Each row is meant to be decided from: the summary, the requester's own words, the input's
 //! values, how long it has waited, the time left (highlighted when short), a short run id,
 //! and an Approve button (a plain form, as the request page's, with a confirmation when the
-//! script runs). The script adds the keyboard: j/k to move, Enter to open, a/e/r to approve
-//! (after a confirmation), edit or reject, ? for help; it keeps the count in the heading and
+//! script runs). Each row has a checkbox, and the form above the list approves the rows
+//! selected, or rejects them with one reason (see `super::batch`); "select all" selects every
+//! row the filter lets through. While anything is selected the list is not refreshed, so what
+//! is sent is what the page shows. The script adds the keyboard: j/k to move, Enter to open, a/e/r to approve
+//! (after a confirmation), edit or reject, x to select, ? for help; it keeps the count in the heading and
 //! the tab's title, and marks rows that arrived since the page was opened.
 //!
 //! A call is listed when the reviewer may approve it, by the rules the decision script
 //! applies (see [`super::actions_for`]), so the requester of a run does not see it unless the
 //! policy lets them approve their own request.
 
+use super::batch;
 use super::layout::{Page, PageError};
 use super::next::{self, Recorded};
 use super::queue::{Filters, Line, waiting};
@@ -71,7 +75,7 @@ fn key_values(input: &serde_json::Value) -> String {
 }
 
 /// The end of a run id, enough to tell runs apart on a screen.
-fn short_run_id(run_id: &str) -> &str {
+pub(super) fn short_run_id(run_id: &str) -> &str {
     run_id
         .char_indices()
         .rev()
@@ -91,6 +95,9 @@ fn render_list(lines: &[Line], csrf: &str) -> Markup {
             @for line in lines {
                 @let path = format!("/inbox/runs/{}/calls/{}", line.run_id, line.call_id);
                 li.request data-run=(line.run_id) data-call=(line.call_id) {
+                    input.pick type="checkbox" form="batch" name=(batch::PICK)
+                        value=(batch::pick_value(&line.run_id, &line.digest, &line.call_id))
+                        aria-label=(format!("Select: {}", line.summary));
                     div.row-main {
                         a.open href=(path) { span.summary { (line.summary) } }
                         @let asked = first_line(&line.asked);
@@ -124,6 +131,39 @@ fn render_list(lines: &[Line], csrf: &str) -> Markup {
     }
 }
 
+/// The batch actions on the rows selected: approve them, or reject them with one reason
+/// (required, by the browser too: Approve skips the check). The rows' checkboxes belong to
+/// this form (`form="batch"`), each carrying its run, call and the digest it was rendered
+/// with. "Select all" needs the script, which shows it.
+fn batch_form(filters: &Filters, count: usize, csrf: &str) -> Markup {
+    let matching = if filters.any() {
+        "matching the filter"
+    } else {
+        "waiting"
+    };
+    html! {
+        form #batch .batch method="post" action=(batch::ACTION) hidden[count == 0] {
+            input type="hidden" name="csrf" value=(csrf);
+            @if let Some(agent) = filters.agent.as_deref().filter(|a| !a.is_empty()) {
+                input type="hidden" name="agent" value=(agent);
+            }
+            @if let Some(tool) = filters.tool.as_deref().filter(|t| !t.is_empty()) {
+                input type="hidden" name="tool" value=(tool);
+            }
+            label.select-all hidden {
+                input #select-all type="checkbox";
+                " Select all " span #matching { (count) } " " (matching)
+            }
+            label for="batch-reason" { "Reason, to reject the selected (the agents are told)" }
+            textarea #batch-reason name="reason" rows="2" required {}
+            div.buttons {
+                button.approve type="submit" name="action" value="approve" formnovalidate { "Approve selected" }
+                button.reject type="submit" name="action" value="reject" { "Reject selected" }
+            }
+        }
+    }
+}
+
 /// Replaces the list (and its empty note) with a fresh copy every few seconds, keeping the
 /// count in the heading and the title and marking rows that were not there before; forms on
 /// the page are not touched. Adds the keyboard (see the module's comment).
@@ -140,6 +180,11 @@ const LIVE: &str = r#"
     if (!list) return;
     var heading = list.getAttribute('data-heading');
     document.querySelector('main h1').textContent = heading;
+    var count = list.getAttribute('data-count');
+    var batch = document.getElementById('batch');
+    if (batch) batch.hidden = count === '0';
+    var matching = document.getElementById('matching');
+    if (matching) matching.textContent = count;
     document.title = heading + ' · countersign';
   }
   function select(row) {
@@ -150,7 +195,22 @@ const LIVE: &str = r#"
   function current() {
     return rows().filter(function (r) { return key(r) === chosen; })[0] || null;
   }
+  function picks() { return Array.prototype.slice.call(document.querySelectorAll('#list input.pick')); }
+  var selectAll = document.getElementById('select-all');
+  if (selectAll) {
+    selectAll.closest('label').hidden = false;
+    selectAll.addEventListener('change', function () {
+      picks().forEach(function (p) { p.checked = selectAll.checked; });
+    });
+  }
+  document.addEventListener('change', function (e) {
+    if (selectAll && e.target.matches && e.target.matches('input.pick')) {
+      selectAll.checked = picks().every(function (p) { return p.checked; });
+    }
+  });
   function refresh() {
+    // A selection is decided as the page showed it: the list stays until it is sent.
+    if (picks().some(function (p) { return p.checked; })) return;
     fetch(url, {credentials: 'same-origin', cache: 'no-store'})
       .then(function (r) { return r.ok ? r.text() : null; })
       .then(function (html) {
@@ -192,6 +252,7 @@ const LIVE: &str = r#"
       case 'k': select(all[Math.max(at - 1, 0)] || null); break;
       case 'Enter': if (!open) return; location.href = open; break;
       case 'a': if (row) approve(row); break;
+      case 'x': if (row) { var pick = row.querySelector('input.pick'); pick.checked = !pick.checked; pick.dispatchEvent(new Event('change', {bubbles: true})); } break;
       case 'e': if (open) location.href = open + '#edit'; break;
       case 'r': if (open) location.href = open + '#reject'; break;
       case '?': var help = document.getElementById('keys'); help.hidden = !help.hidden; break;
@@ -250,9 +311,11 @@ async fn page(
                 dt { kbd { "a" } } dd { "approve it as it is, after you confirm" }
                 dt { kbd { "e" } } dd { "open its edit form" }
                 dt { kbd { "r" } } dd { "open its reject form" }
+                dt { kbd { "x" } } dd { "select it for Approve selected or Reject selected" }
                 dt { kbd { "?" } } dd { "show or hide these keys" }
             }
         }
+        (batch_form(&filters, lines.len(), &session.csrf))
         div #list { (render_list(&lines, &session.csrf)) }
     }))
 }

@@ -142,6 +142,16 @@ label .name{font-weight:400;color:#5b6475;font-size:.9em}
 .error{background:#fdecea;border:1px solid #f3b8b2}
 .outcome{background:#e8f3ec;border:1px solid #a9d3b7;font-weight:500}
 .notice{background:#fff7e0;border:1px solid #f0d68a}
+form.batch{display:flex;flex-wrap:wrap;gap:.3em 1em;align-items:end;background:#fff;border:1px solid #d9dce3;border-radius:8px;padding:.6em 1em;margin:.6em 0}
+form.batch>label{flex:1 1 16em;margin:0}form.batch textarea{min-height:2.6em}
+form.batch .buttons{display:flex;gap:.5em}form.batch button{margin:0}
+label.select-all{flex:1 1 100%;font-weight:500}
+li.request input.pick{flex:0 0 auto}
+ul.batch-results{list-style:none;padding:0;margin:0}
+li.batch-result{background:#fff;border:1px solid #d9dce3;border-left:5px solid #1b7a3e;border-radius:8px;padding:.6em 1em;margin:.5em 0}
+li.batch-result[data-outcome=refused]{border-left-color:#b42318}
+li.batch-result p{margin:.2em 0 0}
+li.batch-result .run-id{color:#5b6475;font-size:.9em;white-space:nowrap}
 .filters{display:flex;flex-wrap:wrap;gap:.5em;align-items:end}
 .filters label{margin:0}.filters select{width:auto}
 .digest{font-family:ui-monospace,monospace;font-size:.8em;word-break:break-all;color:#5b6475}

@@ -6,6 +6,7 @@
 //! JavaScript off; a small inline script only refreshes what changed elsewhere. Decisions go
 //! through `crate::decide`, like every other channel's, as channel `web`.
 
+mod batch;
 pub(crate) mod forms;
 mod inbox;
 pub(crate) mod layout;
@@ -27,9 +28,13 @@ pub(crate) fn router() -> Router<AppState> {
     Router::new()
         .merge(sign_in::router())
         .merge(inbox::router())
+        .merge(batch::router())
         .merge(request::router())
         .merge(run_page::router())
 }
+
+/// The channel inbox decisions are recorded as coming from.
+const CHANNEL: &str = "web";
 
 /// A form body's fields; a body that is not a form has none.
 pub(crate) fn form_fields(body: &[u8]) -> HashMap<String, String> {

@@ -20,6 +20,25 @@ pub(super) struct Filters {
 }
 
 impl Filters {
+    /// The queue with these filters.
+    pub(super) fn queue_path(&self) -> String {
+        let chosen = [("agent", &self.agent), ("tool", &self.tool)]
+            .into_iter()
+            .filter_map(|(name, f)| Some((name, f.as_deref().filter(|f| !f.is_empty())?)));
+        let query = serde_urlencoded::to_string(chosen.collect::<Vec<_>>()).unwrap_or_default();
+        match query.is_empty() {
+            true => "/inbox".into(),
+            false => format!("/inbox?{query}"),
+        }
+    }
+
+    /// Whether any filter is chosen.
+    pub(super) fn any(&self) -> bool {
+        [&self.agent, &self.tool]
+            .into_iter()
+            .any(|f| f.as_deref().is_some_and(|f| !f.is_empty()))
+    }
+
     fn keeps(&self, agent: &str, tool: &str) -> bool {
         let matches = |filter: &Option<String>, value: &str| {
             filter.as_deref().is_none_or(|f| f.is_empty() || f == value)

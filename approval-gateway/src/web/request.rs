@@ -7,12 +7,12 @@
 //! elsewhere meanwhile, and who else has it open (a presence note in Redis that lapses within
 //! seconds of a page closing).
 
-use super::form_fields;
 use super::forms::{self, FieldErrors, Forms, Typed};
 use super::layout::{Page, PageError};
 use super::next::{self, Recorded};
 use super::request_view::{CallView, refusal_words};
 use super::session::Session;
+use super::{CHANNEL, form_fields};
 use crate::decide::{self, Decider};
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -39,9 +39,6 @@ pub(super) fn router() -> Router<AppState> {
             get(call_state),
         )
 }
-
-/// The channel inbox decisions are recorded as coming from.
-const CHANNEL: &str = "web";
 
 /// Every few seconds, asks whether the call is still open; once it is not, says how it ended
 /// in the action bar's live region (beside the buttons, announced to screen readers) and

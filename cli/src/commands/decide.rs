@@ -1,9 +1,11 @@
 //! `countersign approve | reject | edit RUN CALL --digest D`: one decision on one call. The
 //! digest is the one `countersign show` displayed; it is never looked up here, since a decision
 //! quotes what the person saw, and the gateway refuses it if the call changed since.
+//! `approve | reject --from` decides each call of a listing instead (see `super::listed`).
 
+use super::listed;
 use super::runs::json_object;
-use crate::args::{Decide, EditArgs};
+use crate::args::{Chosen, Decide, EditArgs};
 use crate::client::Gateway;
 use crate::error::CliError;
 use crate::render::print_json;
@@ -11,13 +13,13 @@ use crate::view::{HeldView, RunView, read};
 use countersign_model::edit;
 use serde_json::{Value, json};
 
-pub async fn approve(gateway: &Gateway, call: Decide, json: bool) -> Result<(), CliError> {
-    send(gateway, call, json!({"action": "approve"}), json).await
+pub async fn approve(gateway: &Gateway, call: Chosen, json: bool) -> Result<(), CliError> {
+    send_chosen(gateway, call, json!({"action": "approve"}), json).await
 }
 
 pub async fn reject(
     gateway: &Gateway,
-    call: Decide,
+    call: Chosen,
     reason: Option<String>,
     json: bool,
 ) -> Result<(), CliError> {
@@ -26,13 +28,30 @@ pub async fn reject(
         "--reason",
         "a rejection needs a reason: the agent is told it",
     )?;
-    send(
+    send_chosen(
         gateway,
         call,
         json!({"action": "reject", "reason": reason}),
         json,
     )
     .await
+}
+
+/// Sends `decision` on the call named, or on each call of the `--from` listing.
+async fn send_chosen(
+    gateway: &Gateway,
+    chosen: Chosen,
+    decision: Value,
+    json: bool,
+) -> Result<(), CliError> {
+    let decided_by = chosen.decided_by;
+    match (chosen.shown, chosen.from) {
+        (Some(shown), _) => send(gateway, Decide { shown, decided_by }, decision, json).await,
+        (None, Some(from)) => listed::send(gateway, &from, decision, decided_by, json).await,
+        (None, None) => Err(CliError::Usage(
+            "name the call (RUN CALL --digest D) or a listing of calls (--from FILE)".into(),
+        )),
+    }
 }
 
 pub async fn edit(gateway: &Gateway, args: EditArgs, json: bool) -> Result<(), CliError> {
@@ -75,19 +94,20 @@ async fn send(
     mut decision: Value,
     json: bool,
 ) -> Result<(), CliError> {
-    decision["call_id"] = call.call.clone().into();
+    decision["call_id"] = call.shown.call.clone().into();
     decision["digest"] = digest(&call)?.into();
     let mut body = json!({"decisions": [decision]});
     if let Some(by) = &call.decided_by {
         body["decided_by"] = by.clone().into();
     }
-    let url = gateway.url(&["v1", "runs", &call.run, "decisions"]);
+    let shown = &call.shown;
+    let url = gateway.url(&["v1", "runs", &shown.run, "decisions"]);
     let answer = gateway.post(url, &body).await.map_err(|e| match e {
         CliError::Refused(mut refusal) if refusal.code == "stale_digest" => {
             refusal.hint = Some(format!(
                 "The call changed since you saw it. Look again with `countersign show {}` \
                  and decide on what it shows now.",
-                call.run
+                shown.run
             ));
             CliError::Refused(refusal)
         }
@@ -107,21 +127,21 @@ async fn send(
     let what = match recorded["status"].as_str() {
         Some("approval_recorded") => format!(
             "{by}'s approval of call {} is recorded: {} of {} needed",
-            call.call, recorded["approvals"], recorded["quorum"]
+            shown.call, recorded["approvals"], recorded["quorum"]
         ),
         Some("already_recorded") => {
             format!(
                 "{by} had already {done} call {}: nothing changed",
-                call.call
+                shown.call
             )
         }
-        _ => format!("{by} {done} call {}: recorded", call.call),
+        _ => format!("{by} {done} call {}: recorded", shown.call),
     };
     println!("{what}");
     if answer["resumes"] == true {
         println!(
             "Every call of the turn is decided: run {} resumes.",
-            call.run
+            shown.run
         );
     }
     Ok(())
@@ -129,11 +149,12 @@ async fn send(
 
 /// The digest the person was shown, which a decision must quote.
 fn digest(call: &Decide) -> Result<&str, CliError> {
-    call.digest.as_deref().ok_or_else(|| {
+    let shown = &call.shown;
+    shown.digest.as_deref().ok_or_else(|| {
         CliError::Usage(format!(
             "--digest is required: quote the digest `countersign show {}` displayed for call {}, \
              so that a call that changed since you looked is refused rather than decided unseen",
-            call.run, call.call
+            shown.run, shown.call
         ))
     })
 }
@@ -147,14 +168,19 @@ fn required(value: Option<String>, flag: &str, why: &str) -> Result<String, CliE
 /// The held call, whose input `--set` changes. Should the call have changed since the
 /// person saw it, the gateway refuses the edit: it quotes the digest they were shown.
 async fn held_call(gateway: &Gateway, call: &Decide) -> Result<HeldView, CliError> {
-    let run: RunView = read(gateway.get(gateway.url(&["v1", "runs", &call.run])).await?)?;
+    let shown = &call.shown;
+    let run: RunView = read(
+        gateway
+            .get(gateway.url(&["v1", "runs", &shown.run]))
+            .await?,
+    )?;
     run.pending
         .into_iter()
-        .find(|p| p.call.call_id == call.call && p.decision.is_none())
+        .find(|p| p.call.call_id == shown.call && p.decision.is_none())
         .ok_or_else(|| {
             CliError::Failed(format!(
                 "run {} has no call {} waiting for a decision (see `countersign show {}`)",
-                call.run, call.call, call.run
+                shown.run, shown.call, shown.run
             ))
         })
 }

@@ -2,6 +2,7 @@
 
 mod audit;
 mod decide;
+mod listed;
 mod pending;
 mod runs;
 mod show;

@@ -1,21 +1,36 @@
 //! `countersign pending`: every call waiting for a decision, across the gateway's pages, most
-//! urgent first (the nearest deadline, then the longest wait).
+//! urgent first (the nearest deadline, then the longest wait), kept by agent, tool, requester
+//! and a CEL condition on the input. `--json` prints the calls kept, each with its run, call
+//! and digest: what `approve --from` decides.
 
 use crate::args::PendingArgs;
 use crate::client::Gateway;
 use crate::error::CliError;
 use crate::render::{Table, clip, parse_moment, print_json, time_left, waiting};
 use crate::view::{Approval, read};
+use countersign_model::condition::Condition;
 use serde_json::{Value, json};
 
 /// The most calls the gateway gives in one page.
 const PAGE: &str = "500";
 
 pub async fn run(gateway: &Gateway, args: PendingArgs, json: bool) -> Result<(), CliError> {
+    // Checked before anything is asked: a condition that does not compile is a usage error.
+    let condition = args
+        .condition
+        .as_deref()
+        .map(Condition::compile)
+        .transpose()
+        .map_err(|e| CliError::Usage(format!("--where: {e}")))?;
     let mut approvals = all_pending(gateway).await?;
     approvals.retain(|a| {
         args.agent.as_ref().is_none_or(|agent| a["agent"] == *agent)
             && args.tool.as_ref().is_none_or(|tool| a["tool"] == *tool)
+            && args
+                .requested_by
+                .as_ref()
+                .is_none_or(|who| a["requested_by"] == *who)
+            && condition.as_ref().is_none_or(|c| c.matches(&a["input"]))
     });
     if json {
         print_json(&json!({ "approvals": approvals }));

@@ -725,3 +725,62 @@ async fn the_queue_tells_requests_apart_counts_them_and_is_worked_from_the_keybo
     let title = browser.eval("return document.title").await;
     assert_eq!(title, "Waiting for you (2) · countersign");
 }
+
+#[tokio::test]
+async fn a_reviewer_batch_approves_three_calls_and_the_one_that_changed_since_is_refused_and_listed()
+ {
+    let app = TestApp::spawn(refund_brain).await;
+    let inputs: Vec<String> = (1..=3)
+        .map(|i| format!("Refund order A-1001, case {i}."))
+        .collect();
+    let paused = app.paused_refunds(&inputs).await;
+    let browser = Browser::start("inbox_batch", Screen::Desktop).await;
+    sign_in(&browser, &app, REVIEWER_KEY).await;
+    browser
+        .wait_until(
+            "three rows to select",
+            "return document.querySelectorAll('li.request input.pick').length === 3",
+        )
+        .await;
+
+    // "Select all" is the script's: it selects every row the filter lets through.
+    browser.click("#select-all").await;
+    let selected = browser
+        .eval("return document.querySelectorAll('li.request input.pick:checked').length")
+        .await;
+    assert_eq!(selected, 3);
+    // Once the page showed them, one of the calls changes.
+    let changed = &paused[1].0;
+    app.change_held_call(changed, "toolu_2").await;
+    browser.screenshot("selected").await;
+    browser.click("form#batch button[value=approve]").await;
+
+    browser.find("ul#batch-results").await;
+    browser.screenshot("batch-results").await;
+    let outcomes = browser
+        .eval(
+            "return Array.from(document.querySelectorAll('li.batch-result')) \
+             .map(li => [li.getAttribute('data-run'), li.getAttribute('data-outcome'), li.innerText]);",
+        )
+        .await;
+    let outcomes = outcomes.as_array().unwrap();
+    assert_eq!(outcomes.len(), 3, "{outcomes:?}");
+    for outcome in outcomes {
+        let (run, said) = (outcome[0].as_str().unwrap(), outcome[2].as_str().unwrap());
+        if run == changed {
+            assert_eq!(outcome[1], "refused", "{said}");
+            assert!(said.contains("changed since the queue showed it"), "{said}");
+        } else {
+            assert_eq!(outcome[1], "recorded", "{said}");
+        }
+    }
+    let title = browser.eval("return document.title").await;
+    assert_eq!(title, "Approved 2 of 3 · countersign");
+
+    app.wait_status(&paused[0].0, "completed").await;
+    app.wait_status(&paused[2].0, "completed").await;
+    assert_eq!(app.get_run_status(changed).await, "awaiting_approval");
+    assert!(decisions(&app, changed).await.is_empty());
+    let decided = decisions(&app, &paused[0].0).await;
+    assert_eq!(decided[0]["channel"], "web", "{decided:?}");
+}

@@ -2,7 +2,9 @@
 //! a paused run from the terminal, decisions quote the digest `show` displayed, the audit
 //! chain is checked locally, `watch` follows runs, and the exit codes tell failures apart.
 
-use countersign_fake_model::{anthropic_text, anthropic_tool_use, refund_brain, turn};
+use countersign_fake_model::{
+    anthropic_text, anthropic_tool_use, first_user_text, refund_brain, turn,
+};
 use countersign_model::run::RunId;
 use countersign_runtime::names::Names;
 use countersign_store::keys::Keys;
@@ -11,7 +13,7 @@ use countersign_tests::app::{
 };
 use serde_json::{Value, json};
 use std::process::Stdio;
-use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 
 /// What a finished command left: its exit code, standard output and standard error.
@@ -58,12 +60,29 @@ fn command(app: &TestApp, key: &str, line: &str) -> Command {
 }
 
 async fn run(mut command: Command) -> Outcome {
-    let out = command.output().await.unwrap();
+    finished(command.output().await.unwrap())
+}
+
+fn finished(out: std::process::Output) -> Outcome {
     Outcome {
         code: out.status.code().expect("the command line exited"),
         out: String::from_utf8_lossy(&out.stdout).into_owned(),
         err: String::from_utf8_lossy(&out.stderr).into_owned(),
     }
+}
+
+/// Runs `countersign LINE` with `input` on its standard input, as the right side of a pipe.
+async fn fed(app: &TestApp, key: &str, line: &str, input: &str) -> Outcome {
+    let mut command = command(app, key, line);
+    command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = command.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(input.as_bytes()).await.unwrap();
+    drop(stdin);
+    finished(child.wait_with_output().await.unwrap())
 }
 
 async fn countersign(app: &TestApp, key: &str, line: &str) -> Outcome {
@@ -604,4 +623,124 @@ async fn watch_follows_a_run_that_pauses_while_it_watches_until_it_completes() {
     assert!(ended.success());
     // The watch of everything goes on until interrupted.
     assert!(everything.child.try_wait().unwrap().is_none());
+}
+
+/// A refund of the amount the run's input names (`Refund 30 for A-1001.`), then an answer.
+fn refund_of_the_amount_asked(request: &Value) -> Value {
+    let amount: u64 = first_user_text(request)
+        .split(' ')
+        .find_map(|word| word.parse().ok())
+        .expect("the input names an amount");
+    match turn(request) {
+        0 => anthropic_tool_use(
+            "I will refund it.",
+            &[(
+                "toolu_2",
+                "issue_refund",
+                json!({"order_id": "A-1001", "amount": amount, "reason": "duplicate charge"}),
+            )],
+        ),
+        _ => anthropic_text("Refunded."),
+    }
+}
+
+#[tokio::test]
+async fn pending_where_json_piped_to_approve_from_decides_exactly_the_listed_calls_and_reports_a_stale_one()
+ {
+    let app = TestApp::spawn(refund_of_the_amount_asked).await;
+    let amounts = [30, 60, 40, 120, 45];
+    let inputs: Vec<String> = amounts
+        .iter()
+        .map(|a| format!("Refund {a} for A-1001."))
+        .collect();
+    let runs: Vec<String> = app
+        .paused_refunds(&inputs)
+        .await
+        .into_iter()
+        .map(|(run, _)| run)
+        .collect();
+    let small: Vec<&String> = runs
+        .iter()
+        .zip(amounts)
+        .filter(|(_, a)| *a < 50)
+        .map(|(r, _)| r)
+        .collect();
+
+    let listing = ok(
+        &app,
+        REVIEWER_KEY,
+        "pending --tool issue_refund --where 'input.amount < 50' --json",
+    )
+    .await;
+    let listed: Value = serde_json::from_str(&listing).unwrap();
+    let listed = listed["approvals"].as_array().unwrap();
+    let mut listed_runs: Vec<&str> = listed
+        .iter()
+        .map(|a| a["run_id"].as_str().unwrap())
+        .collect();
+    listed_runs.sort_unstable();
+    let mut expected: Vec<&str> = small.iter().map(|r| r.as_str()).collect();
+    expected.sort_unstable();
+    assert_eq!(listed_runs, expected, "{listing}");
+    for call in listed {
+        assert_eq!(call["call_id"], "toolu_2");
+        assert!(
+            call["digest"].as_str().unwrap().starts_with("sha256:"),
+            "{call}"
+        );
+    }
+    // The other filters: nobody but rick asked, and a condition that is not CEL is a usage
+    // error that sends nothing.
+    let nobody = ok(&app, REVIEWER_KEY, "pending --requested-by nobody --json").await;
+    assert_eq!(
+        serde_json::from_str::<Value>(&nobody).unwrap()["approvals"],
+        json!([])
+    );
+    let rick = ok(&app, REVIEWER_KEY, "pending --requested-by rick --json").await;
+    assert_eq!(
+        serde_json::from_str::<Value>(&rick).unwrap()["approvals"]
+            .as_array()
+            .unwrap()
+            .len(),
+        5
+    );
+    countersign(&app, REVIEWER_KEY, "pending --where 'input.amount <'")
+        .await
+        .failed(2, &["--where", "is not CEL"]);
+
+    // One listed call changes between the listing and the decisions.
+    let stale = small[1];
+    app.change_held_call(stale, "toolu_2").await;
+    let approved = fed(&app, REVIEWER_KEY, "approve --from -", &listing)
+        .await
+        .failed(
+            1,
+            &[
+                "1 of the 3 listed calls were not decided",
+                stale,
+                "stale_digest",
+            ],
+        );
+    for run in &small {
+        let line = approved
+            .out
+            .lines()
+            .find(|l| l.contains(run.as_str()))
+            .expect(&approved.out);
+        match *run == stale {
+            true => assert!(
+                line.contains("refused") && line.contains("409 stale_digest"),
+                "{line}"
+            ),
+            false => assert!(line.contains("approved by rita, recorded"), "{line}"),
+        }
+    }
+
+    for run in small.iter().filter(|r| **r != stale) {
+        app.wait_status(run, "completed").await;
+    }
+    for run in runs.iter().filter(|r| !small.contains(r) || *r == stale) {
+        assert_eq!(app.get_run_status(run).await, "awaiting_approval", "{run}");
+    }
+    assert_eq!(app.tools.refunds().len(), 2);
 }

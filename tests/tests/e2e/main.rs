@@ -16,6 +16,7 @@ mod escalation;
 mod expiry;
 mod grants;
 mod inbox;
+mod inbox_batch;
 mod inbox_paging;
 mod listener;
 mod local_runner;
