@@ -156,3 +156,106 @@ impl GrantLimits {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::Reviewers;
+    use serde_json::json;
+
+    fn grant(requester: Option<&str>) -> Grant {
+        Grant {
+            id: Grant::id_for("run_1", "c1"),
+            agent: "refunds".into(),
+            tool: "issue_refund".into(),
+            policy_version: "v1".into(),
+            condition: "true".into(),
+            requester: requester.map(str::to_string),
+            max_uses: 2,
+            granted_by: vec!["alice".into(), "bob".into()],
+            channel: "api".into(),
+            run_id: "run_1".into(),
+            call_id: "c1".into(),
+            created_at: 0,
+            expires_at: 1000,
+            uses: 0,
+            revoked: None,
+        }
+    }
+
+    fn held(tool: &str, policy_version: &str) -> HeldCall {
+        HeldCall {
+            call_id: "c2".into(),
+            tool: tool.into(),
+            input: json!({}),
+            digest: String::new(),
+            policy_version: policy_version.into(),
+            summary: String::new(),
+            reason: String::new(),
+            reviewers: Reviewers::default(),
+            deciders: None,
+            deadline: None,
+            remind_at: None,
+            escalated: false,
+        }
+    }
+
+    #[test]
+    fn a_grant_is_for_its_agent_tool_policy_version_and_requester_only() {
+        let open = grant(None);
+        assert!(open.is_for("refunds", &held("issue_refund", "v1"), Some("rick")));
+        assert!(!open.is_for("other", &held("issue_refund", "v1"), None));
+        assert!(!open.is_for("refunds", &held("cancel_order", "v1"), None));
+        // A changed policy ends the grants made under the old one.
+        assert!(!open.is_for("refunds", &held("issue_refund", "v2"), None));
+        let scoped = grant(Some("rick"));
+        assert!(scoped.is_for("refunds", &held("issue_refund", "v1"), Some("rick")));
+        assert!(!scoped.is_for("refunds", &held("issue_refund", "v1"), Some("carol")));
+        assert!(!scoped.is_for("refunds", &held("issue_refund", "v1"), None));
+    }
+
+    #[test]
+    fn a_grant_stands_until_revoked_used_up_or_expired() {
+        let mut g = grant(None);
+        assert_eq!(g.status(999), GrantStatus::Active);
+        assert_eq!(g.status(1000), GrantStatus::Expired);
+        g.uses = 2;
+        assert_eq!(g.status(0), GrantStatus::UsedUp);
+        g.revoked = Some(Revocation {
+            by: "bob".into(),
+            at: 1,
+            reason: None,
+        });
+        assert_eq!(g.status(0), GrantStatus::Revoked);
+        assert_eq!(g.decided_by(), format!("alice, bob, under grant {}", g.id));
+    }
+
+    #[test]
+    fn limits_refuse_what_the_policy_does_not_allow() {
+        let terms = |uses, span: &str| GrantTerms {
+            condition: "true".into(),
+            same_requester: false,
+            max_uses: uses,
+            expires_in: serde_json::from_value(json!(span)).unwrap(),
+        };
+        let limits = GrantLimits {
+            allowed: true,
+            max_uses: 10,
+            max_duration_secs: 3600,
+        };
+        assert!(limits.check(&terms(10, "1h")).is_ok());
+        assert!(limits.check(&terms(0, "1h")).is_err());
+        assert!(limits.check(&terms(11, "1h")).is_err());
+        assert!(limits.check(&terms(1, "2h")).is_err());
+        let closed = GrantLimits {
+            allowed: false,
+            ..limits
+        };
+        assert!(
+            closed
+                .check(&terms(1, "1m"))
+                .unwrap_err()
+                .contains("grants = false")
+        );
+    }
+}

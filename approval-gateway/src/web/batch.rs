@@ -107,6 +107,7 @@ async fn submit(
             input: None,
             note: None,
             reason: reason.clone(),
+            grant: None,
         };
         decisions.push((run_id, proposed));
     }
@@ -124,6 +125,7 @@ async fn submit(
         role: session.role,
         door: super::CHANNEL,
         link: None,
+        grant: None,
     };
     let runs = match decide::decide_batch(&state, decisions, &by).await {
         Ok(runs) => runs,

@@ -4,7 +4,7 @@
 
 use countersign_fake_model::{anthropic_text, anthropic_tool_use, first_user_text, turn};
 use countersign_tests::app::{INTEGRATION_KEY, REQUESTER_KEY, REVIEWER_KEY, TestApp};
-use countersign_tests::wait_for;
+use countersign_tests::{metric_value, wait_for};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -334,4 +334,124 @@ async fn a_quorum_call_s_grant_needs_the_quorum() {
         decision_actor(&app, &covered).await,
         format!("alice, bob, under grant {id}")
     );
+}
+
+#[tokio::test]
+async fn a_grant_keeps_to_its_requester_and_ends_when_it_expires() {
+    let app = TestApp::spawn(refund_asked).await;
+    let first = start(&app, 30, "A-1", Some("carol")).await;
+    let mut scoped = terms(10);
+    scoped["same_requester"] = json!(true);
+    scoped["expires_in"] = json!("3s");
+    let (status, made) = grant(&app, REVIEWER_KEY, &first, scoped).await;
+    assert_eq!(status, StatusCode::CREATED, "{made}");
+    assert_eq!(made["grant"]["requester"], "carol", "{made}");
+    let id = made["grant"]["id"].as_str().unwrap().to_string();
+
+    // Carol's next run is covered; alice's is not.
+    let carols = start(&app, 30, "A-2", Some("carol")).await;
+    app.wait_status(&carols, "completed").await;
+    let alices = start(&app, 30, "A-3", Some("alice")).await;
+    held(&app, &alices).await;
+
+    // Once it has expired (on the gateway's reading), nothing more is covered.
+    wait_for("the grant to expire", Duration::from_secs(30), || async {
+        (grant_state(&app, &id).await["status"] == "expired").then_some(())
+    })
+    .await;
+    let late = start(&app, 30, "A-4", Some("carol")).await;
+    held(&app, &late).await;
+    assert_eq!(grant_state(&app, &id).await["uses"], 1);
+}
+
+#[tokio::test]
+async fn grants_made_used_and_revoked_are_counted() {
+    let app = TestApp::spawn(refund_asked).await;
+    let first = start(&app, 30, "A-1", None).await;
+    let (_, made) = grant(&app, REVIEWER_KEY, &first, terms(5)).await;
+    let id = made["grant"]["id"].as_str().unwrap().to_string();
+    let covered = start(&app, 30, "A-2", None).await;
+    app.wait_status(&covered, "completed").await;
+    let (status, _) = app
+        .request(
+            Method::POST,
+            &format!("/v1/grants/{id}/revoke"),
+            Some(REVIEWER_KEY),
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    // Revoking again changes nothing and counts nothing.
+    let (status, again) = app
+        .request(
+            Method::POST,
+            &format!("/v1/grants/{id}/revoke"),
+            Some(REVIEWER_KEY),
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{again}");
+    let metrics = app
+        .http
+        .get(format!("{}/metrics", app.gateway_url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for (event, expected) in [("made", 1.0), ("used", 1.0), ("revoked", 1.0)] {
+        let series = format!("countersign_grants_total{{event=\"{event}\"}}");
+        assert_eq!(
+            metric_value(&metrics, &series),
+            Some(expected),
+            "{series} in {metrics}"
+        );
+    }
+    let series = r#"countersign_decisions_total{door="grant",outcome="recorded"}"#;
+    assert_eq!(metric_value(&metrics, series), Some(1.0));
+}
+
+#[tokio::test]
+async fn only_makers_admins_and_deciders_of_the_tool_revoke() {
+    let app = TestApp::builder(refund_asked)
+        .policy("approvers = [\"role:finance\"]\n")
+        .start()
+        .await;
+    let first = start(&app, 30, "A-1", Some("carol")).await;
+    let mut by_alice = terms(5);
+    by_alice["decided_by"] = json!("alice");
+    let (status, made) = grant(&app, INTEGRATION_KEY, &first, by_alice).await;
+    assert_eq!(status, StatusCode::CREATED, "{made}");
+    let id = made["grant"]["id"].as_str().unwrap().to_string();
+    let revoke = |who: &'static str| {
+        let app = &app;
+        let path = format!("/v1/grants/{id}/revoke");
+        async move {
+            app.request(
+                Method::POST,
+                &path,
+                Some(INTEGRATION_KEY),
+                Some(json!({"revoked_by": who})),
+            )
+            .await
+        }
+    };
+    // carol (support) may not decide refunds, so she may not revoke their grants.
+    let (status, body) = revoke("carol").await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert_eq!(grant_state(&app, &id).await["status"], "active");
+    // bob (finance) decides refunds: he may.
+    let (status, body) = revoke("bob").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["revoked"]["by"], "bob", "{body}");
+    let (status, _) = app
+        .request(
+            Method::POST,
+            "/v1/grants/grt_000000000000000000000000/revoke",
+            Some(REVIEWER_KEY),
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
 }
