@@ -490,3 +490,38 @@ async fn grants_work_on_a_redis_cluster() {
     assert_eq!(state["uses"], 3, "{state}");
     assert_eq!(state["used_by"].as_array().unwrap().len(), 3, "{state}");
 }
+
+/// A grant's makers are checked as deciders of each call it would decide: alice may not
+/// approve a run she asked for, so her grant does not decide it, and the use is given back.
+#[tokio::test]
+async fn a_grant_does_not_decide_what_its_maker_may_not() {
+    let app = TestApp::spawn(refund_asked).await;
+    let first = start(&app, 30, "A-1", Some("carol")).await;
+    let mut by_alice = terms(5);
+    by_alice["decided_by"] = json!("alice");
+    let (status, made) = grant(&app, INTEGRATION_KEY, &first, by_alice).await;
+    assert_eq!(status, StatusCode::CREATED, "{made}");
+    let id = made["grant"]["id"].as_str().unwrap().to_string();
+
+    let own = start(&app, 30, "A-2", Some("alice")).await;
+    let refused = wait_for(
+        "the grant's decision to be refused",
+        Duration::from_secs(60),
+        || async {
+            let (_, trail) = app.get(&format!("/v1/runs/{own}/audit")).await;
+            trail["refusals"]
+                .as_array()
+                .and_then(|r| r.iter().find(|r| r["code"] == "own_request").cloned())
+        },
+    )
+    .await;
+    assert_eq!(
+        refused["actor"],
+        format!("alice, under grant {id}"),
+        "{refused}"
+    );
+    assert_eq!(app.get_run_status(&own).await, "awaiting_approval");
+    let state = grant_state(&app, &id).await;
+    assert_eq!(state["uses"], 0, "{state}");
+    assert_eq!(state["used_by"], json!([]), "{state}");
+}
