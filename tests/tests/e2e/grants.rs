@@ -54,6 +54,19 @@ fn terms(max_uses: u32) -> Value {
     json!({"condition": COVERS, "max_uses": max_uses, "expires_in": "1h"})
 }
 
+/// `terms(max_uses)`, sent on behalf of `who` by the integration key.
+fn terms_by(who: &str, max_uses: u32) -> Value {
+    let mut t = terms(max_uses);
+    t["decided_by"] = json!(who);
+    t
+}
+
+async fn revoke(app: &TestApp, key: &str, id: &str, body: Value) -> (StatusCode, Value) {
+    let path = format!("/v1/grants/{id}/revoke");
+    app.request(Method::POST, &path, Some(key), Some(body))
+        .await
+}
+
 async fn grant_state(app: &TestApp, id: &str) -> Value {
     let (status, grant) = app.get(&format!("/v1/grants/{id}")).await;
     assert_eq!(status, StatusCode::OK, "{grant}");
@@ -235,14 +248,7 @@ async fn a_revocation_racing_uses_leaves_no_use_after_its_answer() {
         (grant_state(&app, &id).await["uses"].as_u64() > Some(0)).then_some(())
     })
     .await;
-    let (status, revoked) = app
-        .request(
-            Method::POST,
-            &format!("/v1/grants/{id}/revoke"),
-            Some(REVIEWER_KEY),
-            Some(json!({"reason": "enough"})),
-        )
-        .await;
+    let (status, revoked) = revoke(&app, REVIEWER_KEY, &id, json!({"reason": "enough"})).await;
     assert_eq!(status, StatusCode::OK, "{revoked}");
     assert_eq!(revoked["status"], "revoked");
     let uses_at_answer = revoked["uses"].as_u64().unwrap();
@@ -271,9 +277,7 @@ async fn nobody_grants_what_they_may_not_approve() {
         .await;
     // rick asked for the run: he may not approve it, so he may not grant on it either.
     let own = start(&app, 30, "A-1", Some("rick")).await;
-    let mut as_rick = terms(5);
-    as_rick["decided_by"] = json!("rick");
-    let (status, body) = grant(&app, INTEGRATION_KEY, &own, as_rick).await;
+    let (status, body) = grant(&app, INTEGRATION_KEY, &own, terms_by("rick", 5)).await;
     assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
     let (status, body) = grant(&app, REVIEWER_KEY, &own, terms(21)).await;
     assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
@@ -324,17 +328,12 @@ async fn a_quorum_call_s_grant_needs_the_quorum() {
         .start()
         .await;
     let first = start(&app, 30, "A-1", Some("carol")).await;
-    let as_person = |who: &str| {
-        let mut t = terms(3);
-        t["decided_by"] = json!(who);
-        t
-    };
-    let (status, body) = grant(&app, INTEGRATION_KEY, &first, as_person("alice")).await;
+    let (status, body) = grant(&app, INTEGRATION_KEY, &first, terms_by("alice", 3)).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
     assert_eq!(body["quorum"], 2, "{body}");
     let (_, grants) = app.get("/v1/grants").await;
     assert_eq!(grants["grants"], json!([]), "{grants}");
-    let (status, body) = grant(&app, INTEGRATION_KEY, &first, as_person("bob")).await;
+    let (status, body) = grant(&app, INTEGRATION_KEY, &first, terms_by("bob", 3)).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     assert_eq!(body["grant"]["granted_by"], json!(["alice", "bob"]));
     app.wait_status(&first, "completed").await;
@@ -385,24 +384,10 @@ async fn grants_made_used_and_revoked_are_counted() {
     let id = made["grant"]["id"].as_str().unwrap().to_string();
     let covered = start(&app, 30, "A-2", None).await;
     app.wait_status(&covered, "completed").await;
-    let (status, _) = app
-        .request(
-            Method::POST,
-            &format!("/v1/grants/{id}/revoke"),
-            Some(REVIEWER_KEY),
-            Some(json!({})),
-        )
-        .await;
+    let (status, _) = revoke(&app, REVIEWER_KEY, &id, json!({})).await;
     assert_eq!(status, StatusCode::OK);
     // Revoking again changes nothing and counts nothing.
-    let (status, again) = app
-        .request(
-            Method::POST,
-            &format!("/v1/grants/{id}/revoke"),
-            Some(REVIEWER_KEY),
-            Some(json!({})),
-        )
-        .await;
+    let (status, again) = revoke(&app, REVIEWER_KEY, &id, json!({})).await;
     assert_eq!(status, StatusCode::OK, "{again}");
     let metrics = app
         .http
@@ -432,40 +417,25 @@ async fn only_makers_admins_and_deciders_of_the_tool_revoke() {
         .start()
         .await;
     let first = start(&app, 30, "A-1", Some("carol")).await;
-    let mut by_alice = terms(5);
-    by_alice["decided_by"] = json!("alice");
-    let (status, made) = grant(&app, INTEGRATION_KEY, &first, by_alice).await;
+    let (status, made) = grant(&app, INTEGRATION_KEY, &first, terms_by("alice", 5)).await;
     assert_eq!(status, StatusCode::CREATED, "{made}");
     let id = made["grant"]["id"].as_str().unwrap().to_string();
-    let revoke = |who: &'static str| {
-        let app = &app;
-        let path = format!("/v1/grants/{id}/revoke");
-        async move {
-            app.request(
-                Method::POST,
-                &path,
-                Some(INTEGRATION_KEY),
-                Some(json!({"revoked_by": who})),
-            )
-            .await
-        }
-    };
+    let revoke_as = |who: &str| revoke(&app, INTEGRATION_KEY, &id, json!({"revoked_by": who}));
     // carol (support) may not decide refunds, so she may not revoke their grants.
-    let (status, body) = revoke("carol").await;
+    let (status, body) = revoke_as("carol").await;
     assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
     assert_eq!(grant_state(&app, &id).await["status"], "active");
     // bob (finance) decides refunds: he may.
-    let (status, body) = revoke("bob").await;
+    let (status, body) = revoke_as("bob").await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["revoked"]["by"], "bob", "{body}");
-    let (status, _) = app
-        .request(
-            Method::POST,
-            "/v1/grants/grt_000000000000000000000000/revoke",
-            Some(REVIEWER_KEY),
-            Some(json!({})),
-        )
-        .await;
+    let (status, _) = revoke(
+        &app,
+        REVIEWER_KEY,
+        "grt_000000000000000000000000",
+        json!({}),
+    )
+    .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }
 
@@ -497,9 +467,7 @@ async fn grants_work_on_a_redis_cluster() {
 async fn a_grant_does_not_decide_what_its_maker_may_not() {
     let app = TestApp::spawn(refund_asked).await;
     let first = start(&app, 30, "A-1", Some("carol")).await;
-    let mut by_alice = terms(5);
-    by_alice["decided_by"] = json!("alice");
-    let (status, made) = grant(&app, INTEGRATION_KEY, &first, by_alice).await;
+    let (status, made) = grant(&app, INTEGRATION_KEY, &first, terms_by("alice", 5)).await;
     assert_eq!(status, StatusCode::CREATED, "{made}");
     let id = made["grant"]["id"].as_str().unwrap().to_string();
 
