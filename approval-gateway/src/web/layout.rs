@@ -188,7 +188,7 @@ details.evidence summary{cursor:pointer;font-weight:600}
 ul.grants{list-style:none;padding:0;margin:0}
 li.grant{background:#fff;border:1px solid #d9dce3;border-left:5px solid #1b7a3e;border-radius:8px;padding:.6em 1em;margin:.6em 0}
 li.grant:not([data-status=active]){border-left-color:#b8bdc9}
-li.grant h2{margin:.2em 0 .4em}.grant-id,code.condition{font-family:ui-monospace,monospace;word-break:break-all}
+li.grant h2{margin:.2em 0 .4em}.grant-id,code.condition{font-family:ui-monospace,monospace;overflow-wrap:anywhere}
 form.revoke{display:flex;flex-wrap:wrap;gap:.3em 1em;align-items:end}form.revoke label{flex:1 1 100%;margin:.3em 0 0}form.revoke input{flex:1 1 12em;width:auto}form.revoke button{margin:0}
 textarea.condition{font-family:ui-monospace,monospace;font-size:.9em}
 label.check{font-weight:400}
