@@ -151,7 +151,7 @@ pub(crate) async fn apply(
     for call in calls {
         let grants = state.store.grants_for(agent, &call.tool).await?;
         let covering = grants.into_iter().filter(|g| {
-            g.is_for(agent, call, requested_by)
+            g.is_for(agent, run_id.as_str(), call, requested_by)
                 && Condition::compile(&g.condition).is_ok_and(|c| c.matches(&call.input))
         });
         for grant in covering {

@@ -114,10 +114,18 @@ impl Grant {
         format!("{}, under grant {}", self.granted_by.join(", "), self.id)
     }
 
-    /// Whether the grant is about `call`, held in a run of `agent` requested by `requester`
-    /// (its condition and its uses are checked apart: see [`crate::condition`] and the store).
-    pub fn is_for(&self, agent: &str, call: &HeldCall, requester: Option<&str>) -> bool {
-        self.agent == agent
+    /// Whether the grant is about `call`, held in run `run_id` of `agent` requested by
+    /// `requester` (its condition and its uses are checked apart: see [`crate::condition`]
+    /// and the store). Never about the call it was made on, which its making decided.
+    pub fn is_for(
+        &self,
+        agent: &str,
+        run_id: &str,
+        call: &HeldCall,
+        requester: Option<&str>,
+    ) -> bool {
+        (self.run_id != run_id || self.call_id != call.call_id)
+            && self.agent == agent
             && self.tool == call.tool
             && self.policy_version == call.policy_version
             && self
@@ -203,15 +211,35 @@ mod tests {
     #[test]
     fn a_grant_is_for_its_agent_tool_policy_version_and_requester_only() {
         let open = grant(None);
-        assert!(open.is_for("refunds", &held("issue_refund", "v1"), Some("rick")));
-        assert!(!open.is_for("other", &held("issue_refund", "v1"), None));
-        assert!(!open.is_for("refunds", &held("cancel_order", "v1"), None));
+        assert!(open.is_for(
+            "refunds",
+            "run_2",
+            &held("issue_refund", "v1"),
+            Some("rick")
+        ));
+        assert!(!open.is_for("other", "run_2", &held("issue_refund", "v1"), None));
+        assert!(!open.is_for("refunds", "run_2", &held("cancel_order", "v1"), None));
         // A changed policy ends the grants made under the old one.
-        assert!(!open.is_for("refunds", &held("issue_refund", "v2"), None));
+        assert!(!open.is_for("refunds", "run_2", &held("issue_refund", "v2"), None));
         let scoped = grant(Some("rick"));
-        assert!(scoped.is_for("refunds", &held("issue_refund", "v1"), Some("rick")));
-        assert!(!scoped.is_for("refunds", &held("issue_refund", "v1"), Some("carol")));
-        assert!(!scoped.is_for("refunds", &held("issue_refund", "v1"), None));
+        assert!(scoped.is_for(
+            "refunds",
+            "run_2",
+            &held("issue_refund", "v1"),
+            Some("rick")
+        ));
+        assert!(!scoped.is_for(
+            "refunds",
+            "run_2",
+            &held("issue_refund", "v1"),
+            Some("carol")
+        ));
+        assert!(!scoped.is_for("refunds", "run_2", &held("issue_refund", "v1"), None));
+        // The call it was made on was decided by its making.
+        let mut origin = held("issue_refund", "v1");
+        origin.call_id = "c1".into();
+        assert!(!open.is_for("refunds", "run_1", &origin, None));
+        assert!(open.is_for("refunds", "run_2", &origin, None));
     }
 
     #[test]

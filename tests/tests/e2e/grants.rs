@@ -91,7 +91,7 @@ async fn a_grant_approves_the_later_calls_it_covers_and_no_others() {
     held(&app, &over).await;
     held(&app, &elsewhere).await;
 
-    let state = grant_state(&app, &id).await;
+    let state = settle(&app, &[covered.clone(), over, elsewhere], &id).await;
     assert_eq!(state["uses"], 1, "{state}");
     assert_eq!(state["used_by"][0]["run_id"], json!(covered), "{state}");
     // The refunds service checked each refund's receipt: two ran, the held ones did not, and
@@ -189,6 +189,24 @@ pub(super) async fn decision_actor(app: &TestApp, run: &str) -> String {
         .to_string()
 }
 
+/// Waits until as many of `runs` have completed as grant `id` counts uses, every other one
+/// waiting for a person; the grant then.
+async fn settle(app: &TestApp, runs: &[String], id: &str) -> Value {
+    wait_for("the runs to settle", Duration::from_secs(60), || async {
+        let mut completed = 0;
+        for run in runs {
+            match app.get_run_status(run).await.as_str() {
+                "completed" => completed += 1,
+                "awaiting_approval" => {}
+                _ => return None,
+            }
+        }
+        let state = grant_state(app, id).await;
+        (state["uses"].as_u64() == Some(completed)).then_some(state)
+    })
+    .await
+}
+
 /// The digest of the run's held refund, or None once the run completed.
 async fn held_or_done(app: &TestApp, run: &str) -> Option<Value> {
     wait_for(
@@ -234,20 +252,14 @@ async fn a_revocation_racing_uses_leaves_no_use_after_its_answer() {
     assert_eq!(revoked["status"], "revoked");
     let uses_at_answer = revoked["uses"].as_u64().unwrap();
     let revoked_at = revoked["revoked"]["at"].as_i64().unwrap();
-    // Each run settles: completed under the grant, or waiting for a person.
-    let mut granted = 0;
-    for run in &runs {
-        if held_or_done(&app, run).await.is_none() {
-            granted += 1;
-        }
-    }
-    let state = grant_state(&app, &id).await;
+    // The runs settle: as many completed under the grant as it counts uses, the others
+    // waiting for a person (a run counted but not yet decided is still on its way).
+    let state = settle(&app, &runs, &id).await;
     let uses = state["uses"].as_u64().unwrap();
     assert!(
         uses <= uses_at_answer,
         "{uses} uses after {uses_at_answer} at the revocation"
     );
-    assert_eq!(granted, uses, "{state}");
     for used in state["used_by"].as_array().unwrap() {
         assert!(used["at"].as_i64().unwrap() <= revoked_at, "{state}");
     }
@@ -366,7 +378,8 @@ async fn a_grant_keeps_to_its_requester_and_ends_when_it_expires() {
     .await;
     let late = start(&app, 30, "A-4", Some("carol")).await;
     held(&app, &late).await;
-    assert_eq!(grant_state(&app, &id).await["uses"], 1);
+    let state = settle(&app, &[carols, alices, late], &id).await;
+    assert_eq!(state["uses"], 1, "{state}");
 }
 
 #[tokio::test]
@@ -459,4 +472,61 @@ async fn only_makers_admins_and_deciders_of_the_tool_revoke() {
         )
         .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+/// On a Redis Cluster the grants' keys share one slot, the runs' keys each their own: the
+/// use, counted on one slot, and the decision, recorded on the run's, still make one grant
+/// use per covered call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grants_work_on_a_redis_cluster() {
+    let infra = countersign_tests::infra::Infra::start_cluster().await;
+    let app = TestApp::builder(refund_asked).on(infra).start().await;
+    let first = start(&app, 30, "A-1", None).await;
+    let (status, made) = grant(&app, REVIEWER_KEY, &first, terms(3)).await;
+    assert_eq!(status, StatusCode::CREATED, "{made}");
+    let id = made["grant"]["id"].as_str().unwrap().to_string();
+    let runs = futures::future::join_all((2..=6).map(|i| {
+        let app = &app;
+        async move { start(app, 30, &format!("A-{i}"), None).await }
+    }))
+    .await;
+    // Three complete under the grant; the other two wait for a person.
+    let state = settle(&app, &runs, &id).await;
+    assert_eq!(state["uses"], 3, "{state}");
+    assert_eq!(state["used_by"].as_array().unwrap().len(), 3, "{state}");
+}
+
+/// A grant's makers are checked as deciders of each call it would decide: alice may not
+/// approve a run she asked for, so her grant does not decide it, and the use is given back.
+#[tokio::test]
+async fn a_grant_does_not_decide_what_its_maker_may_not() {
+    let app = TestApp::spawn(refund_asked).await;
+    let first = start(&app, 30, "A-1", Some("carol")).await;
+    let mut by_alice = terms(5);
+    by_alice["decided_by"] = json!("alice");
+    let (status, made) = grant(&app, INTEGRATION_KEY, &first, by_alice).await;
+    assert_eq!(status, StatusCode::CREATED, "{made}");
+    let id = made["grant"]["id"].as_str().unwrap().to_string();
+
+    let own = start(&app, 30, "A-2", Some("alice")).await;
+    let refused = wait_for(
+        "the grant's decision to be refused",
+        Duration::from_secs(60),
+        || async {
+            let (_, trail) = app.get(&format!("/v1/runs/{own}/audit")).await;
+            trail["refusals"]
+                .as_array()
+                .and_then(|r| r.iter().find(|r| r["code"] == "own_request").cloned())
+        },
+    )
+    .await;
+    assert_eq!(
+        refused["actor"],
+        format!("alice, under grant {id}"),
+        "{refused}"
+    );
+    assert_eq!(app.get_run_status(&own).await, "awaiting_approval");
+    let state = grant_state(&app, &id).await;
+    assert_eq!(state["uses"], 0, "{state}");
+    assert_eq!(state["used_by"], json!([]), "{state}");
 }
