@@ -42,14 +42,7 @@ pub(crate) async fn revoke(
         .grant(id)
         .await?
         .ok_or_else(|| RevokeError::NoGrant(id.to_string()))?;
-    let approvers = state
-        .catalog
-        .get(&grant.agent)
-        .and_then(|a| a.tool(&grant.tool))
-        .map(|t| t.reviewers().approvers)
-        .unwrap_or_default();
-    let deciders = state.people.resolve(&approvers);
-    if !authority::may_revoke(who, &grant, deciders.as_deref()) {
+    if !may_revoke(state, &grant, who) {
         return Err(RevokeError::NotAllowed(who.id.to_string(), grant.id));
     }
     let revocation = Revocation {
@@ -67,6 +60,20 @@ pub(crate) async fn revoke(
         info!(grant = %id, by = who.id, "standing grant revoked");
     }
     Ok(revoked)
+}
+
+/// Whether `who` may revoke `grant`: its makers, an admin, or someone who may decide the
+/// calls of its tool as the tool's policy names them now (see [`authority::may_revoke`]).
+/// Also who the inbox shows a grant to.
+pub(crate) fn may_revoke(state: &AppState, grant: &Grant, who: Principal<'_>) -> bool {
+    let approvers = state
+        .catalog
+        .get(&grant.agent)
+        .and_then(|a| a.tool(&grant.tool))
+        .map(|t| t.reviewers().approvers)
+        .unwrap_or_default();
+    let deciders = state.people.resolve(&approvers);
+    authority::may_revoke(who, grant, deciders.as_deref())
 }
 
 /// Makes the grant that the recorded approval of `call_id` carries with `terms`, or answers

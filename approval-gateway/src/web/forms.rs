@@ -51,10 +51,11 @@ impl Forms<'_> {
         }
     }
 
-    /// The action bar of the inbox's request page: Approve at once, Edit and Reject leading
-    /// to their forms below ([`Self::below`]), and `status`, the live region that says when
-    /// the request was decided elsewhere, beside them.
-    pub(crate) fn bar(&self, status: Markup) -> Markup {
+    /// The action bar of the inbox's request page: Approve at once, `more` (links to forms
+    /// of the page's own), Edit and Reject leading to their forms below ([`Self::below`]),
+    /// and `status`, the live region that says when the request was decided elsewhere,
+    /// beside them.
+    pub(crate) fn bar(&self, more: Markup, status: Markup) -> Markup {
         html! {
             nav.actions aria-label="Decide" {
                 div.buttons {
@@ -64,6 +65,7 @@ impl Forms<'_> {
                             button.approve type="submit" { "Approve" }
                         }
                     }
+                    (more)
                     @if self.actions.contains(&Action::Edit) { a.action href="#edit" { "Edit…" } }
                     @if self.actions.contains(&Action::Reject) { a.action.reject href="#reject" { "Reject…" } }
                 }
@@ -72,12 +74,14 @@ impl Forms<'_> {
         }
     }
 
-    /// The edit and reject forms the action bar leads to.
-    pub(crate) fn below(&self) -> Markup {
+    /// The forms the action bar leads to: `first` (a form of the page's own), then edit and
+    /// reject.
+    pub(crate) fn below(&self, first: Markup) -> Markup {
         html! {
             @if let Some(errors) = self.errors.get("form") {
                 @for e in errors { p.error role="alert" { (e) } }
             }
+            (first)
             @if self.actions.contains(&Action::Edit) { (self.edit()) }
             @if self.actions.contains(&Action::Reject) { (self.reject()) }
         }
@@ -206,7 +210,7 @@ impl Forms<'_> {
                     Kind::Boolean => {
                         @let checked = match self.typed.get(&field) {
                             Some(_) => true,
-                            None if self.typed.contains_key("action") => false,
+                            None if self.typed.get("action").is_some_and(|a| a == "edit") => false,
                             None => current.as_bool().unwrap_or(false),
                         };
                         input id=(id) type="checkbox" name=(field) value="true" checked[checked] aria-describedby=[tie.described_by()] aria-invalid=[tie.invalid()];
@@ -229,15 +233,15 @@ impl Forms<'_> {
 
 /// How a field is tied to its hint and its errors, for screen readers: `aria-describedby`
 /// names both, `aria-invalid` says whether it has errors.
-struct Tie<'a> {
+pub(super) struct Tie<'a> {
     errors: &'a [String],
-    hint_id: String,
+    pub(super) hint_id: String,
     error_id: String,
     has_hint: bool,
 }
 
 impl<'a> Tie<'a> {
-    fn new(errors: &'a FieldErrors, field: &str, id: &str, has_hint: bool) -> Self {
+    pub(super) fn new(errors: &'a FieldErrors, field: &str, id: &str, has_hint: bool) -> Self {
         Self {
             errors: errors.get(field).map(Vec::as_slice).unwrap_or_default(),
             hint_id: format!("{id}-hint"),
@@ -246,7 +250,7 @@ impl<'a> Tie<'a> {
         }
     }
 
-    fn described_by(&self) -> Option<String> {
+    pub(super) fn described_by(&self) -> Option<String> {
         let ids: Vec<&str> = [
             (self.has_hint, self.hint_id.as_str()),
             (!self.errors.is_empty(), self.error_id.as_str()),
@@ -257,12 +261,12 @@ impl<'a> Tie<'a> {
         (!ids.is_empty()).then(|| ids.join(" "))
     }
 
-    fn invalid(&self) -> Option<&'static str> {
+    pub(super) fn invalid(&self) -> Option<&'static str> {
         (!self.errors.is_empty()).then_some("true")
     }
 
     /// The field's errors, in one element the field names.
-    fn errors(&self) -> Markup {
+    pub(super) fn errors(&self) -> Markup {
         html! {
             @if !self.errors.is_empty() {
                 div.field-errors id=(self.error_id) {

@@ -46,7 +46,13 @@ impl<'a> Page<'a> {
                 }
                 body {
                     header {
-                        a.brand href="/inbox" { "countersign" }
+                        nav.site aria-label="Inbox" {
+                            a.brand href="/inbox" { "countersign" }
+                            @if self.signed_in.is_some() {
+                                a href="/inbox" { "Queue" }
+                                a href="/inbox/grants" { "Grants" }
+                            }
+                        }
                         @if let Some((who, csrf)) = self.signed_in {
                             form #sign-out method="post" action="/inbox/sign-out" {
                                 span.who { (who) }
@@ -98,6 +104,7 @@ const STYLE: &str = "
 body{margin:0;font:16px/1.5 system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;color:#1d2330;background:#f5f6f8}
 header{display:flex;justify-content:space-between;align-items:center;gap:.5em;padding:.6em 1em;background:#1d2330;color:#fff}
 header a.brand{color:#fff;font-weight:600;text-decoration:none}
+header nav.site{display:flex;flex-wrap:wrap;align-items:baseline;gap:.3em 1em}header nav.site a{color:#fff}
 header form{display:flex;align-items:center;gap:.5em;margin:0}
 header .who{opacity:.8}
 main{max-width:46em;margin:0 auto;padding:1em}
@@ -178,6 +185,13 @@ blockquote.prose{padding:.4em .8em;border-left:3px solid #1a56c4;background:#f5f
 .left.short{color:#b42318;background:#fdecea;padding:0 .3em;border-radius:4px}
 details.evidence{background:#fff;border:1px solid #d9dce3;border-radius:8px;padding:.6em 1em;margin:.8em 0}
 details.evidence summary{cursor:pointer;font-weight:600}
+ul.grants{list-style:none;padding:0;margin:0}
+li.grant{background:#fff;border:1px solid #d9dce3;border-left:5px solid #1b7a3e;border-radius:8px;padding:.6em 1em;margin:.6em 0}
+li.grant:not([data-status=active]){border-left-color:#b8bdc9}
+li.grant h2{margin:.2em 0 .4em}.grant-id,code.condition{font-family:ui-monospace,monospace;overflow-wrap:anywhere}
+form.revoke{display:flex;flex-wrap:wrap;gap:.3em 1em;align-items:end}form.revoke label{flex:1 1 100%;margin:.3em 0 0}form.revoke input{flex:1 1 12em;width:auto}form.revoke button{margin:0}
+textarea.condition{font-family:ui-monospace,monospace;font-size:.9em}
+label.check{font-weight:400}
 .recorded{background:#e8f3ec;border:1px solid #a9d3b7;border-radius:8px;padding:.7em 1em;margin:.8em 0}
 @media (max-width:40em){
 nav.actions{position:fixed;top:auto;bottom:0;left:0;right:0;margin:0;padding:.5em .6em;border-bottom:0;border-top:1px solid #d9dce3;box-shadow:0 -2px 8px rgba(0,0,0,.1)}

@@ -1,4 +1,5 @@
-//! The reviewers' web pages: the inbox at `/inbox` (sign-in, the queue, a request, a run)
+//! The reviewers' web pages: the inbox at `/inbox` (sign-in, the queue, a request, a run,
+//! the standing grants)
 //! and the layout, request view and decision forms the email link pages share with it.
 //!
 //! Server-rendered with maud, whose templates are Rust checked at compile time and escape
@@ -6,8 +7,10 @@
 //! JavaScript off; a small inline script only refreshes what changed elsewhere. Decisions go
 //! through `crate::decide`, like every other channel's, as channel `web`.
 
+mod allow_similar;
 mod batch;
 pub(crate) mod forms;
+mod grants_page;
 mod inbox;
 pub(crate) mod layout;
 mod next;
@@ -29,6 +32,7 @@ pub(crate) fn router() -> Router<AppState> {
         .merge(sign_in::router())
         .merge(inbox::router())
         .merge(batch::router())
+        .merge(grants_page::router())
         .merge(request::router())
         .merge(run_page::router())
 }

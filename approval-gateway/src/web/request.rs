@@ -7,6 +7,7 @@
 //! elsewhere meanwhile, and who else has it open (a presence note in Redis that lapses within
 //! seconds of a page closing).
 
+use super::allow_similar;
 use super::forms::{self, FieldErrors, Forms, Typed};
 use super::layout::{Page, PageError};
 use super::next::{self, Recorded};
@@ -128,6 +129,20 @@ fn render(
         ),
         None => Vec::new(),
     };
+    let offer = allow_similar::offer(state, view, &actions);
+    // Without the form, what was wrong with its terms (sent by hand) is said above the others.
+    let errors = &match offer {
+        Some(_) => errors.clone(),
+        None => errors
+            .iter()
+            .map(
+                |(field, e)| match field.starts_with(allow_similar::ERRORS) {
+                    true => ("form".to_string(), e.clone()),
+                    false => (field.clone(), e.clone()),
+                },
+            )
+            .collect(),
+    };
     let mut page = Page::new(status, &view.summary);
     page.signed_in = Some((&session.principal, &session.csrf));
     page.digest = Some(&view.digest);
@@ -153,9 +168,15 @@ fn render(
     };
     page.render(html! {
         (recorded)
-        @if view.open.is_some() && !actions.is_empty() { (forms.bar(said)) } @else { (said) }
+        @if view.open.is_some() && !actions.is_empty() {
+            (forms.bar(html! { @if let Some(o) = &offer { (o.link()) } }, said))
+        } @else { (said) }
         (view.facts(true))
-        @if view.open.is_some() { (forms.below()) }
+        @if view.open.is_some() {
+            (forms.below(html! {
+                @if let Some(o) = &offer { (o.render(&session.csrf, &view.digest, typed, errors)) }
+            }))
+        }
         (view.evidence())
     })
 }
@@ -237,16 +258,22 @@ async fn submit(
     let again = |status, errors: FieldErrors| {
         render(&state, &session, &view, status, &typed, &errors, html! {})
     };
-    let one = |message: String| FieldErrors::from([("form".to_string(), vec![message])]);
     if view.open.is_none() {
         // Decided meanwhile: the page says how, and nothing is recorded.
         return Ok(again(StatusCode::CONFLICT, FieldErrors::new()));
     }
     let digest = typed.get("digest").cloned().unwrap_or_default();
-    let proposed = match forms::proposal(&state, &view, &typed, &digest) {
-        Ok(proposed) => proposed,
-        Err(errors) => return Ok(again(StatusCode::UNPROCESSABLE_ENTITY, errors)),
+    let read = match typed.get("action").map(String::as_str) {
+        Some(allow_similar::ACTION) => allow_similar::proposal(&view, &typed, &digest)
+            .map_err(|errors| (StatusCode::BAD_REQUEST, errors)),
+        _ => forms::proposal(&state, &view, &typed, &digest)
+            .map_err(|errors| (StatusCode::UNPROCESSABLE_ENTITY, errors)),
     };
+    let proposed = match read {
+        Ok(proposed) => proposed,
+        Err((status, errors)) => return Ok(again(status, errors)),
+    };
+    let terms = proposed.grant.clone();
     let by = Decider {
         principal: &session.principal,
         role: session.role,
@@ -254,18 +281,37 @@ async fn submit(
         link: None,
         grant: None,
     };
-    let refused = match decide::decide_one(&state, &run_id, proposed, &by).await {
-        Ok(_) => {
+    let refused = match (
+        decide::decide_one(&state, &run_id, proposed, &by).await,
+        &terms,
+    ) {
+        (Ok(call), Some(terms)) => {
+            let next =
+                next::after_decision(&state, session.principal(), &run_id, &call_id, false).await?;
+            return Ok(allow_similar::answered(
+                &session, &view, &call, terms, &next,
+            ));
+        }
+        (Ok(_), None) => {
             let to_queue = typed.get("then").is_some_and(|t| t == "queue");
             let next =
                 next::after_decision(&state, session.principal(), &run_id, &call_id, to_queue)
                     .await?;
             return Ok(Redirect::to(&next).into_response());
         }
-        Err(e) => e,
+        (Err(e), _) => e,
     };
-    let (status, message) = refusal_words(&refused);
-    let status = status.unwrap_or_else(|| ApiError::from(refused).status);
+    let (status, message, field) = match terms {
+        Some(_) => match allow_similar::refused(refused) {
+            (status, message, true) => (status, message, allow_similar::ERRORS),
+            (status, message, false) => (status, message, "form"),
+        },
+        None => {
+            let (status, message) = refusal_words(&refused);
+            let status = status.unwrap_or_else(|| ApiError::from(refused).status);
+            (status, message, "form")
+        }
+    };
     // Shown as the call is now: a changed call with its new digest, a decided one with its
     // outcome and no forms.
     let view = view_of(&state, &run_id, &call_id).await?;
@@ -275,7 +321,7 @@ async fn submit(
         &view,
         status,
         &typed,
-        &one(message),
+        &FieldErrors::from([(field.to_string(), vec![message])]),
         html! {},
     ))
 }

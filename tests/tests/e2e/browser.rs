@@ -784,3 +784,51 @@ async fn a_reviewer_batch_approves_three_calls_and_the_one_that_changed_since_is
     let decided = decisions(&app, &paused[0].0).await;
     assert_eq!(decided[0]["channel"], "web", "{decided:?}");
 }
+
+#[tokio::test]
+async fn a_reviewer_approves_and_allows_similar_calls_sees_the_grant_and_a_later_run_is_approved_under_it()
+ {
+    let (app, run_id, browser) =
+        a_paused_request_open("inbox_allow_similar", Screen::Desktop).await;
+    let run = app.wait_status(&run_id, "awaiting_approval").await;
+    let suggested = countersign_model::condition::suggested(&run["pending"][0]["input"]);
+
+    // The action bar leads to the form, prefilled to cover this call.
+    browser.click("nav.actions a[href='#allow']").await;
+    let condition = browser
+        .eval("return document.querySelector('form#allow textarea[name=condition]').value")
+        .await;
+    assert_eq!(condition, suggested.as_str(), "the condition proposed");
+    browser.assert_fits_the_screen().await;
+    browser.screenshot("request").await;
+    browser.click("form#allow button[type=submit]").await;
+
+    let granted = browser.find("p.outcome#granted").await;
+    let id = granted.attr("data-grant").await.unwrap().unwrap();
+    assert!(id.starts_with("grt_"), "{id}");
+    browser.assert_fits_the_screen().await;
+    browser.screenshot("granted").await;
+    app.wait_status(&run_id, "completed").await;
+
+    // The grants page, from the header, lists it as active with a Revoke button.
+    browser.click("header a[href='/inbox/grants']").await;
+    let listed = format!("li.grant[data-grant='{id}'][data-status='active']");
+    browser.find(&format!("{listed} form.revoke")).await;
+
+    // A later run asking the same is approved under it, in the reviewer's name.
+    let later = app.start_run("Refund A-1001 please.").await;
+    app.wait_status(&later, "completed").await;
+    let decided = decisions(&app, &later).await;
+    assert_eq!(decided.len(), 1, "{decided:?}");
+    assert_eq!(decided[0]["actor"], format!("rita, under grant {id}"));
+    assert_eq!(decided[0]["channel"], "grant");
+    assert_eq!(app.tools.refunds().len(), 2);
+    browser
+        .goto(&format!("{}/inbox/grants", app.gateway_url))
+        .await;
+    browser
+        .wait_for_text(&format!("{listed} dd.uses"), "1 of 10")
+        .await;
+    browser.assert_fits_the_screen().await;
+    browser.screenshot("grants").await;
+}

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use std::time::Duration;
 
 /// A refund of what the user asks: "refund AMOUNT ORDER".
-fn refund_asked(request: &Value) -> Value {
+pub(super) fn refund_asked(request: &Value) -> Value {
     if turn(request) > 0 {
         return anthropic_text("Refunded.");
     }
@@ -21,7 +21,12 @@ fn refund_asked(request: &Value) -> Value {
     anthropic_tool_use("Refunding.", &[("toolu_2", "issue_refund", input)])
 }
 
-async fn start(app: &TestApp, amount: u32, order: &str, requested_by: Option<&str>) -> String {
+pub(super) async fn start(
+    app: &TestApp,
+    amount: u32,
+    order: &str,
+    requested_by: Option<&str>,
+) -> String {
     let mut body = json!({"agent": "refunds", "input": format!("refund {amount} {order}")});
     if let Some(who) = requested_by {
         body["requested_by"] = json!(who);
@@ -34,7 +39,7 @@ async fn start(app: &TestApp, amount: u32, order: &str, requested_by: Option<&st
 }
 
 /// The digest of the run's held refund, once it waits.
-async fn held(app: &TestApp, run: &str) -> Value {
+pub(super) async fn held(app: &TestApp, run: &str) -> Value {
     app.wait_status(run, "awaiting_approval").await["pending"][0]["digest"].clone()
 }
 
@@ -67,7 +72,7 @@ async fn revoke(app: &TestApp, key: &str, id: &str, body: Value) -> (StatusCode,
         .await
 }
 
-async fn grant_state(app: &TestApp, id: &str) -> Value {
+pub(super) async fn grant_state(app: &TestApp, id: &str) -> Value {
     let (status, grant) = app.get(&format!("/v1/grants/{id}")).await;
     assert_eq!(status, StatusCode::OK, "{grant}");
     grant
@@ -190,7 +195,7 @@ async fn decision_entry(app: &TestApp, run: &str) -> Value {
         .unwrap_or_else(|| panic!("no decision in {trail}"))
 }
 
-async fn decision_actor(app: &TestApp, run: &str) -> String {
+pub(super) async fn decision_actor(app: &TestApp, run: &str) -> String {
     decision_entry(app, run).await["actor"]
         .as_str()
         .unwrap()

@@ -12,10 +12,10 @@ use reqwest::StatusCode;
 use reqwest::header::{LOCATION, SET_COOKIE};
 use serde_json::Value;
 
-const ALICE_KEY: &str = "inbox-alice-key-0123456789";
+pub(super) const ALICE_KEY: &str = "inbox-alice-key-0123456789";
 const CAROL_KEY: &str = "inbox-carol-key-0123456789";
 /// rick asks for the runs (the requester key is his); this key lets him review too.
-const RICK_KEY: &str = "inbox-rick-key-0123456789";
+pub(super) const RICK_KEY: &str = "inbox-rick-key-0123456789";
 
 /// A refund app whose refunds only the finance people (alice, bob, rick) may decide, with
 /// reviewer keys for alice, carol and rick.
@@ -27,7 +27,7 @@ async fn app() -> TestApp {
         .await
 }
 
-fn add_keys(config: &mut approval_gateway::config::Config) {
+pub(super) fn add_keys(config: &mut approval_gateway::config::Config) {
     for (key, principal) in [
         (ALICE_KEY, "alice"),
         (CAROL_KEY, "carol"),
@@ -210,7 +210,7 @@ impl Opened {
 }
 
 /// Asserts that the page shows each of `expected`.
-fn assert_shows(page: &Page, expected: &[&str]) {
+pub(super) fn assert_shows(page: &Page, expected: &[&str]) {
     for text in expected {
         assert!(
             page.html.contains(text),
@@ -327,7 +327,7 @@ async fn signing_in_with_a_key_sets_a_strict_http_only_cookie_and_a_wrong_key_ch
 
 /// What another site's page can make a browser send: `Origin` of that site, or, from a
 /// browser that leaves `Origin` out, only `Sec-Fetch-Site`.
-const FROM_ELSEWHERE: [(&str, &str); 5] = [
+pub(super) const FROM_ELSEWHERE: [(&str, &str); 5] = [
     ("origin", "https://evil.example"),
     ("origin", "http://localhost:1"),
     ("origin", "null"),

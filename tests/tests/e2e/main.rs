@@ -17,6 +17,7 @@ mod expiry;
 mod grants;
 mod inbox;
 mod inbox_batch;
+mod inbox_grants;
 mod inbox_paging;
 mod listener;
 mod local_runner;
