@@ -2,6 +2,7 @@
 //! is in `commands/`.
 
 use clap::{Args, Parser, Subcommand};
+use countersign_model::agent::Span;
 use std::path::PathBuf;
 
 #[derive(Parser)]
@@ -75,6 +76,21 @@ pub enum Command {
     Edit(EditArgs),
     /// Follow runs as things happen to them, until interrupted
     Watch(WatchArgs),
+    /// Approve a call and let a standing grant approve later calls like it
+    Grant(GrantArgs),
+    /// Standing grants, newest first, or one grant with the calls it approved
+    Grants(GrantsArgs),
+    /// End a standing grant: from the gateway's answer on, it approves nothing
+    Revoke {
+        /// The grant's id (`grt_…`)
+        grant: String,
+        /// Why, for the record
+        #[arg(long)]
+        reason: Option<String>,
+        /// The person revoking, when the key may speak for others
+        #[arg(long, value_name = "WHO")]
+        revoked_by: Option<String>,
+    },
     /// A run's audit trail
     Audit {
         /// The run's id
@@ -191,6 +207,40 @@ pub struct EditArgs {
     /// What changed and why (required): the agent is told
     #[arg(long)]
     pub note: Option<String>,
+}
+
+#[derive(Args)]
+pub struct GrantArgs {
+    #[command(flatten)]
+    pub call: Decide,
+    /// The calls it covers: a CEL condition on their input that this call meets, e.g.
+    /// 'input.amount <= 50.0'
+    #[arg(long = "when", value_name = "CEL")]
+    pub condition: String,
+    /// How many later calls it may approve
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub uses: u32,
+    /// How long it lasts: 90s, 30m, 8h, 7d
+    #[arg(long = "for", value_name = "SPAN")]
+    pub expires_in: Span,
+    /// Only calls of runs requested by whoever requested this one
+    #[arg(long)]
+    pub same_requester: bool,
+}
+
+#[derive(Args)]
+pub struct GrantsArgs {
+    /// One grant's id: its terms and every call it approved
+    pub grant: Option<String>,
+    /// Only grants that still approve calls
+    #[arg(long, conflicts_with = "grant")]
+    pub active: bool,
+    /// Only this agent's grants
+    #[arg(long, conflicts_with = "grant")]
+    pub agent: Option<String>,
+    /// Only grants on this tool
+    #[arg(long, conflicts_with = "grant")]
+    pub tool: Option<String>,
 }
 
 #[derive(Args)]

@@ -63,6 +63,11 @@ pub fn fields(pairs: &[(&str, String)]) -> String {
         .collect()
 }
 
+/// Every line of `text` two spaces in (and each line ending in a newline).
+pub fn indent(text: &str) -> String {
+    text.lines().map(|line| format!("  {line}\n")).collect()
+}
+
 /// `text` on one line and at most `max` characters, cut with an ellipsis.
 pub fn clip(text: &str, max: usize) -> String {
     let line = text.split_whitespace().collect::<Vec<_>>().join(" ");

@@ -2,6 +2,7 @@
 //! where it has them (`--json` prints the answers whole instead).
 
 use countersign_model::audit::AuditEntry;
+use countersign_model::grant::{Grant, GrantStatus, GrantUse};
 use countersign_model::run::{Cancellation, Decision, HeldCall, Message, Role};
 use serde::Deserialize;
 use serde_json::Value;
@@ -59,6 +60,16 @@ pub struct Approval {
     pub summary: String,
     /// When the call expires, in ms since the epoch.
     pub deadline: Option<i64>,
+}
+
+/// A grant of `GET /v1/grants` and `GET /v1/grants/{id}` (which lists its uses too).
+#[derive(Deserialize)]
+pub struct GrantView {
+    #[serde(flatten)]
+    pub grant: Grant,
+    pub status: GrantStatus,
+    #[serde(default)]
+    pub used_by: Vec<GrantUse>,
 }
 
 /// `GET /v1/runs/{run_id}/audit`.

@@ -355,11 +355,22 @@ impl Serialize for Span {
 
 impl<'de> Deserialize<'de> for Span {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(deserializer)?;
-        let duration = parse_duration(&text).ok_or_else(|| {
-            serde::de::Error::custom(format!("{text:?} is not like 90s, 30m, 24h or 7d"))
-        })?;
-        Ok(Self { text, duration })
+        String::deserialize(deserializer)?
+            .parse()
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+impl std::str::FromStr for Span {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        let duration = parse_duration(text)
+            .ok_or_else(|| format!("{text:?} is not like 90s, 30m, 24h or 7d"))?;
+        Ok(Self {
+            text: text.to_string(),
+            duration,
+        })
     }
 }
 

@@ -73,6 +73,10 @@ pub enum Event {
         /// The channels the call was sent to, which should show the outcome.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         channels: Vec<String>,
+        /// The standing grant that decided the call (nobody was asked, so no channel showed
+        /// it before).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        under_grant: Option<String>,
     },
     /// A held call still waits: a reminder before its deadline, or (`escalated`) its deadline
     /// passed and more approvers are asked, with a later deadline.

@@ -180,6 +180,7 @@ impl Store {
                         decided_by: d.decided_by.clone(),
                         all_decided: false,
                         channels: Vec::new(),
+                        under_grant: d.under_grant.clone(),
                     });
                     let expired = event(Event::ApprovalExpired {
                         run_id: id.clone(),

@@ -56,6 +56,8 @@ pub(crate) enum Ending<'a> {
     Decided {
         action: Action,
         by: &'a str,
+        /// The standing grant that decided it: then no channel showed the call before.
+        under_grant: Option<&'a str>,
     },
     /// Nobody decided by `deadline` (ms since the epoch).
     Expired {

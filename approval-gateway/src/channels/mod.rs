@@ -5,5 +5,6 @@
 
 pub(crate) mod delivery;
 pub(crate) mod email;
+pub(crate) mod granted;
 pub mod slack;
 pub(crate) mod webhook;

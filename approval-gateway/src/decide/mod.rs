@@ -5,7 +5,8 @@
 //! deadline, an email link still unused) is checked by the decision script in the same
 //! atomic step that records the decisions, appends their audit entries and queues their
 //! announcements (`lua/decide.lua`); nothing read here before it runs is trusted. What the
-//! script queued is published at once, and by the outbox sweepers if NATS is away.
+//! script queued is published once the standing grants the approvals carry are made, and by
+//! the outbox sweepers if NATS is away.
 
 mod batch;
 pub(crate) mod error;
@@ -22,7 +23,7 @@ use countersign_model::grant::GrantTerms;
 use countersign_model::now_ms;
 use countersign_model::run::Run;
 use countersign_runtime::trace_context;
-use countersign_store::{CallDecided, DecideOutcome, DecideRequest, RefusalCode};
+use countersign_store::{Announcement, CallDecided, DecideOutcome, DecideRequest, RefusalCode};
 use std::collections::HashSet;
 use tracing::Instrument;
 
@@ -59,23 +60,45 @@ pub(crate) async fn decide(
         .iter()
         .filter_map(|p| Some((p.call_id.clone(), p.grant.clone()?)))
         .collect();
-    let mut calls = record(state, &run, proposed, by).instrument(span).await?;
+    let (mut calls, queued) = record(state, &run, proposed, by)
+        .instrument(span.clone())
+        .await?;
     // The approvals are recorded; the grants they carry are made now (again, harmlessly, for
-    // a repeat: a grant is made once per call).
+    // a repeat: a grant is made once per call), before the decisions are announced, so a
+    // channel showing an approval finds the grant it made.
+    let mut made = Ok(());
     for (call_id, terms) in grants {
         if let Some(call) = calls.iter_mut().find(|c| c.call_id == call_id) {
-            call.grant = crate::grants::made(state, &run, &call_id, &terms, by.door).await?;
+            match crate::grants::made(state, &run, &call_id, &terms, by.door).await {
+                Ok(grant) => call.grant = grant,
+                Err(e) => {
+                    made = Err(e);
+                    break;
+                }
+            }
         }
     }
-    Ok(calls)
+    // The decision stands once Redis holds it: the reviewer is answered now, whatever NATS
+    // is doing, and what is not published here the outbox sweepers publish.
+    let (outbox, run_id) = (state.outbox.clone(), run.run_id.clone());
+    tokio::spawn(
+        async move {
+            if let Err(e) = outbox.publish(&run_id, &queued).await {
+                tracing::warn!(%run_id, error = %e, "decision recorded; its announcement waits in the outbox");
+            }
+        }
+        .instrument(span),
+    );
+    made.map(|()| calls)
 }
 
+/// The calls as recorded, and the announcements the script queued for them (to publish).
 async fn record(
     state: &AppState,
     run: &Run,
     proposed: Vec<Proposed>,
     by: &Decider<'_>,
-) -> Result<Vec<CallDecided>, DecideError> {
+) -> Result<(Vec<CallDecided>, Vec<Announcement>), DecideError> {
     // A receipt names everyone whose approval completed its call; should another approval
     // land between reading them and recording, the script says so and the receipts are
     // signed again for who it is now.
@@ -95,7 +118,7 @@ async fn record_once(
     run: &Run,
     proposed: &[Proposed],
     by: &Decider<'_>,
-) -> Result<Vec<CallDecided>, DecideError> {
+) -> Result<(Vec<CallDecided>, Vec<Announcement>), DecideError> {
     let mut proposals = Vec::with_capacity(proposed.len());
     for p in proposed {
         let several = run
@@ -131,18 +154,7 @@ async fn record_once(
                 metrics.decision(by.door, "recorded");
                 metrics.decided_after(now_ms() - run.updated_at);
             }
-            // The decision stands once Redis holds it: the reviewer is answered now, whatever
-            // NATS is doing, and what is not published here the outbox sweepers publish.
-            let (outbox, run_id) = (state.outbox.clone(), run.run_id.clone());
-            tokio::spawn(
-                async move {
-                    if let Err(e) = outbox.publish(&run_id, &queued).await {
-                        tracing::warn!(%run_id, error = %e, "decision recorded; its announcement waits in the outbox");
-                    }
-                }
-                .in_current_span(),
-            );
-            Ok(calls)
+            Ok((calls, queued))
         }
         DecideOutcome::Refused(refusal) => {
             let code = serde_json::to_value(refusal.code).unwrap_or_default();

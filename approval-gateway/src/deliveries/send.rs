@@ -107,11 +107,13 @@ async fn tell(to: &impl Deliver, delivery: &Delivery) -> Result<(), DeliveryErro
             call_id,
             action,
             decided_by,
+            under_grant,
             ..
         } => {
             let ending = Ending::Decided {
                 action: *action,
                 by: decided_by,
+                under_grant: under_grant.as_deref(),
             };
             to.ended(run_id, call_id, ending).await
         }

@@ -148,7 +148,7 @@ async fn send(
 }
 
 /// The digest the person was shown, which a decision must quote.
-fn digest(call: &Decide) -> Result<&str, CliError> {
+pub(super) fn digest(call: &Decide) -> Result<&str, CliError> {
     let shown = &call.shown;
     shown.digest.as_deref().ok_or_else(|| {
         CliError::Usage(format!(

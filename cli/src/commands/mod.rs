@@ -2,6 +2,7 @@
 
 mod audit;
 mod decide;
+mod grants;
 mod listed;
 mod pending;
 mod runs;
@@ -24,6 +25,13 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Reject { call, reason } => decide::reject(&gateway, call, reason, json).await,
         Command::Edit(args) => decide::edit(&gateway, args, json).await,
         Command::Watch(args) => watch::run(&gateway, args, json).await,
+        Command::Grant(args) => grants::grant(&gateway, args, json).await,
+        Command::Grants(args) => grants::list(&gateway, args, json).await,
+        Command::Revoke {
+            grant,
+            reason,
+            revoked_by,
+        } => grants::revoke(&gateway, &grant, reason, revoked_by, json).await,
         Command::Audit { run, verify } => audit::run(&gateway, &run, verify, json).await,
     }
 }

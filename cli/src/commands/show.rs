@@ -4,7 +4,7 @@
 
 use crate::client::Gateway;
 use crate::error::CliError;
-use crate::render::{clip, fields, moment, print_json, time_left};
+use crate::render::{clip, fields, indent, moment, print_json, time_left};
 use crate::view::{HeldView, RunView, read};
 use countersign_model::run::{Action, Block, Decision, Message};
 use std::collections::HashMap;
@@ -158,11 +158,6 @@ fn evidence(messages: &[Message]) -> String {
         }
     }
     out
-}
-
-/// Every line of `text` two spaces in (and each line ending in a newline).
-fn indent(text: &str) -> String {
-    text.lines().map(|line| format!("  {line}\n")).collect()
 }
 
 #[cfg(test)]

@@ -119,8 +119,8 @@ fn shown_digest(show: &str) -> String {
         .expect("show displays a digest")
 }
 
-/// Starts a refund run from the terminal, as the requester, and waits until it has paused.
-async fn paused_run(app: &TestApp) -> String {
+/// Starts a refund run from the terminal, as the requester: its id.
+async fn started_run(app: &TestApp) -> String {
     let started = ok(
         app,
         REQUESTER_KEY,
@@ -132,6 +132,12 @@ async fn paused_run(app: &TestApp) -> String {
         run.starts_with("run_"),
         "runs start prints the run id: {started}"
     );
+    run
+}
+
+/// Starts a refund run from the terminal, as the requester, and waits until it has paused.
+async fn paused_run(app: &TestApp) -> String {
+    let run = started_run(app).await;
     app.wait_status(&run, "awaiting_approval").await;
     run
 }
@@ -742,5 +748,115 @@ async fn pending_where_json_piped_to_approve_from_decides_exactly_the_listed_cal
     for run in runs.iter().filter(|r| !small.contains(r) || *r == stale) {
         assert_eq!(app.get_run_status(run).await, "awaiting_approval", "{run}");
     }
+    assert_eq!(app.tools.refunds().len(), 2);
+}
+
+/// The grant id (`grt_…`) a command printed.
+fn grant_id(out: &str) -> String {
+    out.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .find(|w| w.starts_with("grt_"))
+        .unwrap_or_else(|| panic!("no grant id in {out}"))
+        .to_string()
+}
+
+#[tokio::test]
+async fn a_grant_made_from_the_terminal_approves_later_calls_until_it_is_revoked() {
+    let app = TestApp::spawn(refund_brain).await;
+    let run = paused_run(&app).await;
+    let digest = shown_digest(&ok(&app, REVIEWER_KEY, &format!("show {run}")).await);
+    let grant = |when: &str| {
+        format!("grant {run} toolu_2 --digest {digest} --when '{when}' --uses 5 --for 1h")
+    };
+    countersign(&app, REVIEWER_KEY, &grant("input.amount <="))
+        .await
+        .failed(2, &["--when", "is not CEL"]);
+    countersign(&app, REVIEWER_KEY, &grant("input.amount <= 10.0"))
+        .await
+        .failed(3, &["does not cover"]);
+    countersign(
+        &app,
+        REVIEWER_KEY,
+        &format!("grant {run} toolu_2 --digest {digest} --when true --uses 5 --for soon"),
+    )
+    .await
+    .failed(2, &["--for"]);
+    assert_eq!(app.get_run_status(&run).await, "awaiting_approval");
+
+    let made = ok(&app, REVIEWER_KEY, &grant("input.amount <= 200.0")).await;
+    assert!(
+        made.contains("rita approved call toolu_2 and made grant grt_"),
+        "{made}"
+    );
+    for part in [
+        "refunds calls of issue_refund where input.amount <= 200.0",
+        "0 of 5",
+    ] {
+        assert!(made.contains(part), "{part:?} missing from:\n{made}");
+    }
+    let id = grant_id(&made);
+    app.wait_status(&run, "completed").await;
+
+    let covered = started_run(&app).await;
+    app.wait_status(&covered, "completed").await;
+    let listed = ok(&app, REVIEWER_KEY, "grants").await;
+    let header = listed.lines().next().unwrap();
+    for column in [
+        "GRANT",
+        "STATUS",
+        "USES",
+        "EXPIRES",
+        "TOOL",
+        "MADE BY",
+        "CONDITION",
+    ] {
+        assert!(header.contains(column), "{listed}");
+    }
+    let row = listed.lines().find(|l| l.contains(&id)).expect(&listed);
+    for cell in [
+        "active",
+        "1/5",
+        "refunds/issue_refund",
+        "rita",
+        "input.amount <= 200.0",
+    ] {
+        assert!(row.contains(cell), "{cell} missing from {row}");
+    }
+    assert!(row.contains(" left"), "{row}");
+    let active = ok(&app, REVIEWER_KEY, "grants --active --tool issue_refund").await;
+    assert!(active.contains(&id), "{active}");
+    let elsewhere = ok(&app, REVIEWER_KEY, "grants --agent billing").await;
+    assert_eq!(elsewhere.trim(), "No standing grants.");
+    let listed: Value =
+        serde_json::from_str(&ok(&app, REVIEWER_KEY, "grants --json").await).unwrap();
+    assert_eq!(listed["grants"][0]["id"], json!(id), "{listed}");
+    let shown = ok(&app, REVIEWER_KEY, &format!("grants {id}")).await;
+    for part in ["1 of 5", &run, &covered, "The calls it approved"] {
+        assert!(shown.contains(part), "{part:?} missing from:\n{shown}");
+    }
+
+    let revoked = ok(
+        &app,
+        REVIEWER_KEY,
+        &format!("revoke {id} --reason 'enough'"),
+    )
+    .await;
+    assert!(
+        revoked.contains(&format!("grant {id} is revoked (by rita)")),
+        "{revoked}"
+    );
+    countersign(&app, REVIEWER_KEY, "revoke grt_000000000000000000000000")
+        .await
+        .failed(3, &["no grant", "404"]);
+    let (_, state) = app.get(&format!("/v1/grants/{id}")).await;
+    assert_eq!(state["revoked"]["reason"], "enough", "{state}");
+    let shown = ok(&app, REVIEWER_KEY, &format!("grants {id}")).await;
+    assert!(
+        shown.contains("revoked") && shown.contains("enough"),
+        "{shown}"
+    );
+
+    // The next call it would have covered waits for a person.
+    let after = started_run(&app).await;
+    app.wait_status(&after, "awaiting_approval").await;
     assert_eq!(app.tools.refunds().len(), 2);
 }

@@ -3,7 +3,7 @@
 //! call record one decision and both show it.
 
 use countersign_fake_model::refund_brain;
-use countersign_tests::app::{PATIENCE, TestApp};
+use countersign_tests::app::{INTEGRATION_KEY, PATIENCE, TestApp};
 use countersign_tests::fake_slack::{FakeSlack, SIGNING_SECRET, click, form_body};
 use countersign_tests::infra::Infra;
 use countersign_tests::smtp_sink::{Mail, SmtpSink};
@@ -389,4 +389,47 @@ async fn the_mail_is_text_and_html_with_the_input_and_the_headers_clients_expect
     ] {
         assert!(data.contains(expected), "{expected:?} missing from\n{data}");
     }
+}
+
+#[tokio::test]
+async fn a_call_approved_under_a_grant_is_told_by_a_short_notice_and_nothing_else_is() {
+    let (app, sink) = app_with_email("\"email:alice@example.com\"", None).await;
+    let first = app.start_run("Refund A-1001.").await;
+    let paused = app.wait_status(&first, "awaiting_approval").await;
+    mail_for(&app, &sink, "alice@example.com").await;
+    let (status, made) = app
+        .request(
+            reqwest::Method::POST,
+            "/v1/grants",
+            Some(INTEGRATION_KEY),
+            Some(serde_json::json!({"run_id": first, "call_id": "toolu_2",
+                "digest": paused["pending"][0]["digest"], "condition": "input.amount <= 200.0",
+                "max_uses": 5, "expires_in": "1h", "decided_by": "alice"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{made}");
+    let id = made["grant"]["id"].as_str().unwrap().to_string();
+    app.wait_status(&first, "completed").await;
+
+    let covered = app.start_run("Refund A-1001.").await;
+    app.wait_status(&covered, "completed").await;
+    let notice = wait_for("the notice", PATIENCE, || async {
+        sink.mails()
+            .into_iter()
+            .find(|m| m.data.contains("Nobody was asked"))
+    })
+    .await;
+    assert_eq!(notice.to, ["alice@example.com"]);
+    for part in [
+        format!("Approved under grant {id} (made by alice)"),
+        "Refund $129 for order A-1001".to_string(),
+        format!("run {covered}, call toolu_2"),
+        format!("countersign revoke {id}"),
+    ] {
+        assert!(notice.data.contains(&part), "{part:?} in {}", notice.data);
+    }
+    assert!(notice.links(BASE).is_empty(), "nothing to decide");
+    // The request, then the notice: the approval of the first call mailed nothing.
+    let mails = sink.mails();
+    assert_eq!(mails.len(), 2, "{mails:?}");
 }

@@ -48,6 +48,7 @@ async fn two_workers_complete_fifty_concurrent_runs_with_each_refund_run_exactly
                 decided_by: "rita".into(),
                 all_decided: true,
                 channels: Vec::new(),
+                under_grant: None,
             };
             bus.publish(
                 bus.names.approval_decided(&run_id),

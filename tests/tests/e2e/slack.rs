@@ -6,7 +6,7 @@
 
 use approval_gateway::slack::signature;
 use countersign_fake_model::{anthropic_text, anthropic_tool_use, refund_brain, turn};
-use countersign_tests::app::{PATIENCE, TestApp};
+use countersign_tests::app::{INTEGRATION_KEY, PATIENCE, TestApp};
 use countersign_tests::fake_slack::{
     APP_ID, BOT_TOKEN, CHANNEL_ID, FakeSlack, SIGNING_SECRET, SlackCall, TEAM_ID, click, form_body,
     submit,
@@ -830,4 +830,161 @@ async fn an_escalated_call_that_expires_says_so_in_its_message() {
         reply.contains("<@U_BOB>") && reply.contains("<!date^"),
         "{reply}"
     );
+}
+
+/// The "Approve + allow similar" presets of a posted request: (action id, label, value).
+fn presets(message: &Value) -> Vec<(String, String, String)> {
+    let blocks = message["blocks"].as_array().unwrap();
+    blocks
+        .iter()
+        .filter(|b| b["block_id"] == "approve_grant")
+        .flat_map(|b| b["elements"].as_array().unwrap().clone())
+        .map(|e| {
+            let text = |v: &Value| v.as_str().unwrap().to_string();
+            (
+                text(&e["action_id"]),
+                text(&e["text"]["text"]),
+                text(&e["value"]),
+            )
+        })
+        .collect()
+}
+
+/// The ephemeral answers Slack users were given, in order.
+async fn ephemeral_texts(slack: &FakeSlack, count: usize) -> Vec<String> {
+    wait_for(&format!("{count} ephemeral answers"), PATIENCE, || async {
+        let calls = slack.calls("chat.postEphemeral");
+        (calls.len() >= count).then(|| {
+            calls
+                .iter()
+                .map(|c| c.body["text"].as_str().unwrap().to_string())
+                .collect()
+        })
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_call_decided_under_a_grant_is_posted_once_naming_the_grant_and_its_maker() {
+    let (app, slack) = app_with_slack().await;
+    let (first, _, approve) = posted_run(&app, &slack).await;
+    let digest = serde_json::from_str::<Value>(&approve).unwrap()["d"].clone();
+    let (status, made) = app
+        .request(
+            reqwest::Method::POST,
+            "/v1/grants",
+            Some(INTEGRATION_KEY),
+            Some(
+                json!({"run_id": first, "call_id": "toolu_2", "digest": digest,
+                "condition": "input.amount <= 200.0", "max_uses": 5, "expires_in": "1h",
+                "decided_by": "alice"}),
+            ),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{made}");
+    let id = made["grant"]["id"].as_str().unwrap().to_string();
+    app.wait_status(&first, "completed").await;
+    // The approval's message says what grant it made.
+    let update = all_text(&wait_update(&slack).await.body);
+    assert!(
+        update.contains("Approved by alice")
+            && update.contains(&format!("Grant `{id}` made"))
+            && update
+                .contains("up to 5 more `issue_refund` calls where `input.amount &lt;= 200.0`"),
+        "{update}"
+    );
+
+    // A later call it covers was shown to nobody: once decided, it is posted, decided.
+    let covered = app.start_run("Refund A-1001.").await;
+    app.wait_status(&covered, "completed").await;
+    let naming = || {
+        slack
+            .accepted("chat.postMessage")
+            .into_iter()
+            .filter(|c| all_text(&c.body).contains(&format!("under grant {id}")))
+            .collect::<Vec<_>>()
+    };
+    let posted = wait_for("the granted call's message", PATIENCE, || async {
+        naming().pop()
+    })
+    .await;
+    let text = all_text(&posted.body);
+    assert!(
+        text.contains(&format!(
+            "Approved under grant {id} (made by alice) at <!date^"
+        )),
+        "{text}"
+    );
+    assert!(text.contains("Refund $129 for order A-1001"), "{text}");
+    assert!(!text.contains("\"actions\""), "nothing to decide: {text}");
+    assert_eq!(posted.body["channel"], "#refunds");
+    assert_eq!(naming().len(), 1, "posted once");
+    assert!(
+        slack
+            .calls("chat.update")
+            .iter()
+            .all(|u| !all_text(&u.body).contains("under grant")),
+        "nothing was waiting to be updated"
+    );
+}
+
+#[tokio::test]
+async fn an_approve_and_allow_similar_preset_makes_a_grant_only_for_someone_who_may_approve() {
+    let (app, slack) = app_with_slack().await;
+    let (first, posted, approve) = posted_run(&app, &slack).await;
+    let offered = presets(&posted.body);
+    let labels: Vec<&str> = offered.iter().map(|(_, l, _)| l.as_str()).collect();
+    assert_eq!(labels, ["10 more for 1h", "50 more for 8h"]);
+    let context = all_text(&posted.body);
+    assert!(
+        context.contains("Approve + allow similar")
+            && context
+                .contains("input.amount &lt;= 129.0 &amp;&amp; input.order_id == \\\"A-1001\\\""),
+        "{context}"
+    );
+    let (action, _, value) = &offered[0];
+
+    // carol is a person, but not in finance: the preset is refused as Approve is, and no
+    // grant is made.
+    interact(&app, &click("U_CAROL", "approve", &approve)).await;
+    interact(&app, &click("U_CAROL", action, value)).await;
+    let told = ephemeral_texts(&slack, 2).await;
+    assert!(told[0].contains("not among the approvers"), "{told:?}");
+    assert_eq!(told[0], told[1], "the same refusal");
+    let (_, grants) = app.get("/v1/grants").await;
+    assert_eq!(grants["grants"], json!([]), "{grants}");
+    assert_eq!(app.get_run_status(&first).await, "awaiting_approval");
+
+    let (status, _) = interact(&app, &click("U_ALICE", action, value)).await;
+    assert_eq!(status, 200);
+    app.wait_status(&first, "completed").await;
+    let (_, grants) = app.get("/v1/grants").await;
+    let grant = &grants["grants"][0];
+    assert_eq!(grant["granted_by"], json!(["alice"]), "{grants}");
+    assert_eq!(grant["channel"], "slack");
+    assert_eq!(grant["max_uses"], 10);
+    assert_eq!(
+        grant["requester"],
+        Value::Null,
+        "not limited to the requester"
+    );
+    assert_eq!(
+        grant["condition"],
+        r#"input.amount <= 129.0 && input.order_id == "A-1001" && input.reason == "arrived broken""#
+    );
+    let hour = grant["expires_at"].as_i64().unwrap() - grant["created_at"].as_i64().unwrap();
+    assert_eq!(hour, 3_600_000);
+    let id = grant["id"].as_str().unwrap().to_string();
+    let update = all_text(&wait_update(&slack).await.body);
+    assert!(
+        update.contains("Approved by alice") && update.contains(&format!("Grant `{id}` made")),
+        "{update}"
+    );
+
+    let covered = app.start_run("Refund A-1001.").await;
+    app.wait_status(&covered, "completed").await;
+    let (_, used) = app.get(&format!("/v1/grants/{id}")).await;
+    assert_eq!(used["uses"], 1, "{used}");
+    assert_eq!(used["used_by"][0]["run_id"], json!(covered), "{used}");
+    assert_eq!(app.tools.refunds().len(), 2);
 }

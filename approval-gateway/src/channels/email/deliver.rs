@@ -1,11 +1,13 @@
 //! Mailing the people an `email:` channel reaches. A request and each reminder are mailed
 //! once per channel (a mark in the run's slot says so, set after the last mail went); once a
-//! call is decided, expired or cancelled the links' pages say so and nobody is mailed.
+//! call is decided, expired or cancelled the links' pages say so and nobody is mailed. A call
+//! a standing grant approved was never mailed: a short notice says so, once, in the same way.
 
 use super::grant::{Grant, new_token};
-use super::message::Request;
+use super::message::{Notice, Request};
 use super::send::send;
 use crate::channels::delivery::{Ask, Deliver, DeliveryError, Ending};
+use crate::channels::granted::Granted;
 use crate::config::{EmailConfig, Person};
 use crate::state::AppState;
 use countersign_model::agent::Channel;
@@ -66,6 +68,19 @@ impl<'a> Email<'a> {
             })
             .filter(|(_, actions)| !actions.is_empty())
             .collect()
+    }
+
+    /// Who is told of a call a grant approved: the channel's address, or with
+    /// `email:approvers`, the grant's makers (in whose names it was approved) who have one.
+    fn told_of(&self, granted: &Granted) -> Vec<String> {
+        match self.address {
+            "approvers" => granted
+                .makers
+                .iter()
+                .filter_map(|m| self.state.people.person(m)?.email.clone())
+                .collect(),
+            address => vec![address.to_string()],
+        }
     }
 
     /// Mails `people` once for `sent_key`; `prefix` goes before the subject and first line.
@@ -187,8 +202,49 @@ impl Deliver for Email<'_> {
         self.ask(ask, prefix, people, &sent_key).await
     }
 
-    /// The links' pages say how it ended; no further mail.
-    async fn ended(&self, _: &RunId, _: &str, _: Ending<'_>) -> Result<(), DeliveryError> {
-        Ok(())
+    /// The links' pages say how a call people were asked about ended; no further mail. A
+    /// call a standing grant approved was mailed to nobody: a short notice says it ran.
+    async fn ended(
+        &self,
+        run_id: &RunId,
+        call_id: &str,
+        ending: Ending<'_>,
+    ) -> Result<(), DeliveryError> {
+        let Ending::Decided {
+            action: Action::Approve,
+            under_grant: Some(id),
+            ..
+        } = ending
+        else {
+            return Ok(());
+        };
+        let store = &self.state.store;
+        let sent_key = format!("{}|granted", self.channel);
+        if store
+            .channel_ref(run_id, call_id, &sent_key)
+            .await?
+            .is_some()
+        {
+            return Ok(());
+        }
+        let granted = Granted::load(self.state, run_id, call_id, id).await?;
+        let notice = Notice {
+            granted: &granted,
+            run_id,
+            call_id,
+        };
+        for to in self.told_of(&granted) {
+            send(
+                self.state,
+                &to,
+                &notice.subject(),
+                notice.text(),
+                notice.html(),
+            )
+            .await?;
+        }
+        Ok(store
+            .set_channel_ref(run_id, call_id, &sent_key, "sent")
+            .await?)
     }
 }

@@ -1,11 +1,12 @@
-//! What a request mail says, as plain text and as HTML (sent together as
+//! What a request mail says (and the short notice of a call a standing grant approved), as plain text and as HTML (sent together as
 //! `multipart/alternative`, so every client shows one of them): the action, why the policy
 //! holds it, the exact input, what the agent said and saw, who asked, the deadline, and one
 //! link per action. Everything the agent, a tool or a requester wrote is escaped in the HTML.
 
 use super::html::escape;
 use crate::channels::delivery::Ask;
-use countersign_model::run::{Action, HeldCall};
+use crate::channels::granted::Granted;
+use countersign_model::run::{Action, HeldCall, RunId};
 
 /// What a mail asks: the prefix of its subject (a reminder's), and whether the reader asked
 /// for the run themselves (then they may only reject).
@@ -101,6 +102,49 @@ impl Request<'_, '_> {
             body += &format!("<p>{}</p>", escape(OWN));
         }
         body + "</body></html>"
+    }
+}
+
+/// The notice that a standing grant approved a call nobody was asked about.
+pub(super) struct Notice<'a> {
+    pub(super) granted: &'a Granted,
+    pub(super) run_id: &'a RunId,
+    pub(super) call_id: &'a str,
+}
+
+impl Notice<'_> {
+    pub(super) fn subject(&self) -> String {
+        format!("{}: {}", self.granted.headline(), self.granted.summary)
+    }
+
+    fn lines(&self) -> [String; 2] {
+        let id = &self.granted.id;
+        [
+            format!(
+                "Nobody was asked: the standing grant {id} covers this call, so it ran (run {}, call {}).",
+                self.run_id, self.call_id
+            ),
+            format!(
+                "The grant's uses and terms: `countersign grants {id}`; it approves nothing more once revoked (`countersign revoke {id}`)."
+            ),
+        ]
+    }
+
+    pub(super) fn text(&self) -> String {
+        let [ran, grant] = self.lines();
+        format!("{}\n\n{ran}\n\n{grant}\n", self.subject())
+    }
+
+    pub(super) fn html(&self) -> String {
+        let [ran, grant] = self.lines();
+        format!(
+            "<!doctype html><html><head><meta charset=\"utf-8\"><title>{subject}</title></head>\
+             <body style=\"font-family: sans-serif; max-width: 40em; margin: auto; padding: 1em\">\
+             <h1 style=\"font-size: 1.3em\">{subject}</h1><p>{ran}</p><p>{grant}</p></body></html>",
+            subject = escape(&self.subject()),
+            ran = escape(&ran),
+            grant = escape(&grant),
+        )
     }
 }
 

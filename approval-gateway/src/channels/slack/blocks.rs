@@ -1,8 +1,9 @@
-//! Slack Block Kit for approval requests: the message with its buttons, the short message
-//! posted when Slack refuses the full one, the message once decided (buttons gone), the
-//! reject and edit modals, and the view that shows an edit's change before it is sent.
-//! Buttons and modals carry the run, call and digest the reviewer was shown, so the decision
-//! is bound to exactly that.
+//! Slack Block Kit for approval requests: the message with its buttons (and, where the policy
+//! allows standing grants, "Approve + allow similar" presets), the short message posted when
+//! Slack refuses the full one, the message once decided (buttons gone), the reject and edit
+//! modals, and the view that shows an edit's change before it is sent. Buttons and modals
+//! carry the run, call and digest the reviewer was shown, so the decision is bound to exactly
+//! that.
 //!
 //! Nothing the model, a tool or a requester wrote is markup. In `mrkdwn` text it is escaped
 //! (`&`, `<` and `>` are Slack's control characters), so `<!channel>`, `<@U…>` or
@@ -17,9 +18,12 @@
 //! accepts in one message. Texts are clipped by characters, never inside one, and clipped as
 //! they are escaped, so an escape is never cut in half.
 
+use countersign_model::agent::Span;
 use countersign_model::authority::{self, RunFacts};
+use countersign_model::condition;
 use countersign_model::edit::{self, FieldChange};
 use countersign_model::events::Evidence;
+use countersign_model::grant::{Grant, GrantLimits, GrantTerms};
 use countersign_model::run::{Action, HeldCall};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -34,6 +38,26 @@ pub(crate) struct Target {
     #[serde(rename = "d")]
     pub(crate) digest: String,
 }
+
+/// What an "Approve + allow similar" preset carries: the call, and the grant's number of uses
+/// and how long it lasts. Its condition is the one suggested for the call's input, worked out
+/// again from the call as held when the button is clicked (the digest binds it to the input
+/// shown). Buttons, not a menu: a menu option's value holds only 150 characters.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct GrantPreset {
+    #[serde(flatten)]
+    pub(crate) target: Target,
+    #[serde(rename = "u")]
+    pub(crate) max_uses: u32,
+    #[serde(rename = "e")]
+    pub(crate) expires_in: Span,
+}
+
+/// The presets offered, as (uses, span); each only where the tool's policy allows it.
+const PRESETS: [(u32, &str); 2] = [(10, "1h"), (50, "8h")];
+
+/// The block and the start of the action ids of the presets' buttons.
+pub(crate) const APPROVE_GRANT: &str = "approve_grant";
 
 /// An edit as the reviewer wrote it, carried by the view that shows its change until they
 /// confirm it.
@@ -59,7 +83,8 @@ const MAX_METADATA: usize = 3000;
 pub(crate) const MAX_EVIDENCE_SHOWN: usize = 8;
 
 // What each part of a request may take, in characters once escaped. Together (with the
-// labels, the context line and the buttons) they stay under ~9,000 characters of block text.
+// labels, the context line, the buttons and the grant presets' line) they stay under ~10,000
+// characters of block text.
 const SUMMARY_CHARS: usize = 1000;
 const REASON_CHARS: usize = 1000;
 const WORDS_CHARS: usize = 1500;
@@ -72,6 +97,8 @@ const EVIDENCE_BUDGET: usize = 4500;
 /// A tool result is shown only with at least this much of it.
 const EVIDENCE_MIN: usize = 200;
 const ARGUMENTS_CHARS: usize = 200;
+/// The condition a preset's grant would have, as shown beside the presets.
+const CONDITION_CHARS: usize = 300;
 /// The message's `text`: the notification and the fallback where blocks cannot show. Slack
 /// truncates `text` past 40,000 characters and asks for far less; a notification needs little.
 const FALLBACK_CHARS: usize = 300;
@@ -174,6 +201,8 @@ pub(crate) struct Request<'a> {
     pub(crate) call: &'a HeldCall,
     pub(crate) evidence: &'a [Evidence],
     pub(crate) target: &'a Target,
+    /// What the tool's policy allows of standing grants; None offers none.
+    pub(crate) grant_limits: Option<GrantLimits>,
 }
 
 /// The message's `text`, which Slack parses like any other.
@@ -205,7 +234,7 @@ pub(crate) fn request_message(r: &Request) -> Value {
             deadline(r.call),
         )}]}),
     );
-    blocks.push(buttons(r.target, r.call));
+    blocks.extend(decision_blocks(r.target, r.call, r.grant_limits));
     debug_assert!(blocks.len() <= MAX_BLOCKS);
     json!({"channel": r.channel, "text": fallback(&r.call.summary), "blocks": blocks})
 }
@@ -273,16 +302,102 @@ fn buttons(target: &Target, call: &HeldCall) -> Value {
     json!({"type": "actions", "block_id": "decision", "elements": elements})
 }
 
+/// The buttons, then, where the call can be approved and its tool's policy allows a preset
+/// grant, the "Approve + allow similar" presets with the condition their grant would have.
+fn decision_blocks(target: &Target, call: &HeldCall, limits: Option<GrantLimits>) -> Vec<Value> {
+    let mut blocks = vec![buttons(target, call)];
+    let run = RunFacts {
+        requested_by: None,
+        cancelling: false,
+    };
+    if !authority::offered(call, run).contains(&Action::Approve) {
+        return blocks;
+    }
+    let presets: Vec<Value> = presets(limits)
+        .into_iter()
+        .enumerate()
+        .map(|(i, (max_uses, expires_in))| {
+            let label = format!("{max_uses} more for {}", span_text(&expires_in));
+            let preset = GrantPreset {
+                target: target.clone(),
+                max_uses,
+                expires_in,
+            };
+            let value = serde_json::to_string(&preset).expect("presets serialize");
+            json!({"type": "button", "action_id": format!("{APPROVE_GRANT}_{i}"),
+                "text": {"type": "plain_text", "text": label}, "value": value})
+        })
+        .collect();
+    if presets.is_empty() {
+        return blocks;
+    }
+    blocks.push(
+        json!({"type": "context", "elements": [{"type": "mrkdwn", "text": format!(
+            "*Approve + allow similar:* approve this call, and let later `{}` calls where `{}` \
+             through without asking, as many and for as long as the button says.",
+            escaped(&call.tool, NAME_CHARS),
+            escaped(&condition::suggested(&call.input), CONDITION_CHARS),
+        )}]}),
+    );
+    blocks.push(json!({"type": "actions", "block_id": APPROVE_GRANT, "elements": presets}));
+    blocks
+}
+
+/// The presets `limits` allow (none without limits, or where grants are off).
+fn presets(limits: Option<GrantLimits>) -> Vec<(u32, Span)> {
+    let Some(limits) = limits else {
+        return Vec::new();
+    };
+    PRESETS
+        .iter()
+        .filter_map(|&(max_uses, span)| {
+            let expires_in: Span = span.parse().expect("the presets' spans parse");
+            let terms = GrantTerms {
+                condition: String::new(),
+                same_requester: false,
+                max_uses,
+                expires_in,
+            };
+            limits
+                .check(&terms)
+                .is_ok()
+                .then_some((terms.max_uses, terms.expires_in))
+        })
+        .collect()
+}
+
+/// A span as written (`1h`).
+fn span_text(span: &Span) -> String {
+    serde_json::to_value(span)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+/// What a standing grant an approval made lets through, for the decided message (markup: the
+/// condition is escaped).
+pub(crate) fn grant_made(grant: &Grant) -> String {
+    format!(
+        "Grant `{}` made: it approves up to {} more `{}` calls where `{}`, until {}.",
+        escape(&grant.id),
+        grant.max_uses,
+        escaped(&grant.tool, NAME_CHARS),
+        escaped(&grant.condition, CONDITION_CHARS),
+        slack_date(grant.expires_at),
+    )
+}
+
 /// What is posted when Slack refuses the full request (`why` is Slack's error): the summary,
 /// a line with the run id, and the same buttons.
 pub(crate) fn short_request_message(
     channel: &str,
     call: &HeldCall,
     target: &Target,
+    limits: Option<GrantLimits>,
     why: &str,
 ) -> Value {
     let summary = &call.summary;
-    let blocks = vec![
+    let mut blocks = vec![
         section("*Approval needed:* ", summary, SUMMARY_CHARS),
         mrkdwn_section(format!(
             "Slack would not show the whole request ({}). The run `{}` has everything: the \
@@ -290,17 +405,24 @@ pub(crate) fn short_request_message(
             escaped(why, NAME_CHARS),
             escape(&target.run_id),
         )),
-        buttons(target, call),
     ];
+    blocks.extend(decision_blocks(target, call, limits));
     json!({"channel": channel, "text": fallback(summary), "blocks": blocks})
 }
 
 /// The message once decided or expired: what was asked, the outcome (markup we wrote, with
 /// any names in it escaped), and no buttons.
 pub(crate) fn decided_message(channel: &str, ts: &str, summary: &str, outcome: &str) -> Value {
+    let mut message = ended_message(channel, summary, outcome);
+    message["ts"] = ts.into();
+    message
+}
+
+/// The same, posted as a new message: for a call nobody was asked about (a standing grant
+/// decided it), so there is no request to replace.
+pub(crate) fn ended_message(channel: &str, summary: &str, outcome: &str) -> Value {
     json!({
         "channel": channel,
-        "ts": ts,
         "text": format!("{}: {outcome}", escaped(summary, FALLBACK_CHARS)),
         "blocks": [
             section("*Approval request:* ", summary, SUMMARY_CHARS),
@@ -520,8 +642,17 @@ mod tests {
             call: &call,
             evidence: &evidence,
             target: &target,
+            grant_limits: Some(GrantLimits {
+                allowed: true,
+                max_uses: 100,
+                max_duration_secs: 86400,
+            }),
         });
         let blocks = message["blocks"].as_array().unwrap();
+        assert!(
+            blocks.iter().any(|b| b["block_id"] == APPROVE_GRANT),
+            "the presets are offered"
+        );
         assert!(blocks.len() <= MAX_BLOCKS);
         let mut texts = Vec::new();
         mrkdwn_texts(&message, &mut texts);
@@ -550,6 +681,50 @@ mod tests {
         assert!(shown >= 1);
         let more = format!("…and {} more: see the run `run_1`", 100 - shown);
         assert!(message.to_string().contains(&more), "{more}");
+    }
+
+    #[test]
+    fn only_the_presets_the_policy_allows_are_offered_and_none_where_approve_is_not() {
+        let call: HeldCall = serde_json::from_value(json!({
+            "call_id": "toolu_2", "tool": "issue_refund", "input": {"amount": 129},
+            "digest": "d", "summary": "s", "reason": "r",
+        }))
+        .unwrap();
+        let target = Target {
+            run_id: "run_1".into(),
+            call_id: "toolu_2".into(),
+            digest: "d".into(),
+        };
+        let limits = |allowed, max_uses, max_duration_secs| {
+            Some(GrantLimits {
+                allowed,
+                max_uses,
+                max_duration_secs,
+            })
+        };
+        let offered = |limits: Option<GrantLimits>| -> Vec<GrantPreset> {
+            decision_blocks(&target, &call, limits)
+                .iter()
+                .filter(|b| b["block_id"] == APPROVE_GRANT)
+                .flat_map(|b| b["elements"].as_array().unwrap().clone())
+                .map(|e| serde_json::from_str(e["value"].as_str().unwrap()).unwrap())
+                .collect()
+        };
+        let all = offered(limits(true, 100, 86400));
+        let terms: Vec<(u32, u64)> = all
+            .iter()
+            .map(|p| (p.max_uses, p.expires_in.duration.as_secs()))
+            .collect();
+        assert_eq!(terms, [(10, 3600), (50, 8 * 3600)]);
+        assert_eq!(all[0].target.digest, "d");
+        // 50 uses, or 8 hours, is more than this policy allows.
+        assert_eq!(offered(limits(true, 20, 86400)).len(), 1);
+        assert_eq!(offered(limits(true, 100, 7200)).len(), 1);
+        assert!(offered(limits(false, 100, 86400)).is_empty());
+        assert!(offered(None).is_empty());
+        let blocks = decision_blocks(&target, &call, limits(true, 100, 86400));
+        let shown = blocks[1].to_string();
+        assert!(shown.contains("input.amount &lt;= 129.0"), "{shown}");
     }
 
     #[test]

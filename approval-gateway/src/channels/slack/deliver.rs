@@ -1,6 +1,8 @@
 //! Posting to Slack. Each held call is posted as its own message, once (where it was posted
 //! is kept in the run's slot, so a redelivered request posts nothing twice); reminders and
-//! escalations are replies in its thread; how it ended replaces the message, buttons gone.
+//! escalations are replies in its thread; how it ended replaces the message, buttons gone
+//! (and says what standing grant an approval made). A call a standing grant decided was never
+//! posted, since nobody was asked: it is posted once, decided, naming the grant.
 //!
 //! Should Slack refuse a request's blocks, a short message (summary, run id, buttons) is
 //! posted instead, so the call can be decided from Slack all the same. A rate limit (HTTP
@@ -10,9 +12,11 @@
 use super::api::{self, SlackError};
 use super::blocks::{self, Request, Target};
 use crate::channels::delivery::{Ask, Deliver, DeliveryError, Ending};
+use crate::channels::granted::Granted;
 use crate::config::SlackConfig;
 use crate::state::AppState;
 use countersign_model::agent::Channel;
+use countersign_model::grant::{Grant, GrantLimits};
 use countersign_model::run::{Action, HeldCall, RunId};
 use serde_json::{Value, json};
 use tracing::warn;
@@ -73,7 +77,8 @@ impl<'a> Slack<'a> {
                 };
                 let (run_id, call_id) = (ask.run_id, &ask.call.call_id);
                 warn!(%run_id, call_id, error = %e, "Slack refused the request; posting it in short");
-                let short = blocks::short_request_message(self.name, ask.call, target, why);
+                let limits = self.grant_limits(ask.agent, ask.call);
+                let short = blocks::short_request_message(self.name, ask.call, target, limits, why);
                 Ok(self.call("chat.postMessage", &short).await?)
             }
         }
@@ -99,6 +104,13 @@ impl<'a> Slack<'a> {
         Ok(store
             .set_channel_ref(run_id, call_id, &self.channel, &reference)
             .await?)
+    }
+
+    /// What the policy of the call's tool allows of standing grants; None for a tool its
+    /// agent no longer has.
+    fn grant_limits(&self, agent: &str, call: &HeldCall) -> Option<GrantLimits> {
+        let agent = self.state.catalog.get(agent)?;
+        agent.tool(&call.tool).map(|t| t.grant_limits())
     }
 
     /// The escalation's reply, which mentions the people added: for configured Slack users,
@@ -149,6 +161,7 @@ impl Deliver for Slack<'_> {
             call,
             evidence: ask.evidence,
             target: &target,
+            grant_limits: self.grant_limits(ask.agent, call),
         });
         let answer = self.post_request(&message, ask, &target).await?;
         let reference = json!({
@@ -179,23 +192,65 @@ impl Deliver for Slack<'_> {
         Ok(())
     }
 
-    /// Rewrites the call's message to say how it ended, without buttons.
+    /// Rewrites the call's message to say how it ended, without buttons. A call decided under
+    /// a standing grant was never posted: it is posted now, already decided.
     async fn ended(
         &self,
         run_id: &RunId,
         call_id: &str,
         ending: Ending<'_>,
     ) -> Result<(), DeliveryError> {
+        let when = blocks::slack_date(chrono::Utc::now().timestamp_millis());
         let outcome = match ending {
-            Ending::Decided { action, by } => {
+            Ending::Decided {
+                under_grant: Some(id),
+                ..
+            } => {
+                let granted = Granted::load(self.state, run_id, call_id, id).await?;
+                let outcome = format!(
+                    "{} at {when}.",
+                    blocks::escaped(&granted.headline(), blocks::NAME_CHARS * 2)
+                );
+                // Posted once: where it went is kept like a request's, so a redelivery
+                // updates the message instead of posting another.
+                let store = &self.state.store;
+                if store
+                    .channel_ref(run_id, call_id, &self.channel)
+                    .await?
+                    .is_none()
+                {
+                    let message = blocks::ended_message(self.name, &granted.summary, &outcome);
+                    let answer = self.call("chat.postMessage", &message).await?;
+                    let reference = json!({
+                        "channel": answer["channel"], "ts": answer["ts"], "summary": granted.summary,
+                    });
+                    return Ok(store
+                        .set_channel_ref(run_id, call_id, &self.channel, &reference.to_string())
+                        .await?);
+                }
+                outcome
+            }
+            Ending::Decided { action, by, .. } => {
                 let verb = match action {
                     Action::Approve => "Approved",
                     Action::Edit => "Approved with edits",
                     Action::Reject => "Rejected",
                 };
-                let when = blocks::slack_date(chrono::Utc::now().timestamp_millis());
                 let by = blocks::escaped(by, blocks::NAME_CHARS);
-                format!("{verb} by {by} at {when}.")
+                let decided = format!("{verb} by {by} at {when}.");
+                // An approval may have made a standing grant (made before the approval was
+                // announced): the message says what it now lets through.
+                let made = match action {
+                    Action::Approve => {
+                        let id = Grant::id_for(run_id.as_str(), call_id);
+                        self.state.store.grant(&id).await?
+                    }
+                    _ => None,
+                };
+                match made {
+                    Some(grant) => format!("{decided} {}", blocks::grant_made(&grant)),
+                    None => decided,
+                }
             }
             Ending::Expired { deadline } => format!(
                 "Expired: nobody decided by {}, so it did not run.",

@@ -1,5 +1,7 @@
 //! `POST /slack/interactions`: button clicks and modal submissions from Slack. The signature
-//! is checked before anything in the body is read. Approve decides at once; Reject and Edit
+//! is checked before anything in the body is read. Approve decides at once, and so does an
+//! "Approve + allow similar" preset, whose approval carries a standing grant's terms (the
+//! condition suggested for the call's input, the preset's uses and span); Reject and Edit
 //! open a modal (within the trigger's three seconds), with errors shown in the modal. The
 //! reject modal's submission decides; the edit modal's, once the edit passes the checks the
 //! decision makes, pushes a view showing the change field by field, whose submission decides. A Slack user who is not a configured person is told so, privately.
@@ -20,6 +22,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 use countersign_model::authority::{self, Principal, Refused, RunFacts};
+use countersign_model::condition;
+use countersign_model::grant::GrantTerms;
 use countersign_model::run::Action;
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -111,16 +115,29 @@ async fn block_action(
     match action["action_id"].as_str() {
         Some("approve") => {
             let proposed = proposal(&target, Action::Approve, None, None, None);
-            let by = Decider {
-                principal: &principal,
-                role,
-                door: CHANNEL,
-                link: None,
-                grant: None,
-            };
-            if let Err(e) = decide::decide_one(state, &target.run_id, proposed, &by).await {
-                ephemeral(state, payload, &ApiError::from(e).message).await;
+            approve(state, payload, &target, proposed, &principal).await;
+        }
+        Some(id) if id.starts_with(blocks::APPROVE_GRANT) => {
+            let preset: blocks::GrantPreset = action["value"]
+                .as_str()
+                .and_then(|v| serde_json::from_str(v).ok())
+                .ok_or_else(|| ApiError::bad_request("the button carries no grant"))?;
+            let mut proposed = proposal(&target, Action::Approve, None, None, None);
+            // The grant covers calls like the one held; should it no longer be held, the
+            // approval alone is sent, and refused as Approve would be.
+            let run = state.run(&target.run_id).await?;
+            let held = run
+                .as_ref()
+                .and_then(|r| r.held_calls().find(|c| c.call_id == target.call_id));
+            if let Some(call) = held {
+                proposed.grant = Some(GrantTerms {
+                    condition: condition::suggested(&call.input),
+                    same_requester: false,
+                    max_uses: preset.max_uses,
+                    expires_in: preset.expires_in,
+                });
             }
+            approve(state, payload, &target, proposed, &principal).await;
         }
         Some("reject") => {
             let view = blocks::reject_modal(trigger, &target);
@@ -138,6 +155,27 @@ async fn block_action(
         _ => {}
     }
     Ok(StatusCode::OK.into_response())
+}
+
+/// Approves the call as `principal` (with the grant `proposed` may carry); a refusal is told
+/// to the person who clicked, in the words the API would use.
+async fn approve(
+    state: &AppState,
+    payload: &Value,
+    target: &Target,
+    proposed: Proposed,
+    principal: &str,
+) {
+    let by = Decider {
+        principal,
+        role: state.person_role(principal),
+        door: CHANNEL,
+        link: None,
+        grant: None,
+    };
+    if let Err(e) = decide::decide_one(state, &target.run_id, proposed, &by).await {
+        ephemeral(state, payload, &ApiError::from(e).message).await;
+    }
 }
 
 /// A modal was submitted: decide, or answer with errors shown under the modal's inputs. A

@@ -1,0 +1,223 @@
+//! Standing grants: `countersign grant RUN CALL --digest D --when CEL --uses N --for SPAN`
+//! approves the call and lets a grant approve later calls like it (`POST /v1/grants`);
+//! `grants` lists them, `grants ID` shows one with the calls it approved, and `revoke ID`
+//! ends one. The condition is compiled here first, so a typo is a usage error and nothing is
+//! sent; whether it covers the call, and what the policy allows, the gateway decides.
+
+use super::decide::digest;
+use crate::args::{GrantArgs, GrantsArgs};
+use crate::client::Gateway;
+use crate::error::CliError;
+use crate::render::{Table, clip, fields, indent, moment, print_json, time_left};
+use crate::view::{GrantView, read};
+use countersign_model::condition::Condition;
+use countersign_model::grant::{Grant, GrantStatus};
+use serde_json::{Value, json};
+
+pub async fn grant(gateway: &Gateway, args: GrantArgs, json: bool) -> Result<(), CliError> {
+    let condition =
+        Condition::compile(&args.condition).map_err(|e| CliError::Usage(format!("--when: {e}")))?;
+    let shown = &args.call.shown;
+    let mut body = json!({
+        "run_id": shown.run, "call_id": shown.call, "digest": digest(&args.call)?,
+        "condition": condition.source(), "max_uses": args.uses,
+        "expires_in": args.expires_in, "same_requester": args.same_requester,
+    });
+    if let Some(by) = &args.call.decided_by {
+        body["decided_by"] = by.clone().into();
+    }
+    let answer = gateway.post(gateway.url(&["v1", "grants"]), &body).await?;
+    if json {
+        print_json(&answer);
+        return Ok(());
+    }
+    let by = answer["decided_by"].as_str().unwrap_or_default();
+    match answer.get("grant") {
+        Some(made) => {
+            let made: GrantView = read(made.clone())?;
+            println!(
+                "{by} approved call {} and made grant {}:",
+                shown.call, made.grant.id
+            );
+            print!("{}", indent(&terms(&made.grant)));
+        }
+        None if answer.get("quorum").is_some() => println!(
+            "{by}'s approval of call {} is counted: {} of {} needed; the grant is made once \
+             they all approve it with the same terms",
+            shown.call, answer["approvals"], answer["quorum"]
+        ),
+        None => println!("{}", answer["message"].as_str().unwrap_or_default()),
+    }
+    if answer["resumes"] == true {
+        println!(
+            "Every call of the turn is decided: run {} resumes.",
+            shown.run
+        );
+    }
+    Ok(())
+}
+
+pub async fn list(gateway: &Gateway, args: GrantsArgs, json: bool) -> Result<(), CliError> {
+    if let Some(id) = &args.grant {
+        return show(gateway, id, json).await;
+    }
+    let mut url = gateway.url(&["v1", "grants"]);
+    if args.active {
+        url.query_pairs_mut().append_pair("status", "active");
+    }
+    for (name, value) in [("agent", &args.agent), ("tool", &args.tool)] {
+        if let Some(value) = value {
+            url.query_pairs_mut().append_pair(name, value);
+        }
+    }
+    let answer = gateway.get(url).await?;
+    if json {
+        print_json(&answer);
+        return Ok(());
+    }
+    let grants: Vec<GrantView> = read(answer["grants"].clone())?;
+    let mut table = Table::new(&[
+        "GRANT",
+        "STATUS",
+        "USES",
+        "EXPIRES",
+        "TOOL",
+        "MADE BY",
+        "CONDITION",
+    ]);
+    for view in grants {
+        let g = &view.grant;
+        table.row(vec![
+            g.id.clone(),
+            status(view.status).to_string(),
+            format!("{}/{}", g.uses, g.max_uses),
+            expiry(g.expires_at, view.status),
+            format!("{}/{}", g.agent, g.tool),
+            g.granted_by.join(", "),
+            clip(&g.condition, 60),
+        ]);
+    }
+    if table.is_empty() {
+        println!("No standing grants.");
+    } else {
+        print!("{table}");
+    }
+    Ok(())
+}
+
+/// One grant, its terms and the calls it approved.
+async fn show(gateway: &Gateway, id: &str, json: bool) -> Result<(), CliError> {
+    let answer = gateway.get(gateway.url(&["v1", "grants", id])).await?;
+    if json {
+        print_json(&answer);
+        return Ok(());
+    }
+    let view: GrantView = read(answer)?;
+    let g = &view.grant;
+    let revoked = g.revoked.as_ref().map_or_else(String::new, |r| {
+        let why = r
+            .reason
+            .as_deref()
+            .map(|r| format!(": {r}"))
+            .unwrap_or_default();
+        format!("by {} at {}{why}", r.by, moment(r.at))
+    });
+    print!(
+        "{}",
+        fields(&[
+            ("grant", g.id.clone()),
+            ("status", status(view.status).to_string()),
+            (
+                "made on",
+                format!("run {}, call {} ({})", g.run_id, g.call_id, g.channel)
+            ),
+            ("made at", moment(g.created_at)),
+            ("revoked", revoked),
+        ])
+    );
+    print!("{}", terms(g));
+    if view.used_by.is_empty() {
+        println!("\nIt has approved no call yet.");
+    } else {
+        let mut table = Table::new(&["APPROVED AT", "RUN", "CALL"]);
+        for used in &view.used_by {
+            table.row(vec![
+                moment(used.at),
+                used.run_id.clone(),
+                used.call_id.clone(),
+            ]);
+        }
+        print!("\nThe calls it approved:\n{table}");
+    }
+    Ok(())
+}
+
+pub async fn revoke(
+    gateway: &Gateway,
+    id: &str,
+    reason: Option<String>,
+    revoked_by: Option<String>,
+    json: bool,
+) -> Result<(), CliError> {
+    let mut body = json!({});
+    if let Some(reason) = reason {
+        body["reason"] = reason.into();
+    }
+    if let Some(by) = revoked_by {
+        body["revoked_by"] = by.into();
+    }
+    let url = gateway.url(&["v1", "grants", id, "revoke"]);
+    let answer: Value = gateway.post(url, &body).await?;
+    if json {
+        print_json(&answer);
+        return Ok(());
+    }
+    let view: GrantView = read(answer)?;
+    let g = &view.grant;
+    let by = g.revoked.as_ref().map_or("", |r| r.by.as_str());
+    println!(
+        "grant {} is revoked (by {by}): it approved {} of {} calls and approves no more",
+        g.id, g.uses, g.max_uses
+    );
+    Ok(())
+}
+
+/// What a grant approves, one term a line.
+fn terms(g: &Grant) -> String {
+    fields(&[
+        (
+            "covers",
+            format!("{} calls of {} where {}", g.agent, g.tool, g.condition),
+        ),
+        (
+            "requester",
+            g.requester
+                .as_ref()
+                .map(|r| format!("only runs of {r}"))
+                .unwrap_or_default(),
+        ),
+        ("uses", format!("{} of {}", g.uses, g.max_uses)),
+        (
+            "expires",
+            format!("{} ({})", moment(g.expires_at), time_left(g.expires_at)),
+        ),
+        ("made by", g.granted_by.join(", ")),
+    ])
+}
+
+fn status(status: GrantStatus) -> &'static str {
+    match status {
+        GrantStatus::Active => "active",
+        GrantStatus::UsedUp => "used up",
+        GrantStatus::Expired => "expired",
+        GrantStatus::Revoked => "revoked",
+    }
+}
+
+/// When an active grant ends, as time left; when an ended one was to end, as a moment.
+fn expiry(expires_at: i64, status: GrantStatus) -> String {
+    match status {
+        GrantStatus::Active => time_left(expires_at),
+        _ => moment(expires_at),
+    }
+}
