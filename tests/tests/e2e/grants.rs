@@ -498,3 +498,22 @@ async fn a_grant_does_not_decide_what_its_maker_may_not() {
     assert_eq!(state["uses"], 0, "{state}");
     assert_eq!(state["used_by"], json!([]), "{state}");
 }
+
+/// A grant's record outlives its expiry by the seven days it stays listed, and no longer.
+#[tokio::test]
+async fn an_ended_grant_is_kept_seven_days_to_be_listed() {
+    let app = TestApp::spawn(refund_asked).await;
+    let first = start(&app, 30, "A-1", None).await;
+    let (_, made) = grant(&app, REVIEWER_KEY, &first, terms(5)).await;
+    let id = made["grant"]["id"].as_str().unwrap();
+    let expires_at = made["grant"]["expires_at"].as_i64().unwrap();
+    let names = countersign_runtime::names::Names::new(&app.namespace).unwrap();
+    let key = countersign_store::keys::Keys::of(&names).grant_key(id);
+    let mut redis = app.infra.redis().await;
+    let kept_until: i64 = redis::cmd("PEXPIRETIME")
+        .arg(&key)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(kept_until - expires_at, 7 * 86_400_000);
+}
