@@ -1,6 +1,5 @@
-//! Standing grants on the gateway. A grant is made from an approval that carries grant terms,
-//! once the decision script has recorded it (for a call that needs several approvals, once
-//! all of them carry the same terms); it is used for each later held call it covers, before
+//! Standing grants on the gateway, once made (see `decide/grant.rs`): each is used for each
+//! later held call it covers, before
 //! the call is shown to anyone: one use is counted on the grant (atomic with revocation, see
 //! `store/src/grants.rs`), then the call is decided through the decision script like any
 //! other, in the names of the grant's makers, each checked as if deciding it, with a receipt
@@ -11,8 +10,8 @@ use crate::decide::{self, DecideError, Decider, Proposed};
 use crate::state::AppState;
 use countersign_model::authority::{self, Principal};
 use countersign_model::condition::Condition;
-use countersign_model::grant::{Grant, GrantTerms, GrantUse, Revocation};
-use countersign_model::run::{Action, HeldCall, Run, RunId};
+use countersign_model::grant::{Grant, GrantUse, Held, Revocation};
+use countersign_model::run::{Action, HeldCall, RunId};
 use countersign_store::UseOutcome;
 use tracing::{info, warn};
 
@@ -76,67 +75,6 @@ pub(crate) fn may_revoke(state: &AppState, grant: &Grant, who: Principal<'_>) ->
     authority::may_revoke(who, grant, deciders.as_deref())
 }
 
-/// Makes the grant that the recorded approval of `call_id` carries with `terms`, or answers
-/// it if made before; None while a quorum is still short, or when its approvals did not all
-/// carry the same terms (then no grant is made: each approver agreed to something else).
-pub(crate) async fn made(
-    state: &AppState,
-    run: &Run,
-    call_id: &str,
-    terms: &GrantTerms,
-    door: &str,
-) -> Result<Option<Grant>, DecideError> {
-    let Some(held) = run.held_calls().find(|c| c.call_id == call_id) else {
-        return Ok(None);
-    };
-    let decisions = state.store.decisions(&run.run_id).await?;
-    let Some(decision) = decisions.get(call_id) else {
-        return Ok(None);
-    };
-    if decision.action != Action::Approve || decision.grant.as_ref() != Some(terms) {
-        return Ok(None);
-    }
-    let mut granted_by = if held.reviewers.quorum > 1 {
-        let votes = state.store.votes(&run.run_id, call_id).await?;
-        if votes.iter().any(|v| v.grant.as_ref() != Some(terms)) {
-            return Ok(None);
-        }
-        votes.into_iter().map(|v| v.decided_by).collect()
-    } else {
-        vec![decision.decided_by.clone()]
-    };
-    granted_by.sort();
-    let grant = Grant {
-        id: Grant::id_for(run.run_id.as_str(), call_id),
-        agent: run.agent.clone(),
-        tool: held.tool.clone(),
-        policy_version: held.policy_version.clone(),
-        condition: terms.condition.trim().to_string(),
-        requester: match terms.same_requester {
-            true => run.requested_by.clone(),
-            false => None,
-        },
-        max_uses: terms.max_uses,
-        granted_by,
-        channel: door.to_string(),
-        run_id: run.run_id.to_string(),
-        call_id: call_id.to_string(),
-        created_at: 0,
-        expires_at: 0,
-        uses: 0,
-        revoked: None,
-    };
-    let (grant, created) = state
-        .store
-        .create_grant(&grant, terms.expires_in.duration)
-        .await?;
-    if created {
-        state.metrics.grant("made");
-        info!(grant = %grant.id, tool = %grant.tool, by = ?grant.granted_by, "standing grant made");
-    }
-    Ok(Some(grant))
-}
-
 /// Decides under a standing grant each of `calls` (held in `run_id`, a run of `agent`
 /// requested by `requested_by`) that one covers; the ids of the calls so decided. An error
 /// leaves the rest for a later attempt: what was counted and decided is found again then.
@@ -151,8 +89,14 @@ pub(crate) async fn apply(
     for call in calls {
         let grants = state.store.grants_for(agent, &call.tool).await?;
         let covering = grants.into_iter().filter(|g| {
-            g.is_for(agent, run_id.as_str(), call, requested_by)
-                && Condition::compile(&g.condition).is_ok_and(|c| c.matches(&call.input))
+            g.is_for(&Held {
+                agent,
+                run_id: run_id.as_str(),
+                requester: requested_by,
+                call_id: &call.call_id,
+                tool: &call.tool,
+                policy_version: &call.policy_version,
+            }) && Condition::compile(&g.condition).is_ok_and(|c| c.matches(&call.input))
         });
         for grant in covering {
             if decide_under(state, run_id, call, &grant).await? {

@@ -4,7 +4,6 @@
 //! check receipts with are served at `GET /.well-known/jwks.json`.
 
 use crate::config::{Config, ReceiptsConfig};
-use crate::decide::action_name;
 use anyhow::Context;
 use countersign_model::agent::ToolDef;
 use countersign_model::run::{Action, HeldCall, Run};
@@ -122,7 +121,7 @@ impl Receipts {
             call_id: call.call_id.clone(),
             tool: call.tool.clone(),
             input_digest: input_digest(input),
-            action: action_name(action).into(),
+            action: action.as_str().into(),
             decided_by: decided_by.names,
             policy_version: call.policy_version.clone(),
             grant: decided_by.grant.map(str::to_string),

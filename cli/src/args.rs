@@ -2,7 +2,7 @@
 //! is in `commands/`.
 
 use clap::{Args, Parser, Subcommand};
-use countersign_model::agent::Span;
+use countersign_model::span::Span;
 use std::path::PathBuf;
 
 #[derive(Parser)]

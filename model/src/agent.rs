@@ -6,6 +6,7 @@ use crate::digest::{canonical_json, sha256_hex};
 use crate::edit;
 use crate::input_problem::InputProblem;
 use crate::mcp::{self, McpServerDef, McpTool};
+use crate::span::Span;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -339,63 +340,12 @@ fn default_grant_max_uses() -> u32 {
 /// How long a grant may last when the policy does not say.
 const DEFAULT_GRANT_MAX_SECS: u64 = 86400;
 
-/// A span of time written `90s`, `30m`, `24h` or `7d`, parsed once, when the agent is loaded
-/// (a bad one refuses the file); it is written back as it was given.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Span {
-    text: String,
-    pub duration: std::time::Duration,
-}
-
-impl Serialize for Span {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(&self.text)
-    }
-}
-
-impl<'de> Deserialize<'de> for Span {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        String::deserialize(deserializer)?
-            .parse()
-            .map_err(serde::de::Error::custom)
-    }
-}
-
-impl std::str::FromStr for Span {
-    type Err = String;
-
-    fn from_str(text: &str) -> Result<Self, String> {
-        let duration = parse_duration(text)
-            .ok_or_else(|| format!("{text:?} is not like 90s, 30m, 24h or 7d"))?;
-        Ok(Self {
-            text: text.to_string(),
-            duration,
-        })
-    }
-}
-
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OnExpiry {
     #[default]
     Reject,
     Escalate,
-}
-
-/// Parses `90s`, `30m`, `24h` or `7d`.
-fn parse_duration(text: &str) -> Option<std::time::Duration> {
-    let text = text.trim();
-    let split = text.find(|c: char| !c.is_ascii_digit())?;
-    let (number, unit) = text.split_at(split);
-    let n: u64 = number.parse().ok()?;
-    let secs = match unit {
-        "s" => n,
-        "m" => n * 60,
-        "h" => n * 3600,
-        "d" => n * 86400,
-        _ => return None,
-    };
-    (secs > 0).then(|| std::time::Duration::from_secs(secs))
 }
 
 fn always() -> String {
@@ -863,24 +813,6 @@ channels = ["slack:#refunds", "webhook:ops"]
             .validate_input("issue_refund", &serde_json::json!({"amount": "lots"}))
             .unwrap_err();
         assert_eq!(errors, ["amount: must be a number"]);
-    }
-
-    #[test]
-    fn durations_read_like_people_write_them() {
-        assert_eq!(
-            parse_duration("90s"),
-            Some(std::time::Duration::from_secs(90))
-        );
-        assert_eq!(
-            parse_duration("24h"),
-            Some(std::time::Duration::from_secs(86400))
-        );
-        assert_eq!(
-            parse_duration("7d"),
-            Some(std::time::Duration::from_secs(604800))
-        );
-        assert_eq!(parse_duration("0s"), None);
-        assert_eq!(parse_duration("10 years"), None);
     }
 
     #[test]

@@ -5,8 +5,7 @@
 //! approving a held call with [`GrantTerms`], by everyone that call's approval needs, and each
 //! later call it covers is decided by the decision script in their names, `under grant`.
 
-use crate::agent::Span;
-use crate::run::HeldCall;
+use crate::span::Span;
 use serde::{Deserialize, Serialize};
 
 /// The longest a grant may last, whatever the policy says.
@@ -114,25 +113,32 @@ impl Grant {
         format!("{}, under grant {}", self.granted_by.join(", "), self.id)
     }
 
-    /// Whether the grant is about `call`, held in run `run_id` of `agent` requested by
-    /// `requester` (its condition and its uses are checked apart: see [`crate::condition`]
-    /// and the store). Never about the call it was made on, which its making decided.
-    pub fn is_for(
-        &self,
-        agent: &str,
-        run_id: &str,
-        call: &HeldCall,
-        requester: Option<&str>,
-    ) -> bool {
-        (self.run_id != run_id || self.call_id != call.call_id)
-            && self.agent == agent
-            && self.tool == call.tool
-            && self.policy_version == call.policy_version
+    /// Whether the grant is about `held` (its condition and its uses are checked apart: see
+    /// [`crate::condition`] and the store). Never about the call it was made on, which its
+    /// making decided.
+    pub fn is_for(&self, held: &Held<'_>) -> bool {
+        (self.run_id != held.run_id || self.call_id != held.call_id)
+            && self.agent == held.agent
+            && self.tool == held.tool
+            && self.policy_version == held.policy_version
             && self
                 .requester
                 .as_deref()
-                .is_none_or(|r| Some(r) == requester)
+                .is_none_or(|r| Some(r) == held.requester)
     }
+}
+
+/// A held call as a grant is matched against it.
+#[derive(Clone, Copy, Debug)]
+pub struct Held<'a> {
+    pub agent: &'a str,
+    pub run_id: &'a str,
+    /// Who requested the run.
+    pub requester: Option<&'a str>,
+    pub call_id: &'a str,
+    pub tool: &'a str,
+    /// The tool's policy version the call was held under.
+    pub policy_version: &'a str,
 }
 
 /// What a policy allows of grants on one tool.
@@ -168,7 +174,6 @@ impl GrantLimits {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::Reviewers;
     use serde_json::json;
 
     fn grant(requester: Option<&str>) -> Grant {
@@ -191,55 +196,53 @@ mod tests {
         }
     }
 
-    fn held(tool: &str, policy_version: &str) -> HeldCall {
-        HeldCall {
-            call_id: "c2".into(),
-            tool: tool.into(),
-            input: json!({}),
-            digest: String::new(),
-            policy_version: policy_version.into(),
-            summary: String::new(),
-            reason: String::new(),
-            reviewers: Reviewers::default(),
-            deciders: None,
-            deadline: None,
-            remind_at: None,
-            escalated: false,
-        }
-    }
+    const HELD: Held = Held {
+        agent: "refunds",
+        run_id: "run_2",
+        requester: Some("rick"),
+        call_id: "c2",
+        tool: "issue_refund",
+        policy_version: "v1",
+    };
 
     #[test]
     fn a_grant_is_for_its_agent_tool_policy_version_and_requester_only() {
         let open = grant(None);
-        assert!(open.is_for(
-            "refunds",
-            "run_2",
-            &held("issue_refund", "v1"),
-            Some("rick")
-        ));
-        assert!(!open.is_for("other", "run_2", &held("issue_refund", "v1"), None));
-        assert!(!open.is_for("refunds", "run_2", &held("cancel_order", "v1"), None));
+        assert!(open.is_for(&HELD));
+        assert!(!open.is_for(&Held {
+            agent: "other",
+            ..HELD
+        }));
+        assert!(!open.is_for(&Held {
+            tool: "cancel_order",
+            ..HELD
+        }));
         // A changed policy ends the grants made under the old one.
-        assert!(!open.is_for("refunds", "run_2", &held("issue_refund", "v2"), None));
+        assert!(!open.is_for(&Held {
+            policy_version: "v2",
+            ..HELD
+        }));
         let scoped = grant(Some("rick"));
-        assert!(scoped.is_for(
-            "refunds",
-            "run_2",
-            &held("issue_refund", "v1"),
-            Some("rick")
-        ));
-        assert!(!scoped.is_for(
-            "refunds",
-            "run_2",
-            &held("issue_refund", "v1"),
-            Some("carol")
-        ));
-        assert!(!scoped.is_for("refunds", "run_2", &held("issue_refund", "v1"), None));
+        assert!(scoped.is_for(&HELD));
+        assert!(!scoped.is_for(&Held {
+            requester: Some("carol"),
+            ..HELD
+        }));
+        assert!(!scoped.is_for(&Held {
+            requester: None,
+            ..HELD
+        }));
         // The call it was made on was decided by its making.
-        let mut origin = held("issue_refund", "v1");
-        origin.call_id = "c1".into();
-        assert!(!open.is_for("refunds", "run_1", &origin, None));
-        assert!(open.is_for("refunds", "run_2", &origin, None));
+        let origin = Held {
+            run_id: "run_1",
+            call_id: "c1",
+            ..HELD
+        };
+        assert!(!open.is_for(&origin));
+        assert!(open.is_for(&Held {
+            run_id: "run_2",
+            ..origin
+        }));
     }
 
     #[test]

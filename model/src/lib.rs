@@ -18,6 +18,7 @@ pub mod mcp_proxy;
 pub mod people;
 pub mod run;
 pub mod script;
+pub mod span;
 
 /// Milliseconds since the Unix epoch, the one clock every stored timestamp uses.
 pub fn now_ms() -> i64 {

@@ -460,6 +460,17 @@ pub enum Action {
     Reject,
 }
 
+impl Action {
+    /// The action as the API and receipts name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Approve => "approve",
+            Action::Edit => "edit",
+            Action::Reject => "reject",
+        }
+    }
+}
+
 /// A reviewer's decision on one call, as recorded (first per call wins).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Decision {

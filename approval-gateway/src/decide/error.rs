@@ -4,7 +4,7 @@
 
 use crate::time::rfc3339;
 use axum::http::StatusCode;
-use countersign_model::run::{Action, Decision};
+use countersign_model::run::Decision;
 use countersign_store::{Refusal, RefusalCode};
 
 #[derive(Debug, thiserror::Error)]
@@ -63,7 +63,7 @@ impl DecideError {
                 Ok(existing) => {
                     let message = format!(
                         "call {call:?} was already decided: {} by {} at {}",
-                        action_name(existing.action),
+                        existing.action.as_str(),
                         existing.decided_by,
                         rfc3339(existing.decided_at)
                     );
@@ -167,14 +167,5 @@ impl DecideError {
             message,
             recorded,
         }
-    }
-}
-
-/// An action as the API names it.
-pub(crate) fn action_name(action: Action) -> &'static str {
-    match action {
-        Action::Approve => "approve",
-        Action::Edit => "edit",
-        Action::Reject => "reject",
     }
 }

@@ -10,11 +10,12 @@
 
 mod batch;
 pub(crate) mod error;
+mod grant;
 mod input;
 mod proposal;
 
 pub(crate) use batch::{MAX_BATCH, RunDecided, decide_batch};
-pub(crate) use error::{DecideError, action_name};
+pub(crate) use error::DecideError;
 pub(crate) use input::{Decider, MAX_TEXT, Proposed};
 
 use crate::state::AppState;
@@ -69,7 +70,7 @@ pub(crate) async fn decide(
     let mut made = Ok(());
     for (call_id, terms) in grants {
         if let Some(call) = calls.iter_mut().find(|c| c.call_id == call_id) {
-            match crate::grants::made(state, &run, &call_id, &terms, by.door).await {
+            match grant::made(state, &run, &call_id, &terms, by.door).await {
                 Ok(grant) => call.grant = grant,
                 Err(e) => {
                     made = Err(e);

@@ -5,7 +5,7 @@
 //! ([`decide::decide_batch`]: each run by its own script step), as channel `web`; the answer
 //! is a page saying what became of each.
 
-use super::inbox::short_run_id;
+use super::layout::short_run_id;
 use super::layout::{Page, PageError};
 use super::queue::Filters;
 use super::request_view::{CallView, refusal_words};

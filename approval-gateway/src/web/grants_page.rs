@@ -8,7 +8,7 @@
 //! same-origin checks as every inbox form, and goes back to the page, which says so.
 
 use super::form_fields;
-use super::inbox::short_run_id;
+use super::layout::short_run_id;
 use super::layout::{Page, PageError};
 use super::session::Session;
 use crate::decide::MAX_TEXT;

@@ -17,7 +17,7 @@
 //! policy lets them approve their own request.
 
 use super::batch;
-use super::layout::{Page, PageError};
+use super::layout::{Page, PageError, short_run_id};
 use super::next::{self, Recorded};
 use super::queue::{Filters, Line, waiting};
 use super::request_view::SHORT_TIME_LEFT_MS;
@@ -72,15 +72,6 @@ fn key_values(input: &serde_json::Value) -> String {
         .take(4)
         .collect::<Vec<_>>()
         .join(" · ")
-}
-
-/// The end of a run id, enough to tell runs apart on a screen.
-pub(super) fn short_run_id(run_id: &str) -> &str {
-    run_id
-        .char_indices()
-        .rev()
-        .nth(5)
-        .map_or(run_id, |(at, _)| &run_id[at..])
 }
 
 /// The heading, with the count the tab's title repeats.

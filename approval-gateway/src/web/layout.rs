@@ -220,3 +220,12 @@ impl IntoResponse for PageError {
         message(self.0.status, title, &self.0.message)
     }
 }
+
+/// The end of a run id, enough to tell runs apart on a screen.
+pub(super) fn short_run_id(run_id: &str) -> &str {
+    run_id
+        .char_indices()
+        .rev()
+        .nth(5)
+        .map_or(run_id, |(at, _)| &run_id[at..])
+}

@@ -221,10 +221,7 @@ async fn submit(
     };
     let mut typed = crate::web::form_fields(&body);
     // The link grants one action, whatever the form says.
-    typed.insert(
-        "action".into(),
-        decide::action_name(grant.action).to_string(),
-    );
+    typed.insert("action".into(), grant.action.as_str().to_string());
     let again = |status, errors: FieldErrors| {
         let (state, grant, view, typed) = (&state, &grant, &view, &typed);
         async move { form_page(state, session, grant, view, status, typed, &errors).await }

@@ -18,13 +18,13 @@
 //! accepts in one message. Texts are clipped by characters, never inside one, and clipped as
 //! they are escaped, so an escape is never cut in half.
 
-use countersign_model::agent::Span;
 use countersign_model::authority::{self, RunFacts};
 use countersign_model::condition;
 use countersign_model::edit::{self, FieldChange};
 use countersign_model::events::Evidence;
 use countersign_model::grant::{Grant, GrantLimits, GrantTerms};
 use countersign_model::run::{Action, HeldCall};
+use countersign_model::span::Span;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
