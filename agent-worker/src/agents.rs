@@ -11,10 +11,14 @@ pub struct RunnableAgent {
     pub agent: Arc<Agent>,
     pub model: Model,
     pub policies: HashMap<String, Policy>,
+    /// The shadow policies of the tools that have one (`shadow` in their definition).
+    pub shadows: HashMap<String, Policy>,
     /// The process's sessions with MCP servers, for the agent's MCP tools.
     pub mcp: McpClients,
 }
 
+/// One version of every agent. A reload makes a new set; a drive keeps the set it started
+/// with, so one step of a run sees one version of its agent.
 #[derive(Default)]
 pub struct Agents {
     by_name: BTreeMap<String, RunnableAgent>,
@@ -22,20 +26,27 @@ pub struct Agents {
 
 impl Agents {
     /// Compiles every agent of the catalog; a policy that does not compile stops the worker
-    /// at start rather than at the first call. The agents call MCP servers through `mcp`, the
+    /// at start (or refuses a reload) rather than failing at the first call. The agents call MCP servers through `mcp`, the
     /// sessions their loading opened.
     pub fn compile(catalog: &Catalog, mcp: McpClients) -> anyhow::Result<Self> {
         let env = Arc::new(cel::Env::stdlib());
         let mut by_name = BTreeMap::new();
         for agent in catalog.iter() {
             let mut policies = HashMap::new();
+            let mut shadows = HashMap::new();
             for tool in &agent.def.tools {
-                policies.insert(tool.name.clone(), Policy::compile(env.clone(), tool)?);
+                let live = Policy::compile(env.clone(), &tool.name, &tool.approval)?;
+                policies.insert(tool.name.clone(), live);
+                if let Some(shadow) = &tool.shadow {
+                    let shadow = Policy::compile(env.clone(), &tool.name, shadow)?;
+                    shadows.insert(tool.name.clone(), shadow);
+                }
             }
             let runnable = RunnableAgent {
                 model: Model::for_agent(agent)?,
                 agent: agent.clone(),
                 policies,
+                shadows,
                 mcp: mcp.clone(),
             };
             by_name.insert(agent.def.name.clone(), runnable);
@@ -45,5 +56,9 @@ impl Agents {
 
     pub fn get(&self, name: &str) -> Option<&RunnableAgent> {
         self.by_name.get(name)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &RunnableAgent> {
+        self.by_name.values()
     }
 }

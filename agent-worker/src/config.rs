@@ -16,6 +16,10 @@ pub struct Config {
     /// Folder of agent definitions. Default `agents`.
     #[env("COUNTERSIGN_AGENTS_DIR")]
     pub agents_dir: PathBuf,
+    /// Milliseconds between looks at the agents' folder for a changed file, which is then
+    /// loaded without a restart (so is every file on `SIGHUP`). Default 2000.
+    #[env("COUNTERSIGN_AGENTS_RELOAD_MS")]
+    pub agents_reload_ms: u64,
     /// This worker's name in leases and logs. Default: host name and a random suffix, so a
     /// restarted worker never mistakes an old lease for its own.
     #[env("WORKER_ID")]
@@ -64,6 +68,7 @@ impl Default for Config {
         Self {
             connections: Connections::default(),
             agents_dir: "agents".into(),
+            agents_reload_ms: 2000,
             worker_id: String::new(),
             concurrency: 16,
             lease_secs: 30,

@@ -14,6 +14,7 @@ use agents::Agents;
 use config::Config;
 use countersign_model::agent::Catalog;
 use countersign_model::people::Directory;
+use countersign_runtime::agents::Watcher;
 use countersign_runtime::bus::{Bus, ConsumerSettings};
 use countersign_runtime::health::Consumers;
 use countersign_runtime::mcp::McpClients;
@@ -59,6 +60,48 @@ async fn sweep(engine: Arc<Engine>, interval: Duration, shutdown: CancellationTo
     }
 }
 
+/// Loads the agents again whenever their folder changes, until `shutdown`. A folder that does
+/// not load (a file that does not parse, a policy that does not compile, a role nobody holds)
+/// is refused with its error and the agents loaded before stay. After the start and each
+/// reload, the calls waiting under a policy that changed are checked again.
+async fn reload(
+    engine: Arc<Engine>,
+    mut watcher: Watcher,
+    mcp: McpClients,
+    people: Directory,
+    shutdown: CancellationToken,
+) {
+    loop {
+        match engine.recheck_waiting(&engine.agents()).await {
+            Ok(0) => {}
+            Ok(closed) => info!(
+                closed,
+                "calls waiting under a changed policy are checked again"
+            ),
+            Err(e) => warn!(error = %e, "could not check the calls waiting under a changed policy"),
+        }
+        let loaded = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            loaded = watcher.next() => loaded,
+        };
+        let compiled = loaded.map_err(anyhow::Error::from).and_then(|catalog| {
+            check_roles(&catalog, &people)?;
+            Agents::compile(&catalog, mcp.clone())
+        });
+        match compiled {
+            Ok(agents) => {
+                info!(agents = agents.iter().count(), "agents reloaded");
+                engine.replace_agents(agents);
+                engine.metrics().agent_reload("loaded");
+            }
+            Err(e) => {
+                warn!(error = %format!("{e:#}"), "the agents' folder changed but does not load; the agents loaded before stay");
+                engine.metrics().agent_reload("refused");
+            }
+        }
+    }
+}
+
 /// Refuses to start when a policy names a role nobody holds: its calls could never be
 /// decided by anyone, since roles are resolved to people when a call is held.
 fn check_roles(catalog: &Catalog, people: &Directory) -> anyhow::Result<()> {
@@ -89,9 +132,14 @@ pub async fn run(
     let names = Names::new(&config.connections.namespace)?;
     let mcp = McpClients::default();
     let catalog = countersign_runtime::agents::load_dir(&config.agents_dir, &mcp).await?;
-    let agents = Arc::new(Agents::compile(&catalog, mcp)?);
     let people = Directory::new(&config.people);
     check_roles(&catalog, &people)?;
+    let agents = Arc::new(Agents::compile(&catalog, mcp.clone())?);
+    let watcher = Watcher::new(
+        &config.agents_dir,
+        mcp.clone(),
+        Duration::from_millis(config.agents_reload_ms),
+    );
     let metrics = Metrics::default();
     let store = Store::connect_waiting(&config.connections, names.clone(), metrics.clone()).await?;
     let bus = Bus::connect(&config.connections, names.clone()).await?;
@@ -115,7 +163,7 @@ pub async fn run(
         store.clone(),
         bus.clone(),
         agents,
-        people,
+        people.clone(),
         EngineSettings {
             owner: config.worker_id.clone(),
             lease: config.lease(),
@@ -147,6 +195,13 @@ pub async fn run(
         Relay::new(store.clone(), bus.clone(), metrics)
             .run_sweeper(Service::Worker, shutdown.clone()),
     );
+    let reloader = tokio::spawn(reload(
+        engine.clone(),
+        watcher,
+        mcp,
+        people,
+        shutdown.clone(),
+    ));
     let sweeper = tokio::spawn(sweep(
         engine.clone(),
         Duration::from_millis(config.sweep_interval_ms),
@@ -154,6 +209,7 @@ pub async fn run(
     ));
     work.run(&shutdown).await;
     sweeper.await?;
+    reloader.await?;
     outbox.await?;
     probes.await??;
     served.stopped().await?;

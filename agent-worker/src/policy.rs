@@ -4,7 +4,7 @@
 //! doubt the call waits rather than runs.
 
 use cel::{Context, Env, Program, Value as Cel};
-use countersign_model::agent::{ApprovalDef, ApprovalMode, ToolDef};
+use countersign_model::agent::{ApprovalDef, ApprovalMode};
 use serde_json::Value;
 use std::sync::Arc;
 
@@ -39,14 +39,15 @@ pub struct PolicyError {
 }
 
 impl Policy {
-    pub fn compile(env: Arc<Env>, tool: &ToolDef) -> Result<Self, PolicyError> {
+    /// The policy `approval` of the tool `tool`.
+    pub fn compile(env: Arc<Env>, tool: &str, approval: &ApprovalDef) -> Result<Self, PolicyError> {
         let err = |what, source_text: &str, error: String| PolicyError {
-            tool: tool.name.clone(),
+            tool: tool.to_string(),
             what,
             source_text: source_text.to_string(),
             error,
         };
-        let (when, reason, summary) = match &tool.approval {
+        let (when, reason, summary) = match approval {
             ApprovalDef::Mode(ApprovalMode::Never) => (When::Never, None, None),
             ApprovalDef::Mode(ApprovalMode::Always) => (When::Always, None, None),
             ApprovalDef::Rule(rule) => {
@@ -72,7 +73,7 @@ impl Policy {
         };
         Ok(Self {
             env,
-            tool: tool.name.clone(),
+            tool: tool.to_string(),
             when,
             reason,
             summary,
@@ -192,6 +193,7 @@ fn display(value: &Cel) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use countersign_model::agent::ToolDef;
     use serde_json::json;
 
     fn refund_policy(when: &str) -> Policy {
@@ -208,7 +210,7 @@ summary = "Refund ${{{{ input.amount }}}} for order {{{{ input.order_id }}}}"
 "#
         ))
         .unwrap();
-        Policy::compile(Arc::new(Env::stdlib()), &tool).unwrap()
+        Policy::compile(Arc::new(Env::stdlib()), &tool.name, &tool.approval).unwrap()
     }
 
     #[test]

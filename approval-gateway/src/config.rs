@@ -32,6 +32,10 @@ pub struct Config {
     /// Folder of agent definitions (the same the workers load). Default `agents`.
     #[env("COUNTERSIGN_AGENTS_DIR")]
     pub agents_dir: PathBuf,
+    /// Milliseconds between looks at the agents' folder for a changed file, which is then
+    /// loaded without a restart (so is every file on `SIGHUP`). Default 2000.
+    #[env("COUNTERSIGN_AGENTS_RELOAD_MS")]
+    pub agents_reload_ms: u64,
     /// Who may call the API. Default none (every request is refused).
     #[env("COUNTERSIGN_API_KEYS", with = api_keys_from_env)]
     pub api_keys: Vec<ApiKey>,
@@ -103,6 +107,7 @@ impl Default for Config {
             metrics_listen: None,
             metrics_token: None,
             agents_dir: "agents".into(),
+            agents_reload_ms: 2000,
             api_keys: Vec::new(),
             people: Vec::new(),
             slack: None,

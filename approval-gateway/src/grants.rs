@@ -66,10 +66,9 @@ pub(crate) async fn revoke(
 /// Also who the inbox shows a grant to.
 pub(crate) fn may_revoke(state: &AppState, grant: &Grant, who: Principal<'_>) -> bool {
     let approvers = state
-        .catalog
+        .catalog()
         .get(&grant.agent)
-        .and_then(|a| a.tool(&grant.tool))
-        .map(|t| t.reviewers().approvers)
+        .and_then(|a| a.tool(&grant.tool).map(|t| t.reviewers().approvers))
         .unwrap_or_default();
     let deciders = state.people.resolve(&approvers);
     authority::may_revoke(who, grant, deciders.as_deref())

@@ -38,6 +38,7 @@ pub(crate) mod web;
 pub use channels::slack;
 
 use config::Config;
+use countersign_runtime::agents::Watcher;
 use countersign_runtime::bus::Bus;
 use countersign_runtime::mcp::McpClients;
 use countersign_runtime::metrics::Metrics;
@@ -47,6 +48,33 @@ use countersign_store::Store;
 use state::AppState;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+
+/// Loads the agents again whenever their folder changes, until `stop`; a folder that does
+/// not load (or names a channel that is not configured) is refused with its error, and the
+/// agents loaded before stay. The MCP endpoints of `mcp_client` agents are the ones found at
+/// start.
+async fn reload(state: AppState, mut watcher: Watcher, stop: CancellationToken) {
+    loop {
+        let loaded = tokio::select! {
+            _ = stop.cancelled() => return,
+            loaded = watcher.next() => loaded,
+        };
+        let checked = loaded
+            .map_err(anyhow::Error::from)
+            .and_then(|catalog| state.config.check_channels(&catalog).map(|()| catalog));
+        match checked {
+            Ok(catalog) => {
+                tracing::info!("agents reloaded");
+                state.replace_catalog(catalog);
+                state.metrics.agent_reload("loaded");
+            }
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "the agents' folder changed but does not load; the agents loaded before stay");
+                state.metrics.agent_reload("refused");
+            }
+        }
+    }
+}
 
 /// Serves the API on `listener` until `shutdown` is cancelled; in-flight requests finish, the
 /// deliveries in flight get a bounded time to, and the NATS connection is drained. Should the
@@ -63,6 +91,11 @@ pub async fn run(
     let metrics = Metrics::default();
     let store = Store::connect_waiting(&config.connections, names.clone(), metrics.clone()).await?;
     let bus = Bus::connect(&config.connections, names).await?;
+    let watcher = Watcher::new(
+        &config.agents_dir,
+        mcp,
+        std::time::Duration::from_millis(config.agents_reload_ms),
+    );
     let state = AppState::new(store, bus, catalog, config, metrics)?;
     // The gateway's own stop: a shutdown, or its deliveries failing, which stops it rather
     // than leave it answering while nobody is told.
@@ -83,6 +116,7 @@ pub async fn run(
             .clone()
             .run_sweeper(Service::Gateway, stop.clone()),
     );
+    let reloader = tokio::spawn(reload(state.clone(), watcher, stop.clone()));
     let mut served = Placed::new(
         state.metrics.clone(),
         state.config.metrics_listen.as_deref(),
@@ -97,6 +131,7 @@ pub async fn run(
     served.stopped().await?;
     deliveries.await??;
     outbox.await?;
+    reloader.await?;
     state.bus.client.drain().await?;
     tracing::info!("gateway stopped");
     Ok(())

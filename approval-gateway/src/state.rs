@@ -28,7 +28,8 @@ pub(crate) struct AppState {
     pub(crate) outbox: Relay,
     /// Whether the deliveries' work loop pulls from its consumers (a readiness check).
     pub(crate) consumers: Consumers,
-    pub(crate) catalog: Catalog,
+    /// The agents as last loaded (see [`AppState::catalog`]).
+    agents: Arc<std::sync::RwLock<Catalog>>,
     pub(crate) config: Arc<Config>,
     /// This gateway's figures, served at `GET /metrics`.
     pub(crate) metrics: Metrics,
@@ -66,7 +67,7 @@ impl AppState {
             consumers: Consumers::default(),
             store,
             bus,
-            catalog,
+            agents: Arc::new(std::sync::RwLock::new(catalog)),
             people: Arc::new(Directory::new(&config.people)),
             http: reqwest::Client::builder()
                 .redirect(reqwest::redirect::Policy::none())
@@ -74,6 +75,16 @@ impl AppState {
                 .expect("an HTTP client with default TLS"),
             config: Arc::new(config),
         })
+    }
+
+    /// The agents as last loaded: a request works with the version it read first.
+    pub(crate) fn catalog(&self) -> Catalog {
+        self.agents.read().expect("catalog lock").clone()
+    }
+
+    /// Puts reloaded agents in place for the requests that start from now.
+    pub(crate) fn replace_catalog(&self, catalog: Catalog) {
+        *self.agents.write().expect("catalog lock") = catalog;
     }
 
     /// The role a person decides with when a door names them (Slack, an email link, a

@@ -131,6 +131,8 @@ fn run_of(event: &Event) -> Option<&str> {
         | Event::ApprovalExpired { run_id, .. }
         | Event::ApprovalCancelled { run_id, .. }
         | Event::RunAttention { run_id, .. }
+        | Event::RunPolicyChanged { run_id, .. }
+        | Event::RunPolicyShadow { run_id, .. }
         | Event::RunCompleted { run_id, .. }
         | Event::RunFailed { run_id, .. }
         | Event::RunCancelled { run_id, .. } => Some(run_id.as_str()),
@@ -147,6 +149,8 @@ fn kind(event: &Event) -> &'static str {
         Event::ApprovalExpired { .. } => "approval.expired",
         Event::ApprovalCancelled { .. } => "approval.cancelled",
         Event::RunAttention { .. } => "run.attention",
+        Event::RunPolicyChanged { .. } => "run.policy_changed",
+        Event::RunPolicyShadow { .. } => "run.policy_shadow",
         Event::RunCompleted { .. } => "run.completed",
         Event::RunFailed { .. } => "run.failed",
         Event::RunCancelled { .. } => "run.cancelled",

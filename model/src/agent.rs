@@ -121,6 +121,7 @@ impl AgentDef {
                     mcp: Some(server.name.clone()),
                     discovered: Some(found.clone()),
                     approval: mcp::default_approval(server, found),
+                    shadow: None,
                     audience: None,
                     idempotent: mcp::default_idempotent(server, found),
                 });
@@ -235,6 +236,11 @@ pub struct ToolDef {
     /// is treated as risky.
     #[serde(default)]
     pub approval: ApprovalDef,
+    /// A candidate policy watched next to `approval` on real traffic: every call is sorted
+    /// by both, `approval` decides, and where they differ the difference is recorded. Not part
+    /// of the policy version: adding or changing it changes no call's terms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shadow: Option<ApprovalDef>,
     /// How the tool names itself in the receipts of its approved calls (their `aud`); the
     /// tool's name when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -270,6 +276,23 @@ pub enum ApprovalMode {
 pub enum ApprovalDef {
     Mode(ApprovalMode),
     Rule(Box<ApprovalRule>),
+}
+
+impl ApprovalDef {
+    /// Who may decide the calls it holds, how many must approve, and where to ask.
+    pub fn reviewers(&self) -> Reviewers {
+        match self {
+            ApprovalDef::Mode(_) => Reviewers::default(),
+            ApprovalDef::Rule(rule) => Reviewers {
+                approvers: rule.approvers.clone(),
+                quorum: rule.quorum,
+                channels: rule.channels.iter().map(Channel::to_string).collect(),
+                allow_self_approval: rule.allow_self_approval,
+                on_expiry: rule.on_expiry,
+                escalate_to: rule.escalate_to.clone(),
+            },
+        }
+    }
 }
 
 impl Default for ApprovalDef {
@@ -503,17 +526,7 @@ impl ToolDef {
     }
 
     pub fn reviewers(&self) -> Reviewers {
-        match &self.approval {
-            ApprovalDef::Mode(_) => Reviewers::default(),
-            ApprovalDef::Rule(rule) => Reviewers {
-                approvers: rule.approvers.clone(),
-                quorum: rule.quorum,
-                channels: rule.channels.iter().map(Channel::to_string).collect(),
-                allow_self_approval: rule.allow_self_approval,
-                on_expiry: rule.on_expiry,
-                escalate_to: rule.escalate_to.clone(),
-            },
-        }
+        self.approval.reviewers()
     }
 
     /// What the policy allows of standing grants on this tool's calls.
@@ -550,7 +563,12 @@ impl ToolDef {
             return Err("on_expiry = \"escalate\" needs escalate_to".into());
         }
         let r = self.reviewers();
-        if r.quorum == 0 {
+        if r.quorum == 0
+            || self
+                .shadow
+                .as_ref()
+                .is_some_and(|s| s.reviewers().quorum == 0)
+        {
             return Err("quorum must be at least 1".into());
         }
         if r.approvers
@@ -736,8 +754,9 @@ impl Catalog {
         })
     }
 
-    pub fn get(&self, name: &str) -> Option<&Arc<Agent>> {
-        self.agents.get(name)
+    /// The agent of this name, kept alive by the caller even if the catalog is replaced.
+    pub fn get(&self, name: &str) -> Option<Arc<Agent>> {
+        self.agents.get(name).cloned()
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &Arc<Agent>> {

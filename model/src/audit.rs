@@ -29,6 +29,12 @@ pub enum AuditKind {
     Escalated,
     /// A held call's approvers were reminded.
     Reminded,
+    /// A call held or decided under a policy that has changed since was checked again
+    /// (`detail.outcome`: `released`, `reheld`, `refused` or `superseded`).
+    PolicyChanged,
+    /// A tool's shadow policy sorted a call differently from its live one (`detail`: the
+    /// outcome, what each did).
+    PolicyShadow,
     /// Someone asked to cancel the run.
     CancelRequested,
     Completed,

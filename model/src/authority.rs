@@ -184,6 +184,7 @@ mod tests {
             deadline: None,
             remind_at: None,
             escalated: false,
+            recheck: None,
         }
     }
 

@@ -77,6 +77,10 @@ pub enum Event {
         /// it before).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         under_grant: Option<String>,
+        /// Closed undecided because its policy changed while it waited; its run is checked
+        /// again under the policy now (a call held again is announced anew).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        superseded: bool,
     },
     /// A held call still waits: a reminder before its deadline, or (`escalated`) its deadline
     /// passed and more approvers are asked, with a later deadline.
@@ -113,6 +117,40 @@ pub enum Event {
         #[serde(default)]
         input: Value,
         reason: String,
+    },
+    /// A call held or decided under a policy that changed since was checked again under the
+    /// new one: `released` (it runs), `reheld` (asked again as `new_call_id`), `refused` (its
+    /// tool is gone or its input no longer fits; the model is told) or `superseded` (a waiting
+    /// call closed so that its run is checked again).
+    #[serde(rename = "run.policy_changed")]
+    RunPolicyChanged {
+        run_id: RunId,
+        call_id: String,
+        tool: String,
+        outcome: String,
+        /// The policy version the call was held under, and the version now (empty when the
+        /// tool is gone).
+        from_version: String,
+        to_version: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        new_call_id: Option<String>,
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        detail: String,
+        /// The channels the call was sent to, which should show what became of it.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        channels: Vec<String>,
+    },
+    /// A tool's shadow policy sorted a call differently from the live one, which decided:
+    /// `would_hold`, `would_release` or `other_reviewers`; `live` and `shadow` say what each
+    /// did (`{"gate": "run"}`, or `{"gate": "hold", "approvers", "quorum"}`).
+    #[serde(rename = "run.policy_shadow")]
+    RunPolicyShadow {
+        run_id: RunId,
+        call_id: String,
+        tool: String,
+        outcome: String,
+        live: Value,
+        shadow: Value,
     },
     /// A held call was closed undecided because its run was cancelled.
     #[serde(rename = "approval.cancelled")]

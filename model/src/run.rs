@@ -256,6 +256,39 @@ pub struct HeldCall {
     /// Whether its deadline has already escalated it (it escalates once).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub escalated: bool,
+    /// Set when the call is asked about again because its tool's policy changed after it was
+    /// held: what it replaces, so reviewers see what changed and what was decided before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recheck: Option<Recheck>,
+}
+
+/// What a call held again after a policy change replaces.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Recheck {
+    /// The call as it was held before, under its own id.
+    pub call_id: String,
+    pub digest: String,
+    /// The policy version it was held under (this call's `policy_version` is the new one).
+    pub policy_version: String,
+    /// The decision made on it under the old policy; none if it was still waiting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<Decision>,
+}
+
+impl TurnCall {
+    /// The id a call gets when it is held again: `.r2`, `.r3`… after the first id, so it is
+    /// decided, timed and executed apart from the call it replaces, and still answers the
+    /// model's own id.
+    pub fn held_again(&mut self) {
+        let again = self
+            .call_id
+            .rsplit_once(".r")
+            .and_then(|(base, n)| Some((base.to_string(), n.parse::<u32>().ok()? + 1)));
+        let (base, n) = again.unwrap_or_else(|| (self.call_id.clone(), 2));
+        let next = format!("{base}.r{n}");
+        self.model_call_id = Some(self.model_id().to_string());
+        self.call_id = next;
+    }
 }
 
 impl HeldCall {
@@ -495,6 +528,11 @@ pub struct Decision {
     /// Recorded by the deadline, not by a person: a refusal the model is told is an expiry.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub expired: bool,
+    /// Recorded by a change of the call's policy while it waited, not by a person: the call
+    /// was closed undecided and is checked again under the policy now (it may run, be held
+    /// again as a new call, or be refused); never an approval.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub superseded: bool,
     /// The countersignature receipt (a JWT the gateway signed) the call carries to its tool,
     /// for a decision that lets it run; stored with the decision by the decision script.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -531,6 +569,38 @@ mod tests {
         assert!(RunId::parse("a.b").is_none());
         assert!(RunId::parse("a*").is_none());
         assert!(RunId::parse("").is_none());
+    }
+
+    #[test]
+    fn a_call_held_again_gets_the_next_id_and_keeps_the_models() {
+        let mut call = TurnCall {
+            call_id: "toolu_1".into(),
+            model_call_id: None,
+            tool: "issue_refund".into(),
+            input: serde_json::json!({}),
+            result: None,
+            held: None,
+        };
+        call.held_again();
+        assert_eq!(
+            (call.call_id.as_str(), call.model_id()),
+            ("toolu_1.r2", "toolu_1")
+        );
+        call.held_again();
+        assert_eq!(
+            (call.call_id.as_str(), call.model_id()),
+            ("toolu_1.r3", "toolu_1")
+        );
+        let mut placed = TurnCall {
+            call_id: "t2.1".into(),
+            model_call_id: Some("same id twice".into()),
+            ..call
+        };
+        placed.held_again();
+        assert_eq!(
+            (placed.call_id.as_str(), placed.model_id()),
+            ("t2.1.r2", "same id twice")
+        );
     }
 
     #[test]

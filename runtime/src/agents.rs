@@ -75,3 +75,84 @@ async fn discover(
         }
     }
 }
+
+/// Notices a changed agents' folder: any of its `*.toml` files (agents and scripts) added,
+/// removed or edited, checked every `interval`, or a `SIGHUP` (which also asks the MCP
+/// servers for their tools again). Each change is loaded whole; a folder that does not load
+/// is answered with its error, and the service keeps what it had.
+pub struct Watcher {
+    dir: PathBuf,
+    mcp: McpClients,
+    interval: Duration,
+    seen: String,
+    hangup: Option<tokio::signal::unix::Signal>,
+}
+
+impl Watcher {
+    /// Watches `dir`, whose present contents are what the service loaded.
+    pub fn new(dir: &Path, mcp: McpClients, interval: Duration) -> Self {
+        let hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+            .map_err(|e| tracing::warn!(error = %e, "cannot listen for SIGHUP"))
+            .ok();
+        Self {
+            seen: fingerprint(dir),
+            dir: dir.to_path_buf(),
+            mcp,
+            interval,
+            hangup,
+        }
+    }
+
+    /// Waits for the next change and loads the folder.
+    pub async fn next(&mut self) -> Result<Catalog, AgentError> {
+        let mut tick = tokio::time::interval(self.interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let hangup = async {
+                match &mut self.hangup {
+                    Some(signal) => signal.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = hangup => {
+                    tracing::info!("SIGHUP: loading the agents again");
+                    self.seen = fingerprint(&self.dir);
+                    break;
+                }
+                _ = tick.tick() => {
+                    let now = fingerprint(&self.dir);
+                    if now != self.seen {
+                        self.seen = now;
+                        break;
+                    }
+                }
+            }
+        }
+        load_dir(&self.dir, &self.mcp).await
+    }
+}
+
+/// A digest of the folder's `*.toml` files, names and contents; empty when it cannot be read.
+fn fingerprint(dir: &Path) -> String {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return String::new();
+    };
+    let mut files: Vec<(String, Vec<u8>)> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+        .map(|p| {
+            let text = std::fs::read(&p).unwrap_or_default();
+            (p.display().to_string(), text)
+        })
+        .collect();
+    files.sort();
+    let mut all = Vec::new();
+    for (name, text) in files {
+        all.extend_from_slice(name.as_bytes());
+        all.push(0);
+        all.extend_from_slice(&(text.len() as u64).to_le_bytes());
+        all.extend_from_slice(&text);
+    }
+    countersign_model::digest::sha256_hex(all)
+}

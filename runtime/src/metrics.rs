@@ -11,6 +11,14 @@
 //! - `countersign_decisions_total{door, outcome}`: `recorded`, or the refusal's code.
 //! - `countersign_grants_total{event}`: standing grants `made`, `used` (a call approved
 //!   under one), `revoked`.
+//! - `countersign_agent_reloads_total{outcome}`: the agents' folder changed and was
+//!   `loaded`, or `refused` (the error is logged; the agents loaded before stay).
+//! - `countersign_policy_rechecks_total{outcome}`: calls held or decided under a policy that
+//!   has changed since, checked again: `released` (the policy now lets it run), `reheld`
+//!   (asked again under the new terms), `refused` (its tool is gone or its input no longer
+//!   fits), `superseded` (a waiting call closed so that it is checked again).
+//! - `countersign_policy_shadow_total{tool, outcome}`: calls a tool's shadow policy sorted
+//!   differently from its live one: `would_hold`, `would_release`, `other_reviewers`.
 //! - `countersign_pause_seconds` (run created → paused), `countersign_decision_seconds` (held
 //!   → decided), `countersign_resume_seconds` (last decision → the model called again).
 //! - `countersign_model_call_seconds{provider}`, `countersign_tool_call_seconds{tool}`,
@@ -52,6 +60,9 @@ struct Inner {
     calls: Family<Labels, Counter>,
     decisions: Family<Labels, Counter>,
     grants: Family<Labels, Counter>,
+    reloads: Family<Labels, Counter>,
+    rechecks: Family<Labels, Counter>,
+    shadow: Family<Labels, Counter>,
     pause: Histogram,
     decision: Histogram,
     resume: Histogram,
@@ -72,6 +83,9 @@ impl Default for Metrics {
             calls: Family::default(),
             decisions: Family::default(),
             grants: Family::default(),
+            reloads: Family::default(),
+            rechecks: Family::default(),
+            shadow: Family::default(),
             pause: buckets(),
             decision: human_buckets(),
             resume: buckets(),
@@ -99,6 +113,21 @@ impl Default for Metrics {
             "grants",
             "Standing grants made, used and revoked",
             inner.grants.clone(),
+        );
+        r.register(
+            "agent_reloads",
+            "Changes of the agents' folder, loaded or refused",
+            inner.reloads.clone(),
+        );
+        r.register(
+            "policy_rechecks",
+            "Calls checked again because their policy changed, by outcome",
+            inner.rechecks.clone(),
+        );
+        r.register(
+            "policy_shadow",
+            "Calls a shadow policy sorted differently from the live one",
+            inner.shadow.clone(),
         );
         r.register(
             "pause_seconds",
@@ -176,6 +205,25 @@ impl Metrics {
 
     pub fn grant(&self, event: &'static str) {
         self.0.grants.get_or_create(&label("event", event)).inc();
+    }
+
+    pub fn agent_reload(&self, outcome: &'static str) {
+        self.0
+            .reloads
+            .get_or_create(&label("outcome", outcome))
+            .inc();
+    }
+
+    pub fn policy_recheck(&self, outcome: &'static str) {
+        self.0
+            .rechecks
+            .get_or_create(&label("outcome", outcome))
+            .inc();
+    }
+
+    pub fn policy_shadow(&self, tool: &str, outcome: &'static str) {
+        let labels = vec![("tool", tool.to_string()), ("outcome", outcome.to_string())];
+        self.0.shadow.get_or_create(&labels).inc();
     }
 
     pub fn paused_after(&self, ms: i64) {

@@ -108,6 +108,12 @@ impl Names {
     pub fn run_attention(&self, run: &RunId) -> String {
         self.subject(&format!("run.attention.{run}"))
     }
+    pub fn run_policy_changed(&self, run: &RunId) -> String {
+        self.subject(&format!("run.policy_changed.{run}"))
+    }
+    pub fn run_policy_shadow(&self, run: &RunId) -> String {
+        self.subject(&format!("run.policy_shadow.{run}"))
+    }
     pub fn run_failed(&self, run: &RunId) -> String {
         self.subject(&format!("run.failed.{run}"))
     }
@@ -194,6 +200,16 @@ pub mod msg_id {
     }
     pub fn requested(run: &RunId, turn: u32) -> String {
         format!("requested:{run}:{turn}")
+    }
+    /// The pause of a turn whose call `call` is held again after a policy change.
+    pub fn requested_again(run: &RunId, call: &str) -> String {
+        format!("requested:{run}:{call}")
+    }
+    pub fn policy_changed(run: &RunId, call: &str) -> String {
+        format!("policy_changed:{run}:{call}")
+    }
+    pub fn policy_shadow(run: &RunId, call: &str) -> String {
+        format!("policy_shadow:{run}:{call}")
     }
     pub fn decided(run: &RunId, call: &str) -> String {
         format!("decided:{run}:{call}")

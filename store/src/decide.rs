@@ -26,8 +26,8 @@ pub struct Proposal {
 pub struct DecideRequest<'a> {
     pub principal: &'a str,
     pub door: &'a str,
-    /// Recorded by the deadline: no approver checks, and only once the deadline has passed.
-    pub expiry: bool,
+    /// Who decides: a person, or (no approver checks) the deadline or a policy change.
+    pub by: DecisionSource,
     /// The email link used, as (token hash, the grant it stored): spent with the decision.
     pub link: Option<(&'a str, &'a str)>,
     /// Whether the principal's role decides (`authority::Role::decides`), which only the
@@ -41,6 +41,29 @@ pub struct DecideRequest<'a> {
     /// decides.
     pub granted_by: &'a [String],
     pub proposals: Vec<Proposal>,
+}
+
+/// What decides a call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecisionSource {
+    /// A person (or the grant they made), checked against the held call's terms.
+    Person,
+    /// The deadline, once it has passed (Redis's clock): the call expires.
+    Deadline,
+    /// A change of the call's policy while it waited: the call is closed undecided
+    /// (`superseded`), so its run is checked again under the policy now.
+    Policy,
+}
+
+impl DecisionSource {
+    /// Its name for the script.
+    fn as_str(self) -> &'static str {
+        match self {
+            DecisionSource::Person => "",
+            DecisionSource::Deadline => "deadline",
+            DecisionSource::Policy => "policy",
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -151,7 +174,7 @@ impl Store {
         let args = script::Decide {
             principal: request.principal,
             door: request.door,
-            expiry: request.expiry,
+            by: request.by.as_str(),
             role_decides: request.role_decides,
             receipts: request.receipts,
             decided_subject: &self.names.approval_decided(id),
@@ -181,6 +204,7 @@ impl Store {
                         all_decided: false,
                         channels: Vec::new(),
                         under_grant: d.under_grant.clone(),
+                        superseded: d.superseded,
                     });
                     let expired = event(Event::ApprovalExpired {
                         run_id: id.clone(),

@@ -41,6 +41,17 @@ impl Store {
         })
     }
 
+    /// Whether an attempt has started the call (its side effect may have happened), so it is
+    /// not to be asked about again.
+    pub async fn exec_started(&self, id: &RunId, call_id: &str) -> Result<bool, StoreError> {
+        let started: bool = redis::cmd("HEXISTS")
+            .arg(self.keys.exec_key(id))
+            .arg(call_id)
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(started)
+    }
+
     /// Records the result of a call marked started (asked again if the reply is lost: the
     /// write is the same each time).
     pub async fn exec_finish(

@@ -52,6 +52,26 @@ impl Store {
             .await?;
         Ok(())
     }
+    /// Whether `worker` is the first to take on checking the calls that wait under earlier
+    /// versions of `agent` than `version`: one worker does it per version, for `ttl`.
+    pub async fn take_recheck(
+        &self,
+        agent: &str,
+        version: &str,
+        worker: &str,
+        ttl: std::time::Duration,
+    ) -> Result<bool, StoreError> {
+        let set: Option<String> = redis::cmd("SET")
+            .arg(self.keys.recheck_key(agent, version))
+            .arg(worker)
+            .arg("NX")
+            .arg("PX")
+            .arg(ttl.as_millis() as u64)
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(set.is_some())
+    }
+
     /// At most `limit` runs of the paused index strictly after `after` (from the start when
     /// `None`), oldest first, runs that paused in the same millisecond in order of id, as
     /// Redis keeps them. Only that slice is read, however many runs wait. Some may have moved

@@ -164,6 +164,11 @@ impl Keys {
     pub fn awaiting_key(&self, shard: Shard) -> String {
         self.shard_key("awaiting", shard)
     }
+    /// String: the worker that checks the calls waiting under an agent's earlier versions
+    /// once it loaded version `version`.
+    pub fn recheck_key(&self, agent: &str, version: &str) -> String {
+        self.key(&format!("recheck:{agent}:{version}"))
+    }
     /// String: the worker that sweeps a shard's timers, for a short lease.
     pub fn sweep_lease_key(&self, shard: Shard) -> String {
         self.shard_key("sweeper", shard)

@@ -45,7 +45,8 @@ mod sessions;
 mod timers;
 
 pub use decide::{
-    CallDecided, DecideOutcome, DecideRequest, DecidedStatus, Proposal, Refusal, RefusalCode,
+    CallDecided, DecideOutcome, DecideRequest, DecidedStatus, DecisionSource, Proposal, Refusal,
+    RefusalCode,
 };
 pub use exec::ExecBegin;
 pub use grants::{KEEP_ENDED, UseOutcome};

@@ -323,8 +323,8 @@ argv! {
     pub(crate) struct Decide<'a> {
         principal: &'a str,
         door: &'a str,
-        /// The deadline decides.
-        expiry: bool,
+        /// Who decides, when it is not a person: `deadline` or `policy`.
+        by: &'a str,
         /// The principal's role decides (the gateway's configuration knows roles).
         role_decides: bool,
         /// The gateway signs receipts.

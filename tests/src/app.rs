@@ -692,6 +692,7 @@ impl TestApp {
             decided_at: countersign_model::now_ms(),
             fingerprint: Decision::fingerprint_of(Action::Approve, None, None, None),
             expired: false,
+            superseded: false,
             receipt,
             grant: None,
             under_grant: None,
@@ -702,7 +703,7 @@ impl TestApp {
         let request = DecideRequest {
             principal: "rita",
             door: "api",
-            expiry: false,
+            by: countersign_store::DecisionSource::Person,
             link: None,
             role_decides: true,
             receipts: signed,

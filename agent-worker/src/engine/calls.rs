@@ -2,11 +2,13 @@
 //! person, or run at once), and, once the held ones are decided, turned into the results the
 //! model is told, in plain words.
 
-use super::{Engine, StepError, results_message};
+use super::recheck::Verdict;
+use super::{Engine, Resumed, StepError, Unsaved, results_message};
 use crate::agents::RunnableAgent;
 use crate::policy::Gate;
 use crate::tools::ToolCall;
-use countersign_model::audit::{AuditEntry, AuditKind};
+use countersign_model::agent::ToolDef;
+use countersign_model::audit::AuditKind;
 use countersign_model::digest::call_digest;
 use countersign_model::edit;
 use countersign_model::run::{Action, CallOutcome, CallResult, Decision, HeldCall, Run, TurnCall};
@@ -14,14 +16,24 @@ use countersign_store::StoreError;
 use serde_json::Value;
 use std::collections::HashMap;
 
+/// A call the policy asks a person about, and what to tell them.
+pub(super) struct Asked<'a> {
+    pub call_id: &'a str,
+    pub input: &'a Value,
+    pub reason: String,
+    pub summary: String,
+}
+
 impl Engine {
     /// Sorts one turn's calls: refused outright (unknown tool, bad input), held for a
     /// person, or run now. The free ones run together; their results are kept in order.
+    /// What a shadow policy would have done differently goes into `unsaved`.
     pub(super) async fn gate_and_run(
         &self,
         run: &Run,
         agent: &RunnableAgent,
         calls: Vec<TurnCall>,
+        unsaved: &mut Unsaved,
     ) -> Result<Vec<TurnCall>, StepError> {
         let mut held = Vec::with_capacity(calls.len());
         let mut free = Vec::new();
@@ -43,40 +55,26 @@ impl Engine {
                             errors.join("; ")
                         )));
                     }
-                    Ok(()) => match agent.policies[&tool.name].gate(&call.input, &run.metadata) {
-                        Gate::Run => free.push((held.len(), tool)),
-                        Gate::Ask { reason, summary } => {
-                            let now = match now {
-                                Some(now) => now,
-                                None => *now.insert(self.store.time_ms().await?),
-                            };
-                            let deadline = now + self.approval_timeout(tool).as_millis() as i64;
-                            let reviewers = tool.reviewers();
-                            let policy_version = tool.policy_version();
-                            call.held = Some(HeldCall {
-                                call_id: call.call_id.clone(),
-                                tool: tool.name.clone(),
-                                digest: call_digest(
-                                    run.run_id.as_str(),
-                                    &tool.name,
-                                    &call.input,
-                                    &policy_version,
-                                ),
-                                policy_version,
-                                input: call.input.clone(),
-                                summary,
-                                reason,
-                                deciders: self.people.resolve(&reviewers.approvers),
-                                reviewers,
-                                deadline: Some(deadline),
-                                remind_at: tool
-                                    .remind_before()
-                                    .map(|before| deadline - before.as_millis() as i64)
-                                    .filter(|at| *at > now),
-                                escalated: false,
-                            });
+                    Ok(()) => {
+                        let gate = agent.policies[&tool.name].gate(&call.input, &run.metadata);
+                        self.shadow(run, agent, tool, &call, &gate, unsaved);
+                        match gate {
+                            Gate::Run => free.push((held.len(), tool)),
+                            Gate::Ask { reason, summary } => {
+                                let now = match now {
+                                    Some(now) => now,
+                                    None => *now.insert(self.store.time_ms().await?),
+                                };
+                                let asked = Asked {
+                                    call_id: &call.call_id,
+                                    input: &call.input,
+                                    reason,
+                                    summary,
+                                };
+                                call.held = Some(self.hold(run, tool, asked, now, None));
+                            }
                         }
-                    },
+                    }
                 },
             }
             held.push(call);
@@ -103,34 +101,99 @@ impl Engine {
         Ok(held)
     }
 
-    /// Turns each decision of the held turn into a result and appends the turn's results;
-    /// returns the audit entries of the calls it ran or refused, and when the last decision
-    /// was made (ms).
+    /// The call as held for a person under `tool`'s policy now; its deadline is the policy's
+    /// timeout from `now`, but never after `not_after`.
+    pub(super) fn hold(
+        &self,
+        run: &Run,
+        tool: &ToolDef,
+        asked: Asked<'_>,
+        now: i64,
+        not_after: Option<i64>,
+    ) -> HeldCall {
+        let deadline = now + self.approval_timeout(tool).as_millis() as i64;
+        let deadline = not_after.map_or(deadline, |limit| deadline.min(limit));
+        let reviewers = tool.reviewers();
+        let policy_version = tool.policy_version();
+        HeldCall {
+            call_id: asked.call_id.to_string(),
+            tool: tool.name.clone(),
+            digest: call_digest(
+                run.run_id.as_str(),
+                &tool.name,
+                asked.input,
+                &policy_version,
+            ),
+            policy_version,
+            input: asked.input.clone(),
+            summary: asked.summary,
+            reason: asked.reason,
+            deciders: self.people.resolve(&reviewers.approvers),
+            reviewers,
+            deadline: Some(deadline),
+            remind_at: tool
+                .remind_before()
+                .map(|before| deadline - before.as_millis() as i64)
+                .filter(|at| *at > now),
+            escalated: false,
+            recheck: None,
+        }
+    }
+
+    /// Turns each decision of the held turn into a result, the audit entries of the calls it
+    /// ran or refused going into `unsaved`. A call decided under a policy that changed since
+    /// is checked again first (see [`Engine::recheck`]). When every call has its result, the
+    /// turn's results are appended and the answer is `Resumed::Turn` with when the last
+    /// decision was made (ms); when a call is held again, the turn stays paused on it.
     pub(super) async fn resume_turn(
         &self,
         run: &mut Run,
         agent: &RunnableAgent,
         decisions: &HashMap<String, Decision>,
-    ) -> Result<(Vec<AuditEntry>, i64), StepError> {
+        unsaved: &mut Unsaved,
+    ) -> Result<Resumed, StepError> {
         let last_decided = decisions.values().map(|d| d.decided_at).max().unwrap_or(0);
         let mut held = std::mem::take(&mut run.paused_turn);
-        let mut executed = Vec::new();
+        let mut resolved = 0;
         for call in held.iter_mut().filter(|c| c.result.is_none()) {
+            let Some(pending) = call.held.clone() else {
+                continue;
+            };
             let Some(decision) = decisions.get(&call.call_id) else {
                 return Err(
                     StoreError::Corrupt(format!("call {} has no decision", call.call_id)).into(),
                 );
             };
-            let Some(tool) = agent.agent.tool(&call.tool) else {
-                call.result = Some(CallResult::failed(format!(
-                    "The tool {} no longer exists.",
-                    call.tool
-                )));
-                continue;
-            };
             let by = &decision.decided_by;
-            let result = match decision.action {
-                _ if decision.expired => CallResult {
+            let runs_with = match decision.action {
+                Action::Edit => decision.input.clone().unwrap_or(Value::Null),
+                Action::Approve | Action::Reject => call.input.clone(),
+            };
+            let result = if decision.superseded {
+                // Closed while it waited, because its policy changed: the policy now says.
+                match self
+                    .recheck(run, agent, call, None, &runs_with, unsaved)
+                    .await?
+                {
+                    Verdict::Unchanged(tool) | Verdict::Released(tool) => {
+                        let free = ToolCall {
+                            run: &run.run_id,
+                            turn: run.turns,
+                            call_id: &call.call_id,
+                            input: &runs_with,
+                            receipt: None,
+                        };
+                        self.execute(agent, tool, free, CallOutcome::Executed)
+                            .await?
+                    }
+                    Verdict::Refused(result) => result,
+                    Verdict::Reheld(again) => {
+                        *call = *again;
+                        continue;
+                    }
+                }
+            } else if decision.expired {
+                CallResult {
                     outcome: CallOutcome::Expired,
                     is_error: true,
                     content: format!(
@@ -140,23 +203,10 @@ impl Engine {
                             .to_rfc3339()
                     ),
                     images: Vec::new(),
-                },
-                Action::Approve => {
-                    self.execute(
-                        agent,
-                        tool,
-                        ToolCall {
-                            run: &run.run_id,
-                            turn: run.turns,
-                            call_id: &call.call_id,
-                            input: &call.input,
-                            receipt: decision.receipt.as_deref(),
-                        },
-                        CallOutcome::Approved,
-                    )
-                    .await?
                 }
-                Action::Reject => CallResult {
+            } else if decision.action == Action::Reject {
+                // A rejection stands whatever the policy says now.
+                CallResult {
                     outcome: CallOutcome::Rejected,
                     is_error: true,
                     content: format!(
@@ -164,54 +214,90 @@ impl Engine {
                         decision.reason.as_deref().unwrap_or("none given")
                     ),
                     images: Vec::new(),
-                },
-                Action::Edit => {
-                    let input = decision.input.clone().unwrap_or(Value::Null);
-                    let mut result = match agent.agent.validate_input(&tool.name, &input) {
-                        Err(errors) => CallResult::failed(format!(
-                            "The reviewer's edited input does not match the schema: {}",
-                            errors.join("; ")
-                        )),
-                        Ok(()) => {
-                            self.execute(
-                                agent,
-                                tool,
-                                ToolCall {
-                                    run: &run.run_id,
-                                    turn: run.turns,
-                                    call_id: &call.call_id,
-                                    input: &input,
-                                    receipt: decision.receipt.as_deref(),
-                                },
-                                CallOutcome::Edited,
-                            )
+                }
+            } else {
+                let checked = self
+                    .recheck(run, agent, call, Some(decision), &runs_with, unsaved)
+                    .await?;
+                match checked {
+                    Verdict::Unchanged(tool) | Verdict::Released(tool) => {
+                        self.run_decided(run, agent, tool, call, decision, &runs_with)
                             .await?
-                        }
-                    };
-                    result.content = format!(
-                        "A reviewer ({by}) edited this call before it ran.\nThey changed (field: yours → theirs):\n{}\nIt ran with: {}\nTheir note: {}\nResult: {}",
-                        edit::described(&edit::changes(&call.input, &input)),
-                        input,
-                        decision.note.as_deref().unwrap_or("none given"),
-                        result.content
-                    );
-                    result
+                    }
+                    Verdict::Refused(result) => result,
+                    Verdict::Reheld(again) => {
+                        *call = *again;
+                        continue;
+                    }
                 }
             };
-            if let Some(pending) = &call.held {
-                let detail = serde_json::json!({
-                    "action": decision.action, "decided_by": by,
-                    "outcome": result.outcome, "is_error": result.is_error,
-                    // The countersignature the tool was sent, kept with the trail.
-                    "receipt": decision.receipt,
-                });
-                executed.push(self.entry(run, AuditKind::Executed, Some(pending), detail));
-            }
+            let detail = serde_json::json!({
+                "action": decision.action, "decided_by": by,
+                "outcome": result.outcome, "is_error": result.is_error,
+                // The countersignature the tool was sent, kept with the trail.
+                "receipt": decision.receipt,
+            });
+            unsaved
+                .audits
+                .push(self.entry(run, AuditKind::Executed, Some(&pending), detail));
             call.result = Some(result);
+            resolved += 1;
         }
-        let resolved = held.iter().filter(|c| c.held.is_some()).count();
         self.metrics.calls("resolved", resolved);
+        if held.iter().any(|c| c.result.is_none()) {
+            // Paused again on the calls held anew: those decided are now what the reviewers
+            // see beside them, like the calls of a turn that ran at once.
+            for call in held.iter_mut().filter(|c| c.result.is_some()) {
+                call.held = None;
+            }
+            run.paused_turn = held;
+            return Ok(Resumed::HeldAgain);
+        }
         run.messages.push(results_message(&held));
-        Ok((executed, last_decided))
+        Ok(Resumed::Turn { last_decided })
+    }
+
+    /// Runs an approved or edited call (an edit as the reviewer left it, `runs_with`) and
+    /// says what happened in the words the model is told.
+    async fn run_decided(
+        &self,
+        run: &Run,
+        agent: &RunnableAgent,
+        tool: &ToolDef,
+        call: &TurnCall,
+        decision: &Decision,
+        runs_with: &Value,
+    ) -> Result<CallResult, StepError> {
+        let tool_call = ToolCall {
+            run: &run.run_id,
+            turn: run.turns,
+            call_id: &call.call_id,
+            input: runs_with,
+            receipt: decision.receipt.as_deref(),
+        };
+        if decision.action != Action::Edit {
+            return Ok(self
+                .execute(agent, tool, tool_call, CallOutcome::Approved)
+                .await?);
+        }
+        let mut result = match agent.agent.validate_input(&tool.name, runs_with) {
+            Err(errors) => CallResult::failed(format!(
+                "The reviewer's edited input does not match the schema: {}",
+                errors.join("; ")
+            )),
+            Ok(()) => {
+                self.execute(agent, tool, tool_call, CallOutcome::Edited)
+                    .await?
+            }
+        };
+        result.content = format!(
+            "A reviewer ({}) edited this call before it ran.\nThey changed (field: yours → theirs):\n{}\nIt ran with: {}\nTheir note: {}\nResult: {}",
+            decision.decided_by,
+            edit::described(&edit::changes(&call.input, runs_with)),
+            runs_with,
+            decision.note.as_deref().unwrap_or("none given"),
+            result.content
+        );
+        Ok(result)
     }
 }

@@ -1,7 +1,7 @@
 //! How a drive stops: paused for a person, or finished (completed, failed, cancelled), each a
 //! save that carries its audit entries and its announcements.
 
-use super::{Engine, StepError};
+use super::{Engine, StepError, Unsaved};
 use countersign_model::audit::{AuditEntry, AuditKind};
 use countersign_model::events::{Event, Evidence};
 use countersign_model::run::{Run, RunId, RunStatus};
@@ -12,11 +12,7 @@ use tracing::{info, warn};
 impl Engine {
     /// Pauses the run; `earlier` are audit entries of this drive not saved yet.
     #[tracing::instrument(name = "run.pause", skip_all)]
-    pub(super) async fn pause(
-        &self,
-        mut run: Run,
-        earlier: Vec<AuditEntry>,
-    ) -> Result<(), StepError> {
+    pub(super) async fn pause(&self, mut run: Run, earlier: Unsaved) -> Result<(), StepError> {
         let requested: Vec<AuditEntry> = run
             .held_calls()
             .map(|p| {
@@ -28,14 +24,15 @@ impl Engine {
                 self.entry(&run, AuditKind::Requested, Some(p), detail)
             })
             .collect();
-        let announce = self.pause_announcement(&run);
+        let mut announce = earlier.announce;
+        announce.push(self.pause_announcement(&run));
         // The save lists the run in the inbox index first (see `Store::save`).
         let audits: Vec<AuditEntry> = earlier
+            .audits
             .into_iter()
             .chain(requested.iter().cloned())
             .collect();
-        self.save(&mut run, Save::Pause, &audits, &[announce])
-            .await?;
+        self.save(&mut run, Save::Pause, &audits, &announce).await?;
         self.schedule_timers(&run).await?;
         let metrics = &self.metrics;
         metrics.run("paused");
@@ -61,7 +58,7 @@ impl Engine {
         &self,
         mut run: Run,
         result: Result<String, String>,
-        earlier: Vec<AuditEntry>,
+        earlier: Unsaved,
     ) -> Result<(), StepError> {
         let (status, kind, detail) = match result {
             Ok(answer) => {
@@ -76,10 +73,13 @@ impl Engine {
                 (RunStatus::Failed, AuditKind::Failed, detail)
             }
         };
-        let mut audits = earlier;
+        let Unsaved {
+            mut audits,
+            mut announce,
+        } = earlier;
         audits.push(self.entry(&run, kind, None, detail));
-        let announce = self.end_announcement(&run, status);
-        self.end(run, status, audits, vec![announce]).await
+        announce.push(self.end_announcement(&run, status));
+        self.end(run, status, audits, announce).await
     }
 
     /// Finishes a run someone cancelled, from its last stored state, and announces
@@ -122,6 +122,11 @@ impl Engine {
 
     pub(super) fn pause_announcement(&self, run: &Run) -> Announcement {
         let names = &self.bus.names;
+        // A turn paused again on calls held anew is announced anew.
+        let id = match run.held_calls().find(|c| c.recheck.is_some()) {
+            Some(again) => msg_id::requested_again(&run.run_id, &again.call_id),
+            None => msg_id::requested(&run.run_id, run.turns),
+        };
         let event = Event::ApprovalRequested {
             run_id: run.run_id.clone(),
             agent: run.agent.clone(),
@@ -144,11 +149,7 @@ impl Engine {
                 .collect(),
             requested_by: run.requested_by.clone(),
         };
-        Announcement::new(
-            msg_id::requested(&run.run_id, run.turns),
-            names.approval_requested(&run.run_id),
-            event,
-        )
+        Announcement::new(id, names.approval_requested(&run.run_id), event)
     }
 
     pub(super) fn end_announcement(&self, run: &Run, status: RunStatus) -> Announcement {

@@ -10,12 +10,16 @@
 //! and published from there (see [`countersign_store::relay`]).
 //!
 //! Here: claiming and the turn loop. `calls`: what becomes of each call of a turn.
+//! `recheck`: a decided call whose policy changed since it was held. `shadow`: a candidate
+//! policy watched next to the live one.
 //! `execute`: the execution record. `ending`: pausing and finishing. `timers`: reminders,
 //! deadlines and escalation.
 
 mod calls;
 mod ending;
 mod execute;
+mod recheck;
+mod shadow;
 mod timers;
 
 use crate::agents::Agents;
@@ -62,6 +66,21 @@ impl StepError {
     }
 }
 
+/// What a drive did and has not saved yet: it goes with the drive's next save.
+#[derive(Default)]
+struct Unsaved {
+    audits: Vec<AuditEntry>,
+    announce: Vec<Announcement>,
+}
+
+/// How resuming a paused turn ended.
+enum Resumed {
+    /// Every call has its result, appended for the model; the last decision was made then.
+    Turn { last_decided: i64 },
+    /// A call's policy changed and asks a person again: the run pauses on it.
+    HeldAgain,
+}
+
 pub struct EngineSettings {
     /// This worker's name in leases.
     pub owner: String,
@@ -76,7 +95,8 @@ pub struct Engine {
     store: Store,
     bus: Bus,
     outbox: Relay,
-    agents: Arc<Agents>,
+    /// The agents as last loaded; see [`Engine::agents`].
+    agents: std::sync::RwLock<Arc<Agents>>,
     people: Directory,
     http: reqwest::Client,
     settings: EngineSettings,
@@ -97,11 +117,21 @@ impl Engine {
             metrics,
             store,
             bus,
-            agents,
+            agents: std::sync::RwLock::new(agents),
             people,
             http: reqwest::Client::new(),
             settings,
         }
+    }
+
+    /// The agents as last loaded. A step keeps the set it started with.
+    pub fn agents(&self) -> Arc<Agents> {
+        self.agents.read().expect("agents lock").clone()
+    }
+
+    /// Puts a reloaded set of agents in place for the steps that start from now.
+    pub fn replace_agents(&self, agents: Agents) {
+        *self.agents.write().expect("agents lock") = Arc::new(agents);
     }
 
     /// This worker's figures.
@@ -216,16 +246,18 @@ impl Engine {
         if run.cancel.is_some() {
             return Err(StoreError::Cancelled.into());
         }
-        let Some(agent) = self.agents.get(&run.agent) else {
+        let agents = self.agents();
+        let Some(agent) = agents.get(&run.agent) else {
             let error = format!("agent {:?} is not defined", run.agent);
-            return self.finish(run, Err(error), Vec::new()).await;
+            return self.finish(run, Err(error), Unsaved::default()).await;
         };
         // When the decisions this drive resumes from were made, until the model is called.
         let mut resumed_from = None;
-        // Audit entries of calls run on resuming, written with the drive's next save: the
-        // execution records hold the results meanwhile, so a drive that stops before it
-        // resumes the turn again from them and finds the same entries, and a save is saved.
-        let mut executed = Vec::new();
+        // Audit entries and announcements of calls run or checked again on resuming, written
+        // with the drive's next save: the execution records hold the results meanwhile, so a
+        // drive that stops before it resumes the turn again from them and finds the same
+        // entries, and a save is saved.
+        let mut unsaved = Unsaved::default();
         if !run.paused_turn.is_empty() {
             let held: Vec<(&str, &str)> = run
                 .held_calls()
@@ -233,16 +265,20 @@ impl Engine {
                 .collect();
             self.store.resumed(id, &held).await?;
             info!(turn = run.turns, "resuming");
-            let (ran, last_decided) = self.resume_turn(&mut run, agent, &decisions).await?;
-            executed = ran;
+            match self
+                .resume_turn(&mut run, agent, &decisions, &mut unsaved)
+                .await?
+            {
+                Resumed::Turn { last_decided } => resumed_from = Some(last_decided),
+                Resumed::HeldAgain => return self.pause(run, unsaved).await,
+            }
             self.metrics.run("resumed");
-            resumed_from = Some(last_decided);
         }
         loop {
             let max_turns = agent.agent.def.max_turns;
             if run.turns >= max_turns {
                 let error = format!("the agent used all {max_turns} turns without a final answer");
-                return self.finish(run, Err(error), executed).await;
+                return self.finish(run, Err(error), unsaved).await;
             }
             let def = &agent.agent.def;
             let request = ModelRequest {
@@ -268,7 +304,7 @@ impl Engine {
                 Err(e @ ModelError::Retryable(_)) if attempt < self.settings.max_attempts => {
                     return Err(StepError::Model(e));
                 }
-                Err(e) => return self.finish(run, Err(e.to_string()), executed).await,
+                Err(e) => return self.finish(run, Err(e.to_string()), unsaved).await,
             };
             run.turns += 1;
             let calls = run.calls_asked(&blocks);
@@ -279,17 +315,18 @@ impl Engine {
             if calls.is_empty() {
                 let answer = reply.text();
                 run.messages.push(reply);
-                return self.finish(run, Ok(answer), executed).await;
+                return self.finish(run, Ok(answer), unsaved).await;
             }
             run.messages.push(reply);
-            let held = self.gate_and_run(&run, agent, calls).await?;
+            let held = self.gate_and_run(&run, agent, calls, &mut unsaved).await?;
             if held.iter().any(|c| c.held.is_some()) {
                 run.paused_turn = held;
-                return self.pause(run, executed).await;
+                return self.pause(run, unsaved).await;
             }
             run.messages.push(results_message(&held));
-            let executed = std::mem::take(&mut executed);
-            self.save(&mut run, Save::Progress, &executed, &[]).await?;
+            let Unsaved { audits, announce } = std::mem::take(&mut unsaved);
+            self.save(&mut run, Save::Progress, &audits, &announce)
+                .await?;
         }
     }
 

@@ -15,7 +15,8 @@ use countersign_model::run::{Action, Decision, HeldCall, Run};
 use countersign_runtime::names::msg_id;
 use countersign_store::keys::Shard;
 use countersign_store::{
-    Announcement, DecideOutcome, DecideRequest, DueTimer, Proposal, StoreError, Timer,
+    Announcement, DecideOutcome, DecideRequest, DecisionSource, DueTimer, Proposal, StoreError,
+    Timer,
 };
 use std::time::Duration;
 use tracing::{info, warn};
@@ -127,7 +128,7 @@ impl Engine {
             return Ok(());
         };
         let tool = self
-            .agents
+            .agents()
             .get(&run.agent)
             .and_then(|a| a.agent.tool(&call.tool).cloned());
         let extension = tool
@@ -202,6 +203,7 @@ impl Engine {
             decided_at: self.store.time_ms().await?,
             fingerprint: Decision::fingerprint_of(Action::Reject, None, None, Some(reason)),
             expired: true,
+            superseded: false,
             receipt: None,
             grant: None,
             under_grant: None,
@@ -214,7 +216,7 @@ impl Engine {
         let request = DecideRequest {
             principal: SYSTEM_ACTOR,
             door: "deadline",
-            expiry: true,
+            by: DecisionSource::Deadline,
             link: None,
             role_decides: true,
             receipts: false,

@@ -66,6 +66,9 @@ pub(crate) enum Ending<'a> {
     Cancelled {
         by: &'a str,
     },
+    /// Its tool's policy changed while it waited: it is checked again under the new one, and
+    /// asked about anew if that still needs a person.
+    Superseded,
 }
 
 /// A channel that shows each held call on its own. Every verb must be safe to repeat: a

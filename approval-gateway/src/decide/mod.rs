@@ -24,7 +24,9 @@ use countersign_model::grant::GrantTerms;
 use countersign_model::now_ms;
 use countersign_model::run::Run;
 use countersign_runtime::trace_context;
-use countersign_store::{Announcement, CallDecided, DecideOutcome, DecideRequest, RefusalCode};
+use countersign_store::{
+    Announcement, CallDecided, DecideOutcome, DecideRequest, DecisionSource, RefusalCode,
+};
 use std::collections::HashSet;
 use tracing::Instrument;
 
@@ -130,7 +132,7 @@ async fn record_once(
             false => Vec::new(),
         };
         proposals.push(proposal::proposal(
-            &state.catalog,
+            &state.catalog(),
             &state.receipts,
             run,
             p.clone(),
@@ -141,7 +143,7 @@ async fn record_once(
     let request = DecideRequest {
         principal: by.principal,
         door: by.door,
-        expiry: false,
+        by: DecisionSource::Person,
         link: by.link,
         role_decides: by.role.decides(),
         receipts: state.receipts.signs(),
@@ -195,7 +197,7 @@ pub(crate) async fn edit_preview(
         .find(|c| c.call_id == p.call_id && Some(&c.digest) == p.digest.as_ref());
     match (held, &p.input) {
         (Some(pending), Some(input)) => {
-            proposal::checked_edit(&state.catalog, &run, pending, input).map(Some)
+            proposal::checked_edit(&state.catalog(), &run, pending, input).map(Some)
         }
         _ => Ok(None),
     }

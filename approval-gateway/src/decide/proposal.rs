@@ -144,7 +144,8 @@ pub(super) fn proposal(
             None => deciders_if_final(held.reviewers.quorum, voters, by.principal),
         };
         if !receipt_for.is_empty() {
-            let tool = catalog.get(&run.agent).and_then(|a| a.tool(&held.tool));
+            let agent = catalog.get(&run.agent);
+            let tool = agent.as_ref().and_then(|a| a.tool(&held.tool));
             let decided_by = DecidedBy {
                 names: receipt_for.clone(),
                 grant: by.grant.map(|g| g.id.as_str()),
@@ -170,6 +171,7 @@ pub(super) fn proposal(
             decided_at: entry.at,
             fingerprint,
             expired: false,
+            superseded: false,
             receipt: receipt.map(|issued| issued.token),
             grant: p.grant,
             under_grant: by.grant.map(|g| g.id.clone()),

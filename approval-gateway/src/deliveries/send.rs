@@ -105,6 +105,12 @@ async fn tell(to: &impl Deliver, delivery: &Delivery) -> Result<(), DeliveryErro
         Event::ApprovalDecided {
             run_id,
             call_id,
+            superseded: true,
+            ..
+        } => to.ended(run_id, call_id, Ending::Superseded).await,
+        Event::ApprovalDecided {
+            run_id,
+            call_id,
             action,
             decided_by,
             under_grant,

@@ -23,8 +23,8 @@ pub(super) fn router(
     stop: &CancellationToken,
 ) -> anyhow::Result<Router<AppState>> {
     let mut router = Router::new().route("/mcp/{agent}", any(not_a_proxy));
-    let proxies = state
-        .catalog
+    let catalog = state.catalog();
+    let proxies = catalog
         .iter()
         .filter(|a| a.def.model.provider == Provider::McpClient);
     for agent in proxies {
@@ -53,7 +53,7 @@ async fn authenticate(State(state): State<AppState>, request: Request, next: Nex
 }
 
 async fn not_a_proxy(State(state): State<AppState>, Path(agent): Path<String>) -> ApiError {
-    match state.catalog.get(&agent) {
+    match state.catalog().get(&agent) {
         Some(_) => ApiError::not_found(format!(
             "agent {agent:?} is not an MCP proxy: only an agent whose [model] provider is \
              \"mcp_client\" has an MCP endpoint"

@@ -74,7 +74,7 @@ async fn start(
     if body.input.trim().is_empty() {
         return Err(ApiError::bad_request("input must not be empty"));
     }
-    let Some(agent) = state.catalog.get(&body.agent) else {
+    let Some(agent) = state.catalog().get(&body.agent) else {
         return Err(ApiError::not_found(format!(
             "no agent named {:?}",
             body.agent
@@ -115,7 +115,7 @@ async fn start(
         }
     };
     let new = NewRun {
-        agent,
+        agent: &agent,
         input: body.input,
         requested_by,
         metadata,
@@ -177,7 +177,7 @@ async fn get_run(
     caller.require(Permission::Read)?;
     let run = load_run(&state, &run_id).await?;
     let decisions = state.store.decisions(&run.run_id).await?;
-    Ok(Json(RunView::new(run, decisions, &state.catalog)))
+    Ok(Json(RunView::new(run, decisions, &state.catalog())))
 }
 
 /// The run named in a path, or a 404 that says so.

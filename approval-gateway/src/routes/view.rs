@@ -60,6 +60,7 @@ impl RunView {
                     model_call_id: held.model_call_id.clone(),
                     fields: edit::editable_fields(
                         agent
+                            .as_ref()
                             .and_then(|a| a.tool(&call.tool))
                             .map_or(&Value::Null, |t| &t.input_schema),
                         &call.input,

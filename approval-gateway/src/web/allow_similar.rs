@@ -68,7 +68,7 @@ pub(super) fn offer<'a>(
         return None;
     }
     let limits = state
-        .catalog
+        .catalog()
         .get(&view.agent)?
         .tool(&view.tool)?
         .grant_limits();

@@ -406,8 +406,9 @@ pub(crate) fn proposal(
     digest: &str,
 ) -> Result<Proposed, FieldErrors> {
     let schema = view.schema(state);
+    let schema = schema.as_ref();
     let (action, input) = read(typed, schema, &view.input)?;
-    if let (Some(input), Some(agent)) = (&input, state.catalog.get(&view.agent)) {
+    if let (Some(input), Some(agent)) = (&input, state.catalog().get(&view.agent)) {
         let problems = agent.edit_problems(&view.tool, &view.input, input);
         if !problems.is_empty() {
             return Err(schema_errors(&problems, schema));

@@ -263,9 +263,9 @@ async fn page(
 ) -> Result<Response, PageError> {
     let lines = waiting(&state, session.principal(), &filters).await?;
     let recorded = next::note(&state, &recorded).await?;
-    let agents: Vec<&str> = state.catalog.iter().map(|a| a.def.name.as_str()).collect();
-    let mut tools: Vec<&str> = state
-        .catalog
+    let catalog = state.catalog();
+    let agents: Vec<&str> = catalog.iter().map(|a| a.def.name.as_str()).collect();
+    let mut tools: Vec<&str> = catalog
         .iter()
         .flat_map(|a| a.def.tools.iter().map(|t| t.name.as_str()))
         .collect();

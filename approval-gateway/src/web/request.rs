@@ -147,11 +147,12 @@ fn render(
     page.signed_in = Some((&session.principal, &session.csrf));
     page.digest = Some(&view.digest);
     page.script = view.open.is_some().then_some(LIVE);
+    let schema = view.schema(state);
     let forms = Forms {
         csrf: Some(&session.csrf),
         digest: &view.digest,
         actions: &actions,
-        schema: view.schema(state),
+        schema: schema.as_ref(),
         input: &view.input,
         typed,
         errors,

@@ -15,7 +15,7 @@ use axum::http::StatusCode;
 use countersign_model::audit::{AuditEntry, AuditKind};
 use countersign_model::now_ms;
 use countersign_model::run::{
-    Action, Block, Decision, HeldCall, Message, Role, Run, RunStatus, TurnCall,
+    Action, Block, Decision, HeldCall, Message, Recheck, Role, Run, RunStatus, TurnCall,
 };
 use countersign_store::RefusalCode;
 use maud::{Markup, html};
@@ -44,6 +44,8 @@ pub(crate) struct CallView {
     pub(crate) ran: Vec<TurnCall>,
     /// The call as held, while it can still be decided.
     pub(crate) open: Option<HeldCall>,
+    /// The call this one replaces, when it is asked about again because its policy changed.
+    pub(crate) recheck: Option<Recheck>,
     /// How it ended, once it cannot be decided any more.
     pub(crate) outcome: Option<String>,
 }
@@ -81,6 +83,7 @@ impl CallView {
                 asked: run.input.clone(),
                 deadline: call.deadline,
                 open: outcome.is_none().then(|| call.clone()),
+                recheck: call.recheck.clone(),
                 ran: run
                     .paused_turn
                     .iter()
@@ -134,6 +137,7 @@ impl CallView {
             said: asked_in.map(|i| run.messages[i].text()).unwrap_or_default(),
             asked: run.input.clone(),
             deadline: detail["deadline"].as_i64(),
+            recheck: None,
             messages: match asked_in {
                 Some(i) => run.messages[..=i].to_vec(),
                 None => run.messages.clone(),
@@ -145,12 +149,11 @@ impl CallView {
     }
 
     /// The schema of the call's tool, as its agent defines it now.
-    pub(crate) fn schema<'a>(&self, state: &'a AppState) -> Option<&'a Value> {
+    pub(crate) fn schema(&self, state: &AppState) -> Option<Value> {
         state
-            .catalog
+            .catalog()
             .get(&self.agent)
-            .and_then(|a| a.tool(&self.tool))
-            .map(|t| &t.input_schema)
+            .and_then(|a| a.tool(&self.tool).map(|t| t.input_schema.clone()))
     }
 
     /// The page's account of the request, under a heading that names it; `run_link` links
@@ -173,6 +176,17 @@ impl CallView {
         html! {
             section.request {
                 p.reason { strong { "Why it needs a person: " } (self.reason) }
+                @if let Some(before) = &self.recheck {
+                    p.recheck {
+                        strong { "Asked again: " }
+                        "the tool's policy changed after this call was held as " code { (before.call_id) }
+                        " (policy version " (before.policy_version) "). "
+                        @match &before.decision {
+                            Some(d) => { "What was decided then: " (decided(d)) }
+                            None => "Nobody had decided it.",
+                        }
+                    }
+                }
                 @if !self.asked.is_empty() {
                     figure.asked {
                         figcaption { (self.requested_by.as_deref().unwrap_or("The requester")) " asked the agent:" }
@@ -301,6 +315,12 @@ pub(crate) fn refusal_words(e: &DecideError) -> (Option<StatusCode>, String) {
 pub(crate) fn decided(d: &Decision) -> String {
     if d.expired {
         return expired(d.decided_at);
+    }
+    if d.superseded {
+        return format!(
+            "Closed at {}: the tool's policy changed, so the call is checked again under the new one.",
+            readable(d.decided_at)
+        );
     }
     let what = match d.action {
         Action::Approve => "Approved",

@@ -109,6 +109,9 @@ fn describe(decision: &Decision) -> String {
     if decision.expired {
         return format!("expired at {when}: nobody decided in time, it did not run");
     }
+    if decision.superseded {
+        return format!("closed at {when}: its policy changed, so it is checked again");
+    }
     let what = match decision.action {
         Action::Approve => "approved".to_string(),
         Action::Reject => format!(

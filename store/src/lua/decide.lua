@@ -4,7 +4,9 @@
 -- decisions, appends their audit entries and queues their announcements in the outbox. All
 -- decisions of one request are checked before any is recorded; a refusal changes nothing but
 -- the run's capped list of refusals.
--- `expiry` is '1' when the deadline decides; `role_decides` '1' when the principal's role
+-- `by` is 'deadline' when the deadline decides, 'policy' when a changed policy closes a call
+-- that waited (superseded, so its run is checked again), empty when a person does; neither
+-- of the first two is checked as a person is. `role_decides` is '1' when the principal's role
 -- decides (see `authority.rs`: the gateway's configuration knows roles, this script the held
 -- calls); `link_key`, when given, is the email link used, spent with the decision if it
 -- still holds `grant`. Tail: the count of decisions, then each (see `read_proposed`).
@@ -14,14 +16,16 @@
 -- calls (`principal` is then the name the decision records, `alice, under grant grt_…`): each
 -- of them is checked as if deciding, and together they must make the call's quorum.
 -- Replies {'ok', results JSON, outbox...}, {'refused', refusal JSON}, or {'missing', ''}.
-expiry = expiry == '1'
+local expiry = by == 'deadline'
+local by_policy = by == 'policy'
+local system = expiry or by_policy
 local run = redis.call('HMGET', run_key, 'status', 'cancel')
 local status = run[1]
 if not status then return {'missing', ''} end
 
 local function refuse(d, code, detail)
   local why = {call_id = d.call_id, code = code, detail = detail or ''}
-  if not expiry then
+  if not system then
     why.at = now_ms()
     why.actor = principal
     why.channel = door
@@ -61,7 +65,7 @@ end
 -- First every decision is checked: nothing is decided on a run someone asked to cancel, and
 -- nothing by a principal whose role does not decide.
 if run[2] or status == 'cancelled' then return refuse(decisions[1], 'run_cancelled', status) end
-if not expiry and role_decides ~= '1' then return refuse(decisions[1], 'role_may_not_decide') end
+if not system and role_decides ~= '1' then return refuse(decisions[1], 'role_may_not_decide') end
 local now = now_ms()
 local turn = redis.call('HGET', run_key, 'turn')
 local requester = redis.call('HGET', run_key, 'requested_by')
@@ -69,7 +73,7 @@ for _, d in ipairs(decisions) do
   local existing = redis.call('HGET', decisions_key, d.call_id)
   if existing then
     local e = cjson.decode(existing)
-    if expiry then return {'settled', existing} end
+    if system then return {'settled', existing} end
     -- A repeat is answered only to the one who decided, about what they were shown.
     local same = e.fingerprint == d.fingerprint and e.digest == d.digest and not e.expired
       and (e.decided_by == principal
@@ -86,7 +90,7 @@ for _, d in ipairs(decisions) do
     d.held = held
     if expiry then
       if not held.deadline or now < held.deadline then return {'not_due', ''} end
-    else
+    elseif not by_policy then
       if held.deadline and now >= held.deadline and not held.escalates then
         return refuse(d, 'past_deadline', tostring(held.deadline))
       end

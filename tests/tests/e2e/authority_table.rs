@@ -150,6 +150,7 @@ fn held_call(policy: Policy) -> HeldCall {
         deadline: Some(countersign_model::now_ms() + 3_600_000),
         remind_at: None,
         escalated: matches!(policy.approvers, Approvers::Escalated),
+        recheck: None,
     }
 }
 
@@ -227,6 +228,7 @@ async fn script_accepts(
         decided_at: 0,
         fingerprint: Decision::fingerprint_of(action, input.as_ref(), None, reason.as_deref()),
         expired: false,
+        superseded: false,
         receipt: None,
         grant: None,
         under_grant: None,
@@ -236,7 +238,7 @@ async fn script_accepts(
     let request = DecideRequest {
         principal,
         door: "api",
-        expiry: false,
+        by: countersign_store::DecisionSource::Person,
         link: None,
         role_decides: role.decides(),
         receipts: false,

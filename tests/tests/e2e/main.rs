@@ -28,6 +28,7 @@ mod metrics;
 mod nats;
 mod outbox;
 mod pause_and_resume;
+mod policy_change;
 mod probes;
 mod providers_and_tools;
 mod receipt_replay;

@@ -49,6 +49,7 @@ async fn two_workers_complete_fifty_concurrent_runs_with_each_refund_run_exactly
                 all_decided: true,
                 channels: Vec::new(),
                 under_grant: None,
+                superseded: false,
             };
             bus.publish(
                 bus.names.approval_decided(&run_id),

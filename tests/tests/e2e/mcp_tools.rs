@@ -160,9 +160,10 @@ async fn discovery_reads_every_page_and_a_tool_added_upstream_changes_the_versio
         before.version, after.version,
         "the agent's version follows the server"
     );
-    let version =
-        |agent: &countersign_model::agent::Agent, tool| agent.tool(tool).unwrap().policy_version();
-    assert_eq!(version(before, "refund"), version(after, "refund"));
+    let version = |agent: std::sync::Arc<countersign_model::agent::Agent>, tool| {
+        agent.tool(tool).unwrap().policy_version()
+    };
+    assert_eq!(version(before.clone(), "refund"), version(after, "refund"));
 
     let mut changed = tools;
     changed[1].description = "Refunds, now in two currencies.".into();
@@ -170,8 +171,8 @@ async fn discovery_reads_every_page_and_a_tool_added_upstream_changes_the_versio
     let reworded = load(&dir).await.unwrap();
     let reworded = reworded.get("shop").unwrap();
     assert_ne!(
-        version(before, "refund"),
-        version(reworded, "refund"),
+        version(before.clone(), "refund"),
+        version(reworded.clone(), "refund"),
         "what a held call is bound to changed"
     );
     assert_eq!(version(before, "lookup"), version(reworded, "lookup"));
@@ -181,7 +182,8 @@ async fn discovery_reads_every_page_and_a_tool_added_upstream_changes_the_versio
 async fn annotations_set_policies_only_for_a_trusted_server() {
     let server = McpServer::start(vec![lookup(), refund()], 10).await;
     let runs_at_once = |catalog: &Catalog, tool| {
-        let tool = catalog.get("shop").unwrap().tool(tool).unwrap();
+        let agent = catalog.get("shop").unwrap();
+        let tool = agent.tool(tool).unwrap();
         (
             matches!(tool.approval, ApprovalDef::Mode(ApprovalMode::Never)),
             tool.idempotent,

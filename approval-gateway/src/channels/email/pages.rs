@@ -123,7 +123,7 @@ async fn form_page(
             csrf: None,
             digest: &grant.digest,
             actions: &[grant.action],
-            schema: view.schema(state),
+            schema: view.schema(state).as_ref(),
             input: &view.input,
             typed,
             errors,

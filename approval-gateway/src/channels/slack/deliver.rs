@@ -109,7 +109,7 @@ impl<'a> Slack<'a> {
     /// What the policy of the call's tool allows of standing grants; None for a tool its
     /// agent no longer has.
     fn grant_limits(&self, agent: &str, call: &HeldCall) -> Option<GrantLimits> {
-        let agent = self.state.catalog.get(agent)?;
+        let agent = self.state.catalog().get(agent)?;
         agent.tool(&call.tool).map(|t| t.grant_limits())
     }
 
@@ -259,6 +259,9 @@ impl Deliver for Slack<'_> {
             Ending::Cancelled { by } => format!(
                 "Cancelled: {} stopped the run, so it did not run.",
                 blocks::escaped(by, blocks::NAME_CHARS)
+            ),
+            Ending::Superseded => format!(
+                "Closed at {when}: the tool's policy changed, so the call is checked again under the new one (and asked about anew if it still needs a person)."
             ),
         };
         let reference = self.posted(run_id, call_id).await?;

@@ -1,0 +1,326 @@
+//! A policy that changes while a call waits, or after it was decided and before it ran: the
+//! call is checked again under the policy now, never run under one nobody checked it
+//! against, and a rejection stays a rejection.
+
+use countersign_fake_model::{last_results, refund_brain};
+use countersign_tests::app::{PATIENCE, TestApp};
+use countersign_tests::wait_for;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+/// The refund policy as the demo agent has it, which tests rewrite.
+const WHEN: &str = "when = \"input.amount > 20.0\"";
+
+/// A run paused on its refund, approved (or `action`ed) while no worker runs, then the agent
+/// file rewritten by `edit`, then a worker started.
+async fn decided_then_changed(
+    action: Value,
+    edit: impl FnOnce(String) -> String,
+) -> (TestApp, String) {
+    let mut app = TestApp::builder(refund_brain).start().await;
+    let run_id = app.start_run("Refund A-1001.").await;
+    let paused = app.wait_status(&run_id, "awaiting_approval").await;
+    app.stop_worker(0).await;
+    let mut decision = json!({"call_id": "toolu_2", "digest": paused["pending"][0]["digest"]});
+    decision
+        .as_object_mut()
+        .unwrap()
+        .extend(action.as_object().unwrap().clone());
+    let (code, body) = app.decide(&run_id, json!([decision])).await;
+    assert_eq!(code, StatusCode::OK, "{body}");
+    app.rewrite_agent(edit);
+    app.spawn_worker();
+    (app, run_id)
+}
+
+/// The demo refunds service refuses a refund over $20 that carries no receipt of a person's
+/// approval, whatever the policy says: a policy loosened past that has the call released by
+/// the worker and refused by the tool, which is what the tool's own check is for.
+async fn refused_by_the_tool(app: &TestApp, run_id: &str) {
+    let (_, run) = app.get(&format!("/v1/runs/{run_id}")).await;
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(app.tools.refused(), ["missing"], "the call was sent");
+    assert!(app.tools.refunds().is_empty());
+}
+
+/// The held call once it is held again as `toolu_2.r2`.
+async fn held_again(app: &TestApp, run_id: &str) -> Value {
+    wait_for("the call to be held again", PATIENCE, || async {
+        let (_, run) = app.get(&format!("/v1/runs/{run_id}")).await;
+        (run["status"] == "awaiting_approval" && run["pending"][0]["call_id"] == "toolu_2.r2")
+            .then(|| run["pending"][0].clone())
+    })
+    .await
+}
+
+/// The one event on `subject` of the `RUN_EVENTS` stream, once it is there.
+async fn announced(app: &TestApp, subject: &str) -> Value {
+    let mut events = wait_for("the event", PATIENCE, || async {
+        let events = app.stream_messages("RUN_EVENTS", subject).await;
+        (!events.is_empty()).then_some(events)
+    })
+    .await;
+    assert_eq!(events.len(), 1, "{events:?}");
+    events.remove(0)
+}
+
+/// The run's audit entries of `kind`, its chain verified.
+async fn audited(app: &TestApp, run_id: &str, kind: &str) -> Vec<Value> {
+    let (_, trail) = app.get(&format!("/v1/runs/{run_id}/audit")).await;
+    assert_eq!(trail["verified"], true, "{trail}");
+    trail["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["entry"].clone())
+        .filter(|e| e["kind"] == kind)
+        .collect()
+}
+
+#[tokio::test]
+async fn a_policy_tightened_after_approval_holds_the_call_again_instead_of_running_it() {
+    let (app, run_id) = decided_then_changed(json!({"action": "approve"}), |agent| {
+        agent.replace(WHEN, &format!("{WHEN}\nquorum = 2"))
+    })
+    .await;
+    // Held again under its own id and a new digest, showing the decision made before.
+    let again = &held_again(&app, &run_id).await;
+    assert_eq!(again["quorum"], 2);
+    assert_eq!(again["recheck"]["call_id"], "toolu_2");
+    assert_eq!(again["recheck"]["decision"]["action"], "approve");
+    assert_eq!(again["recheck"]["decision"]["decided_by"], "rita");
+    assert_ne!(again["digest"], again["recheck"]["digest"]);
+    assert_ne!(again["policy_version"], again["recheck"]["policy_version"]);
+    assert!(app.tools.refunds().is_empty(), "nothing ran");
+    let changed = audited(&app, &run_id, "policy_changed").await;
+    assert_eq!(changed.len(), 1);
+    assert_eq!(changed[0]["call_id"], "toolu_2");
+    assert_eq!(changed[0]["detail"]["outcome"], "reheld");
+    assert_eq!(changed[0]["detail"]["new_call_id"], "toolu_2.r2");
+
+    // The old call decides nothing now; the new one needs its two approvals.
+    let old =
+        json!({"call_id": "toolu_2", "digest": again["recheck"]["digest"], "action": "approve"});
+    let (code, body) = app.decide_as("alice", &run_id, old).await;
+    assert_eq!(code, StatusCode::CONFLICT, "{body}");
+    for person in ["alice", "bob"] {
+        let decision =
+            json!({"call_id": "toolu_2.r2", "digest": again["digest"], "action": "approve"});
+        let (code, body) = app.decide_as(person, &run_id, decision).await;
+        assert_eq!(code, StatusCode::OK, "{body}");
+    }
+    app.wait_status(&run_id, "completed").await;
+    assert_eq!(app.tools.refunds().len(), 1, "the refund ran once");
+    // The model's call is answered under the id it gave.
+    let results = last_results(app.model.requests().last().unwrap());
+    assert_eq!(results[1]["tool_use_id"], "toolu_2");
+    assert!(
+        results[1]["content"].as_str().unwrap().contains("refunded"),
+        "{results:?}"
+    );
+}
+
+#[tokio::test]
+async fn an_approved_call_whose_policy_now_lets_it_through_runs_and_says_so() {
+    let (app, run_id) = decided_then_changed(json!({"action": "approve"}), |agent| {
+        agent.replace(WHEN, "when = \"input.amount > 400.0\"")
+    })
+    .await;
+    app.wait_status(&run_id, "completed").await;
+    // It ran with the receipt of the approval it had.
+    assert_eq!(app.tools.refunds().len(), 1);
+    let changed = audited(&app, &run_id, "policy_changed").await;
+    assert_eq!(changed[0]["detail"]["outcome"], "released", "{changed:?}");
+    let event = announced(&app, &format!("run.policy_changed.{run_id}")).await;
+    assert_eq!(event["outcome"], "released");
+    assert_eq!(event["call_id"], "toolu_2");
+}
+
+#[tokio::test]
+async fn a_rejected_call_stays_rejected_when_the_policy_is_loosened() {
+    let (app, run_id) = decided_then_changed(
+        json!({"action": "reject", "reason": "duplicate"}),
+        |agent| agent.replace(WHEN, "when = \"never\""),
+    )
+    .await;
+    app.wait_status(&run_id, "completed").await;
+    assert!(app.tools.refunds().is_empty());
+    let results = last_results(app.model.requests().last().unwrap());
+    assert!(
+        results[1]["content"].as_str().unwrap().contains("rejected"),
+        "{results:?}"
+    );
+    assert!(audited(&app, &run_id, "policy_changed").await.is_empty());
+}
+
+#[tokio::test]
+async fn a_call_whose_tool_was_removed_tells_the_model_and_runs_nothing() {
+    let (app, run_id) = decided_then_changed(json!({"action": "approve"}), |agent| {
+        let at = agent.find("[[tools]]\nname = \"issue_refund\"").unwrap();
+        agent[..at].to_string()
+    })
+    .await;
+    app.wait_status(&run_id, "completed").await;
+    assert!(app.tools.refunds().is_empty());
+    let results = last_results(app.model.requests().last().unwrap());
+    assert_eq!(results[1]["is_error"], true);
+    assert!(
+        results[1]["content"]
+            .as_str()
+            .unwrap()
+            .contains("no longer exists"),
+        "{results:?}"
+    );
+    let changed = audited(&app, &run_id, "policy_changed").await;
+    assert_eq!(changed[0]["detail"]["outcome"], "refused");
+}
+
+#[tokio::test]
+async fn an_input_the_new_schema_refuses_is_not_run() {
+    let (app, run_id) = decided_then_changed(json!({"action": "approve"}), |agent| {
+        agent.replace("maximum = 500", "maximum = 100")
+    })
+    .await;
+    app.wait_status(&run_id, "completed").await;
+    assert!(app.tools.refunds().is_empty());
+    let results = last_results(app.model.requests().last().unwrap());
+    assert!(
+        results[1]["content"]
+            .as_str()
+            .unwrap()
+            .contains("no longer fits"),
+        "{results:?}"
+    );
+    assert_eq!(
+        audited(&app, &run_id, "policy_changed").await[0]["detail"]["outcome"],
+        "refused"
+    );
+}
+
+#[tokio::test]
+async fn a_running_worker_loads_a_changed_agent_file_and_keeps_the_old_one_when_it_is_broken() {
+    let app = TestApp::builder(refund_brain)
+        .worker(|c| c.agents_reload_ms = 50)
+        .gateway(|c| c.agents_reload_ms = 50)
+        .start()
+        .await;
+    let reloads = |outcome: &'static str| {
+        let app = &app;
+        async move {
+            app.workers_metric(
+                1,
+                &format!("countersign_agent_reloads_total{{outcome=\"{outcome}\"}}"),
+            )
+            .await
+        }
+    };
+    // A run that pauses shows the worker has loaded the file as it was.
+    let first = app.start_run("Refund A-1001.").await;
+    app.wait_status(&first, "awaiting_approval").await;
+    app.rewrite_agent(|agent| agent.replace(WHEN, "when = \"input.amount > 400.0\""));
+    wait_for("the worker to reload", PATIENCE, || async {
+        (reloads("loaded").await >= 1.0).then_some(())
+    })
+    .await;
+    // The waiting refund is released, and a new one of $129 goes to the tool without anyone
+    // (whose own check refuses both: no person approved them).
+    app.wait_status(&first, "completed").await;
+    let run_id = app.start_run("Refund A-1001.").await;
+    app.wait_status(&run_id, "completed").await;
+    assert_eq!(app.tools.refused(), ["missing", "missing"]);
+
+    // A policy that does not compile is refused; the last good one stays.
+    app.rewrite_agent(|agent| agent.replace("input.amount > 400.0", "input.amount >"));
+    wait_for("the worker to refuse the file", PATIENCE, || async {
+        (reloads("refused").await >= 1.0).then_some(())
+    })
+    .await;
+    let run_id = app.start_run("Refund A-1001.").await;
+    app.wait_status(&run_id, "completed").await;
+    assert_eq!(app.tools.refused().len(), 3);
+}
+
+/// A run paused on its refund while a worker watches the agents' folder closely.
+async fn waiting_refund() -> (TestApp, String, Value) {
+    let app = TestApp::builder(refund_brain)
+        .worker(|c| c.agents_reload_ms = 50)
+        .start()
+        .await;
+    let run_id = app.start_run("Refund A-1001.").await;
+    let paused = app.wait_status(&run_id, "awaiting_approval").await;
+    (app, run_id, paused)
+}
+
+#[tokio::test]
+async fn a_policy_tightened_while_a_call_waits_holds_it_again_under_the_new_terms() {
+    let (app, run_id, paused) = waiting_refund().await;
+    app.rewrite_agent(|agent| agent.replace(WHEN, &format!("{WHEN}\nquorum = 2")));
+    let again = held_again(&app, &run_id).await;
+    assert_eq!(again["quorum"], 2);
+    assert_eq!(again["recheck"]["call_id"], "toolu_2");
+    assert_eq!(again["recheck"]["digest"], paused["pending"][0]["digest"]);
+    assert_eq!(
+        again["recheck"]["decision"],
+        Value::Null,
+        "nobody had decided"
+    );
+    // The old call was closed by the change, never as a person's rejection of it.
+    let (code, _) = app
+        .approve(&run_id, "toolu_2", &paused["pending"][0]["digest"])
+        .await;
+    assert_eq!(code, StatusCode::CONFLICT);
+    let changed = audited(&app, &run_id, "policy_changed").await;
+    let outcomes: Vec<&Value> = changed.iter().map(|e| &e["detail"]["outcome"]).collect();
+    assert_eq!(outcomes, [&json!("superseded"), &json!("reheld")]);
+    assert!(app.tools.refunds().is_empty());
+}
+
+#[tokio::test]
+async fn a_policy_loosened_while_a_call_waits_lets_it_run() {
+    let (app, run_id, _) = waiting_refund().await;
+    app.rewrite_agent(|agent| agent.replace(WHEN, "when = \"input.amount > 400.0\""));
+    app.wait_status(&run_id, "completed").await;
+    refused_by_the_tool(&app, &run_id).await;
+    let changed = audited(&app, &run_id, "policy_changed").await;
+    let outcomes: Vec<&Value> = changed.iter().map(|e| &e["detail"]["outcome"]).collect();
+    assert_eq!(outcomes, [&json!("superseded"), &json!("released")]);
+    assert_eq!(
+        app.workers_metric(1, "countersign_policy_rechecks_total{outcome=\"released\"}")
+            .await,
+        1.0
+    );
+}
+
+#[tokio::test]
+async fn a_shadow_policy_records_where_it_differs_and_changes_nothing() {
+    let app = TestApp::builder(refund_brain)
+        .policy("\n[tools.shadow]\nwhen = \"input.amount > 200.0\"\n")
+        .start()
+        .await;
+    // The live policy holds the refund of $129; the shadow would have let it run.
+    let run_id = app.start_run("Refund A-1001.").await;
+    let paused = app.wait_status(&run_id, "awaiting_approval").await;
+    let shadowed = audited(&app, &run_id, "policy_shadow").await;
+    assert_eq!(shadowed.len(), 1, "{shadowed:?}");
+    assert_eq!(shadowed[0]["call_id"], "toolu_2");
+    assert_eq!(shadowed[0]["detail"]["outcome"], "would_release");
+    assert_eq!(shadowed[0]["detail"]["live"]["gate"], "hold");
+    assert_eq!(shadowed[0]["detail"]["shadow"]["gate"], "run");
+    let event = announced(&app, &format!("run.policy_shadow.{run_id}")).await;
+    assert_eq!(event["outcome"], "would_release");
+    assert_eq!(
+        app.workers_metric(
+            1,
+            "countersign_policy_shadow_total{tool=\"issue_refund\",outcome=\"would_release\"}"
+        )
+        .await,
+        1.0
+    );
+    // The live policy decides: the refund waits for its approval, then runs once.
+    let (code, _) = app
+        .approve(&run_id, "toolu_2", &paused["pending"][0]["digest"])
+        .await;
+    assert_eq!(code, StatusCode::OK);
+    app.wait_status(&run_id, "completed").await;
+    assert_eq!(app.tools.refunds().len(), 1);
+}
