@@ -1,8 +1,8 @@
 //! Agents ready to run: each definition with its model client and compiled policies.
 
 use crate::model::Model;
-use crate::policy::Policy;
 use countersign_model::agent::{Agent, Catalog};
+use countersign_model::policy::Policy;
 use countersign_runtime::mcp::McpClients;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;

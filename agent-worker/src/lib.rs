@@ -7,7 +7,6 @@ pub mod consumer;
 pub mod engine;
 pub mod health;
 pub mod model;
-pub mod policy;
 pub mod tools;
 
 use agents::Agents;

@@ -27,6 +27,7 @@ pub(crate) mod error;
 pub(crate) mod grants;
 pub(crate) mod mcp_proxy;
 pub(crate) mod receipts;
+pub(crate) mod replay;
 pub(crate) mod routes;
 pub(crate) mod runs;
 pub(crate) mod server;

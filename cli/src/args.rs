@@ -91,6 +91,9 @@ pub enum Command {
         #[arg(long, value_name = "WHO")]
         revoked_by: Option<String>,
     },
+    /// Agent policies: what a change would do before it ships
+    #[command(subcommand)]
+    Policy(PolicyCommand),
     /// A run's audit trail
     Audit {
         /// The run's id
@@ -98,6 +101,24 @@ pub enum Command {
         /// Recompute the hash chain here, and exit 1 if it is broken
         #[arg(long)]
         verify: bool,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum PolicyCommand {
+    /// Sort an agent's recorded calls, and those waiting now, by its live policies and by a
+    /// candidate file's: per tool, how many would newly be held, newly released or held by
+    /// other approvers; the approvals a day each approver group would be asked for; examples;
+    /// and what would become of the calls waiting now. Reads, never writes (admin key).
+    Replay {
+        /// The agent's name
+        agent: String,
+        /// The candidate agent file
+        #[arg(long, value_name = "FILE")]
+        candidate: std::path::PathBuf,
+        /// How far back (`24h`, `7d`)
+        #[arg(long, default_value = "7d")]
+        since: String,
     },
 }
 

@@ -16,6 +16,8 @@ pub mod input_problem;
 pub mod mcp;
 pub mod mcp_proxy;
 pub mod people;
+pub mod policy;
+pub mod replay;
 pub mod run;
 pub mod script;
 pub mod span;

@@ -24,7 +24,7 @@ use std::collections::HashSet;
 use std::fmt;
 
 /// A run's id: `run_` and a UUIDv7, so ids sort by creation time.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct RunId(String);
 

@@ -413,6 +413,67 @@ fn retry_delay(attempt: u32) -> Duration {
     base + Duration::from_millis(jitter)
 }
 
+impl Bus {
+    /// The runs with an element of their audit chain on the `AUDIT` stream at or after
+    /// `since_ms` (ms since the epoch): every run that did anything since, as far as the
+    /// stream's retention reaches. Read through a consumer of its own that acks nothing and
+    /// is dropped by the server once idle; nothing on the stream changes.
+    pub async fn audited_runs_since(
+        &self,
+        since_ms: i64,
+    ) -> Result<std::collections::BTreeSet<countersign_model::run::RunId>, BusError> {
+        use futures::StreamExt;
+        use jetstream::consumer::{AckPolicy, DeliverPolicy, pull};
+        let err = |e: &dyn std::fmt::Display| BusError::JetStream(e.to_string());
+        let start_time = async_nats::datetime::from_nanos(i128::from(since_ms) * 1_000_000)
+            .map_err(|e| err(&e))?;
+        let stream = self
+            .js
+            .get_stream(self.names.audit_stream())
+            .await
+            .map_err(|e| err(&e))?;
+        let mut consumer = stream
+            .create_consumer(pull::Config {
+                filter_subject: self.names.audit_all(),
+                deliver_policy: DeliverPolicy::ByStartTime { start_time },
+                ack_policy: AckPolicy::None,
+                inactive_threshold: Duration::from_secs(60),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| err(&e))?;
+        let mut left = consumer.info().await.map_err(|e| err(&e))?.num_pending;
+        let prefix = self.names.audit_subject_prefix();
+        let mut runs = std::collections::BTreeSet::new();
+        while left > 0 {
+            let mut batch = consumer
+                .fetch()
+                .max_messages(left.min(1000) as usize)
+                .expires(Duration::from_secs(2))
+                .messages()
+                .await
+                .map_err(|e| err(&e))?;
+            let mut got = 0;
+            while let Some(message) = batch.next().await {
+                let message = message.map_err(|e| err(&e))?;
+                got += 1;
+                if let Some(id) = message
+                    .subject
+                    .strip_prefix(prefix.as_str())
+                    .and_then(countersign_model::run::RunId::parse)
+                {
+                    runs.insert(id);
+                }
+            }
+            if got == 0 {
+                break;
+            }
+            left = left.saturating_sub(got);
+        }
+        Ok(runs)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

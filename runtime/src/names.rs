@@ -128,6 +128,10 @@ impl Names {
     pub fn audit_subject(&self, run: &RunId) -> String {
         self.subject(&format!("audit.{run}"))
     }
+    /// What precedes the run's id in [`Names::audit_subject`].
+    pub fn audit_subject_prefix(&self) -> String {
+        self.subject("audit.")
+    }
     pub fn audit_all(&self) -> String {
         self.subject("audit.>")
     }

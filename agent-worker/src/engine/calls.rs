@@ -5,12 +5,12 @@
 use super::recheck::Verdict;
 use super::{Engine, Resumed, StepError, Unsaved, results_message};
 use crate::agents::RunnableAgent;
-use crate::policy::Gate;
 use crate::tools::ToolCall;
 use countersign_model::agent::ToolDef;
 use countersign_model::audit::AuditKind;
 use countersign_model::digest::call_digest;
 use countersign_model::edit;
+use countersign_model::policy::Gate;
 use countersign_model::run::{Action, CallOutcome, CallResult, Decision, HeldCall, Run, TurnCall};
 use countersign_store::StoreError;
 use serde_json::Value;

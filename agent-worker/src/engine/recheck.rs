@@ -6,10 +6,10 @@
 use super::calls::Asked;
 use super::{Engine, StepError, Unsaved};
 use crate::agents::{Agents, RunnableAgent};
-use crate::policy::Gate;
 use countersign_model::agent::ToolDef;
 use countersign_model::audit::AuditKind;
 use countersign_model::events::Event;
+use countersign_model::policy::Gate;
 use countersign_model::run::{
     Action, CallResult, Decision, HeldCall, Recheck, Run, RunStatus, TurnCall,
 };

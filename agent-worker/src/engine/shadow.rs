@@ -4,10 +4,10 @@
 
 use super::{Engine, Unsaved};
 use crate::agents::RunnableAgent;
-use crate::policy::Gate;
 use countersign_model::agent::{Reviewers, ToolDef};
 use countersign_model::audit::AuditKind;
 use countersign_model::events::Event;
+use countersign_model::policy::Gate;
 use countersign_model::run::{Run, TurnCall};
 use countersign_runtime::names::msg_id;
 use countersign_store::Announcement;

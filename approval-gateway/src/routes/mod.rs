@@ -9,6 +9,7 @@ mod grants;
 mod health;
 mod jwks;
 mod mcp;
+mod replay;
 mod runs;
 mod sessions;
 mod view;
@@ -38,6 +39,7 @@ pub(crate) fn router(
         .merge(decisions::router())
         .merge(grants::router())
         .merge(audit::router())
+        .merge(replay::router())
         .merge(approvals::router())
         .merge(sessions::router())
         .merge(health::router())

@@ -5,6 +5,7 @@ mod decide;
 mod grants;
 mod listed;
 mod pending;
+mod policy;
 mod runs;
 mod show;
 mod watch;
@@ -32,6 +33,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             reason,
             revoked_by,
         } => grants::revoke(&gateway, &grant, reason, revoked_by, json).await,
+        Command::Policy(command) => policy::run(&gateway, command, json).await,
         Command::Audit { run, verify } => audit::run(&gateway, &run, verify, json).await,
     }
 }

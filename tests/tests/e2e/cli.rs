@@ -860,3 +860,43 @@ async fn a_grant_made_from_the_terminal_approves_later_calls_until_it_is_revoked
     app.wait_status(&after, "awaiting_approval").await;
     assert_eq!(app.tools.refunds().len(), 2);
 }
+
+#[tokio::test]
+async fn policy_replay_prints_what_a_candidate_would_change_and_reads_only() {
+    let app = TestApp::spawn(refund_brain).await;
+    let run = started_run(&app).await;
+    app.wait_status(&run, "awaiting_approval").await;
+    let candidate = std::env::temp_dir().join(format!("cs-candidate-{run}.toml"));
+    let live = std::fs::read_to_string(app.agents_dir().join("refunds.toml")).unwrap();
+    std::fs::write(
+        &candidate,
+        live.replace("input.amount > 20.0", "input.amount > 200.0"),
+    )
+    .unwrap();
+    let line = format!("policy replay refunds --candidate {}", candidate.display());
+    let out = ok(&app, ADMIN_KEY, &line).await;
+    assert!(out.contains("2 calls of 1 runs of refunds"), "{out}");
+    let refunds = out
+        .lines()
+        .find(|l| l.starts_with("issue_refund"))
+        .expect("a row per tool");
+    let cells: Vec<&str> = refunds.split_whitespace().collect();
+    assert_eq!(
+        cells,
+        ["issue_refund", "1", "0", "1", "0", "0", "0"],
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("released: {run} toolu_2 issue_refund")),
+        "{out}"
+    );
+    let json: Value =
+        serde_json::from_str(&ok(&app, ADMIN_KEY, &format!("--json {line}")).await).unwrap();
+    assert_eq!(json["tools"]["issue_refund"]["newly_released"], 1);
+    // Only an admin may replay; nothing changed.
+    countersign(&app, REVIEWER_KEY, &line)
+        .await
+        .failed(3, &["forbidden"]);
+    assert_eq!(app.get_run_status(&run).await, "awaiting_approval");
+    std::fs::remove_file(candidate).unwrap();
+}

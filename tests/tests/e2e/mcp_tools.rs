@@ -11,7 +11,7 @@ use countersign_tests::app::{PATIENCE, TestApp};
 use countersign_tests::mcp_server::{McpServer, TestAnswer, TestTool};
 use countersign_tests::wait_for;
 use rmcp::model::ToolAnnotations;
-use serde_json::{Map, json};
+use serde_json::{Map, Value, json};
 use std::path::PathBuf;
 
 #[tokio::test]
@@ -375,4 +375,47 @@ async fn a_worker_killed_during_an_mcp_call_leaves_it_unknown_and_it_is_never_se
         .count();
     assert_eq!(refunds, 1, "never sent again: the tool is not idempotent");
     app.assert_refund_reported_unknown(&mut attention).await;
+}
+
+#[tokio::test]
+async fn an_approved_call_of_an_mcp_tool_whose_definition_changed_is_held_again_not_run() {
+    let tool = |schema: Value| TestTool {
+        input_schema: schema,
+        ..TestTool::new("issue_refund", TestAnswer::Text("refunded".into()))
+    };
+    let lookup = TestTool {
+        annotations: Some(ToolAnnotations::new().read_only(true)),
+        ..TestTool::new("get_order", TestAnswer::Text("delivered".into()))
+    };
+    let server = McpServer::start(vec![lookup.clone(), tool(json!({"type": "object"}))], 10).await;
+    let mut app = TestApp::builder(refund_brain)
+        .mcp_tools()
+        .workers(0)
+        .start()
+        .await;
+    let demo = app.tools.mcp_url();
+    app.rewrite_agent(|agent| agent.replace(&demo, &server.url()));
+    let first = app.spawn_worker();
+    let run_id = app.start_run("Refund A-1001.").await;
+    let paused = app.wait_status(&run_id, "awaiting_approval").await;
+    app.stop_worker(first).await;
+    let (status, _) = app
+        .approve(&run_id, "toolu_2", &paused["pending"][0]["digest"])
+        .await;
+    assert_eq!(status, 200);
+    // The server ships a new version of the tool while the approved call waits to run.
+    let stricter = json!({"type": "object", "properties": {"amount": {"type": "number"}}});
+    server.set_tools(vec![lookup, tool(stricter)]).await;
+    app.spawn_worker();
+    let again = wait_for("the call to be held again", PATIENCE, || async {
+        let (_, run) = app.get(&format!("/v1/runs/{run_id}")).await;
+        (run["pending"][0]["call_id"] == "toolu_2.r2").then(|| run["pending"][0].clone())
+    })
+    .await;
+    assert_eq!(again["recheck"]["decision"]["action"], "approve");
+    assert_ne!(again["policy_version"], again["recheck"]["policy_version"]);
+    assert!(
+        server.calls().iter().all(|c| c.tool != "issue_refund"),
+        "the refund was not sent"
+    );
 }

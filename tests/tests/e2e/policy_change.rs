@@ -324,3 +324,135 @@ async fn a_shadow_policy_records_where_it_differs_and_changes_nothing() {
     app.wait_status(&run_id, "completed").await;
     assert_eq!(app.tools.refunds().len(), 1);
 }
+
+/// Asks for one refund of the amount the run's input names (`Refund 37`), then answers.
+fn amount_brain(request: &Value) -> Value {
+    if countersign_fake_model::turn(request) > 0 {
+        return countersign_fake_model::anthropic_text("Done.");
+    }
+    let asked = countersign_fake_model::first_user_text(request);
+    let amount: u32 = asked.trim_start_matches("Refund ").parse().unwrap();
+    countersign_fake_model::anthropic_tool_use(
+        "Refunding.",
+        &[(
+            "toolu_1",
+            "issue_refund",
+            json!({"order_id": "A-1", "amount": amount, "reason": "broken"}),
+        )],
+    )
+}
+
+/// The replay of `refunds` with its approval `when` replaced by `when`.
+async fn replayed(app: &TestApp, when: &str) -> Value {
+    let agent = std::fs::read_to_string(app.agents_dir().join("refunds.toml")).unwrap();
+    let candidate = agent.replace(WHEN, &format!("when = \"{when}\""));
+    let (code, report) = app
+        .request(
+            reqwest::Method::POST,
+            "/v1/agents/refunds/replay",
+            Some(countersign_tests::app::ADMIN_KEY),
+            Some(json!({"candidate": candidate, "since": "7d"})),
+        )
+        .await;
+    assert_eq!(code, StatusCode::OK, "{report}");
+    report
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_counts_exactly_what_a_stricter_and_a_looser_candidate_would_change() {
+    let app = TestApp::builder(amount_brain).start().await;
+    // Refunds of $1 to $200: the live policy (over $20) runs 20 of them at once and holds 180.
+    let inputs: Vec<String> = (1..=200).map(|n| format!("Refund {n}")).collect();
+    let runs = futures::future::join_all(inputs.iter().map(|i| app.start_run(i))).await;
+    for (n, run) in (1..=200).zip(&runs) {
+        app.wait_status(
+            run,
+            if n <= 20 {
+                "completed"
+            } else {
+                "awaiting_approval"
+            },
+        )
+        .await;
+    }
+
+    let started = std::time::Instant::now();
+    let stricter = replayed(&app, "input.amount > 10.0").await;
+    println!(
+        "replay of 200 runs and 180 waiting calls: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(stricter["runs"], 200, "{stricter}");
+    assert_eq!(stricter["calls"], 200);
+    let refunds = &stricter["tools"]["issue_refund"];
+    assert_eq!(
+        (
+            &refunds["newly_held"],
+            &refunds["newly_released"],
+            &refunds["unchanged"]
+        ),
+        (&json!(10), &json!(0), &json!(190)),
+        "$11 to $20 would wait: {refunds}"
+    );
+    let per_day = |report: &Value, side: &str| {
+        report["approvals_per_day"][side]["anyone"]
+            .as_f64()
+            .unwrap()
+    };
+    assert!((per_day(&stricter, "live") - 180.0 / 7.0).abs() < 1e-9);
+    assert!((per_day(&stricter, "candidate") - 190.0 / 7.0).abs() < 1e-9);
+    assert_eq!(
+        stricter["examples"]["newly_held"].as_array().unwrap().len(),
+        3
+    );
+    // Every waiting call is still held, under another version: asked again.
+    assert_eq!(stricter["waiting"]["reheld"].as_array().unwrap().len(), 180);
+    assert_eq!(stricter["waiting"]["released"], json!([]));
+
+    let looser = replayed(&app, "input.amount > 100.0").await;
+    let refunds = &looser["tools"]["issue_refund"];
+    assert_eq!(
+        (
+            &refunds["newly_held"],
+            &refunds["newly_released"],
+            &refunds["unchanged"]
+        ),
+        (&json!(0), &json!(80), &json!(120)),
+        "$21 to $100 would run at once: {refunds}"
+    );
+    assert!((per_day(&looser, "candidate") - 100.0 / 7.0).abs() < 1e-9);
+    assert_eq!(looser["waiting"]["released"].as_array().unwrap().len(), 80);
+    assert_eq!(looser["waiting"]["reheld"].as_array().unwrap().len(), 100);
+
+    // It reads, never writes: every held call still waits as it was.
+    let (_, run) = app.get(&format!("/v1/runs/{}", runs[199])).await;
+    assert_eq!(run["status"], "awaiting_approval");
+    assert_eq!(run["pending"][0]["call_id"], "toolu_1");
+    // A candidate that does not load is refused with its error.
+    let (code, body) = app
+        .request(
+            reqwest::Method::POST,
+            "/v1/agents/refunds/replay",
+            Some(countersign_tests::app::ADMIN_KEY),
+            Some(json!({"candidate": "name = \"refunds\"\n[model]\nprovider = \"nope\""})),
+        )
+        .await;
+    assert_eq!(code, StatusCode::BAD_REQUEST, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("does not load"),
+        "{body}"
+    );
+    // A key that does not administer may not replay.
+    let (code, _) = app
+        .request(
+            reqwest::Method::POST,
+            "/v1/agents/refunds/replay",
+            Some(countersign_tests::app::REVIEWER_KEY),
+            Some(json!({"candidate": "", "since": "7d"})),
+        )
+        .await;
+    assert_eq!(code, StatusCode::FORBIDDEN);
+}

@@ -988,3 +988,37 @@ async fn an_approve_and_allow_similar_preset_makes_a_grant_only_for_someone_who_
     assert_eq!(used["used_by"][0]["run_id"], json!(covered), "{used}");
     assert_eq!(app.tools.refunds().len(), 2);
 }
+
+#[tokio::test]
+async fn a_call_whose_policy_changed_while_it_waited_is_closed_in_slack_and_asked_about_again() {
+    let (app, slack) = app_with_slack().await;
+    let (run_id, _, _) = posted_run(&app, &slack).await;
+    app.rewrite_agent(|agent| agent.replace(POLICY, &format!("{POLICY}quorum = 2\n")));
+    // The first message says why it can no longer be decided; the call held again under the
+    // new terms is posted anew, asking for two approvals.
+    let closed = wait_for("the message to be closed", PATIENCE, || async {
+        slack
+            .calls("chat.update")
+            .into_iter()
+            .find(|u| all_text(&u.body).contains("policy changed"))
+    })
+    .await;
+    assert!(
+        !all_text(&closed.body).contains("Rejected"),
+        "{}",
+        closed.body
+    );
+    let again = wait_for("the call to be posted again", PATIENCE, || async {
+        let posted = slack.calls("chat.postMessage");
+        (posted.len() == 2).then(|| posted[1].clone())
+    })
+    .await;
+    let (_, run) = app.get(&format!("/v1/runs/{run_id}")).await;
+    assert_eq!(run["pending"][0]["call_id"], "toolu_2.r2");
+    assert_eq!(run["pending"][0]["quorum"], 2);
+    assert!(
+        button(&again.body, "approve").contains("toolu_2.r2"),
+        "{}",
+        again.body
+    );
+}

@@ -3,8 +3,8 @@
 //! `{{ expr }}` parts are CEL too. A policy that cannot be evaluated asks a person: when in
 //! doubt the call waits rather than runs.
 
+use crate::agent::{ApprovalDef, ApprovalMode};
 use cel::{Context, Env, Program, Value as Cel};
-use countersign_model::agent::{ApprovalDef, ApprovalMode};
 use serde_json::Value;
 use std::sync::Arc;
 
@@ -193,7 +193,7 @@ fn display(value: &Cel) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use countersign_model::agent::ToolDef;
+    use crate::agent::ToolDef;
     use serde_json::json;
 
     fn refund_policy(when: &str) -> Policy {

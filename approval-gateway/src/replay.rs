@@ -1,0 +1,149 @@
+//! Replaying an agent's recorded calls against a candidate version of its file (see
+//! [`countersign_model::replay`]): the calls are those of the runs still retained that left
+//! an audit element in the window (read from the `AUDIT` stream), and the calls waiting now.
+//! It reads; it never writes.
+
+use crate::error::ApiError;
+use crate::state::AppState;
+use countersign_model::agent::{Agent, AgentDef};
+use countersign_model::mcp::McpTool;
+use countersign_model::now_ms;
+use countersign_model::replay::{self, Recorded, Report, Waiting};
+use countersign_model::run::{Block, Role, Run, RunStatus};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// A replay's report with what it read.
+#[derive(Serialize)]
+pub(crate) struct Replayed {
+    #[serde(flatten)]
+    pub(crate) report: Report,
+    /// The window's start, in ms since the epoch.
+    pub(crate) since_ms: i64,
+    /// Runs of the agent whose calls were replayed.
+    pub(crate) runs: usize,
+    /// Runs active in the window whose state is no longer retained (of any agent): their
+    /// calls cannot be replayed.
+    pub(crate) runs_not_retained: usize,
+}
+
+/// Runs of the paused index read at a time.
+const PAGE: usize = 500;
+
+/// Replays the calls of agent `name` made in the last `window` and those waiting now under
+/// `candidate` (the text of an agent file of the same name).
+pub(crate) async fn replay(
+    state: &AppState,
+    name: &str,
+    candidate: &str,
+    window: Duration,
+) -> Result<Replayed, ApiError> {
+    let live = state
+        .catalog()
+        .get(name)
+        .ok_or_else(|| ApiError::not_found(format!("no agent named {name:?}")))?;
+    let candidate = candidate_agent(&live, candidate)?;
+    let since_ms = now_ms() - window.as_millis() as i64;
+    let audited = state
+        .bus
+        .audited_runs_since(since_ms)
+        .await
+        .map_err(ApiError::unavailable)?;
+    let (mut recorded, mut runs, mut runs_not_retained) = (Vec::new(), 0, 0);
+    for id in &audited {
+        match state.store.load(id).await? {
+            None => runs_not_retained += 1,
+            Some(run) if run.agent == name => {
+                runs += 1;
+                recorded.extend(calls_of(&run));
+            }
+            Some(_) => {}
+        }
+    }
+    let waiting = waiting(state, name).await?;
+    let days = window.as_secs_f64() / 86_400.0;
+    let report = replay::replay(&live, &candidate, &recorded, &waiting, days)
+        .map_err(|e| ApiError::bad_request(format!("the candidate does not load: {e}")))?;
+    Ok(Replayed {
+        report,
+        since_ms,
+        runs,
+        runs_not_retained,
+    })
+}
+
+/// The candidate file as an agent. Its MCP tools are taken as the live agent's servers
+/// listed them, so a replay asks no server anything.
+fn candidate_agent(live: &Agent, text: &str) -> Result<Agent, ApiError> {
+    let refuse = |e: &dyn std::fmt::Display| {
+        ApiError::bad_request(format!("the candidate does not load: {e}"))
+    };
+    let def = AgentDef::parse(text).map_err(|e| refuse(&e))?;
+    if def.name != live.def.name {
+        return Err(ApiError::bad_request(format!(
+            "the candidate is agent {:?}, not {:?}",
+            def.name, live.def.name
+        )));
+    }
+    let mut listed: BTreeMap<String, Vec<McpTool>> = BTreeMap::new();
+    for tool in &live.def.tools {
+        if let (Some(server), Some(found)) = (&tool.mcp, &tool.discovered) {
+            listed
+                .entry(server.clone())
+                .or_default()
+                .push(found.clone());
+        }
+    }
+    Agent::from_def(text, def, &live.dir, &listed).map_err(|e| refuse(&e))
+}
+
+/// Every tool call the model asked for in `run`, as it asked.
+fn calls_of(run: &Run) -> impl Iterator<Item = Recorded> + '_ {
+    run.messages
+        .iter()
+        .filter(|m| m.role == Role::Assistant)
+        .flat_map(|m| &m.content)
+        .filter_map(|block| match block {
+            Block::ToolUse { id, name, input } => Some(Recorded {
+                run_id: run.run_id.to_string(),
+                call_id: id.clone(),
+                tool: name.clone(),
+                input: input.clone(),
+                metadata: run.metadata.clone(),
+            }),
+            _ => None,
+        })
+}
+
+/// The calls of agent `name` waiting for a decision now.
+async fn waiting(state: &AppState, name: &str) -> Result<Vec<Waiting>, ApiError> {
+    let mut found = Vec::new();
+    let mut after = None;
+    loop {
+        let page = state.store.awaiting(after.as_ref(), PAGE).await?;
+        for entry in &page {
+            let Some(run) = state.store.load(&entry.run_id).await? else {
+                continue;
+            };
+            if run.agent != name || run.status != RunStatus::AwaitingApproval {
+                continue;
+            }
+            let decided = state.store.decisions(&run.run_id).await?;
+            for held in run
+                .held_calls()
+                .filter(|c| !decided.contains_key(&c.call_id))
+            {
+                found.push(Waiting {
+                    run_id: run.run_id.to_string(),
+                    held: held.clone(),
+                    metadata: run.metadata.clone(),
+                });
+            }
+        }
+        if page.len() < PAGE {
+            return Ok(found);
+        }
+        after = page.last().cloned();
+    }
+}

@@ -1,0 +1,325 @@
+//! Replaying recorded calls against a candidate policy: what a change of an agent's file
+//! would have done to the calls it made, and would do to the calls waiting now, before it
+//! ships. Each call is sorted by the live agent's policies and by the candidate's, exactly
+//! as a worker sorts a call; nothing is written.
+
+use crate::agent::{Agent, ToolDef};
+use crate::policy::{Gate, Policy, PolicyError};
+use crate::run::HeldCall;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+/// A tool call a run made, as the model asked for it.
+#[derive(Clone, Debug)]
+pub struct Recorded {
+    pub run_id: String,
+    pub call_id: String,
+    pub tool: String,
+    pub input: Value,
+    /// The run's metadata, which policies may read.
+    pub metadata: Value,
+}
+
+/// A call waiting for a person now.
+#[derive(Clone, Debug)]
+pub struct Waiting {
+    pub run_id: String,
+    pub held: HeldCall,
+    pub metadata: Value,
+}
+
+/// How many calls of one tool each kind of difference took.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ToolCounts {
+    pub calls: usize,
+    /// Run at once live, held by the candidate.
+    pub newly_held: usize,
+    /// Held live, run at once by the candidate.
+    pub newly_released: usize,
+    /// Held by both, for other approvers or another quorum.
+    pub other_reviewers: usize,
+    /// Refused by the candidate (its tool gone, or the input does not fit its schema) and
+    /// not live.
+    pub refused: usize,
+    pub unchanged: usize,
+}
+
+/// One call of a kind, to look at.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Example {
+    pub run_id: String,
+    pub call_id: String,
+    pub tool: String,
+    pub input: Value,
+}
+
+/// A waiting call named.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CallRef {
+    pub run_id: String,
+    pub call_id: String,
+    pub tool: String,
+}
+
+/// What the candidate would do to the calls waiting now, were it loaded.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct WaitingReport {
+    /// It would let them run.
+    pub released: Vec<CallRef>,
+    /// Its version differs and it still holds them: they would be asked about again.
+    pub reheld: Vec<CallRef>,
+    /// Their tool is gone or their input does not fit: the model would be told.
+    pub refused: Vec<CallRef>,
+    pub unchanged: usize,
+}
+
+/// The report of a replay.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    pub agent: String,
+    pub calls: usize,
+    pub tools: BTreeMap<String, ToolCounts>,
+    /// Approvals asked for per day, by approver group (`anyone` when the policy names
+    /// nobody): each held call counts its quorum, over the window's days.
+    pub approvals_per_day: Forecast,
+    /// Up to [`EXAMPLES`] calls of each kind of difference.
+    pub examples: BTreeMap<String, Vec<Example>>,
+    pub waiting: WaitingReport,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Forecast {
+    pub live: BTreeMap<String, f64>,
+    pub candidate: BTreeMap<String, f64>,
+}
+
+/// How many examples of each kind a report keeps.
+pub const EXAMPLES: usize = 3;
+
+/// How one side sorted a call.
+#[derive(Debug, PartialEq)]
+enum Sorted {
+    Run,
+    Hold {
+        approvers: Vec<String>,
+        quorum: u32,
+    },
+    /// Unknown tool, or an input its schema refuses.
+    Refused,
+}
+
+/// An agent with its policies compiled.
+struct Side<'a> {
+    agent: &'a Agent,
+    policies: HashMap<String, Policy>,
+}
+
+impl<'a> Side<'a> {
+    fn new(agent: &'a Agent) -> Result<Self, PolicyError> {
+        let env = Arc::new(cel::Env::stdlib());
+        let mut policies = HashMap::new();
+        for tool in &agent.def.tools {
+            let policy = Policy::compile(env.clone(), &tool.name, &tool.approval)?;
+            policies.insert(tool.name.clone(), policy);
+        }
+        Ok(Self { agent, policies })
+    }
+
+    fn sort(&self, tool: &str, input: &Value, metadata: &Value) -> Sorted {
+        let Some(def) = self.agent.tool(tool) else {
+            return Sorted::Refused;
+        };
+        if self.agent.validate_input(tool, input).is_err() {
+            return Sorted::Refused;
+        }
+        match self.policies[tool].gate(input, metadata) {
+            Gate::Run => Sorted::Run,
+            Gate::Ask { .. } => {
+                let reviewers = def.reviewers();
+                Sorted::Hold {
+                    approvers: reviewers.approvers,
+                    quorum: reviewers.quorum,
+                }
+            }
+        }
+    }
+
+    fn tool(&self, name: &str) -> Option<&ToolDef> {
+        self.agent.tool(name)
+    }
+}
+
+/// Sorts `recorded` (made over `days`) and `waiting` under `live` and `candidate`.
+pub fn replay(
+    live: &Agent,
+    candidate: &Agent,
+    recorded: &[Recorded],
+    waiting: &[Waiting],
+    days: f64,
+) -> Result<Report, PolicyError> {
+    let (live_side, candidate_side) = (Side::new(live)?, Side::new(candidate)?);
+    let mut tools: BTreeMap<String, ToolCounts> = BTreeMap::new();
+    let mut examples: BTreeMap<String, Vec<Example>> = BTreeMap::new();
+    // Approvals asked for, by approver group, now and with the candidate.
+    let (mut asked_live, mut asked_candidate) = (BTreeMap::new(), BTreeMap::new());
+    let count = |held: &Sorted, into: &mut BTreeMap<String, u64>| {
+        if let Sorted::Hold { approvers, quorum } = held {
+            let group = if approvers.is_empty() {
+                "anyone".to_string()
+            } else {
+                approvers.join(", ")
+            };
+            *into.entry(group).or_default() += u64::from(*quorum);
+        }
+    };
+    for call in recorded {
+        let before = live_side.sort(&call.tool, &call.input, &call.metadata);
+        let after = candidate_side.sort(&call.tool, &call.input, &call.metadata);
+        count(&before, &mut asked_live);
+        count(&after, &mut asked_candidate);
+        let counts = tools.entry(call.tool.clone()).or_default();
+        counts.calls += 1;
+        let kind = match (&before, &after) {
+            (Sorted::Run, Sorted::Hold { .. }) => "newly_held",
+            (Sorted::Hold { .. }, Sorted::Run) => "newly_released",
+            (Sorted::Hold { .. }, Sorted::Hold { .. }) if before != after => "other_reviewers",
+            (Sorted::Run | Sorted::Hold { .. }, Sorted::Refused) => "refused",
+            _ => "unchanged",
+        };
+        match kind {
+            "newly_held" => counts.newly_held += 1,
+            "newly_released" => counts.newly_released += 1,
+            "other_reviewers" => counts.other_reviewers += 1,
+            "refused" => counts.refused += 1,
+            _ => counts.unchanged += 1,
+        }
+        if kind != "unchanged" {
+            let kept = examples.entry(kind.to_string()).or_default();
+            if kept.len() < EXAMPLES {
+                kept.push(Example {
+                    run_id: call.run_id.clone(),
+                    call_id: call.call_id.clone(),
+                    tool: call.tool.clone(),
+                    input: call.input.clone(),
+                });
+            }
+        }
+    }
+    let per_day = |asked: BTreeMap<String, u64>| {
+        asked
+            .into_iter()
+            .map(|(group, n)| (group, n as f64 / days.max(f64::MIN_POSITIVE)))
+            .collect()
+    };
+    let forecast = Forecast {
+        live: per_day(asked_live),
+        candidate: per_day(asked_candidate),
+    };
+    let mut now = WaitingReport::default();
+    for call in waiting {
+        let held = &call.held;
+        let named = CallRef {
+            run_id: call.run_id.clone(),
+            call_id: held.call_id.clone(),
+            tool: held.tool.clone(),
+        };
+        match candidate_side.sort(&held.tool, &held.input, &call.metadata) {
+            Sorted::Refused => now.refused.push(named),
+            Sorted::Run => now.released.push(named),
+            Sorted::Hold { .. } => {
+                let version = candidate_side.tool(&held.tool).map(ToolDef::policy_version);
+                if version.as_deref() == Some(held.policy_version.as_str()) {
+                    now.unchanged += 1;
+                } else {
+                    now.reheld.push(named);
+                }
+            }
+        }
+    }
+    Ok(Report {
+        agent: live.def.name.clone(),
+        calls: recorded.len(),
+        tools,
+        approvals_per_day: forecast,
+        examples,
+        waiting: now,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use std::path::Path;
+
+    fn agent(approval: &str) -> Agent {
+        let text = format!(
+            r#"
+name = "refunds"
+[model]
+provider = "scripted"
+name = "x"
+[[tools]]
+name = "issue_refund"
+input_schema = {{ type = "object", properties = {{ amount = {{ type = "number", maximum = 500 }} }}, required = ["amount"] }}
+http = {{ url = "http://127.0.0.1:1/" }}
+{approval}
+"#
+        );
+        Agent::from_toml(&text, Path::new(".")).unwrap()
+    }
+
+    fn calls(amounts: &[u32]) -> Vec<Recorded> {
+        amounts
+            .iter()
+            .enumerate()
+            .map(|(i, amount)| Recorded {
+                run_id: format!("run_{i}"),
+                call_id: "toolu_1".into(),
+                tool: "issue_refund".into(),
+                input: json!({"amount": amount}),
+                metadata: json!({}),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn other_approvers_and_a_tighter_schema_are_counted_apart() {
+        let live = agent("[tools.approval]\nwhen = \"input.amount > 20.0\"");
+        let candidate = agent(
+            "[tools.approval]\nwhen = \"input.amount > 20.0\"\napprovers = [\"role:finance\"]\nquorum = 2",
+        )
+        .def
+        .clone();
+        let text = toml::to_string(&candidate).unwrap();
+        let candidate = Agent::from_toml(
+            &text.replace("maximum = 500", "maximum = 100"),
+            Path::new("."),
+        )
+        .unwrap();
+        let report = replay(&live, &candidate, &calls(&[5, 50, 180]), &[], 2.0).unwrap();
+        let counts = &report.tools["issue_refund"];
+        assert_eq!(
+            (counts.unchanged, counts.other_reviewers, counts.refused),
+            (1, 1, 1)
+        );
+        // Two held live, one approval each; one held by the candidate, two approvals.
+        assert_eq!(report.approvals_per_day.live["anyone"], 1.0);
+        assert_eq!(report.approvals_per_day.candidate["role:finance"], 1.0);
+    }
+
+    #[test]
+    fn a_call_the_candidate_no_longer_takes_is_refused() {
+        let live = agent("[tools.approval]\nwhen = \"never\"");
+        let candidate = agent("[tools.approval]\nwhen = \"never\"").def.clone();
+        let mut candidate = candidate;
+        candidate.tools.clear();
+        let text = toml::to_string(&candidate).unwrap();
+        let candidate = Agent::from_toml(&text, Path::new(".")).unwrap();
+        let report = replay(&live, &candidate, &calls(&[5]), &[], 1.0).unwrap();
+        assert_eq!(report.tools["issue_refund"].refused, 1);
+        assert_eq!(report.examples["refused"][0].run_id, "run_0");
+    }
+}
