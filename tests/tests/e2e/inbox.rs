@@ -871,3 +871,40 @@ async fn an_emailed_sign_in_link_signs_in_once_and_unknown_addresses_get_the_sam
     assert_eq!(stranger.get(&link).await.status, StatusCode::GONE);
     assert_eq!(stranger.get("/inbox").await.status, StatusCode::SEE_OTHER);
 }
+
+#[tokio::test]
+async fn a_call_asked_about_again_after_a_policy_change_says_so_and_its_old_page_says_why_it_closed()
+ {
+    let app = app().await;
+    let run_id = paused_run(&app).await;
+    app.rewrite_agent(|agent| {
+        agent.replace(
+            "approvers = [\"role:finance\"]\n",
+            "approvers = [\"role:finance\"]\nquorum = 2\n",
+        )
+    });
+    countersign_tests::wait_for("the call to be held again", PATIENCE, || async {
+        let (_, run) = app.get(&format!("/v1/runs/{run_id}")).await;
+        (run["pending"][0]["call_id"] == "toolu_2.r2").then_some(())
+    })
+    .await;
+    let alice = Browser::signed_in(&app, ALICE_KEY).await;
+    let again = alice
+        .get(&format!("/inbox/runs/{run_id}/calls/toolu_2.r2"))
+        .await;
+    assert_eq!(again.status, StatusCode::OK, "{}", again.html);
+    assert_shows(
+        &again,
+        &[
+            "Asked again:",
+            "the tool's policy changed",
+            "toolu_2",
+            "Nobody had decided it.",
+        ],
+    );
+    let old = alice.get(&request_path(&run_id)).await;
+    assert_shows(
+        &old,
+        &["the tool's policy changed, so the call is checked again"],
+    );
+}
