@@ -546,6 +546,36 @@ pub struct Decision {
 }
 
 impl Decision {
+    /// A decision no person makes, closing the call `call_id` shown as `digest` without
+    /// running it: by `by` through `door` at `at`, for `reason`. The caller marks what
+    /// closed it (`expired`, `superseded`).
+    pub fn closing(
+        call_id: &str,
+        digest: &str,
+        by: &str,
+        door: &str,
+        reason: &str,
+        at: i64,
+    ) -> Self {
+        Self {
+            call_id: call_id.to_string(),
+            digest: digest.to_string(),
+            action: Action::Reject,
+            input: None,
+            note: None,
+            reason: Some(reason.to_string()),
+            decided_by: by.to_string(),
+            door: door.to_string(),
+            decided_at: at,
+            fingerprint: Self::fingerprint_of(Action::Reject, None, None, Some(reason)),
+            expired: false,
+            superseded: false,
+            receipt: None,
+            grant: None,
+            under_grant: None,
+        }
+    }
+
     pub fn fingerprint_of(
         action: Action,
         input: Option<&Value>,

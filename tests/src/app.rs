@@ -814,6 +814,18 @@ impl TestApp {
         response.text().await.unwrap()
     }
 
+    /// The run's audit entries, oldest first, once its chain is verified.
+    pub async fn audit_entries(&self, run_id: &str) -> Vec<Value> {
+        let (_, trail) = self.get(&format!("/v1/runs/{run_id}/audit")).await;
+        assert_eq!(trail["verified"], true, "{trail}");
+        trail["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["entry"].clone())
+            .collect()
+    }
+
     /// The run's status as the API shows it ("" when it cannot be read).
     pub async fn get_run_status(&self, run_id: &str) -> String {
         let (_, run) = self.get(&format!("/v1/runs/{run_id}")).await;

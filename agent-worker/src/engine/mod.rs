@@ -27,13 +27,18 @@ use crate::model::{ModelError, ModelRequest};
 use countersign_model::audit::{AuditEntry, AuditKind};
 use countersign_model::now_ms;
 use countersign_model::people::Directory;
-use countersign_model::run::{Block, CallResult, HeldCall, Message, Role, Run, RunId, TurnCall};
+use countersign_model::run::{
+    Block, CallResult, Decision, HeldCall, Message, Role, Run, RunId, TurnCall,
+};
 use countersign_runtime::bus::{Bus, BusError};
 use countersign_runtime::metrics::Metrics;
 use countersign_runtime::trace_context;
 use countersign_runtime::work::{Outcome, Source};
 use countersign_store::relay::Relay;
-use countersign_store::{Announcement, Claim, Claimed, Save, Store, StoreError};
+use countersign_store::{
+    Announcement, Claim, Claimed, DecideOutcome, DecideRequest, DecisionSource, Proposal, Save,
+    Store, StoreError,
+};
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
@@ -328,6 +333,34 @@ impl Engine {
             self.save(&mut run, Save::Progress, &audits, &announce)
                 .await?;
         }
+    }
+
+    /// Records `decision`, which no person made (an expiry, a policy change), through the
+    /// decision script, with its audit `entry`.
+    async fn close_unattended(
+        &self,
+        run: &RunId,
+        decision: Decision,
+        entry: AuditEntry,
+        by: DecisionSource,
+    ) -> Result<DecideOutcome, StoreError> {
+        let (principal, door) = (decision.decided_by.clone(), decision.door.clone());
+        let request = DecideRequest {
+            principal: &principal,
+            door: &door,
+            by,
+            link: None,
+            role_decides: true,
+            receipts: false,
+            granted_by: &[],
+            proposals: vec![Proposal {
+                decision,
+                checked_digest: None,
+                entry,
+                receipt_for: String::new(),
+            }],
+        };
+        self.store.decide(run, &request).await
     }
 
     /// An audit entry by this worker.

@@ -10,13 +10,9 @@ use countersign_model::agent::ToolDef;
 use countersign_model::audit::AuditKind;
 use countersign_model::events::Event;
 use countersign_model::policy::Gate;
-use countersign_model::run::{
-    Action, CallResult, Decision, HeldCall, Recheck, Run, RunStatus, TurnCall,
-};
+use countersign_model::run::{CallResult, Decision, HeldCall, Recheck, Run, RunStatus, TurnCall};
 use countersign_runtime::names::msg_id;
-use countersign_store::{
-    Announcement, DecideOutcome, DecideRequest, DecisionSource, Proposal, StoreError,
-};
+use countersign_store::{Announcement, DecideOutcome, DecisionSource, StoreError};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::time::Duration;
@@ -210,44 +206,25 @@ impl Engine {
         to_version: &str,
     ) -> Result<bool, StoreError> {
         let reason = format!("the policy of {} changed while the call waited", held.tool);
-        let decision = Decision {
-            call_id: held.call_id.clone(),
-            digest: held.digest.clone(),
-            action: Action::Reject,
-            input: None,
-            note: None,
-            fingerprint: Decision::fingerprint_of(Action::Reject, None, None, Some(&reason)),
-            reason: Some(reason),
-            decided_by: POLICY_CHANGE.into(),
-            door: "policy".into(),
-            decided_at: self.store.time_ms().await?,
-            expired: false,
-            superseded: true,
-            receipt: None,
-            grant: None,
-            under_grant: None,
-        };
+        let at = self.store.time_ms().await?;
+        let mut decision = Decision::closing(
+            &held.call_id,
+            &held.digest,
+            POLICY_CHANGE,
+            "policy",
+            &reason,
+            at,
+        );
+        decision.superseded = true;
         let detail = serde_json::json!({
             "tool": held.tool, "outcome": "superseded",
             "from_version": held.policy_version, "to_version": to_version,
         });
         let entry = self.entry(run, AuditKind::PolicyChanged, Some(held), detail);
-        let request = DecideRequest {
-            principal: POLICY_CHANGE,
-            door: "policy",
-            by: DecisionSource::Policy,
-            link: None,
-            role_decides: true,
-            receipts: false,
-            granted_by: &[],
-            proposals: vec![Proposal {
-                decision,
-                checked_digest: None,
-                entry,
-                receipt_for: String::new(),
-            }],
-        };
-        match self.store.decide(&run.run_id, &request).await? {
+        let closed = self
+            .close_unattended(&run.run_id, decision, entry, DecisionSource::Policy)
+            .await?;
+        match closed {
             DecideOutcome::Decided { queued, .. } => {
                 self.metrics.policy_recheck("superseded");
                 if let Err(e) = self.outbox.publish(&run.run_id, &queued).await {

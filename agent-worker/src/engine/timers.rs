@@ -11,13 +11,10 @@ use super::{Engine, StepError};
 use countersign_model::agent::{OnExpiry, ToolDef};
 use countersign_model::audit::{AuditEntry, AuditKind};
 use countersign_model::events::Event;
-use countersign_model::run::{Action, Decision, HeldCall, Run};
+use countersign_model::run::{Decision, HeldCall, Run};
 use countersign_runtime::names::msg_id;
 use countersign_store::keys::Shard;
-use countersign_store::{
-    Announcement, DecideOutcome, DecideRequest, DecisionSource, DueTimer, Proposal, StoreError,
-    Timer,
-};
+use countersign_store::{Announcement, DecideOutcome, DecisionSource, DueTimer, StoreError, Timer};
 use std::time::Duration;
 use tracing::{info, warn};
 
@@ -191,44 +188,25 @@ impl Engine {
 
     async fn expire(&self, due: &DueTimer) -> Result<(), StepError> {
         let reason = "nobody decided before the deadline";
-        let decision = Decision {
-            call_id: due.call_id.clone(),
-            digest: due.digest.clone(),
-            action: Action::Reject,
-            input: None,
-            note: None,
-            reason: Some(reason.into()),
-            decided_by: SYSTEM_ACTOR.into(),
-            door: "deadline".into(),
-            decided_at: self.store.time_ms().await?,
-            fingerprint: Decision::fingerprint_of(Action::Reject, None, None, Some(reason)),
-            expired: true,
-            superseded: false,
-            receipt: None,
-            grant: None,
-            under_grant: None,
-        };
+        let at = self.store.time_ms().await?;
+        let mut decision = Decision::closing(
+            &due.call_id,
+            &due.digest,
+            SYSTEM_ACTOR,
+            "deadline",
+            reason,
+            at,
+        );
+        decision.expired = true;
         let mut entry = AuditEntry::new(&due.run_id, AuditKind::Expired);
         entry.actor = Some(SYSTEM_ACTOR.into());
         entry.call_id = Some(due.call_id.clone());
         entry.digest = Some(due.digest.clone());
         entry.detail = serde_json::json!({"reason": reason});
-        let request = DecideRequest {
-            principal: SYSTEM_ACTOR,
-            door: "deadline",
-            by: DecisionSource::Deadline,
-            link: None,
-            role_decides: true,
-            receipts: false,
-            granted_by: &[],
-            proposals: vec![Proposal {
-                decision,
-                checked_digest: None,
-                entry,
-                receipt_for: String::new(),
-            }],
-        };
-        match self.store.decide(&due.run_id, &request).await? {
+        let closed = self
+            .close_unattended(&due.run_id, decision, entry, DecisionSource::Deadline)
+            .await?;
+        match closed {
             DecideOutcome::Decided { queued, .. } => {
                 info!(run_id = %due.run_id, call_id = %due.call_id, "call expired");
                 self.metrics.calls("expired", 1);
