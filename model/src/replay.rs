@@ -181,20 +181,19 @@ pub fn replay(
         count(&after, &mut asked_candidate);
         let counts = tools.entry(call.tool.clone()).or_default();
         counts.calls += 1;
-        let kind = match (&before, &after) {
-            (Sorted::Run, Sorted::Hold { .. }) => "newly_held",
-            (Sorted::Hold { .. }, Sorted::Run) => "newly_released",
-            (Sorted::Hold { .. }, Sorted::Hold { .. }) if before != after => "other_reviewers",
-            (Sorted::Run | Sorted::Hold { .. }, Sorted::Refused) => "refused",
-            _ => "unchanged",
+        // The kind of difference, and its count.
+        let (kind, count) = match (&before, &after) {
+            (Sorted::Run, Sorted::Hold { .. }) => ("newly_held", &mut counts.newly_held),
+            (Sorted::Hold { .. }, Sorted::Run) => ("newly_released", &mut counts.newly_released),
+            (Sorted::Hold { .. }, Sorted::Hold { .. }) if before != after => {
+                ("other_reviewers", &mut counts.other_reviewers)
+            }
+            (Sorted::Run | Sorted::Hold { .. }, Sorted::Refused) => {
+                ("refused", &mut counts.refused)
+            }
+            _ => ("unchanged", &mut counts.unchanged),
         };
-        match kind {
-            "newly_held" => counts.newly_held += 1,
-            "newly_released" => counts.newly_released += 1,
-            "other_reviewers" => counts.other_reviewers += 1,
-            "refused" => counts.refused += 1,
-            _ => counts.unchanged += 1,
-        }
+        *count += 1;
         if kind != "unchanged" {
             let kept = examples.entry(kind.to_string()).or_default();
             if kept.len() < EXAMPLES {
