@@ -17,7 +17,7 @@ pub struct Config {
     #[env("COUNTERSIGN_AGENTS_DIR")]
     pub agents_dir: PathBuf,
     /// Milliseconds between looks at the agents' folder for a changed file, which is then
-    /// loaded without a restart (so is every file on `SIGHUP`). Default 2000.
+    /// loaded without a restart. Default 2000.
     #[env("COUNTERSIGN_AGENTS_RELOAD_MS")]
     pub agents_reload_ms: u64,
     /// This worker's name in leases and logs. Default: host name and a random suffix, so a

@@ -28,9 +28,6 @@ pub(crate) struct Replayed {
     pub(crate) runs_not_retained: usize,
 }
 
-/// Runs of the paused index read at a time.
-const PAGE: usize = 500;
-
 /// Replays the calls of agent `name` made in the last `window` and those waiting now under
 /// `candidate` (the text of an agent file of the same name).
 pub(crate) async fn replay(
@@ -119,31 +116,24 @@ fn calls_of(run: &Run) -> impl Iterator<Item = Recorded> + '_ {
 /// The calls of agent `name` waiting for a decision now.
 async fn waiting(state: &AppState, name: &str) -> Result<Vec<Waiting>, ApiError> {
     let mut found = Vec::new();
-    let mut after = None;
-    loop {
-        let page = state.store.awaiting(after.as_ref(), PAGE).await?;
-        for entry in &page {
-            let Some(run) = state.store.load(&entry.run_id).await? else {
-                continue;
-            };
-            if run.agent != name || run.status != RunStatus::AwaitingApproval {
-                continue;
-            }
-            let decided = state.store.decisions(&run.run_id).await?;
-            for held in run
-                .held_calls()
-                .filter(|c| !decided.contains_key(&c.call_id))
-            {
-                found.push(Waiting {
-                    run_id: run.run_id.to_string(),
-                    held: held.clone(),
-                    metadata: run.metadata.clone(),
-                });
-            }
+    for id in state.store.all_awaiting().await? {
+        let Some(run) = state.store.load(&id).await? else {
+            continue;
+        };
+        if run.agent != name || run.status != RunStatus::AwaitingApproval {
+            continue;
         }
-        if page.len() < PAGE {
-            return Ok(found);
+        let decided = state.store.decisions(&run.run_id).await?;
+        for held in run
+            .held_calls()
+            .filter(|c| !decided.contains_key(&c.call_id))
+        {
+            found.push(Waiting {
+                run_id: run.run_id.to_string(),
+                held: held.clone(),
+                metadata: run.metadata.clone(),
+            });
         }
-        after = page.last().cloned();
     }
+    Ok(found)
 }

@@ -145,10 +145,6 @@ impl<'a> Side<'a> {
             }
         }
     }
-
-    fn tool(&self, name: &str) -> Option<&ToolDef> {
-        self.agent.tool(name)
-    }
 }
 
 /// Sorts `recorded` (made over `days`) and `waiting` under `live` and `candidate`.
@@ -228,7 +224,7 @@ pub fn replay(
             Sorted::Refused => now.refused.push(named),
             Sorted::Run => now.released.push(named),
             Sorted::Hold { .. } => {
-                let version = candidate_side.tool(&held.tool).map(ToolDef::policy_version);
+                let version = candidate.tool(&held.tool).map(ToolDef::policy_version);
                 if version.as_deref() == Some(held.policy_version.as_str()) {
                     now.unchanged += 1;
                 } else {

@@ -77,29 +77,23 @@ async fn discover(
 }
 
 /// Notices a changed agents' folder: any of its `*.toml` files (agents and scripts) added,
-/// removed or edited, checked every `interval`, or a `SIGHUP` (which also asks the MCP
-/// servers for their tools again). Each change is loaded whole; a folder that does not load
-/// is answered with its error, and the service keeps what it had.
+/// removed or edited, checked every `interval`. Each change is loaded whole; a folder that
+/// does not load is answered with its error, and the service keeps what it had.
 pub struct Watcher {
     dir: PathBuf,
     mcp: McpClients,
     interval: Duration,
     seen: String,
-    hangup: Option<tokio::signal::unix::Signal>,
 }
 
 impl Watcher {
     /// Watches `dir`, whose present contents are what the service loaded.
     pub fn new(dir: &Path, mcp: McpClients, interval: Duration) -> Self {
-        let hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
-            .map_err(|e| tracing::warn!(error = %e, "cannot listen for SIGHUP"))
-            .ok();
         Self {
             seen: fingerprint(dir),
             dir: dir.to_path_buf(),
             mcp,
             interval,
-            hangup,
         }
     }
 
@@ -108,28 +102,13 @@ impl Watcher {
         let mut tick = tokio::time::interval(self.interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            let hangup = async {
-                match &mut self.hangup {
-                    Some(signal) => signal.recv().await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                _ = hangup => {
-                    tracing::info!("SIGHUP: loading the agents again");
-                    self.seen = fingerprint(&self.dir);
-                    break;
-                }
-                _ = tick.tick() => {
-                    let now = fingerprint(&self.dir);
-                    if now != self.seen {
-                        self.seen = now;
-                        break;
-                    }
-                }
+            tick.tick().await;
+            let now = fingerprint(&self.dir);
+            if now != self.seen {
+                self.seen = now;
+                return load_dir(&self.dir, &self.mcp).await;
             }
         }
-        load_dir(&self.dir, &self.mcp).await
     }
 }
 

@@ -89,6 +89,24 @@ impl Store {
         Ok(page)
     }
 
+    /// Every run of the paused index, oldest first, read a page at a time (some may have
+    /// moved on since: re-check them).
+    pub async fn all_awaiting(&self) -> Result<Vec<RunId>, StoreError> {
+        const PAGE: usize = 500;
+        let mut all = Vec::new();
+        let mut after = None;
+        loop {
+            let page = self.awaiting(after.as_ref(), PAGE).await?;
+            let last = page.last().cloned();
+            let full = page.len() == PAGE;
+            all.extend(page.into_iter().map(|a| a.run_id));
+            if !full {
+                return Ok(all);
+            }
+            after = last;
+        }
+    }
+
     /// [`Store::awaiting`] in one shard.
     async fn awaiting_in(
         &self,

@@ -169,30 +169,7 @@ impl Engine {
                 Action::Edit => decision.input.clone().unwrap_or(Value::Null),
                 Action::Approve | Action::Reject => call.input.clone(),
             };
-            let result = if decision.superseded {
-                // Closed while it waited, because its policy changed: the policy now says.
-                match self
-                    .recheck(run, agent, call, None, &runs_with, unsaved)
-                    .await?
-                {
-                    Verdict::Unchanged(tool) | Verdict::Released(tool) => {
-                        let free = ToolCall {
-                            run: &run.run_id,
-                            turn: run.turns,
-                            call_id: &call.call_id,
-                            input: &runs_with,
-                            receipt: None,
-                        };
-                        self.execute(agent, tool, free, CallOutcome::Executed)
-                            .await?
-                    }
-                    Verdict::Refused(result) => result,
-                    Verdict::Reheld(again) => {
-                        *call = *again;
-                        continue;
-                    }
-                }
-            } else if decision.expired {
+            let result = if decision.expired {
                 CallResult {
                     outcome: CallOutcome::Expired,
                     is_error: true,
@@ -204,7 +181,7 @@ impl Engine {
                     ),
                     images: Vec::new(),
                 }
-            } else if decision.action == Action::Reject {
+            } else if decision.action == Action::Reject && !decision.superseded {
                 // A rejection stands whatever the policy says now.
                 CallResult {
                     outcome: CallOutcome::Rejected,
@@ -216,12 +193,15 @@ impl Engine {
                     images: Vec::new(),
                 }
             } else {
+                // A call closed while it waited because its policy changed has no decision
+                // to run under: the policy now says.
+                let decided = (!decision.superseded).then_some(decision);
                 let checked = self
-                    .recheck(run, agent, call, Some(decision), &runs_with, unsaved)
+                    .recheck(run, agent, call, decided, &runs_with, unsaved)
                     .await?;
                 match checked {
                     Verdict::Unchanged(tool) | Verdict::Released(tool) => {
-                        self.run_decided(run, agent, tool, call, decision, &runs_with)
+                        self.run_decided(run, agent, tool, call, decided, &runs_with)
                             .await?
                     }
                     Verdict::Refused(result) => result,
@@ -257,15 +237,16 @@ impl Engine {
         Ok(Resumed::Turn { last_decided })
     }
 
-    /// Runs an approved or edited call (an edit as the reviewer left it, `runs_with`) and
-    /// says what happened in the words the model is told.
+    /// Runs an approved or edited call (an edit as the reviewer left it, `runs_with`), or,
+    /// without a decision, one its changed policy now lets through, and says what happened
+    /// in the words the model is told.
     async fn run_decided(
         &self,
         run: &Run,
         agent: &RunnableAgent,
         tool: &ToolDef,
         call: &TurnCall,
-        decision: &Decision,
+        decision: Option<&Decision>,
         runs_with: &Value,
     ) -> Result<CallResult, StepError> {
         let tool_call = ToolCall {
@@ -273,22 +254,22 @@ impl Engine {
             turn: run.turns,
             call_id: &call.call_id,
             input: runs_with,
-            receipt: decision.receipt.as_deref(),
+            receipt: decision.and_then(|d| d.receipt.as_deref()),
         };
-        if decision.action != Action::Edit {
-            return Ok(self
-                .execute(agent, tool, tool_call, CallOutcome::Approved)
-                .await?);
-        }
+        let outcome = match decision.map(|d| d.action) {
+            None => CallOutcome::Executed,
+            Some(Action::Edit) => CallOutcome::Edited,
+            Some(_) => CallOutcome::Approved,
+        };
+        let Some(decision) = decision.filter(|d| d.action == Action::Edit) else {
+            return Ok(self.execute(agent, tool, tool_call, outcome).await?);
+        };
         let mut result = match agent.agent.validate_input(&tool.name, runs_with) {
             Err(errors) => CallResult::failed(format!(
                 "The reviewer's edited input does not match the schema: {}",
                 errors.join("; ")
             )),
-            Ok(()) => {
-                self.execute(agent, tool, tool_call, CallOutcome::Edited)
-                    .await?
-            }
+            Ok(()) => self.execute(agent, tool, tool_call, outcome).await?,
         };
         result.content = format!(
             "A reviewer ({}) edited this call before it ran.\nThey changed (field: yours → theirs):\n{}\nIt ran with: {}\nTheir note: {}\nResult: {}",

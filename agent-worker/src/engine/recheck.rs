@@ -142,10 +142,9 @@ impl Engine {
 
 /// Who a call closed because its policy changed is recorded as decided by.
 const POLICY_CHANGE: &str = "policy change";
-/// How long one worker keeps the checking of an agent version's waiting calls to itself.
-const RECHECK_LEASE: Duration = Duration::from_secs(3600);
-/// Runs of the paused index read at a time.
-const PAGE: usize = 500;
+/// How long the mark that an agent version's waiting calls were checked stays: a worker
+/// starting under a version already checked does not read every waiting run again.
+const RECHECK_LEASE: Duration = Duration::from_secs(7 * 86_400);
 
 impl Engine {
     /// Closes every call still waiting under a version of its tool's policy that `agents`
@@ -168,32 +167,27 @@ impl Engine {
             }
         }
         let mut closed = 0;
-        let mut after = None;
-        while !mine.is_empty() {
-            let page = self.store.awaiting(after.as_ref(), PAGE).await?;
-            for waiting in &page {
-                let Some(run) = self.store.load(&waiting.run_id).await? else {
-                    continue;
-                };
-                let Some(agent) = mine.get(run.agent.as_str()) else {
-                    continue;
-                };
-                if run.status != RunStatus::AwaitingApproval {
-                    continue;
-                }
-                for held in run.held_calls() {
-                    let now = agent.agent.tool(&held.tool).map(ToolDef::policy_version);
-                    if now.as_deref() != Some(held.policy_version.as_str())
-                        && self.supersede(&run, held, &now.unwrap_or_default()).await?
-                    {
-                        closed += 1;
-                    }
+        if mine.is_empty() {
+            return Ok(closed);
+        }
+        for id in self.store.all_awaiting().await? {
+            let Some(run) = self.store.load(&id).await? else {
+                continue;
+            };
+            let Some(agent) = mine.get(run.agent.as_str()) else {
+                continue;
+            };
+            if run.status != RunStatus::AwaitingApproval {
+                continue;
+            }
+            for held in run.held_calls() {
+                let now = agent.agent.tool(&held.tool).map(ToolDef::policy_version);
+                if now.as_deref() != Some(held.policy_version.as_str())
+                    && self.supersede(&run, held, &now.unwrap_or_default()).await?
+                {
+                    closed += 1;
                 }
             }
-            if page.len() < PAGE {
-                break;
-            }
-            after = page.last().cloned();
         }
         Ok(closed)
     }

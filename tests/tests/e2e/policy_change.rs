@@ -215,6 +215,13 @@ async fn a_running_worker_loads_a_changed_agent_file_and_keeps_the_old_one_when_
         (reloads("loaded").await >= 1.0).then_some(())
     })
     .await;
+    // The gateway loads it too.
+    let series = "countersign_agent_reloads_total{outcome=\"loaded\"}";
+    wait_for("the gateway to reload", PATIENCE, || async {
+        let text = app.gateway_metrics().await;
+        (countersign_tests::metric_value(&text, series) >= Some(1.0)).then_some(())
+    })
+    .await;
     // The waiting refund is released, and a new one of $129 goes to the tool without anyone
     // (whose own check refuses both: no person approved them).
     app.wait_status(&first, "completed").await;
