@@ -456,3 +456,25 @@ async fn a_replay_counts_exactly_what_a_stricter_and_a_looser_candidate_would_ch
         .await;
     assert_eq!(code, StatusCode::FORBIDDEN);
 }
+
+#[tokio::test]
+async fn a_call_a_crashed_attempt_had_started_is_never_held_again_when_its_policy_changed() {
+    let mut app = TestApp::builder(refund_brain).start().await;
+    let run_id = app.start_run("Refund A-1001.").await;
+    let paused = app.wait_status(&run_id, "awaiting_approval").await;
+    app.stop_worker(0).await;
+    let mut attention = app.attention_events(&run_id).await;
+    let (code, _) = app
+        .approve(&run_id, "toolu_2", &paused["pending"][0]["digest"])
+        .await;
+    assert_eq!(code, StatusCode::OK);
+    // A worker started the refund and died before recording its outcome; then the policy
+    // was tightened. Asking again could run the refund a second time: it is reported instead.
+    app.mark_started(&run_id, "toolu_2").await;
+    app.rewrite_agent(|agent| agent.replace(WHEN, &format!("{WHEN}\nquorum = 2")));
+    app.spawn_worker();
+    app.wait_status(&run_id, "completed").await;
+    app.assert_refund_reported_unknown(&mut attention).await;
+    assert!(app.tools.refunds().is_empty(), "not sent again");
+    assert!(audited(&app, &run_id, "policy_changed").await.is_empty());
+}
