@@ -5,7 +5,7 @@
 -- cancellation and audit head, and, when it resumes, the decisions, so driving it starts
 -- without a read.
 local h = redis.call('HMGET', run_key, 'status', 'lease_until', 'pending_count', 'decided_count',
-  'cancel')
+  'cancel', 'version', 'doc', 'audit_head')
 local st = h[1]
 if not st then return {'missing', '', '0'} end
 local now = now_ms()
@@ -22,11 +22,10 @@ elseif st == 'running' or st == 'resuming' then
 else
   return {'finished', st, '0'}
 end
+local v = tonumber(h[6]) + 1
 redis.call('HSET', run_key, 'status', nextst, 'lease_owner', owner,
-  'lease_until', now + tonumber(lease_ms))
-local v = redis.call('HINCRBY', run_key, 'version', 1)
-local run = redis.call('HMGET', run_key, 'doc', 'audit_head')
-local reply = {'claimed', nextst, tostring(v), run[1] or '', h[5] or '', run[2] or ''}
+  'lease_until', now + tonumber(lease_ms), 'version', v)
+local reply = {'claimed', nextst, tostring(v), h[7] or '', h[5] or '', h[8] or ''}
 if nextst == 'resuming' then
   for _, field in ipairs(redis.call('HGETALL', decisions_key)) do table.insert(reply, field) end
 end

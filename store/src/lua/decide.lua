@@ -19,7 +19,8 @@
 local expiry = by == 'deadline'
 local by_policy = by == 'policy'
 local system = expiry or by_policy
-local run = redis.call('HMGET', run_key, 'status', 'cancel')
+local run = redis.call('HMGET', run_key, 'status', 'cancel', 'turn', 'requested_by',
+  'pending_count', 'decided_count', 'version')
 local status = run[1]
 if not status then return {'missing', ''} end
 
@@ -67,8 +68,8 @@ end
 if run[2] or status == 'cancelled' then return refuse(decisions[1], 'run_cancelled', status) end
 if not system and role_decides ~= '1' then return refuse(decisions[1], 'role_may_not_decide') end
 local now = now_ms()
-local turn = redis.call('HGET', run_key, 'turn')
-local requester = redis.call('HGET', run_key, 'requested_by')
+local turn = run[3]
+local requester = run[4]
 for _, d in ipairs(decisions) do
   local existing = redis.call('HGET', decisions_key, d.call_id)
   if existing then
@@ -157,13 +158,15 @@ check_mark(mark)
 -- was for and how that ended, and it decides nothing again.
 if link_key then redis.call('SET', link_key, 'spent:' .. grant, 'KEEPTTL') end
 local results = {}
+local version = tonumber(run[7])
+local decided = tonumber(run[6])
 for _, d in ipairs(decisions) do
   local out = {call_id = d.call_id, status = d.result}
   if not d.result then
     local held = d.held
     local decision = d.json
     append_audit(d.entry, d.sha, d.prev_guess, d.link)
-    redis.call('HINCRBY', run_key, 'version', 1)
+    version = version + 1
     local final = true
     if held.quorum > 1 and not granters and d.action == 'approve' then
       redis.call('HSET', votes_key, d.call_id .. '|' .. principal, decision)
@@ -182,8 +185,8 @@ for _, d in ipairs(decisions) do
     end
     if final then
       redis.call('HSET', decisions_key, d.call_id, decision)
-      local decided = redis.call('HINCRBY', run_key, 'decided_count', 1)
-      local all = decided >= tonumber(redis.call('HGET', run_key, 'pending_count'))
+      decided = decided + 1
+      local all = decided >= tonumber(run[5])
       out.status = 'recorded'
       out.all_decided = all
       -- The channels the call was sent to (as stored, escalation included) show the outcome;
@@ -201,4 +204,5 @@ for _, d in ipairs(decisions) do
   end
   table.insert(results, out)
 end
+if version > tonumber(run[7]) then flush({'version', version, 'decided_count', decided}) end
 return reply('ok', cjson.encode(results))

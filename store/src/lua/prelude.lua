@@ -60,8 +60,37 @@ local function sha256(msg)
   return table.concat(out)
 end
 
--- The outbox entries this script wrote, returned to the caller so it can publish them at once.
+-- What the script adds to the run's audit trail and outbox is gathered here and written by one
+-- command each in `flush` (still within the script's one atomic step): the outbox entries,
+-- also returned to the caller so it can publish them at once; the new audit elements; the
+-- run's audit head, read at most once.
 local written = {}
+local flushed = 0
+local elements = {}
+local head = nil
+
+local function audit_head()
+  if head == nil then head = redis.call('HGET', run_key, 'audit_head') or '' end
+  return head
+end
+
+-- Writes what was gathered, with `fields` (a flat list of the run hash's fields and values,
+-- if given) in the same HSET as the new audit head. A script that queued or audited anything
+-- calls it (through `reply`, or before it sets expiries) before it ends.
+local function flush(fields)
+  fields = fields or {}
+  if #elements > 0 then
+    redis.call('RPUSH', audit_key, unpack(elements))
+    elements = {}
+    table.insert(fields, 'audit_head')
+    table.insert(fields, head)
+  end
+  if #fields > 0 then redis.call('HSET', run_key, unpack(fields)) end
+  if #written > flushed then
+    redis.call('HSET', outbox_key, unpack(written, flushed + 1))
+    flushed = #written
+  end
+end
 
 -- Every outbox write follows a mark of the run in the outbox index, made at most this long
 -- before, so a sweeper that finds a mark older than its grace period (longer than this) and
@@ -75,10 +104,8 @@ end
 -- Queues a message for NATS in the run's outbox; a publisher sends it with its message id
 -- and deletes it after JetStream's ack.
 local function outbox(msg_id, subject, payload)
-  local value = subject .. '\n' .. payload
-  redis.call('HSET', outbox_key, msg_id, value)
   table.insert(written, msg_id)
-  table.insert(written, value)
+  table.insert(written, subject .. '\n' .. payload)
 end
 
 -- An event the caller serialized (`json`, the whole envelope) with the facts only this
@@ -89,10 +116,11 @@ local function event(json, facts)
   return cjson.encode(e)
 end
 
--- The script's answer: a status, a detail, the run's audit head (so the caller's next links
--- start from it), then the outbox entries it wrote.
+-- The script's answer, once what it gathered is written: a status, a detail, the run's audit
+-- head (so the caller's next links start from it), then the outbox entries it wrote.
 local function reply(status, detail)
-  local out = {status, detail or '', redis.call('HGET', run_key, 'audit_head') or ''}
+  flush()
+  local out = {status, detail or '', audit_head()}
   for i = 1, #written do out[#out + 1] = written[i] end
   return out
 end
@@ -109,12 +137,12 @@ end
 -- costs far more than the rest of a script. The element also goes to the global audit log,
 -- through the outbox. Returns the new head.
 local function append_audit(entry, entry_sha, prev_guess, link)
-  local prev = redis.call('HGET', run_key, 'audit_head') or ''
+  local prev = audit_head()
   local hash = link
   if prev ~= prev_guess then hash = sha256(unhex(prev) .. unhex(entry_sha)) end
   local element = '{"prev":"' .. prev .. '","hash":"' .. hash .. '","entry":' .. entry .. '}'
-  redis.call('RPUSH', audit_key, element)
-  redis.call('HSET', run_key, 'audit_head', hash)
+  table.insert(elements, element)
+  head = hash
   outbox('audit:' .. run_id .. ':' .. hash, audit_subject, element)
   return hash
 end

@@ -3,7 +3,7 @@
 -- changed and the announcements of it.
 -- Tail: the terms of each call a pause holds for a person (`held`, then that many
 -- `read_held_terms`), then the audit entries and the announcements.
-local h = redis.call('HMGET', run_key, 'status', 'lease_owner', 'cancel')
+local h = redis.call('HMGET', run_key, 'status', 'lease_owner', 'cancel', 'version')
 if h[2] ~= owner or (h[1] ~= 'running' and h[1] ~= 'resuming') then
   return {'lost', h[1] or ''}
 end
@@ -11,23 +11,30 @@ end
 if h[3] and status ~= 'cancelled' then return {'cancel', ''} end
 check_mark(mark)
 local now = now_ms()
-redis.call('HSET', run_key, 'status', status, 'doc', doc, 'updated_at', now)
-if status == 'running' or status == 'resuming' then
-  redis.call('HSET', run_key, 'lease_until', now + tonumber(lease_ms))
-else
-  redis.call('HSET', run_key, 'lease_owner', '', 'lease_until', 0)
-end
 local n = tonumber(ARGV[tail])
-local p = tail + 1
-if status == 'awaiting_approval' then
-  redis.call('HSET', run_key, 'turn', turn, 'pending_count', n, 'decided_count', 0)
+local fields = {'status', status, 'doc', doc, 'updated_at', now, 'version', tonumber(h[4]) + 1}
+if status == 'running' or status == 'resuming' then
+  table.insert(fields, 'lease_until'); table.insert(fields, now + tonumber(lease_ms))
+else
+  for _, f in ipairs({'lease_owner', '', 'lease_until', 0}) do table.insert(fields, f) end
 end
+if status == 'awaiting_approval' then
+  for _, f in ipairs({'turn', turn, 'pending_count', n, 'decided_count', 0}) do
+    table.insert(fields, f)
+  end
+end
+local p = tail + 1
+local terms = {}
 for _ = 1, n do
   local held
   held, p = read_held_terms(p)
-  redis.call('HSET', calls_key, held.call_id, held.terms)
+  table.insert(terms, held.call_id)
+  table.insert(terms, held.terms)
 end
+if n > 0 then redis.call('HSET', calls_key, unpack(terms)) end
 outbox_args(append_audits(p))
+-- Written before the expiries, so the keys they create get theirs.
+flush(fields)
 local ttl = tonumber(ttl_secs)
 if ttl > 0 then
   -- The audit trail outlives the run.
@@ -35,5 +42,4 @@ if ttl > 0 then
     if KEYS[i] ~= audit_key then redis.call('EXPIRE', KEYS[i], ttl) end
   end
 end
-redis.call('HINCRBY', run_key, 'version', 1)
 return reply('ok', '')
