@@ -35,7 +35,8 @@ pub struct Config {
     /// Deliveries of one job before a run that keeps hitting retryable errors fails.
     /// Default 5.
     pub max_attempts: u64,
-    /// Seconds finished runs are kept in Redis. Default 604800 (7 days).
+    /// Seconds finished runs are kept in Redis, their audit trail included (the `AUDIT` stream
+    /// keeps it longer). Default 604800 (7 days).
     pub retention_secs: u64,
     /// Seconds a held call waits for a person when its tool's policy sets no `timeout`.
     /// Default 86400 (a day).

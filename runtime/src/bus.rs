@@ -11,8 +11,10 @@
 use crate::config::Connections;
 use crate::names::Names;
 use async_nats::jetstream::ErrorCode;
+use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, pull};
 use async_nats::jetstream::{self, consumer::PullConsumer, message::PublishMessage, stream};
 use countersign_model::events::{Envelope, Event};
+use countersign_model::run::RunId;
 use std::time::Duration;
 
 /// How long a `Nats-Msg-Id` is remembered for deduplication.
@@ -416,17 +418,67 @@ fn retry_delay(attempt: u32) -> Duration {
 impl Bus {
     /// The runs with an element of their audit chain on the `AUDIT` stream at or after
     /// `since_ms` (ms since the epoch): every run that did anything since, as far as the
-    /// stream's retention reaches. Read through a consumer of its own that acks nothing and
-    /// is dropped by the server once idle; nothing on the stream changes.
+    /// stream's retention reaches.
     pub async fn audited_runs_since(
         &self,
         since_ms: i64,
-    ) -> Result<std::collections::BTreeSet<countersign_model::run::RunId>, BusError> {
-        use futures::StreamExt;
-        use jetstream::consumer::{AckPolicy, DeliverPolicy, pull};
-        let err = |e: &dyn std::fmt::Display| BusError::JetStream(e.to_string());
+    ) -> Result<std::collections::BTreeSet<RunId>, BusError> {
         let start_time = async_nats::datetime::from_nanos(i128::from(since_ms) * 1_000_000)
-            .map_err(|e| err(&e))?;
+            .map_err(|e| BusError::JetStream(e.to_string()))?;
+        let prefix = self.names.audit_subject_prefix();
+        let mut runs = std::collections::BTreeSet::new();
+        self.read_audit(
+            self.names.audit_all(),
+            DeliverPolicy::ByStartTime { start_time },
+            |message| {
+                if let Some(id) = message
+                    .subject
+                    .strip_prefix(prefix.as_str())
+                    .and_then(RunId::parse)
+                {
+                    runs.insert(id);
+                }
+                Ok(())
+            },
+        )
+        .await?;
+        Ok(runs)
+    }
+
+    /// A run's audit chain as the `AUDIT` stream keeps it, oldest first: the long-term record,
+    /// read once the run's own copy in Redis has expired with the run. Each element comes
+    /// once, though the stream may hold it twice (an outbox that published it again after
+    /// the stream's duplicate window).
+    pub async fn audit_chain(&self, run: &RunId) -> Result<Vec<serde_json::Value>, BusError> {
+        let mut seen = std::collections::HashSet::new();
+        let mut chain = Vec::new();
+        self.read_audit(
+            self.names.audit_subject(run),
+            DeliverPolicy::All,
+            |message| {
+                let element: serde_json::Value = serde_json::from_slice(&message.payload)
+                    .map_err(|e| BusError::JetStream(format!("an audit element unread: {e}")))?;
+                if seen.insert(element["hash"].as_str().unwrap_or_default().to_string()) {
+                    chain.push(element);
+                }
+                Ok(())
+            },
+        )
+        .await?;
+        Ok(chain)
+    }
+
+    /// Hands `each` every message of the `AUDIT` stream under `filter` from `deliver`, in
+    /// order, through a consumer of its own that acks nothing and is dropped by the server
+    /// once idle; nothing on the stream changes.
+    async fn read_audit(
+        &self,
+        filter: String,
+        deliver: DeliverPolicy,
+        mut each: impl FnMut(&async_nats::Message) -> Result<(), BusError>,
+    ) -> Result<(), BusError> {
+        use futures::StreamExt;
+        let err = |e: &dyn std::fmt::Display| BusError::JetStream(e.to_string());
         let stream = self
             .js
             .get_stream(self.names.audit_stream())
@@ -434,8 +486,8 @@ impl Bus {
             .map_err(|e| err(&e))?;
         let mut consumer = stream
             .create_consumer(pull::Config {
-                filter_subject: self.names.audit_all(),
-                deliver_policy: DeliverPolicy::ByStartTime { start_time },
+                filter_subject: filter,
+                deliver_policy: deliver,
                 ack_policy: AckPolicy::None,
                 inactive_threshold: Duration::from_secs(60),
                 ..Default::default()
@@ -443,8 +495,6 @@ impl Bus {
             .await
             .map_err(|e| err(&e))?;
         let mut left = consumer.info().await.map_err(|e| err(&e))?.num_pending;
-        let prefix = self.names.audit_subject_prefix();
-        let mut runs = std::collections::BTreeSet::new();
         while left > 0 {
             let mut batch = consumer
                 .fetch()
@@ -455,22 +505,15 @@ impl Bus {
                 .map_err(|e| err(&e))?;
             let mut got = 0;
             while let Some(message) = batch.next().await {
-                let message = message.map_err(|e| err(&e))?;
+                each(&message.map_err(|e| err(&e))?.message)?;
                 got += 1;
-                if let Some(id) = message
-                    .subject
-                    .strip_prefix(prefix.as_str())
-                    .and_then(countersign_model::run::RunId::parse)
-                {
-                    runs.insert(id);
-                }
             }
             if got == 0 {
                 break;
             }
             left = left.saturating_sub(got);
         }
-        Ok(runs)
+        Ok(())
     }
 }
 

@@ -50,7 +50,8 @@ impl Keys {
     pub fn refs_key(&self, run: &RunId) -> String {
         self.key(&format!("refs:{{{run}}}"))
     }
-    /// List: the run's hash-chained audit trail. It has no TTL: it outlives the run.
+    /// List: the run's hash-chained audit trail, expiring with the run; the `AUDIT` stream
+    /// keeps it longer.
     pub fn audit_key(&self, run: &RunId) -> String {
         self.key(&format!("audit:{{{run}}}"))
     }

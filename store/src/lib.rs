@@ -26,7 +26,8 @@
 //! `sign-in-mailed:{hash}` strings (see `sessions`).
 //!
 //! Leases and deadlines are compared with Redis's clock (`TIME` in the scripts). Finished runs
-//! get a retention TTL on all keys but the audit trail, which outlives them. The `awaiting`
+//! get a retention TTL on all their keys, the audit trail included (its elements are on the
+//! `AUDIT` stream, which keeps them longer). The `awaiting`
 //! sorted set indexes paused runs for the inbox; it lives in another slot, so it is kept
 //! outside the scripts and readers re-check each run's status.
 

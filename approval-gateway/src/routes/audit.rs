@@ -1,6 +1,6 @@
 //! `GET /v1/runs/{run_id}/audit`: a run's audit trail and whether its hash chain verifies,
-//! with the latest refused decisions (kept apart and capped). It is served from the trail
-//! itself, which outlives the run's state.
+//! with the latest refused decisions (kept apart and capped). It is served from the run's own
+//! copy while the run is retained, then from the `AUDIT` stream, the long-term record.
 
 use crate::auth::{Caller, Permission};
 use crate::error::ApiError;
@@ -24,7 +24,10 @@ async fn audit(
     caller.require(Permission::Read)?;
     let missing = || ApiError::not_found(format!("no audit trail for run {run_id:?}"));
     let id = RunId::parse(&run_id).ok_or_else(missing)?;
-    let elements = state.store.audit_trail(&id).await?;
+    let mut elements = state.store.audit_trail(&id).await?;
+    if elements.is_empty() {
+        elements = state.bus.audit_chain(&id).await?;
+    }
     if elements.is_empty() {
         return Err(missing());
     }

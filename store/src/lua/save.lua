@@ -37,9 +37,8 @@ outbox_args(append_audits(p))
 flush(fields)
 local ttl = tonumber(ttl_secs)
 if ttl > 0 then
-  -- The audit trail outlives the run.
-  for i = 1, #KEYS do
-    if KEYS[i] ~= audit_key then redis.call('EXPIRE', KEYS[i], ttl) end
-  end
+  -- The audit trail too: its elements are in the outbox with this save, and the AUDIT stream
+  -- keeps them far longer (the long-term record).
+  for i = 1, #KEYS do redis.call('EXPIRE', KEYS[i], ttl) end
 end
 return reply('ok', '')

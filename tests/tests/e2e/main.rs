@@ -1,6 +1,7 @@
 //! Every end-to-end test, in one binary (one link instead of one per file): each module is
 //! one area, and every test starts its own servers and namespace.
 
+mod audit_retention;
 mod authority_table;
 mod bad_input;
 mod batch_decisions;
