@@ -112,8 +112,8 @@ impl<A: Argv> Lua<A> {
         Self::new(header, body)
     }
 
-    /// A script given `keys` and `A` alone, with nothing before it but Redis's clock: the
-    /// scripts that run most often pay for nothing they do not use.
+    /// A script given `keys` and `A` alone, with nothing before it but Redis's clock and
+    /// `in_chunks`: the scripts that run most often pay for nothing they do not use.
     pub(crate) fn plain(keys: &[&str], body: &str) -> Self {
         Self::new(Self::header(keys, A::NAMES), body)
     }
@@ -125,6 +125,7 @@ impl<A: Argv> Lua<A> {
         declare(&mut header, argv, "ARGV", 1);
         let _ = writeln!(header, "local tail = {}", argv.len() + 1);
         header.push_str(include_str!("lua/clock.lua"));
+        header.push_str(include_str!("lua/chunks.lua"));
         header
     }
 

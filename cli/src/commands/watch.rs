@@ -48,6 +48,10 @@ async fn follow(gateway: &Gateway, args: &WatchArgs, json: bool) -> Result<(), C
                 if unreachable {
                     eprintln!("countersign: the gateway answers again");
                 }
+                // From here on, a run that pauses is followed from its start.
+                if first {
+                    eprintln!("countersign: watching; interrupt to stop");
+                }
                 unreachable = false;
                 first = false;
             }

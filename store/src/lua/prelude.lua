@@ -80,16 +80,14 @@ end
 local function flush(fields)
   fields = fields or {}
   if #elements > 0 then
-    redis.call('RPUSH', audit_key, unpack(elements))
+    in_chunks('RPUSH', audit_key, elements)
     elements = {}
     table.insert(fields, 'audit_head')
     table.insert(fields, head)
   end
   if #fields > 0 then redis.call('HSET', run_key, unpack(fields)) end
-  if #written > flushed then
-    redis.call('HSET', outbox_key, unpack(written, flushed + 1))
-    flushed = #written
-  end
+  in_chunks('HSET', outbox_key, written, flushed + 1)
+  flushed = #written
 end
 
 -- Every outbox write follows a mark of the run in the outbox index, made at most this long

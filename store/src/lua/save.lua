@@ -31,7 +31,7 @@ for _ = 1, n do
   table.insert(terms, held.call_id)
   table.insert(terms, held.terms)
 end
-if n > 0 then redis.call('HSET', calls_key, unpack(terms)) end
+in_chunks('HSET', calls_key, terms)
 outbox_args(append_audits(p))
 -- Written before the expiries, so the keys they create get theirs.
 flush(fields)

@@ -599,7 +599,19 @@ impl Lines {
 #[tokio::test]
 async fn watch_follows_a_run_that_pauses_while_it_watches_until_it_completes() {
     let app = TestApp::spawn(refund_brain).await;
-    let mut everything = Lines::spawn(command(&app, REVIEWER_KEY, "watch --interval-ms 200"));
+    let mut watch = command(&app, REVIEWER_KEY, "watch --interval-ms 200");
+    watch.stderr(Stdio::piped());
+    let mut everything = Lines::spawn(watch);
+    // Runs already waiting when the watch first looks have their history skipped: the run
+    // starts once it has looked.
+    let stderr = everything.child.stderr.take().unwrap();
+    let mut notices = BufReader::new(stderr).lines();
+    let watching = tokio::time::timeout(PATIENCE, notices.next_line()).await;
+    let watching = watching.expect("the watch looks within the tests' patience");
+    assert_eq!(
+        watching.unwrap().as_deref(),
+        Some("countersign: watching; interrupt to stop")
+    );
 
     let run = app.start_run("Order A-1001 arrived broken.").await;
     let requested = everything.until(&[&run, "requested", "toolu_2"]).await;
