@@ -65,39 +65,35 @@ async fn sweep(engine: Arc<Engine>, interval: Duration, shutdown: CancellationTo
 /// reload, the calls waiting under a policy that changed are checked again.
 async fn reload(
     engine: Arc<Engine>,
-    mut watcher: Watcher,
+    watcher: Watcher,
     mcp: McpClients,
     people: Directory,
     shutdown: CancellationToken,
 ) {
-    loop {
-        match engine.recheck_waiting(&engine.agents()).await {
-            Ok(0) => {}
-            Ok(closed) => info!(
-                closed,
-                "calls waiting under a changed policy are checked again"
-            ),
-            Err(e) => warn!(error = %e, "could not check the calls waiting under a changed policy"),
-        }
-        let loaded = tokio::select! {
-            _ = shutdown.cancelled() => return,
-            loaded = watcher.next() => loaded,
-        };
-        let compiled = loaded.map_err(anyhow::Error::from).and_then(|catalog| {
-            check_roles(&catalog, &people)?;
-            Agents::compile(&catalog, mcp.clone())
-        });
-        match compiled {
-            Ok(agents) => {
-                info!(agents = agents.iter().count(), "agents reloaded");
-                engine.replace_agents(agents);
-                engine.metrics().agent_reload("loaded");
+    recheck_waiting(&engine).await;
+    let metrics = engine.metrics().clone();
+    watcher
+        .follow(shutdown, metrics, |catalog| {
+            let compiled = check_roles(&catalog, &people)
+                .and_then(|()| Agents::compile(&catalog, mcp.clone()));
+            let engine = engine.clone();
+            async move {
+                engine.replace_agents(compiled?);
+                recheck_waiting(&engine).await;
+                Ok(())
             }
-            Err(e) => {
-                warn!(error = %format!("{e:#}"), "the agents' folder changed but does not load; the agents loaded before stay");
-                engine.metrics().agent_reload("refused");
-            }
-        }
+        })
+        .await;
+}
+
+async fn recheck_waiting(engine: &Engine) {
+    match engine.recheck_waiting(&engine.agents()).await {
+        Ok(0) => {}
+        Ok(closed) => info!(
+            closed,
+            "calls waiting under a changed policy are checked again"
+        ),
+        Err(e) => warn!(error = %e, "could not check the calls waiting under a changed policy"),
     }
 }
 

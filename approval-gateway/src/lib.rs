@@ -54,27 +54,18 @@ use tokio_util::sync::CancellationToken;
 /// not load (or names a channel that is not configured) is refused with its error, and the
 /// agents loaded before stay. The MCP endpoints of `mcp_client` agents are the ones found at
 /// start.
-async fn reload(state: AppState, mut watcher: Watcher, stop: CancellationToken) {
-    loop {
-        let loaded = tokio::select! {
-            _ = stop.cancelled() => return,
-            loaded = watcher.next() => loaded,
-        };
-        let checked = loaded
-            .map_err(anyhow::Error::from)
-            .and_then(|catalog| state.config.check_channels(&catalog).map(|()| catalog));
-        match checked {
-            Ok(catalog) => {
-                tracing::info!("agents reloaded");
+async fn reload(state: AppState, watcher: Watcher, stop: CancellationToken) {
+    let metrics = state.metrics.clone();
+    watcher
+        .follow(stop, metrics, |catalog| {
+            let state = state.clone();
+            async move {
+                state.config.check_channels(&catalog)?;
                 state.replace_catalog(catalog);
-                state.metrics.agent_reload("loaded");
+                Ok(())
             }
-            Err(e) => {
-                tracing::warn!(error = %format!("{e:#}"), "the agents' folder changed but does not load; the agents loaded before stay");
-                state.metrics.agent_reload("refused");
-            }
-        }
-    }
+        })
+        .await;
 }
 
 /// Serves the API on `listener` until `shutdown` is cancelled; in-flight requests finish, the

@@ -3,11 +3,14 @@
 //! tools of each agent's MCP servers as those servers list them now.
 
 use crate::mcp::McpClients;
+use crate::metrics::Metrics;
 use countersign_model::agent::{Agent, AgentDef, AgentError, Catalog, SCRIPT_SUFFIX};
 use countersign_model::mcp::{McpServerDef, McpTool};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
 
 /// Loads every agent of `dir`, listing their MCP servers' tools through `mcp` (whose sessions
 /// the agents' calls then use).
@@ -97,8 +100,38 @@ impl Watcher {
         }
     }
 
+    /// Until `stop`: loads the folder at each change and hands what loaded to `install`,
+    /// which checks it and puts it in place, or says why not. A folder that does not load or
+    /// that `install` refuses is logged with its error and counted, and the agents loaded
+    /// before stay.
+    pub async fn follow<F>(
+        mut self,
+        stop: CancellationToken,
+        metrics: Metrics,
+        mut install: impl FnMut(Catalog) -> F,
+    ) where
+        F: Future<Output = anyhow::Result<()>>,
+    {
+        loop {
+            let loaded = tokio::select! {
+                _ = stop.cancelled() => return,
+                loaded = self.next() => loaded,
+            };
+            match loaded.map_err(anyhow::Error::from) {
+                Ok(catalog) => match install(catalog).await {
+                    Ok(()) => {
+                        info!("agents reloaded");
+                        metrics.agent_reload("loaded");
+                    }
+                    Err(e) => refused(&e, &metrics),
+                },
+                Err(e) => refused(&e, &metrics),
+            }
+        }
+    }
+
     /// Waits for the next change and loads the folder.
-    pub async fn next(&mut self) -> Result<Catalog, AgentError> {
+    async fn next(&mut self) -> Result<Catalog, AgentError> {
         let mut tick = tokio::time::interval(self.interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -110,6 +143,11 @@ impl Watcher {
             }
         }
     }
+}
+
+fn refused(e: &anyhow::Error, metrics: &Metrics) {
+    warn!(error = %format!("{e:#}"), "the agents' folder changed but does not load; the agents loaded before stay");
+    metrics.agent_reload("refused");
 }
 
 /// A digest of the folder's `*.toml` files, names and contents; empty when it cannot be read.
