@@ -335,19 +335,28 @@ impl Engine {
         }
     }
 
-    /// Records `decision`, which no person made (an expiry, a policy change), through the
-    /// decision script, with its audit `entry`.
+    /// Closes the held call `(call_id, digest)` undecided, as `(actor, reason)` say, by what
+    /// `by` names (an expiry, a policy change: no person), through the decision script, with
+    /// its audit `entry`.
     async fn close_unattended(
         &self,
         run: &RunId,
-        decision: Decision,
+        (call_id, digest): (&str, &str),
+        (actor, reason): (&str, &str),
         entry: AuditEntry,
         by: DecisionSource,
     ) -> Result<DecideOutcome, StoreError> {
-        let (principal, door) = (decision.decided_by.clone(), decision.door.clone());
+        let door = match by {
+            DecisionSource::Deadline => "deadline",
+            _ => "policy",
+        };
+        let at = self.store.time_ms().await?;
+        let mut decision = Decision::closing(call_id, digest, actor, door, reason, at);
+        decision.expired = by == DecisionSource::Deadline;
+        decision.superseded = by == DecisionSource::Policy;
         let request = DecideRequest {
-            principal: &principal,
-            door: &door,
+            principal: actor,
+            door,
             by,
             link: None,
             role_decides: true,
@@ -361,6 +370,13 @@ impl Engine {
             }],
         };
         self.store.decide(run, &request).await
+    }
+
+    /// Publishes what a script queued; what fails waits in the outbox for a sweeper.
+    async fn publish(&self, run: &RunId, queued: &[Announcement]) {
+        if let Err(e) = self.outbox.publish(run, queued).await {
+            warn!(run_id = %run, error = %e, "announcements wait in the outbox");
+        }
     }
 
     /// An audit entry by this worker.

@@ -200,30 +200,24 @@ impl Engine {
         to_version: &str,
     ) -> Result<bool, StoreError> {
         let reason = format!("the policy of {} changed while the call waited", held.tool);
-        let at = self.store.time_ms().await?;
-        let mut decision = Decision::closing(
-            &held.call_id,
-            &held.digest,
-            POLICY_CHANGE,
-            "policy",
-            &reason,
-            at,
-        );
-        decision.superseded = true;
         let detail = serde_json::json!({
             "tool": held.tool, "outcome": "superseded",
             "from_version": held.policy_version, "to_version": to_version,
         });
         let entry = self.entry(run, AuditKind::PolicyChanged, Some(held), detail);
         let closed = self
-            .close_unattended(&run.run_id, decision, entry, DecisionSource::Policy)
+            .close_unattended(
+                &run.run_id,
+                (&held.call_id, &held.digest),
+                (POLICY_CHANGE, &reason),
+                entry,
+                DecisionSource::Policy,
+            )
             .await?;
         match closed {
             DecideOutcome::Decided { queued, .. } => {
                 self.metrics.policy_recheck("superseded");
-                if let Err(e) = self.outbox.publish(&run.run_id, &queued).await {
-                    tracing::warn!(error = %e, "announcements wait in the outbox");
-                }
+                self.publish(&run.run_id, &queued).await;
                 Ok(true)
             }
             // Decided first, or the run moved on: it is checked when it runs, if at all.

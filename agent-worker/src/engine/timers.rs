@@ -11,7 +11,7 @@ use super::{Engine, StepError};
 use countersign_model::agent::{OnExpiry, ToolDef};
 use countersign_model::audit::{AuditEntry, AuditKind};
 use countersign_model::events::Event;
-use countersign_model::run::{Decision, HeldCall, Run};
+use countersign_model::run::{HeldCall, Run};
 use countersign_runtime::names::msg_id;
 use countersign_store::keys::Shard;
 use countersign_store::{Announcement, DecideOutcome, DecisionSource, DueTimer, StoreError, Timer};
@@ -102,12 +102,6 @@ impl Engine {
 
     /// Publishes what a timer's script queued; what NATS does not take now waits in the
     /// outbox for the sweepers.
-    async fn publish(&self, run: &countersign_model::run::RunId, queued: &[Announcement]) {
-        if let Err(e) = self.outbox.publish(run, queued).await {
-            warn!(run_id = %run, error = %e, "announcements wait in the outbox");
-        }
-    }
-
     async fn deadline_passed(&self, due: &DueTimer) -> Result<(), StepError> {
         if let Some((run, call)) = self.still_waiting(due).await?
             && call.reviewers.on_expiry == OnExpiry::Escalate
@@ -188,23 +182,19 @@ impl Engine {
 
     async fn expire(&self, due: &DueTimer) -> Result<(), StepError> {
         let reason = "nobody decided before the deadline";
-        let at = self.store.time_ms().await?;
-        let mut decision = Decision::closing(
-            &due.call_id,
-            &due.digest,
-            SYSTEM_ACTOR,
-            "deadline",
-            reason,
-            at,
-        );
-        decision.expired = true;
         let mut entry = AuditEntry::new(&due.run_id, AuditKind::Expired);
         entry.actor = Some(SYSTEM_ACTOR.into());
         entry.call_id = Some(due.call_id.clone());
         entry.digest = Some(due.digest.clone());
         entry.detail = serde_json::json!({"reason": reason});
         let closed = self
-            .close_unattended(&due.run_id, decision, entry, DecisionSource::Deadline)
+            .close_unattended(
+                &due.run_id,
+                (&due.call_id, &due.digest),
+                (SYSTEM_ACTOR, reason),
+                entry,
+                DecisionSource::Deadline,
+            )
             .await?;
         match closed {
             DecideOutcome::Decided { queued, .. } => {
