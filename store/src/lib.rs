@@ -540,15 +540,28 @@ impl Store {
         raw.iter().map(|r| from_json(r)).collect()
     }
 
-    /// The stored elements of a run's audit trail, oldest first.
-    pub async fn audit_trail(&self, id: &RunId) -> Result<Vec<serde_json::Value>, StoreError> {
-        let raw: Vec<String> = redis::cmd("LRANGE")
+    /// The stored elements of a run's audit trail, oldest first; `None` once the run is no
+    /// longer retained (its trail expires with it).
+    pub async fn audit_trail(
+        &self,
+        id: &RunId,
+    ) -> Result<Option<Vec<serde_json::Value>>, StoreError> {
+        let (retained, raw): (bool, Vec<String>) = redis::pipe()
+            .cmd("EXISTS")
+            .arg(self.keys.run_key(id))
+            .cmd("LRANGE")
             .arg(self.keys.audit_key(id))
             .arg(0)
             .arg(-1)
             .query_async(&mut self.conn.clone())
             .await?;
-        raw.iter().map(|r| from_json(r)).collect()
+        if !retained {
+            return Ok(None);
+        }
+        raw.iter()
+            .map(|r| from_json(r))
+            .collect::<Result<_, _>>()
+            .map(Some)
     }
 
     /// The run with the version it was read at, for [`Store::escalate`]. The status and the

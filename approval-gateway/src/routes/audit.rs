@@ -24,10 +24,10 @@ async fn audit(
     caller.require(Permission::Read)?;
     let missing = || ApiError::not_found(format!("no audit trail for run {run_id:?}"));
     let id = RunId::parse(&run_id).ok_or_else(missing)?;
-    let mut elements = state.store.audit_trail(&id).await?;
-    if elements.is_empty() {
-        elements = state.bus.audit_chain(&id).await?;
-    }
+    let elements = match state.store.audit_trail(&id).await? {
+        Some(elements) => elements,
+        None => state.bus.audit_chain(&id).await?,
+    };
     if elements.is_empty() {
         return Err(missing());
     }

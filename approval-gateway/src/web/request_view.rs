@@ -262,6 +262,7 @@ async fn entries_of(
         .store
         .audit_trail(&run.run_id)
         .await?
+        .unwrap_or_default()
         .into_iter()
         .filter_map(|element| serde_json::from_value::<AuditEntry>(element["entry"].clone()).ok())
         .filter(|e| e.call_id.as_deref() == Some(call_id))

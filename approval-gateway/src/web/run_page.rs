@@ -31,7 +31,11 @@ async fn show(
         .await?
         .ok_or_else(|| ApiError::not_found(format!("There is no run {run_id}.")))?;
     let decisions = state.store.decisions(&run.run_id).await?;
-    let trail = state.store.audit_trail(&run.run_id).await?;
+    let trail = state
+        .store
+        .audit_trail(&run.run_id)
+        .await?
+        .unwrap_or_default();
     let broken_at = verify(&trail).err();
     let refusals = state.store.refusals(&run.run_id).await?;
     let entries: Vec<AuditEntry> = trail
