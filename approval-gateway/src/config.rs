@@ -75,6 +75,14 @@ pub struct Config {
     /// Connections served at once; further ones wait in the listen backlog until one
     /// closes. Default 1024.
     pub max_connections: usize,
+    /// Milliseconds between the comments that keep a quiet run's live events stream (`GET
+    /// /v1/runs/{id}/events`) open through proxies, and `idle_timeout_ms` from closing it.
+    /// Default 15000.
+    pub live_heartbeat_ms: u64,
+    /// Milliseconds a run's live events wait for a client that reads too slowly to make
+    /// room, before it is cut off (with a `stream.cut` event, after which it reconnects with
+    /// `Last-Event-ID`). Default 10000.
+    pub live_slow_reader_ms: u64,
     /// Countersignature receipts for approved calls; `COUNTERSIGN_RECEIPT_KEY_FILE` sets
     /// `key_file` (the table's other keys stay as the file has them).
     #[env("COUNTERSIGN_RECEIPT_KEY_FILE", with = receipt_key_file_from_env)]
@@ -123,6 +131,8 @@ impl Default for Config {
             body_timeout_ms: 10_000,
             idle_timeout_ms: 60_000,
             max_connections: 1024,
+            live_heartbeat_ms: 15_000,
+            live_slow_reader_ms: 10_000,
             receipts: ReceiptsConfig::default(),
             mcp: McpConfig::default(),
         }
@@ -331,6 +341,14 @@ impl Config {
         anyhow::ensure!(
             self.header_read_timeout_ms > 0 && self.body_timeout_ms > 0 && self.idle_timeout_ms > 0,
             "header_read_timeout_ms, body_timeout_ms and idle_timeout_ms must be above 0"
+        );
+        anyhow::ensure!(
+            self.live_heartbeat_ms > 0 && self.live_heartbeat_ms < self.idle_timeout_ms,
+            "live_heartbeat_ms must be above 0 and below idle_timeout_ms, which would close a quiet live events stream"
+        );
+        anyhow::ensure!(
+            self.live_slow_reader_ms > 0,
+            "live_slow_reader_ms must be above 0"
         );
         anyhow::ensure!(
             self.max_connections > 0,

@@ -25,6 +25,7 @@ pub(crate) mod decide;
 pub(crate) mod deliveries;
 pub(crate) mod error;
 pub(crate) mod grants;
+pub(crate) mod live;
 pub(crate) mod mcp_proxy;
 pub(crate) mod receipts;
 pub(crate) mod replay;

@@ -266,10 +266,11 @@ pub struct GrantsArgs {
 
 #[derive(Args)]
 pub struct WatchArgs {
-    /// Follow only this run, and stop when it ends
+    /// Follow only this run, live (the model's text as it is written), and stop when it ends
     #[arg(long)]
     pub run: Option<String>,
-    /// How often to ask the gateway, in milliseconds
+    /// How often to ask the gateway (with --run: to try again while it is away), in
+    /// milliseconds
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(100..))]
     pub interval_ms: u64,
 }

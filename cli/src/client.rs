@@ -10,6 +10,9 @@ use std::time::Duration;
 
 pub struct Gateway {
     http: reqwest::Client,
+    /// For streams, which last as long as what they follow: no overall timeout, but one
+    /// between reads, which the gateway's heartbeats keep from passing on a quiet stream.
+    streams: reqwest::Client,
     base: Url,
     api_key: String,
 }
@@ -30,8 +33,14 @@ impl Gateway {
             .timeout(Duration::from_secs(30))
             .build()
             .map_err(|e| CliError::Unreachable(e.to_string()))?;
+        let streams = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .read_timeout(Duration::from_secs(60))
+            .build()
+            .map_err(|e| CliError::Unreachable(e.to_string()))?;
         Ok(Self {
             http,
+            streams,
             base,
             api_key: config.api_key.clone(),
         })
@@ -79,6 +88,44 @@ impl Gateway {
                 ))
             });
         }
+        Err(self.refusal(status, body))
+    }
+
+    /// The server-sent events at `url` from after `last_event_id`: the answer to read them
+    /// from, or None when the gateway says there is nothing more to follow (204).
+    pub async fn events(
+        &self,
+        url: Url,
+        last_event_id: Option<&str>,
+    ) -> Result<Option<reqwest::Response>, CliError> {
+        let mut request = self
+            .streams
+            .get(url)
+            .bearer_auth(&self.api_key)
+            .header(reqwest::header::ACCEPT, "text/event-stream");
+        if let Some(id) = last_event_id {
+            request = request.header("last-event-id", id);
+        }
+        let response = request
+            .send()
+            .await
+            .map_err(|e| CliError::Unreachable(describe(&e)))?;
+        let status = response.status();
+        if status == reqwest::StatusCode::NO_CONTENT {
+            return Ok(None);
+        }
+        if status.is_success() {
+            return Ok(Some(response));
+        }
+        let text = response
+            .text()
+            .await
+            .map_err(|e| CliError::Unreachable(describe(&e)))?;
+        Err(self.refusal(status, serde_json::from_str(&text).ok()))
+    }
+
+    /// An error answer as the gateway's refusal, or as an answer from something else.
+    fn refusal(&self, status: reqwest::StatusCode, body: Option<Value>) -> CliError {
         // Every error the gateway gives is `{"error": {"code", "message", "details"?}}`;
         // another answer (a proxy's page, another server) is not the gateway's refusal.
         let error = body.as_ref().map(|b| &b["error"]);
@@ -86,18 +133,18 @@ impl Gateway {
             error.and_then(|e| e["code"].as_str()),
             error.and_then(|e| e["message"].as_str()),
         ) else {
-            return Err(CliError::Unreachable(format!(
+            return CliError::Unreachable(format!(
                 "{} answered {status}, not as a countersign gateway does",
                 self.base
-            )));
+            ));
         };
-        Err(CliError::Refused(Refusal {
+        CliError::Refused(Refusal {
             status: status.as_u16(),
             code: code.to_string(),
             message: message.to_string(),
             details: error.and_then(|e| e.get("details")).cloned(),
             hint: None,
-        }))
+        })
     }
 }
 

@@ -1,8 +1,8 @@
 //! What answers a request: a test's function of the whole request, or a script's turns,
-//! written out once per wire format so that serving one reads no more of a request than
-//! the roles of its messages.
+//! written out once per wire format, whole and streamed, so that serving one reads no more of
+//! a request than the roles of its messages and whether it asks for a stream.
 
-use crate::wire;
+use crate::wire::{self, Streamed};
 use axum::body::Bytes;
 use countersign_model::script::Script;
 use serde::Deserialize;
@@ -39,43 +39,82 @@ pub(crate) enum Wire {
     OpenAi,
 }
 
+impl Wire {
+    /// `answer` as this wire streams it, if it is an answer of this wire at all: a test may
+    /// answer anything, to see what the worker makes of a broken answer, and that goes as it
+    /// is.
+    pub(crate) fn stream(self, answer: &Value) -> Option<Streamed> {
+        match self {
+            Wire::Anthropic => answer["content"]
+                .is_array()
+                .then(|| wire::anthropic_stream(answer)),
+            Wire::OpenAi => answer["choices"]
+                .is_array()
+                .then(|| wire::openai_stream(answer)),
+        }
+    }
+}
+
 /// A script's answers as sent: each turn and then the one for every turn past its end.
 pub struct Turns {
-    anthropic: Vec<Bytes>,
-    openai: Vec<Bytes>,
+    anthropic: Vec<Written>,
+    openai: Vec<Written>,
+}
+
+/// One answer as sent to a request for it whole and to one asking for a stream.
+pub(crate) struct Written {
+    pub(crate) whole: Bytes,
+    pub(crate) streamed: Streamed,
 }
 
 impl Turns {
     fn of(script: &Script) -> Self {
         let turns: Vec<_> = (0..=script.turn_count()).map(|i| script.turn(i)).collect();
-        let written = |answer: fn(&[countersign_model::run::Block]) -> Value| {
+        let written = |wire: Wire, answer: fn(&[countersign_model::run::Block]) -> Value| {
             turns
                 .iter()
-                .map(|blocks| Bytes::from(answer(blocks).to_string()))
+                .map(|blocks| {
+                    let answer = answer(blocks);
+                    Written {
+                        whole: Bytes::from(answer.to_string()),
+                        streamed: wire
+                            .stream(&answer)
+                            .expect("a script's answer is a message"),
+                    }
+                })
                 .collect()
         };
         Self {
-            anthropic: written(wire::anthropic_message),
-            openai: written(wire::openai_message),
+            anthropic: written(Wire::Anthropic, wire::anthropic_message),
+            openai: written(Wire::OpenAi, wire::openai_message),
         }
     }
 
     /// The answer, as sent in `wire`, to a request asking for turn `index`.
-    pub(crate) fn answer(&self, wire: Wire, index: usize) -> Bytes {
+    pub(crate) fn answer(&self, wire: Wire, index: usize) -> &Written {
         let answers = match wire {
             Wire::Anthropic => &self.anthropic,
             Wire::OpenAi => &self.openai,
         };
-        answers[index.min(answers.len() - 1)].clone()
+        &answers[index.min(answers.len() - 1)]
     }
 }
 
-/// The turn a request asks for, reading only the roles of its messages.
-pub(crate) fn turn_of(body: &[u8]) -> serde_json::Result<usize> {
+/// What a request asks for, as far as a script's answer depends on it.
+pub(crate) struct Asked {
+    /// The turn: how many assistant messages the conversation holds.
+    pub(crate) turn: usize,
+    pub(crate) stream: bool,
+}
+
+/// What a request asks for, reading only the roles of its messages and its `stream`.
+pub(crate) fn asked(body: &[u8]) -> serde_json::Result<Asked> {
     #[derive(Deserialize)]
     struct Request<'a> {
         #[serde(borrow)]
         messages: Vec<Said<'a>>,
+        #[serde(default)]
+        stream: bool,
     }
     #[derive(Deserialize)]
     struct Said<'a> {
@@ -83,9 +122,12 @@ pub(crate) fn turn_of(body: &[u8]) -> serde_json::Result<usize> {
         role: Cow<'a, str>,
     }
     let request: Request = serde_json::from_slice(body)?;
-    Ok(request
-        .messages
-        .iter()
-        .filter(|m| m.role == "assistant")
-        .count())
+    Ok(Asked {
+        turn: request
+            .messages
+            .iter()
+            .filter(|m| m.role == "assistant")
+            .count(),
+        stream: request.stream,
+    })
 }

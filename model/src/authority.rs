@@ -19,6 +19,11 @@
 //! - a call that needs several approvals cannot be edited;
 //! - nothing is decided on a run someone asked to cancel.
 //!
+//! Reading a run (its state, its audit trail, its live events) is [`may_read`]'s rule: every
+//! role but `requester` reads every run; a requester reads the runs asked for by itself or by
+//! someone it speaks for, so a chat app's key that starts runs for one user does not see
+//! another's.
+//!
 //! A standing grant is made by approving a call, so whoever may approve it may grant (and the
 //! script checks each maker again for every call the grant decides); it is revoked by
 //! [`may_revoke`]'s rule: its makers, an admin, or anyone who may decide its tool's calls.
@@ -140,6 +145,18 @@ pub fn offered(call: &HeldCall, run: RunFacts<'_>) -> Vec<Action> {
         .collect()
 }
 
+/// Whether `who`, who speaks for `speaks_for` (`*`: anyone), may read a run asked for by
+/// `requested_by`.
+pub fn may_read(who: Principal<'_>, speaks_for: &[String], requested_by: Option<&str>) -> bool {
+    match (who.role, requested_by) {
+        (Role::Requester, Some(requester)) => {
+            requester == who.id || speaks_for.iter().any(|s| s == "*" || s == requester)
+        }
+        (Role::Requester, None) => false,
+        (Role::Admin | Role::Reviewer | Role::Reader, _) => true,
+    }
+}
+
 /// Whether `who` may revoke `grant`, on a tool whose calls `deciders` decide (None: anyone
 /// whose role decides). Revoking only takes relief away, so anyone who could decide the calls
 /// it covers may.
@@ -165,6 +182,25 @@ fn action_allowed(action: Action, call: &HeldCall, own_run: bool) -> Result<(), 
 mod tests {
     use super::*;
     use crate::agent::Reviewers;
+
+    #[test]
+    fn a_requester_reads_only_the_runs_of_those_it_speaks_for() {
+        let rick = Principal {
+            id: "rick",
+            role: Role::Requester,
+        };
+        let for_alice = ["alice".to_string()];
+        assert!(may_read(rick, &[], Some("rick")));
+        assert!(may_read(rick, &for_alice, Some("alice")));
+        assert!(!may_read(rick, &for_alice, Some("bob")));
+        assert!(!may_read(rick, &for_alice, None));
+        assert!(may_read(rick, &["*".to_string()], Some("bob")));
+        for role in [Role::Admin, Role::Reviewer, Role::Reader] {
+            let who = Principal { id: "x", role };
+            assert!(may_read(who, &[], Some("bob")), "{role:?}");
+            assert!(may_read(who, &[], None), "{role:?}");
+        }
+    }
 
     fn call(deciders: Option<&[&str]>, quorum: u32, self_ok: bool) -> HeldCall {
         HeldCall {

@@ -68,6 +68,10 @@ pub enum Event {
         call_id: String,
         action: Action,
         decided_by: String,
+        /// The door the decision came through (`api`, `web`, `slack`, `email`, `webhook`,
+        /// `grant`, `deadline`, `policy`).
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        door: String,
         /// Whether every held call of the turn now has a decision.
         all_decided: bool,
         /// The channels the call was sent to, which should show the outcome.

@@ -1,8 +1,9 @@
 //! What countersign is about, as types and pure functions: a run and its conversation, the
 //! calls a turn asks for and the ones held for a person, decisions and who may make them,
 //! the audit chain, the events announced about runs, the digests that bind a decision to
-//! what was shown, and agent definitions with their policies and scripted turns. No I/O: the command line
-//! depends on this crate alone.
+//! what was shown, and agent definitions with their policies and scripted turns; and the
+//! decoder of server-sent events the worker, the command line and the tests read streams with.
+//! No I/O: the command line depends on this crate alone.
 
 pub mod agent;
 pub mod audit;
@@ -13,6 +14,7 @@ pub mod edit;
 pub mod events;
 pub mod grant;
 pub mod input_problem;
+pub mod live;
 pub mod mcp;
 pub mod mcp_proxy;
 pub mod people;
@@ -21,6 +23,7 @@ pub mod replay;
 pub mod run;
 pub mod script;
 pub mod span;
+pub mod sse;
 
 /// Milliseconds since the Unix epoch, the one clock every stored timestamp uses.
 pub fn now_ms() -> i64 {

@@ -6,7 +6,10 @@
 //! keep messages for a while so several consumers (workers, the gateway's delivery fan-out, anyone
 //! watching) can read them. AUDIT is the global audit log: every element of every run's
 //! chain, kept for [`AUDIT_MAX_AGE`] and at most [`AUDIT_MAX_BYTES`] (the oldest go first),
-//! for operators to read or export. All are file-backed, so a NATS restart loses nothing acked.
+//! for operators to read or export. LIVE holds each run's live events (`live.<run>`: the
+//! model's text as it streams, tool calls and results, a copy of each announcement about the
+//! run), which the gateway serves as server-sent events. All are file-backed, so a NATS
+//! restart loses nothing acked.
 
 use crate::config::Connections;
 use crate::names::Names;
@@ -28,6 +31,9 @@ const EVENTS_MAX_AGE: Duration = Duration::from_secs(14 * 24 * 3600);
 pub const AUDIT_MAX_AGE: Duration = Duration::from_secs(90 * 24 * 3600);
 /// The most the global audit log holds; beyond it the oldest elements are dropped.
 pub const AUDIT_MAX_BYTES: i64 = 1 << 30;
+/// The most the runs' live events take; beyond it the oldest go first. They are kept as long
+/// as approval events, so a run that waited for days can still be followed from its start.
+pub const LIVE_MAX_BYTES: i64 = 1 << 30;
 
 #[derive(Debug, thiserror::Error)]
 pub enum BusError {
@@ -220,6 +226,14 @@ impl Bus {
                 discard: stream::DiscardPolicy::Old,
                 ..Default::default()
             },
+            stream::Config {
+                name: n.live_stream(),
+                subjects: vec![n.live_all()],
+                max_age: EVENTS_MAX_AGE,
+                max_bytes: LIVE_MAX_BYTES,
+                discard: stream::DiscardPolicy::Old,
+                ..Default::default()
+            },
         ];
         for config in configs {
             self.ensure_stream(stream::Config {
@@ -335,27 +349,58 @@ impl Bus {
     }
 
     /// Publishes bytes as they are, deduplicated by `msg_id`, with the current span's
-    /// `traceparent`, and waits for the ack.
+    /// `traceparent`, and waits for the ack. An announcement about a run also goes to the
+    /// run's live events ([`Names::live_copy`]), sent ahead of it on the same connection so
+    /// that it takes its place among the worker's own live events; both must be stored, so
+    /// an announcement the outbox sends again reaches the live events too.
     pub async fn publish_raw(
         &self,
         subject: String,
         msg_id: &str,
         body: Vec<u8>,
     ) -> Result<(), BusError> {
-        let mut publish = PublishMessage::build()
-            .payload(body.into())
-            .message_id(msg_id);
+        let body = bytes::Bytes::from(body);
         // Whoever takes the message continues the publishing span's trace.
-        if let Some(traceparent) = crate::trace_context::current() {
-            publish = publish.header(crate::trace_context::HEADER, traceparent.as_str());
-        }
-        self.js
-            .send_publish(subject, publish)
-            .await
-            .map_err(js_err)?
+        let traceparent = crate::trace_context::current();
+        let message = |body: bytes::Bytes| {
+            let publish = PublishMessage::build().payload(body).message_id(msg_id);
+            match &traceparent {
+                Some(traceparent) => {
+                    publish.header(crate::trace_context::HEADER, traceparent.as_str())
+                }
+                None => publish,
+            }
+        };
+        let copy = match self.names.live_copy(&subject) {
+            Some(live) => Some(
+                self.js
+                    .send_publish(live, message(body.clone()))
+                    .await
+                    .map_err(js_err)?,
+            ),
+            None => None,
+        };
+        let ack = self
+            .js
+            .send_publish(subject, message(body))
             .await
             .map_err(js_err)?;
+        if let Some(copy) = copy {
+            copy.await.map_err(js_err)?;
+        }
+        ack.await.map_err(js_err)?;
         Ok(())
+    }
+
+    /// Publishes one of a run's live events without waiting for JetStream's ack: the model's
+    /// text as it streams, a tool call or its result. Events published from one process
+    /// arrive in the order they were published (one connection); what the run stores does
+    /// not depend on them, so one lost in an outage is not sent again.
+    pub async fn publish_live(&self, run: &RunId, body: Vec<u8>) -> Result<(), BusError> {
+        self.client
+            .publish(self.names.live_subject(run), body.into())
+            .await
+            .map_err(js_err)
     }
 
     /// A durable pull consumer shared by every worker (each message goes to one of them).

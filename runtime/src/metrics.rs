@@ -19,6 +19,9 @@
 //!   fits), `superseded` (a waiting call closed so that it is checked again).
 //! - `countersign_policy_shadow_total{tool, outcome}`: calls a tool's shadow policy sorted
 //!   differently from its live one: `would_hold`, `would_release`, `other_reviewers`.
+//! - `countersign_live_streams_total{event}`: followers of a run's live events (`GET
+//!   /v1/runs/{id}/events`) `opened`, and how they ended: `ended` with the run, `left` (the
+//!   client went away), `cut` (it read too slowly and was cut off).
 //! - `countersign_pause_seconds` (run created → paused), `countersign_decision_seconds` (held
 //!   → decided), `countersign_resume_seconds` (last decision → the model called again).
 //! - `countersign_model_call_seconds{provider}`, `countersign_tool_call_seconds{tool}`,
@@ -63,6 +66,7 @@ struct Inner {
     reloads: Family<Labels, Counter>,
     rechecks: Family<Labels, Counter>,
     shadow: Family<Labels, Counter>,
+    live: Family<Labels, Counter>,
     pause: Histogram,
     decision: Histogram,
     resume: Histogram,
@@ -86,6 +90,7 @@ impl Default for Metrics {
             reloads: Family::default(),
             rechecks: Family::default(),
             shadow: Family::default(),
+            live: Family::default(),
             pause: buckets(),
             decision: human_buckets(),
             resume: buckets(),
@@ -128,6 +133,11 @@ impl Default for Metrics {
             "policy_shadow",
             "Calls a shadow policy sorted differently from the live one",
             inner.shadow.clone(),
+        );
+        r.register(
+            "live_streams",
+            "Followers of runs' live events, opened and how they ended",
+            inner.live.clone(),
         );
         r.register(
             "pause_seconds",
@@ -224,6 +234,10 @@ impl Metrics {
     pub fn policy_shadow(&self, tool: &str, outcome: &'static str) {
         let labels = vec![("tool", tool.to_string()), ("outcome", outcome.to_string())];
         self.0.shadow.get_or_create(&labels).inc();
+    }
+
+    pub fn live_stream(&self, event: &'static str) {
+        self.0.live.get_or_create(&label("event", event)).inc();
     }
 
     pub fn paused_after(&self, ms: i64) {

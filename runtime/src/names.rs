@@ -136,6 +136,26 @@ impl Names {
         self.subject("audit.>")
     }
 
+    /// One run's live events (the model's text as it comes, its tool calls and results, and
+    /// a copy of each announcement about the run), on the `LIVE` stream.
+    pub fn live_subject(&self, run: &RunId) -> String {
+        self.subject(&format!("live.{run}"))
+    }
+    pub fn live_all(&self) -> String {
+        self.subject("live.*")
+    }
+    /// Where the live copy of an announcement on `subject` goes: the announcements about a
+    /// run (`approval.*.<run>`, `run.*.<run>`), not the audit elements, jobs or deliveries,
+    /// nor a shadow policy's findings (for operators, not for whoever follows the run).
+    pub fn live_copy(&self, subject: &str) -> Option<String> {
+        let prefix = self.subject("");
+        let rest = subject.strip_prefix(prefix.as_str()).unwrap_or(subject);
+        let (kind, run) = rest.rsplit_once('.')?;
+        let about_a_run = (kind.starts_with("approval.") || kind.starts_with("run."))
+            && kind != "run.policy_shadow";
+        (about_a_run && !run.is_empty()).then(|| self.subject(&format!("live.{run}")))
+    }
+
     /// Work queue subject for one delivery to one channel target (`deliver.webhook.ops`);
     /// `target` must be a subject token.
     pub fn delivery(&self, kind: &str, target: &str) -> String {
@@ -146,13 +166,14 @@ impl Names {
     }
 
     /// Every stream of the deployment.
-    pub fn streams(&self) -> [String; 5] {
+    pub fn streams(&self) -> [String; 6] {
         [
             self.runs_stream(),
             self.approvals_stream(),
             self.deliveries_stream(),
             self.run_events_stream(),
             self.audit_stream(),
+            self.live_stream(),
         ]
     }
 
@@ -170,6 +191,9 @@ impl Names {
     }
     pub fn audit_stream(&self) -> String {
         self.upper("AUDIT")
+    }
+    pub fn live_stream(&self) -> String {
+        self.upper("LIVE")
     }
     /// The durable consumer gateways share to fan approval events out into deliveries.
     pub fn fan_out_consumer(&self) -> String {
@@ -281,6 +305,34 @@ mod tests {
         assert_eq!(n.runs_start(), "t1.runs.start");
         assert_eq!(n.approval_decided(&run), "t1.approval.decided.run_1");
         assert_eq!(n.approvals_stream(), "t1_APPROVALS");
+    }
+
+    #[test]
+    fn announcements_about_a_run_have_a_live_copy_and_nothing_else_does() {
+        let run = RunId::parse("run_1").unwrap();
+        for namespace in ["", "t1"] {
+            let n = Names::new(namespace).unwrap();
+            let live = n.live_subject(&run);
+            for subject in [
+                n.approval_requested(&run),
+                n.approval_decided(&run),
+                n.approval_expired(&run),
+                n.approval_reminder(&run),
+                n.run_completed(&run),
+                n.run_failed(&run),
+                n.run_cancelled(&run),
+            ] {
+                assert_eq!(n.live_copy(&subject).as_ref(), Some(&live), "{subject}");
+            }
+            for subject in [
+                n.runs_start(),
+                n.audit_subject(&run),
+                n.delivery("slack", "ops"),
+                n.run_policy_shadow(&run),
+            ] {
+                assert_eq!(n.live_copy(&subject), None, "{subject}");
+            }
+        }
     }
 
     #[test]

@@ -201,6 +201,7 @@ impl Store {
                         call_id: d.call_id.clone(),
                         action: d.action,
                         decided_by: d.decided_by.clone(),
+                        door: d.door.clone(),
                         all_decided: false,
                         channels: Vec::new(),
                         under_grant: d.under_grant.clone(),

@@ -7,6 +7,7 @@ pub mod browser;
 pub mod fake_slack;
 pub mod images;
 pub mod infra;
+pub mod live;
 pub mod mcp_server;
 pub mod otlp_receiver;
 pub mod pki;

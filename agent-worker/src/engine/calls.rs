@@ -10,6 +10,7 @@ use countersign_model::agent::ToolDef;
 use countersign_model::audit::AuditKind;
 use countersign_model::digest::call_digest;
 use countersign_model::edit;
+use countersign_model::live::{Disposition, LiveEvent};
 use countersign_model::policy::Gate;
 use countersign_model::run::{Action, CallOutcome, CallResult, Decision, HeldCall, Run, TurnCall};
 use countersign_store::StoreError;
@@ -79,6 +80,15 @@ impl Engine {
             }
             held.push(call);
         }
+        for call in &held {
+            let disposition = match (&call.result, &call.held) {
+                (Some(_), _) => Disposition::Refused,
+                (None, Some(_)) => Disposition::Held,
+                (None, None) => Disposition::Run,
+            };
+            let event = LiveEvent::call(&run.run_id, run.turns, call, disposition);
+            self.live(&run.run_id, event).await;
+        }
         let results = futures::future::join_all(free.iter().map(|&(i, tool)| {
             let call = &held[i];
             self.execute(
@@ -97,6 +107,12 @@ impl Engine {
         .await;
         for ((i, _), result) in free.iter().zip(results) {
             held[*i].result = Some(result?);
+        }
+        for call in &held {
+            if let Some(result) = &call.result {
+                let event = LiveEvent::result(&run.run_id, run.turns, call, result);
+                self.live(&run.run_id, event).await;
+            }
         }
         Ok(held)
     }
@@ -220,6 +236,8 @@ impl Engine {
             unsaved
                 .audits
                 .push(self.entry(run, AuditKind::Executed, Some(&pending), detail));
+            let event = LiveEvent::result(&run.run_id, run.turns, call, &result);
+            self.live(&run.run_id, event).await;
             call.result = Some(result);
             resolved += 1;
         }

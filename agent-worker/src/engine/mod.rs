@@ -18,6 +18,7 @@
 mod calls;
 mod ending;
 mod execute;
+mod live;
 mod recheck;
 mod shadow;
 mod timers;
@@ -25,6 +26,7 @@ mod timers;
 use crate::agents::Agents;
 use crate::model::{ModelError, ModelRequest};
 use countersign_model::audit::{AuditEntry, AuditKind};
+use countersign_model::live::LiveEvent;
 use countersign_model::now_ms;
 use countersign_model::people::Directory;
 use countersign_model::run::{
@@ -270,6 +272,11 @@ impl Engine {
                 .collect();
             self.store.resumed(id, &held).await?;
             info!(turn = run.turns, "resuming");
+            let resumed = LiveEvent::RunResumed {
+                run_id: id.clone(),
+                turn: run.turns,
+            };
+            self.live(id, resumed).await;
             match self
                 .resume_turn(&mut run, agent, &decisions, &mut unsaved)
                 .await?
@@ -296,12 +303,24 @@ impl Engine {
             if let Some(decided) = resumed_from.take() {
                 self.metrics.resumed_after(now_ms() - decided);
             }
+            let turn = run.turns + 1;
+            self.live(
+                id,
+                LiveEvent::TurnStarted {
+                    run_id: id.clone(),
+                    turn,
+                },
+            )
+            .await;
             let started = std::time::Instant::now();
-            let completion = agent
-                .model
-                .complete(&self.http, &request)
-                .instrument(tracing::info_span!("model.call", model = %def.model.name, turn = run.turns + 1))
-                .await;
+            // The text goes out as it comes, while the model is still writing; the senders
+            // go with the call, so the text's publishing ends with it.
+            let (deltas, text) = tokio::sync::mpsc::unbounded_channel();
+            let call = async move { agent.model.complete(&self.http, &request, &deltas).await };
+            let (completion, ()) = tokio::join!(
+                call.instrument(tracing::info_span!("model.call", model = %def.model.name, turn)),
+                self.live_text(id, turn, text)
+            );
             self.metrics
                 .model_call(def.model.provider.as_str(), started.elapsed());
             let blocks = match completion {

@@ -1,16 +1,24 @@
-//! The OpenAI Chat Completions API. Tool calls carry their arguments as a JSON string, and
-//! each tool result is its own `tool` message (consecutive ones answer one assistant turn).
-//! A `tool` message carries text only, so images tools answered with follow the turn's results
-//! in a user message, as data URLs.
+//! The OpenAI Chat Completions API, streamed. Tool calls carry their arguments as a JSON
+//! string, and each tool result is its own `tool` message (consecutive ones answer one
+//! assistant turn). A `tool` message carries text only, so images tools answered with follow
+//! the turn's results in a user message, as data URLs.
+//!
+//! The answer comes back as chunks ending with `[DONE]`: pieces of the content, passed on as
+//! they arrive and joined into one text block, and fragments of the tool calls, gathered by
+//! their index (the first fragment names the call, the others carry more of its arguments).
 
-use super::{Endpoint, ModelError, ModelRequest, post_json};
+use super::{Endpoint, ModelError, ModelRequest, pass_on, unreadable};
 use countersign_model::run::{Block, Message, Role};
+use serde::Deserialize;
 use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use tokio::sync::mpsc::UnboundedSender;
 
 pub async fn complete(
     http: &reqwest::Client,
     endpoint: &Endpoint,
     req: &ModelRequest<'_>,
+    deltas: &UnboundedSender<String>,
 ) -> Result<Vec<Block>, ModelError> {
     let mut messages = vec![json!({"role": "system", "content": req.system})];
     for m in req.messages {
@@ -20,6 +28,7 @@ pub async fn complete(
         "model": req.model,
         "max_completion_tokens": req.max_tokens,
         "messages": messages,
+        "stream": true,
     });
     let tools: Vec<Value> = req
         .tools
@@ -36,27 +45,141 @@ pub async fn complete(
     let request = http
         .post(format!("{}/chat/completions", endpoint.base_url))
         .bearer_auth(&endpoint.api_key);
-    let answer = post_json(request, &body).await?;
-    let message = &answer["choices"][0]["message"];
-    if message.is_null() {
-        return Err(ModelError::Fatal("answer has no choices[0].message".into()));
+    let mut answer = Answer::default();
+    super::stream(request, &body, |event| answer.read(&event.data, deltas)).await
+}
+
+/// One chunk of a streamed completion: a delta of its one choice, or an error.
+#[derive(Deserialize)]
+struct Chunk {
+    #[serde(default)]
+    choices: Vec<Choice>,
+    error: Option<ApiError>,
+}
+
+#[derive(Deserialize)]
+struct Choice {
+    #[serde(default)]
+    delta: ChoiceDelta,
+}
+
+#[derive(Default, Deserialize)]
+struct ChoiceDelta {
+    content: Option<String>,
+    tool_calls: Option<Vec<CallFragment>>,
+}
+
+#[derive(Deserialize)]
+struct CallFragment {
+    index: u64,
+    id: Option<String>,
+    #[serde(default)]
+    function: FunctionFragment,
+}
+
+#[derive(Default, Deserialize)]
+struct FunctionFragment {
+    name: Option<String>,
+    arguments: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct ApiError {
+    #[serde(default)]
+    message: String,
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    code: Option<Value>,
+}
+
+impl ApiError {
+    /// Rate limits and server errors pass with time; the request's errors do not.
+    fn into_model_error(self) -> ModelError {
+        let kind = self.kind.as_deref().unwrap_or_default();
+        let code = self
+            .code
+            .as_ref()
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let passes = [kind, code]
+            .iter()
+            .any(|k| k.contains("rate_limit") || k.contains("server_error"));
+        let message = format!("{} (type {kind:?}, code {code:?})", self.message);
+        if passes {
+            ModelError::Retryable(message)
+        } else {
+            ModelError::Fatal(message)
+        }
     }
-    let mut blocks = Vec::new();
-    if let Some(text) = message["content"].as_str().filter(|t| !t.is_empty()) {
-        blocks.push(Block::Text { text: text.into() });
+}
+
+/// A completion being streamed.
+#[derive(Default)]
+struct Answer {
+    text: String,
+    /// The tool calls by index, in order.
+    calls: BTreeMap<u64, Call>,
+}
+
+struct Call {
+    id: String,
+    name: String,
+    arguments: String,
+}
+
+impl Answer {
+    /// Reads the data of one event: the turn's blocks once the stream is done.
+    fn read(
+        &mut self,
+        data: &str,
+        deltas: &UnboundedSender<String>,
+    ) -> Result<Option<Vec<Block>>, ModelError> {
+        if data == "[DONE]" {
+            return Ok(Some(self.blocks()));
+        }
+        let chunk: Chunk = serde_json::from_str(data).map_err(unreadable)?;
+        if let Some(error) = chunk.error {
+            return Err(error.into_model_error());
+        }
+        for delta in chunk.choices.into_iter().map(|c| c.delta) {
+            if let Some(text) = delta.content {
+                pass_on(deltas, &text);
+                self.text.push_str(&text);
+            }
+            for fragment in delta.tool_calls.into_iter().flatten() {
+                let function = fragment.function;
+                let call = self.calls.entry(fragment.index).or_insert_with(|| Call {
+                    id: fragment.id.unwrap_or_default(),
+                    name: function.name.unwrap_or_default(),
+                    arguments: String::new(),
+                });
+                call.arguments
+                    .push_str(function.arguments.as_deref().unwrap_or_default());
+            }
+        }
+        Ok(None)
     }
-    for call in message["tool_calls"].as_array().into_iter().flatten() {
-        let arguments = call["function"]["arguments"].as_str().unwrap_or("{}");
-        // Arguments that are not JSON are kept as a string; schema validation then tells
-        // the model what is wrong instead of the run failing.
-        let input = serde_json::from_str(arguments).unwrap_or(Value::String(arguments.into()));
-        blocks.push(Block::ToolUse {
-            id: call["id"].as_str().unwrap_or_default().into(),
-            name: call["function"]["name"].as_str().unwrap_or_default().into(),
-            input,
+
+    /// The text, if any, then the tool calls.
+    fn blocks(&mut self) -> Vec<Block> {
+        let text = std::mem::take(&mut self.text);
+        let text = (!text.is_empty()).then_some(Block::Text { text });
+        let calls = std::mem::take(&mut self.calls).into_values().map(|call| {
+            // No arguments is no input; arguments that are not JSON are kept as a string:
+            // schema validation then tells the model what is wrong instead of the run failing.
+            let input = if call.arguments.is_empty() {
+                json!({})
+            } else {
+                serde_json::from_str(&call.arguments).unwrap_or(Value::String(call.arguments))
+            };
+            Block::ToolUse {
+                id: call.id,
+                name: call.name,
+                input,
+            }
         });
+        text.into_iter().chain(calls).collect()
     }
-    Ok(blocks)
 }
 
 fn to_openai(message: &Message) -> Vec<Value> {
@@ -124,7 +247,140 @@ fn to_openai(message: &Message) -> Vec<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::Model;
+    use crate::model::tests::{ask, at, serve_stream};
+    use countersign_fake_model::{FakeModel, openai_answer, turn};
     use countersign_model::run::Image;
+
+    /// A completion as the API streams it: the role, the content in pieces, two tool calls
+    /// whose arguments arrive in fragments after the one naming them, and a third whose
+    /// arguments are not JSON; then the finish reason and a usage chunk without choices.
+    const STREAM: &str = r#"data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"gpt-4.1","choices":[{"index":0,"delta":{"role":"assistant","content":"","refusal":null},"logprobs":null,"finish_reason":null}]}
+
+data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"gpt-4.1","choices":[{"index":0,"delta":{"content":"Checking the"},"logprobs":null,"finish_reason":null}]}
+
+data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"gpt-4.1","choices":[{"index":0,"delta":{"content":" order — and refunding."},"logprobs":null,"finish_reason":null}]}
+
+data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"gpt-4.1","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"get_order","arguments":""}}]},"logprobs":null,"finish_reason":null}]}
+
+data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"gpt-4.1","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"order_id\":"}}]},"logprobs":null,"finish_reason":null}]}
+
+data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"gpt-4.1","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":" \"A-1001\"}"}}]},"logprobs":null,"finish_reason":null}]}
+
+data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"gpt-4.1","choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"id":"call_b","type":"function","function":{"name":"issue_refund","arguments":""}}]},"logprobs":null,"finish_reason":null}]}
+
+data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"gpt-4.1","choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"function":{"arguments":"{\"order_id\": \"A-1001\", "}}]},"logprobs":null,"finish_reason":null}]}
+
+data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"gpt-4.1","choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"function":{"arguments":"\"amount\": 129}"}}]},"logprobs":null,"finish_reason":null}]}
+
+data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"gpt-4.1","choices":[{"index":0,"delta":{"tool_calls":[{"index":2,"id":"call_c","type":"function","function":{"name":"get_order","arguments":"{\"order_id\": A-1"}}]},"logprobs":null,"finish_reason":null}]}
+
+data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"gpt-4.1","choices":[{"index":0,"delta":{},"logprobs":null,"finish_reason":"tool_calls"}]}
+
+data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"gpt-4.1","choices":[],"usage":{"prompt_tokens":120,"completion_tokens":40,"total_tokens":160}}
+
+data: [DONE]
+
+"#;
+
+    #[tokio::test]
+    async fn a_streamed_completion_becomes_one_text_block_and_its_tool_calls_and_its_text_is_passed_on()
+     {
+        let (answer, deltas) = ask(&Model::OpenAi(serve_stream(STREAM).await)).await;
+        let text = "Checking the order — and refunding.";
+        let call = |id: &str, name: &str, input: Value| Block::ToolUse {
+            id: id.into(),
+            name: name.into(),
+            input,
+        };
+        assert_eq!(
+            answer.unwrap(),
+            [
+                Block::Text { text: text.into() },
+                call("call_a", "get_order", json!({"order_id": "A-1001"})),
+                call(
+                    "call_b",
+                    "issue_refund",
+                    json!({"order_id": "A-1001", "amount": 129})
+                ),
+                call("call_c", "get_order", json!("{\"order_id\": A-1")),
+            ]
+        );
+        assert_eq!(deltas, ["Checking the", " order — and refunding."]);
+    }
+
+    #[tokio::test]
+    async fn an_error_in_the_stream_can_be_retried_only_when_it_is_a_rate_limit_or_a_server_error()
+    {
+        let chunk = r#"data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}
+
+"#;
+        let cases = [
+            (
+                r#"{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}"#,
+                true,
+            ),
+            (
+                r#"{"message":"The server had an error","type":"server_error","code":null}"#,
+                true,
+            ),
+            (
+                r#"{"message":"Invalid tools","type":"invalid_request_error","code":null}"#,
+                false,
+            ),
+        ];
+        for (error, retryable) in cases {
+            let stream = format!("{chunk}data: {{\"error\":{error}}}\n\n");
+            let (answer, _) = ask(&Model::OpenAi(serve_stream(&stream).await)).await;
+            match answer {
+                Err(ModelError::Retryable(e)) if retryable => assert!(e.contains("type"), "{e}"),
+                Err(ModelError::Fatal(e)) if !retryable => {
+                    assert!(e.contains("Invalid tools"), "{e}")
+                }
+                other => panic!("{error}: {other:?}"),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_stream_cut_before_done_can_be_retried_and_a_whole_one_reads_as_the_turn() {
+        let model = FakeModel::start(|request: &Value| match turn(request) {
+            0 => openai_answer(
+                Some("Refunding it now."),
+                &[(
+                    "call_1",
+                    "issue_refund",
+                    json!({"order_id": "A-1001", "amount": 129}),
+                )],
+            ),
+            _ => openai_answer(Some("Refunded."), &[]),
+        })
+        .await;
+        model.cut_next_stream(1);
+        let (answer, deltas) = ask(&Model::OpenAi(at(&model))).await;
+        assert!(
+            matches!(&answer, Err(ModelError::Retryable(_))),
+            "{answer:?}"
+        );
+        assert_eq!(deltas, ["Refunding "]);
+
+        let (answer, deltas) = ask(&Model::OpenAi(at(&model))).await;
+        assert_eq!(
+            answer.unwrap(),
+            [
+                Block::Text {
+                    text: "Refunding it now.".into()
+                },
+                Block::ToolUse {
+                    id: "call_1".into(),
+                    name: "issue_refund".into(),
+                    input: json!({"order_id": "A-1001", "amount": 129}),
+                },
+            ]
+        );
+        assert_eq!(deltas, ["Refunding ", "it ", "now."]);
+        assert_eq!(model.requests()[0]["stream"], true);
+    }
 
     #[test]
     fn images_of_tool_results_follow_the_tool_messages_as_data_urls() {

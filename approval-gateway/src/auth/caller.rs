@@ -76,6 +76,23 @@ impl Caller {
         }
     }
 
+    /// Whether the caller may read run `run_id`, asked for by `requester` (the rule is
+    /// `countersign_model::authority::may_read`).
+    pub(crate) fn reading(&self, run_id: &str, requester: Option<&str>) -> Result<(), AuthError> {
+        let who = countersign_model::authority::Principal {
+            id: &self.principal,
+            role: self.role,
+        };
+        if countersign_model::authority::may_read(who, &self.speaks_for, requester) {
+            return Ok(());
+        }
+        Err(AuthError::Forbidden(format!(
+            "the key of {} may read only the runs it asked for or speaks for; run {run_id:?} is {}'s",
+            self.principal,
+            requester.unwrap_or("nobody")
+        )))
+    }
+
     pub(crate) fn require(&self, permission: Permission) -> Result<(), AuthError> {
         let allowed = matches!(
             (self.role, permission),

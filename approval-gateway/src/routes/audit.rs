@@ -3,6 +3,7 @@
 //! copy while the run is retained, then from the `AUDIT` stream, the long-term record.
 
 use crate::auth::{Caller, Permission};
+use crate::config::Role;
 use crate::error::ApiError;
 use crate::state::AppState;
 use axum::extract::{Path, State};
@@ -24,6 +25,12 @@ async fn audit(
     caller.require(Permission::Read)?;
     let missing = || ApiError::not_found(format!("no audit trail for run {run_id:?}"));
     let id = RunId::parse(&run_id).ok_or_else(missing)?;
+    // The long-term record does not say whose a run was, so a requester, who reads only the
+    // runs of those it speaks for, reads the trails of runs still retained.
+    if caller.role == Role::Requester {
+        let run = state.run(&run_id).await?.ok_or_else(missing)?;
+        caller.reading(&run_id, run.requested_by.as_deref())?;
+    }
     let elements = match state.store.audit_trail(&id).await? {
         Some(elements) => elements,
         None => state.bus.audit_chain(&id).await?,

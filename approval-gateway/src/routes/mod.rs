@@ -5,6 +5,7 @@
 mod approvals;
 mod audit;
 mod decisions;
+mod events;
 mod grants;
 mod health;
 mod jwks;
@@ -36,6 +37,7 @@ pub(crate) fn router(
     let app = Router::new()
         .merge(metrics.unwrap_or_default())
         .merge(runs::router())
+        .merge(events::router(stop.clone()))
         .merge(decisions::router())
         .merge(grants::router())
         .merge(audit::router())
@@ -49,7 +51,7 @@ pub(crate) fn router(
         .merge(
             // The reviewers' pages: none changes anything for a form sent from another site.
             email::router()
-                .merge(crate::web::router())
+                .merge(crate::web::router(stop))
                 .route_layer(from_fn_with_state(state.clone(), same_origin::check)),
         )
         .fallback(|| async { ApiError::not_found("no such route") })

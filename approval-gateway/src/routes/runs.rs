@@ -176,12 +176,13 @@ async fn get_run(
 ) -> Result<Json<RunView>, ApiError> {
     caller.require(Permission::Read)?;
     let run = load_run(&state, &run_id).await?;
+    caller.reading(&run_id, run.requested_by.as_deref())?;
     let decisions = state.store.decisions(&run.run_id).await?;
     Ok(Json(RunView::new(run, decisions, &state.catalog())))
 }
 
 /// The run named in a path, or a 404 that says so.
-async fn load_run(state: &AppState, run_id: &str) -> Result<Run, ApiError> {
+pub(super) async fn load_run(state: &AppState, run_id: &str) -> Result<Run, ApiError> {
     let run = state.run(run_id).await?;
     run.ok_or_else(|| ApiError::not_found(format!("no run {run_id:?}")))
 }

@@ -275,7 +275,7 @@ async fn page(
     let title = heading(lines.len());
     let mut page = Page::new(StatusCode::OK, &title);
     page.signed_in = Some((&session.principal, &session.csrf));
-    page.script = Some(LIVE);
+    page.scripts.push(LIVE);
     Ok(page.render(html! {
         (recorded)
         form #filters .filters method="get" action="/inbox" {

@@ -10,14 +10,14 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use maud::{DOCTYPE, Markup, PreEscaped, html};
 
-/// One page: its title, who is signed in (for the header's sign-out form), and an optional
-/// inline script that adds live updates to what works without it.
+/// One page: its title, who is signed in (for the header's sign-out form), and the inline
+/// scripts that add live updates to what works without them.
 pub(crate) struct Page<'a> {
     pub(crate) status: StatusCode,
     pub(crate) title: &'a str,
     /// The signed-in reviewer and their session's CSRF token.
     pub(crate) signed_in: Option<(&'a str, &'a str)>,
-    pub(crate) script: Option<&'a str>,
+    pub(crate) scripts: Vec<&'a str>,
     /// Attributes of `<main>`: `data-digest` on the request page.
     pub(crate) digest: Option<&'a str>,
 }
@@ -28,7 +28,7 @@ impl<'a> Page<'a> {
             status,
             title,
             signed_in: None,
-            script: None,
+            scripts: Vec::new(),
             digest: None,
         }
     }
@@ -65,7 +65,7 @@ impl<'a> Page<'a> {
                         h1 { (self.title) }
                         (body)
                     }
-                    @if let Some(script) = self.script {
+                    @for script in &self.scripts {
                         script nonce=(nonce) { (PreEscaped(script)) }
                     }
                 }
@@ -131,6 +131,7 @@ li.request .run-id{white-space:nowrap}
 .keys-hint{color:#5b6475;font-size:.85em;margin:.3em 0}
 kbd{font-family:ui-monospace,monospace;font-size:.85em;border:1px solid #b8bdc9;border-radius:4px;padding:0 .3em;background:#fff}
 .empty{color:#5b6475}
+#live .happening{margin:.2em 0;font-size:.9em;overflow-wrap:anywhere}#live .live-state{color:#5b6475}
 form.decide{background:#fff;border:1px solid #d9dce3;border-radius:8px;padding:.8em 1em;margin:.8em 0}
 form.decide h2{margin-top:0}
 label{display:block;margin:.5em 0 .2em;font-weight:500}

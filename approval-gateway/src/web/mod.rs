@@ -13,6 +13,7 @@ pub(crate) mod forms;
 mod grants_page;
 mod inbox;
 pub(crate) mod layout;
+mod live_view;
 mod next;
 mod pre_session;
 mod queue;
@@ -27,7 +28,8 @@ use crate::state::AppState;
 use axum::Router;
 use std::collections::HashMap;
 
-pub(crate) fn router() -> Router<AppState> {
+/// The pages; `stop` ends the live events streams they follow.
+pub(crate) fn router(stop: &tokio_util::sync::CancellationToken) -> Router<AppState> {
     Router::new()
         .merge(sign_in::router())
         .merge(inbox::router())
@@ -35,6 +37,7 @@ pub(crate) fn router() -> Router<AppState> {
         .merge(grants_page::router())
         .merge(request::router())
         .merge(run_page::router())
+        .merge(live_view::router(stop.clone()))
 }
 
 /// The channel inbox decisions are recorded as coming from.

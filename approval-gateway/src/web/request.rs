@@ -41,7 +41,8 @@ pub(super) fn router() -> Router<AppState> {
         )
 }
 
-/// Every few seconds, asks whether the call is still open; once it is not, says how it ended
+/// Every few seconds, and at once when the run's live events say something happened, asks
+/// whether the call is still open; once it is not, says how it ended
 /// in the action bar's live region (beside the buttons, announced to screen readers) and
 /// disables the forms, leaving what was typed in place. Keeps the presence note current, and
 /// says under the edit form what its fields change (`amount: 129 → 50`).
@@ -51,7 +52,10 @@ const LIVE: &str = r#"
   var shown = main.getAttribute('data-digest');
   var status = document.getElementById('status');
   if (!status || !document.querySelector('form.decide')) return;
-  var timer = setInterval(function () {
+  var timer = setInterval(check, 2500);
+  // The run's live events (the live section's script) say at once that something happened.
+  document.addEventListener('countersign:run-changed', check);
+  function check() {
     fetch(location.pathname + '/state', {credentials: 'same-origin', cache: 'no-store'})
       .then(function (r) { return r.ok ? r.json() : null; })
       .then(function (s) {
@@ -62,6 +66,7 @@ const LIVE: &str = r#"
         }
         if (!s || (s.open && s.digest === shown)) return;
         clearInterval(timer);
+        document.removeEventListener('countersign:run-changed', check);
         var note = document.createElement('p');
         note.className = 'outcome';
         note.textContent = s.open
@@ -79,7 +84,7 @@ const LIVE: &str = r#"
         });
       })
       .catch(function () {});
-  }, 2500);
+  }
 })();
 (function () {
   var edit = document.getElementById('edit');
@@ -146,7 +151,10 @@ fn render(
     let mut page = Page::new(status, &view.summary);
     page.signed_in = Some((&session.principal, &session.csrf));
     page.digest = Some(&view.digest);
-    page.script = view.open.is_some().then_some(LIVE);
+    if view.open.is_some() {
+        page.scripts.push(LIVE);
+    }
+    page.scripts.push(super::live_view::SCRIPT);
     let schema = view.schema(state);
     let forms = Forms {
         csrf: Some(&session.csrf),
@@ -179,6 +187,7 @@ fn render(
             }))
         }
         (view.evidence())
+        (super::live_view::section(&view.run_id))
     })
 }
 

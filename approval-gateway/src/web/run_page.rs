@@ -45,6 +45,7 @@ async fn show(
     let title = format!("Run {}", run.run_id);
     let mut page = Page::new(StatusCode::OK, &title);
     page.signed_in = Some((&session.principal, &session.csrf));
+    page.scripts.push(super::live_view::SCRIPT);
     Ok(page.render(html! {
         section {
             dl {
@@ -70,6 +71,7 @@ async fn show(
                 }
             }
         }
+        (super::live_view::section(run.run_id.as_str()))
         section.conversation {
             h2 { "Conversation" }
             (conversation(&run.messages))

@@ -1,15 +1,16 @@
-//! `countersign watch [--run RUN]`: follows runs as things happen to them, a line per audit
-//! entry (a call held, a channel told, a decision, an execution, an expiry, the run's end),
-//! until interrupted.
+//! `countersign watch [--run RUN]`: follows runs as things happen to them until interrupted.
 //!
-//! It polls the gateway's API rather than subscribing to NATS: the key is the only credential
-//! a reviewer's terminal holds (NATS is the services' network, with users only for them), the
-//! key's role decides what it may read, and the audit trail already is each run's ordered,
-//! complete history, with who acted and when, where an event subscription would see only what
-//! happened while it was connected. Without `--run`, the runs followed are those that
-//! appear among the held calls (runs that pause); the history of those held at the start
-//! is not replayed. With `--run`, the run's trail is shown from its start and the command
-//! ends with the run.
+//! With `--run`, it follows the run's live events (`GET /v1/runs/{id}/events`, server-sent
+//! events) from its start: the model's text as it is written, each tool call and result, the
+//! pause, each decision, the resume and the end, with which the command ends. A connection
+//! that drops (a gateway restarting, a cut-off) is made again with `Last-Event-ID`, so
+//! nothing is shown twice or missed.
+//!
+//! Without `--run`, it follows the runs that appear among the held calls (runs that pause),
+//! a line per audit entry (a call held, a channel told, a decision, an execution, an expiry,
+//! the run's end), by asking the API every `--interval-ms`; the history of runs held at the
+//! start is not replayed. Both go through the API rather than NATS: the key is the only
+//! credential a reviewer's terminal holds, and its role decides what it may read.
 
 use super::audit::entry_cells;
 use super::pending::all_pending;
@@ -18,6 +19,8 @@ use crate::client::Gateway;
 use crate::error::CliError;
 use crate::view::{Trail, read};
 use countersign_model::audit::AuditKind;
+use countersign_model::live::ENDINGS;
+use countersign_model::sse::{Decoder, Event};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -32,8 +35,7 @@ pub async fn run(gateway: &Gateway, args: WatchArgs, json: bool) -> Result<(), C
 
 async fn follow(gateway: &Gateway, args: &WatchArgs, json: bool) -> Result<(), CliError> {
     if let Some(run) = &args.run {
-        // A run that does not exist is an error now, not a wait for ever.
-        gateway.get(gateway.url(&["v1", "runs", run])).await?;
+        return follow_run(gateway, run, args.interval_ms, json).await;
     }
     // How many elements of each followed run's trail have been shown.
     let mut shown: BTreeMap<String, usize> = BTreeMap::new();
@@ -43,7 +45,7 @@ async fn follow(gateway: &Gateway, args: &WatchArgs, json: bool) -> Result<(), C
     let mut tick = tokio::time::interval(Duration::from_millis(args.interval_ms));
     loop {
         tick.tick().await;
-        match poll(gateway, args, json, first, &mut shown, &mut ended).await {
+        match poll(gateway, json, first, &mut shown, &mut ended).await {
             Ok(()) => {
                 if unreachable {
                     eprintln!("countersign: the gateway answers again");
@@ -64,29 +66,157 @@ async fn follow(gateway: &Gateway, args: &WatchArgs, json: bool) -> Result<(), C
             }
             Err(e) => return Err(e),
         }
-        if args.run.as_ref().is_some_and(|run| ended.contains(run)) {
-            return Ok(());
+    }
+}
+
+/// Follows one run's live events until it ends, connecting again after what it has shown
+/// when a connection drops; a gateway away is waited for, `interval_ms` between tries.
+async fn follow_run(
+    gateway: &Gateway,
+    run: &str,
+    interval_ms: u64,
+    json: bool,
+) -> Result<(), CliError> {
+    let url = gateway.url(&["v1", "runs", run, "events"]);
+    let mut shown = Shown::default();
+    let mut away = false;
+    loop {
+        match gateway.events(url.clone(), shown.last_id.as_deref()).await {
+            // Everything has been shown and the run has ended.
+            Ok(None) => return Ok(()),
+            Ok(Some(mut response)) => {
+                if away {
+                    eprintln!("countersign: the gateway answers again");
+                    away = false;
+                }
+                let mut decoder = Decoder::default();
+                loop {
+                    match response.chunk().await {
+                        Ok(Some(bytes)) => {
+                            for event in decoder.push(&bytes) {
+                                if shown.show(run, &event, json) {
+                                    return Ok(());
+                                }
+                            }
+                        }
+                        // Cut off, or the gateway is going away: connect again.
+                        Ok(None) => break,
+                        Err(e) => {
+                            eprintln!("countersign: the stream broke ({e}); connecting again");
+                            break;
+                        }
+                    }
+                }
+            }
+            Err(e) if is_transient(&e) => {
+                if !away {
+                    eprintln!("countersign: {e}; still trying");
+                }
+                away = true;
+                tokio::time::sleep(Duration::from_millis(interval_ms)).await;
+            }
+            Err(e) => return Err(e),
         }
+    }
+}
+
+/// What `watch --run` has shown: the last event's id, and whether the model's text is
+/// mid-line.
+#[derive(Default)]
+struct Shown {
+    last_id: Option<String>,
+    in_text: bool,
+}
+
+impl Shown {
+    /// Shows one event: its JSON with `--json`, else the model's text as it comes and a line
+    /// for anything else. Whether it was the run's last.
+    fn show(&mut self, run: &str, event: &Event, json: bool) -> bool {
+        use std::io::Write;
+        let Ok(data) = serde_json::from_str::<Value>(&event.data) else {
+            return false;
+        };
+        if event.id.is_some() {
+            self.last_id.clone_from(&event.id);
+        }
+        if json {
+            println!("{data}");
+        } else if event.event == "text.delta" {
+            print!("{}", data["text"].as_str().unwrap_or_default());
+            let _ = std::io::stdout().flush();
+            self.in_text = true;
+        } else {
+            if std::mem::take(&mut self.in_text) {
+                println!();
+            }
+            println!(
+                "{run}  {:18}  {}",
+                event.event,
+                summary(&event.event, &data)
+            );
+        }
+        ENDINGS.contains(&event.event.as_str())
+    }
+}
+
+/// One event's gist, for a person.
+fn summary(kind: &str, data: &Value) -> String {
+    let s = |key: &str| data[key].as_str().unwrap_or_default().to_string();
+    match kind {
+        "turn.started" | "run.resumed" => format!("turn {}", data["turn"]),
+        "tool.call" => format!(
+            "{} {} {} ({})",
+            s("call_id"),
+            s("tool"),
+            data["input"],
+            match data["disposition"].as_str() {
+                Some("held") => "waits for a person",
+                Some("refused") => "refused",
+                _ => "runs now",
+            }
+        ),
+        "tool.result" => format!("{} {}: {}", s("call_id"), s("outcome"), s("content")),
+        "approval.requested" => {
+            let calls = data["calls"].as_array().into_iter().flatten();
+            let calls: Vec<String> = calls
+                .map(|c| {
+                    format!(
+                        "{} {}",
+                        c["call_id"].as_str().unwrap_or_default(),
+                        c["tool"].as_str().unwrap_or_default()
+                    )
+                })
+                .collect();
+            format!("waiting for a person: {}", calls.join(", "))
+        }
+        "approval.decided" => format!(
+            "{} {} by {} ({})",
+            s("call_id"),
+            s("action"),
+            s("decided_by"),
+            s("door")
+        ),
+        "run.completed" => s("answer"),
+        "run.failed" => s("error"),
+        "run.cancelled" => format!("by {}", s("cancelled_by")),
+        "stream.cut" => "reading too slowly; connecting again".to_string(),
+        _ => data.to_string(),
     }
 }
 
 /// One look: finds the runs to follow and prints what their trails gained since the last.
 async fn poll(
     gateway: &Gateway,
-    args: &WatchArgs,
     json: bool,
     first: bool,
     shown: &mut BTreeMap<String, usize>,
     ended: &mut BTreeSet<String>,
 ) -> Result<(), CliError> {
-    let runs = match &args.run {
-        Some(run) => vec![run.clone()],
-        None => paused_runs(gateway).await?,
-    };
+    let runs = paused_runs(gateway).await?;
     let mut skip_history = BTreeSet::new();
     for run in runs {
         if !ended.contains(&run) && !shown.contains_key(&run) {
-            if first && args.run.is_none() {
+            if first {
                 skip_history.insert(run.clone());
             }
             shown.insert(run, 0);

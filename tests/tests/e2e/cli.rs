@@ -621,9 +621,27 @@ async fn watch_follows_a_run_that_pauses_while_it_watches_until_it_completes() {
         REVIEWER_KEY,
         &format!("watch --run {run} --json --interval-ms 200"),
     ));
-    // Following one run shows its history first, as JSON lines of its trail.
-    let first: Value = serde_json::from_str(&this_run.until(&["requested"]).await).unwrap();
-    assert_eq!(first["entry"]["run_id"], run.as_str());
+    // Following one run shows its live events from its start, as JSON lines: the model's
+    // text in pieces as it came, then the pause.
+    let paused: Value =
+        serde_json::from_str(&this_run.until(&["\"type\":\"approval.requested\""]).await).unwrap();
+    assert_eq!(paused["run_id"], run.as_str());
+    let events: Vec<Value> = this_run
+        .seen
+        .iter()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let text: String = events
+        .iter()
+        .filter(|e| e["type"] == "text.delta")
+        .map(|e| e["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        text,
+        "The order arrived broken; I will check it and refund it."
+    );
+    let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs, (1..=events.len() as u64).collect::<Vec<_>>());
 
     let paused = app.wait_status(&run, "awaiting_approval").await;
     let (status, body) = app
@@ -632,7 +650,7 @@ async fn watch_follows_a_run_that_pauses_while_it_watches_until_it_completes() {
     assert_eq!(status, 200, "{body}");
     everything.until(&[&run, "decided", "rita"]).await;
     everything.until(&[&run, "completed"]).await;
-    this_run.until(&["\"completed\""]).await;
+    this_run.until(&["\"type\":\"run.completed\""]).await;
     // Following one run ends with it.
     let ended = tokio::time::timeout(PATIENCE, this_run.child.wait())
         .await

@@ -21,6 +21,7 @@ mod inbox_batch;
 mod inbox_grants;
 mod inbox_paging;
 mod listener;
+mod live_events;
 mod local_runner;
 mod many_workers;
 mod mcp_proxy;

@@ -46,6 +46,7 @@ async fn two_workers_complete_fifty_concurrent_runs_with_each_refund_run_exactly
                 call_id: "toolu_2".into(),
                 action: Action::Approve,
                 decided_by: "rita".into(),
+                door: "api".into(),
                 all_decided: true,
                 channels: Vec::new(),
                 under_grant: None,

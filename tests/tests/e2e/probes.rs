@@ -70,9 +70,9 @@ async fn with_redis_stopped_requests_answer_503_at_once_and_all_recovers_when_it
     for url in [&gateway, &worker] {
         let (status, body, _) = probe(&format!("{url}/readyz"), None).await;
         assert_eq!(status, StatusCode::OK, "{url}: {body}");
-        // Redis, NATS, the five streams and the consumers it pulls from.
+        // Redis, NATS, the six streams and the consumers it pulls from.
         let checks = body["checks"].as_object().unwrap();
-        assert_eq!(checks.len(), 8, "{body}");
+        assert_eq!(checks.len(), 9, "{body}");
         assert!(checks.values().all(|c| c == "ok"), "{body}");
     }
 

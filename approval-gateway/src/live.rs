@@ -1,0 +1,183 @@
+//! Following a run's live events (`live.<run>` on the `LIVE` stream) for one client of `GET
+//! /v1/runs/{id}/events`: from the run's first event, numbered 1, 2, 3… in the stream's
+//! order, skipping those the client already has (`Last-Event-ID`), then live until the run
+//! ends.
+//!
+//! Every gateway numbers a run's events alike: it reads them from the start (an ordered
+//! consumer of its own, which acks nothing and starts again where it was if it misses a
+//! message) and counts each once. An announcement the outbox published again after
+//! JetStream's duplicate window is stored twice under one `Nats-Msg-Id`, and counted once.
+//!
+//! Memory is bounded per client: the consumer fetches at most [`FETCH`] events ahead and
+//! [`BUFFER`] wait to be written. A client that leaves them waiting longer than
+//! `live_slow_reader_ms` is cut off: what is buffered is written, then a `stream.cut` event,
+//! and the stream ends; it reconnects with `Last-Event-ID` to carry on.
+
+use async_nats::jetstream::consumer::DeliverPolicy;
+use async_nats::jetstream::consumer::pull::OrderedConfig;
+use axum::response::sse::Event;
+use countersign_model::live::ENDINGS;
+use countersign_model::run::RunId;
+use countersign_runtime::bus::{Bus, BusError};
+use countersign_runtime::metrics::Metrics;
+use futures::{Stream, StreamExt};
+use serde_json::{Value, json};
+use std::collections::HashSet;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+/// Events the consumer fetches ahead of the client.
+const FETCH: i64 = 16;
+/// Events waiting to be written to the client.
+const BUFFER: usize = 32;
+
+/// Where a client starts: how many of the run's events it already has.
+pub(crate) struct Follow<'a> {
+    pub run: &'a RunId,
+    pub after: u64,
+    /// How long an event waits for room before the client is cut off.
+    pub patience: Duration,
+    /// Ends the stream (the gateway is shutting down; the client reconnects elsewhere).
+    pub stop: CancellationToken,
+}
+
+/// How many events the run's stream holds (a repeated announcement counted twice), as far
+/// as the stream's retention reaches.
+pub(crate) async fn stored(bus: &Bus, run: &RunId) -> Result<u64, BusError> {
+    let stream = bus
+        .js
+        .get_stream(bus.names.live_stream())
+        .await
+        .map_err(err)?;
+    let info = stream
+        .info_with_subjects(bus.names.live_subject(run))
+        .await
+        .map_err(err)?;
+    let count = futures::TryStreamExt::try_collect::<Vec<_>>(info)
+        .await
+        .map_err(err)?;
+    Ok(count.into_iter().map(|(_, n)| n as u64).sum())
+}
+
+/// The run's events for one client, as server-sent events.
+pub(crate) async fn follow(
+    bus: &Bus,
+    metrics: Metrics,
+    from: Follow<'_>,
+) -> Result<impl Stream<Item = Result<Event, Infallible>> + use<>, BusError> {
+    let stream = bus
+        .js
+        .get_stream(bus.names.live_stream())
+        .await
+        .map_err(err)?;
+    let consumer = stream
+        .create_consumer(OrderedConfig {
+            filter_subject: bus.names.live_subject(from.run),
+            deliver_policy: DeliverPolicy::All,
+            max_batch: FETCH,
+            ..Default::default()
+        })
+        .await
+        .map_err(err)?;
+    let messages = consumer.messages().await.map_err(err)?;
+    let (tx, rx) = mpsc::channel(BUFFER);
+    let cut = Arc::new(AtomicBool::new(false));
+    metrics.live_stream("opened");
+    tokio::spawn(forward(
+        messages,
+        tx,
+        from.after,
+        from.patience,
+        from.stop,
+        cut.clone(),
+        metrics,
+    ));
+    let events = futures::stream::unfold(rx, |mut rx| async {
+        rx.recv().await.map(|event| (event, rx))
+    });
+    // Once the buffer is written: the cut-off notice, if the client was cut off.
+    let notice = futures::stream::once(async move {
+        cut.load(Ordering::Acquire).then(|| {
+            Ok(Event::default().event("stream.cut").data(
+                json!({"reason": "the client read too slowly; reconnect with Last-Event-ID to carry on"})
+                    .to_string(),
+            ))
+        })
+    })
+    .filter_map(std::future::ready);
+    Ok(events.chain(notice))
+}
+
+async fn forward(
+    mut messages: async_nats::jetstream::consumer::pull::Ordered,
+    tx: mpsc::Sender<Result<Event, Infallible>>,
+    after: u64,
+    patience: Duration,
+    stop: CancellationToken,
+    cut: Arc<AtomicBool>,
+    metrics: Metrics,
+) {
+    let mut seq = 0u64;
+    let mut seen = HashSet::new();
+    let ended = loop {
+        let message = tokio::select! {
+            _ = stop.cancelled() => break "left",
+            _ = tx.closed() => break "left",
+            message = messages.next() => message,
+        };
+        let message = match message {
+            Some(Ok(message)) => message,
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "a run's live events could not be read; the stream ends and the client reconnects");
+                break "left";
+            }
+            None => break "left",
+        };
+        let repeated = message
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(async_nats::header::NATS_MESSAGE_ID))
+            .is_some_and(|id| !seen.insert(id.to_string()));
+        if repeated {
+            continue;
+        }
+        seq += 1;
+        let Ok(Value::Object(mut event)) = serde_json::from_slice::<Value>(&message.payload) else {
+            tracing::warn!(seq, "a live event that is not a JSON object is passed over");
+            continue;
+        };
+        let kind = event
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or("message")
+            .to_string();
+        let last = ENDINGS.contains(&kind.as_str());
+        if seq > after {
+            event.insert("seq".into(), seq.into());
+            let sse = Event::default()
+                .id(seq.to_string())
+                .event(&kind)
+                .data(Value::Object(event).to_string());
+            match tx.send_timeout(Ok(sse), patience).await {
+                Ok(()) => {}
+                Err(mpsc::error::SendTimeoutError::Timeout(_)) => {
+                    cut.store(true, Ordering::Release);
+                    break "cut";
+                }
+                Err(mpsc::error::SendTimeoutError::Closed(_)) => break "left",
+            }
+        }
+        if last {
+            break "ended";
+        }
+    };
+    metrics.live_stream(ended);
+}
+
+fn err(e: impl std::fmt::Display) -> BusError {
+    BusError::JetStream(e.to_string())
+}

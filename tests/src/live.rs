@@ -1,0 +1,117 @@
+//! A client of a run's live events (`GET /v1/runs/{id}/events`), reading the server-sent
+//! events with the same decoder the CLI uses.
+
+use crate::app::{PATIENCE, TestApp};
+use countersign_model::sse::Decoder;
+use futures::StreamExt;
+use reqwest::StatusCode;
+use serde_json::Value;
+use std::collections::VecDeque;
+
+/// One event as received: its `id` (none for a `stream.cut`), type and data.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Received {
+    pub id: Option<u64>,
+    pub kind: String,
+    pub data: Value,
+}
+
+pub struct LiveEvents {
+    body: futures::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>,
+    decoder: Decoder,
+    ready: VecDeque<Received>,
+}
+
+impl LiveEvents {
+    /// Connects as `key`, after event `last_event_id` if given; the answer's status and, for a
+    /// 200, the events.
+    pub async fn open(
+        app: &TestApp,
+        run_id: &str,
+        key: &str,
+        last_event_id: Option<u64>,
+    ) -> (StatusCode, Option<Self>) {
+        let mut request = app
+            .http
+            .get(format!("{}/v1/runs/{run_id}/events", app.gateway_url))
+            .bearer_auth(key);
+        if let Some(id) = last_event_id {
+            request = request.header("last-event-id", id.to_string());
+        }
+        let response = request.send().await.expect("gateway reachable");
+        let status = response.status();
+        if status != StatusCode::OK {
+            return (status, None);
+        }
+        let content_type = response.headers()["content-type"].to_str().unwrap();
+        assert_eq!(content_type, "text/event-stream");
+        let events = Self {
+            body: response.bytes_stream().boxed(),
+            decoder: Decoder::default(),
+            ready: VecDeque::new(),
+        };
+        (status, Some(events))
+    }
+
+    /// The next event; None when the server ended the stream. Panics after [`PATIENCE`].
+    pub async fn next(&mut self) -> Option<Received> {
+        loop {
+            if let Some(event) = self.ready.pop_front() {
+                return Some(event);
+            }
+            let chunk = tokio::time::timeout(PATIENCE, self.body.next())
+                .await
+                .expect("an event within the patience")?;
+            for event in self.decoder.push(&chunk.expect("the stream reads")) {
+                self.ready.push_back(Received {
+                    id: event.id.as_deref().map(|id| id.parse().unwrap()),
+                    kind: event.event,
+                    data: serde_json::from_str(&event.data).unwrap(),
+                });
+            }
+        }
+    }
+
+    /// Every event up to and including the first of type `kind`.
+    pub async fn until(&mut self, kind: &str) -> Vec<Received> {
+        let mut events = Vec::new();
+        while let Some(event) = self.next().await {
+            let found = event.kind == kind;
+            events.push(event);
+            if found {
+                return events;
+            }
+        }
+        panic!("the stream ended before a {kind} event: {events:#?}");
+    }
+
+    /// Every event until the server ends the stream.
+    pub async fn to_end(&mut self) -> Vec<Received> {
+        let mut events = Vec::new();
+        while let Some(event) = self.next().await {
+            events.push(event);
+        }
+        events
+    }
+}
+
+/// The events' types in order, each run of `text.delta`s as one.
+pub fn kinds(events: &[Received]) -> Vec<&str> {
+    let mut kinds: Vec<&str> = Vec::new();
+    for event in events {
+        if event.kind == "text.delta" && kinds.last() == Some(&"text.delta") {
+            continue;
+        }
+        kinds.push(&event.kind);
+    }
+    kinds
+}
+
+/// The text of turn `turn`'s deltas, joined.
+pub fn text_of(events: &[Received], turn: u64) -> String {
+    events
+        .iter()
+        .filter(|e| e.kind == "text.delta" && e.data["turn"] == turn)
+        .map(|e| e.data["text"].as_str().unwrap())
+        .collect()
+}

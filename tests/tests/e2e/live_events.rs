@@ -1,0 +1,316 @@
+//! A run's live events (`GET /v1/runs/{id}/events`): one connection follows a run from its
+//! first words through the pause, the decision and the resume on whichever worker takes it,
+//! numbered without a gap; a client that reconnects with `Last-Event-ID` gets exactly what it
+//! missed; a client that does not read is cut off without the gateway holding what it does
+//! not read; only those who may read the run may follow it.
+
+use approval_gateway::config::{ApiKey, Role};
+use countersign_fake_model::{REFUND_ANSWER, refund_brain};
+use countersign_tests::app::{ADMIN_KEY, PATIENCE, REQUESTER_KEY, TestApp};
+use countersign_tests::live::{LiveEvents, Received, kinds, text_of};
+use countersign_tests::wait_for;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+/// What following a refund run shows, one connection from its start to its end.
+const REFUND_RUN: [&str; 12] = [
+    "turn.started",
+    "text.delta",
+    "tool.call",
+    "tool.call",
+    "tool.result",
+    "approval.requested",
+    "approval.decided",
+    "run.resumed",
+    "tool.result",
+    "turn.started",
+    "text.delta",
+    "run.completed",
+];
+
+/// Checks a whole refund run's events: in order, numbered 1, 2, 3… without a gap, each
+/// `seq` its `id`, with the turns' text, the calls as the policy sorted them, and the
+/// decision as it was made.
+fn assert_refund_run(events: &[Received]) {
+    assert_eq!(kinds(events), REFUND_RUN, "{events:#?}");
+    for (i, event) in events.iter().enumerate() {
+        assert_eq!(event.id, Some(i as u64 + 1), "{event:?}");
+        assert_eq!(event.data["seq"], i as u64 + 1, "{event:?}");
+        assert_eq!(event.data["type"], event.kind.as_str());
+    }
+    assert_eq!(
+        text_of(events, 1),
+        "The order arrived broken; I will check it and refund it."
+    );
+    assert_eq!(text_of(events, 2), REFUND_ANSWER);
+    assert!(
+        events.iter().filter(|e| e.kind == "text.delta").count() > 2,
+        "the text came in pieces: {events:#?}"
+    );
+    let calls: Vec<(&Value, &Value)> = events
+        .iter()
+        .filter(|e| e.kind == "tool.call")
+        .map(|e| (&e.data["call_id"], &e.data["disposition"]))
+        .collect();
+    assert_eq!(
+        calls,
+        [
+            (&json!("toolu_1"), &json!("run")),
+            (&json!("toolu_2"), &json!("held"))
+        ]
+    );
+    let of = |kind: &str| events.iter().find(|e| e.kind == kind).unwrap();
+    assert_eq!(
+        of("approval.requested").data["calls"][0]["call_id"],
+        "toolu_2"
+    );
+    let decided = &of("approval.decided").data;
+    assert_eq!(
+        (&decided["decided_by"], &decided["action"], &decided["door"]),
+        (&json!("rita"), &json!("approve"), &json!("api"))
+    );
+    let results: Vec<(&Value, &Value)> = events
+        .iter()
+        .filter(|e| e.kind == "tool.result")
+        .map(|e| (&e.data["call_id"], &e.data["outcome"]))
+        .collect();
+    assert_eq!(
+        results,
+        [
+            (&json!("toolu_1"), &json!("executed")),
+            (&json!("toolu_2"), &json!("approved"))
+        ]
+    );
+    assert_eq!(of("run.completed").data["answer"], REFUND_ANSWER);
+}
+
+/// A refund app whose model writes its text a word at a time, a few milliseconds apart, as a
+/// real model's tokens come.
+async fn app() -> TestApp {
+    let app = TestApp::spawn(refund_brain).await;
+    app.model.pace_streams(std::time::Duration::from_millis(5));
+    app
+}
+
+async fn follow(app: &TestApp, run: &str, after: Option<u64>) -> LiveEvents {
+    let (status, events) = LiveEvents::open(app, run, REQUESTER_KEY, after).await;
+    assert_eq!(status, StatusCode::OK);
+    events.unwrap()
+}
+
+async fn approve(app: &TestApp, run: &str, requested: &Received) {
+    let digest = &requested.data["calls"][0]["digest"];
+    let (status, body) = app.approve(run, "toolu_2", digest).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+}
+
+#[tokio::test]
+async fn one_connection_follows_a_run_through_the_pause_and_the_decision_to_its_end() {
+    let app = app().await;
+    let run = app.start_run("Refund A-1001 please.").await;
+    let mut live = follow(&app, &run, None).await;
+    let mut events = live.until("approval.requested").await;
+    approve(&app, &run, events.last().unwrap()).await;
+    events.extend(live.to_end().await);
+    assert_refund_run(&events);
+
+    // A client that has it all is told there is nothing more, which stops an EventSource.
+    let (status, _) = LiveEvents::open(&app, &run, REQUESTER_KEY, Some(events.len() as u64)).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+}
+
+#[tokio::test]
+async fn the_stream_goes_on_when_another_worker_resumes_the_run() {
+    let mut app = app().await;
+    let run = app.start_run("Refund A-1001 please.").await;
+    let mut live = follow(&app, &run, None).await;
+    let mut events = live.until("approval.requested").await;
+    app.stop_worker(0).await;
+    app.spawn_worker();
+    approve(&app, &run, events.last().unwrap()).await;
+    events.extend(live.to_end().await);
+    assert_refund_run(&events);
+}
+
+#[tokio::test]
+async fn a_client_that_reconnects_with_last_event_id_gets_exactly_what_it_missed() {
+    let app = app().await;
+    let run = app.start_run("Refund A-1001 please.").await;
+    let mut live = follow(&app, &run, None).await;
+    let first = live.until("approval.requested").await;
+    drop(live);
+    approve(&app, &run, first.last().unwrap()).await;
+    app.wait_status(&run, "completed").await;
+
+    let after = first.len() as u64;
+    let rest = follow(&app, &run, Some(after)).await.to_end().await;
+    assert_eq!(rest.first().unwrap().id, Some(after + 1));
+    let whole = follow(&app, &run, None).await.to_end().await;
+    assert_eq!(rest, whole[first.len()..]);
+    assert_eq!(first, whole[..first.len()]);
+    assert_refund_run(&whole);
+}
+
+#[tokio::test]
+async fn only_those_who_may_read_the_run_follow_it_and_a_bad_last_event_id_is_refused() {
+    let app = TestApp::builder(refund_brain)
+        .gateway(|config| {
+            config.api_keys.push(ApiKey {
+                key: "other-requester-key-0123456789".into(),
+                role: Role::Requester,
+                principal: "mallory".into(),
+                speaks_for: Vec::new(),
+            })
+        })
+        .start()
+        .await;
+    let run = app.start_run("Refund A-1001 please.").await;
+    for path in [format!("/v1/runs/{run}/events"), format!("/v1/runs/{run}")] {
+        let (status, body) = app
+            .request(
+                reqwest::Method::GET,
+                &path,
+                Some("other-requester-key-0123456789"),
+                None,
+            )
+            .await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{path}: {body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("mallory"),
+            "{body}"
+        );
+    }
+    let (status, _) = app
+        .request(
+            reqwest::Method::GET,
+            &format!("/v1/runs/{run}/events"),
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, _) = LiveEvents::open(&app, "run_nosuchrun", ADMIN_KEY, None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let response = app
+        .http
+        .get(format!("{}/v1/runs/{run}/events", app.gateway_url))
+        .bearer_auth(REQUESTER_KEY)
+        .header("last-event-id", "seven")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    let body: Value = response.json().await.unwrap();
+    assert!(
+        body["error"]["message"].as_str().unwrap().contains("seven"),
+        "{body}"
+    );
+}
+
+/// This process's resident memory, in bytes.
+fn resident_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
+    let pages: u64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
+    pages * 4096
+}
+
+/// An HTTP/1.1 chunked body's bytes, up to its last chunk.
+fn dechunked(mut body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let line_end = body.windows(2).position(|w| w == b"\r\n").unwrap();
+        let size = usize::from_str_radix(std::str::from_utf8(&body[..line_end]).unwrap(), 16);
+        let size = size.unwrap();
+        if size == 0 {
+            return out;
+        }
+        let start = line_end + 2;
+        out.extend_from_slice(&body[start..start + size]);
+        body = &body[start + size + 2..];
+    }
+}
+
+#[tokio::test]
+async fn a_client_that_does_not_read_is_cut_off_and_its_events_are_not_held_for_it() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let app = TestApp::builder(refund_brain)
+        .gateway(|config| config.live_slow_reader_ms = 300)
+        .start()
+        .await;
+    let run = app.start_run("Refund A-1001 please.").await;
+    app.wait_status(&run, "awaiting_approval").await;
+    let series = |event: &str| format!("countersign_live_streams_total{{event=\"{event}\"}}");
+    let metric = |event: &'static str| {
+        let app = &app;
+        let series = series(event);
+        async move { countersign_tests::metric_value(&app.gateway_metrics().await, &series) }
+    };
+
+    // A client that asks for the stream and then reads nothing.
+    let address = app.gateway_url.strip_prefix("http://").unwrap();
+    let mut client = tokio::net::TcpStream::connect(address).await.unwrap();
+    let request = format!(
+        "GET /v1/runs/{run}/events HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {REQUESTER_KEY}\r\n\r\n"
+    );
+    client.write_all(request.as_bytes()).await.unwrap();
+    wait_for("the stream to open", PATIENCE, || async {
+        metric("opened").await.filter(|n| *n == 1.0)
+    })
+    .await;
+
+    // 100 MiB of the model's text for it, far more than the sockets' buffers hold.
+    let before = resident_bytes();
+    let nats = async_nats::connect(&app.infra.nats_url).await.unwrap();
+    let js = async_nats::jetstream::new(nats);
+    let piece = json!({"type": "text.delta", "turn": 1, "text": "x".repeat(256 * 1024)});
+    let piece = bytes::Bytes::from(piece.to_string());
+    let subject = format!("{}.live.{run}", app.namespace);
+    for _ in 0..400 {
+        let ack = js.publish(subject.clone(), piece.clone()).await.unwrap();
+        ack.await.unwrap();
+    }
+    wait_for("the client to be cut off", PATIENCE, || async {
+        metric("cut").await.filter(|n| *n == 1.0)
+    })
+    .await;
+    let grown = resident_bytes().saturating_sub(before);
+    assert!(
+        grown < 40 << 20,
+        "the gateway's process grew by {} MiB for a client that read nothing",
+        grown >> 20
+    );
+
+    // When it reads at last: what was already on its way, the notice, and the stream's end.
+    let mut received = Vec::new();
+    tokio::time::timeout(PATIENCE, async {
+        let mut buffer = vec![0; 1 << 20];
+        while !received.ends_with(b"\r\n0\r\n\r\n") {
+            let n = client.read(&mut buffer).await.unwrap();
+            assert!(n > 0, "the connection closed before the stream's end");
+            received.extend_from_slice(&buffer[..n]);
+        }
+    })
+    .await
+    .expect("the stream's end within the patience");
+    let head_end = received.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+    let head = String::from_utf8_lossy(&received[..head_end]);
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let events =
+        countersign_model::sse::Decoder::default().push(&dechunked(&received[head_end + 4..]));
+    let (notice, delivered) = events.split_last().unwrap();
+    assert_eq!(notice.event, "stream.cut", "{notice:?}");
+    assert!(notice.data.contains("Last-Event-ID"), "{notice:?}");
+    let ids: Vec<u64> = delivered
+        .iter()
+        .map(|e| e.id.as_deref().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(ids, (1..=ids.len() as u64).collect::<Vec<_>>());
+    assert!(
+        ids.len() < 400,
+        "{} events were sent to a client that read none",
+        ids.len()
+    );
+}
