@@ -538,6 +538,16 @@ impl TestApp {
         worker.task.await.unwrap().unwrap();
     }
 
+    /// Ends a worker as a crash would: its task is dropped where it stands, with no graceful
+    /// shutdown (its token also ends the tasks it spawned, which a dead process would not
+    /// have either).
+    pub async fn kill_worker(&mut self, index: usize) {
+        let worker = self.workers[index].take().expect("worker already stopped");
+        worker.task.abort();
+        worker.token.cancel();
+        assert!(worker.task.await.unwrap_err().is_cancelled());
+    }
+
     pub async fn request(
         &self,
         method: reqwest::Method,

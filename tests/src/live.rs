@@ -20,6 +20,8 @@ pub struct LiveEvents {
     body: futures::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>,
     decoder: Decoder,
     ready: VecDeque<Received>,
+    /// Comment lines received so far: the gateway's heartbeats.
+    pub comments: usize,
 }
 
 impl LiveEvents {
@@ -49,6 +51,7 @@ impl LiveEvents {
             body: response.bytes_stream().boxed(),
             decoder: Decoder::default(),
             ready: VecDeque::new(),
+            comments: 0,
         };
         (status, Some(events))
     }
@@ -59,17 +62,43 @@ impl LiveEvents {
             if let Some(event) = self.ready.pop_front() {
                 return Some(event);
             }
-            let chunk = tokio::time::timeout(PATIENCE, self.body.next())
-                .await
-                .expect("an event within the patience")?;
-            for event in self.decoder.push(&chunk.expect("the stream reads")) {
-                self.ready.push_back(Received {
-                    id: event.id.as_deref().map(|id| id.parse().unwrap()),
-                    kind: event.event,
-                    data: serde_json::from_str(&event.data).unwrap(),
-                });
+            if !self.read().await {
+                return None;
             }
         }
+    }
+
+    /// Reads until `n` comment lines have come in all, keeping the events that came with them.
+    pub async fn until_comments(&mut self, n: usize) {
+        while self.comments < n {
+            assert!(
+                self.read().await,
+                "the stream ended after {} comments",
+                self.comments
+            );
+        }
+    }
+
+    /// Reads one chunk; false when the server ended the stream.
+    async fn read(&mut self) -> bool {
+        let chunk = tokio::time::timeout(PATIENCE, self.body.next())
+            .await
+            .expect("a chunk within the patience");
+        let Some(chunk) = chunk else {
+            return false;
+        };
+        let chunk = chunk.expect("the stream reads");
+        // Comments are whole lines starting with ':'; the gateway writes each in one piece.
+        let text = String::from_utf8_lossy(&chunk);
+        self.comments += text.lines().filter(|l| l.starts_with(':')).count();
+        for event in self.decoder.push(&chunk) {
+            self.ready.push_back(Received {
+                id: event.id.as_deref().map(|id| id.parse().unwrap()),
+                kind: event.event,
+                data: serde_json::from_str(&event.data).unwrap(),
+            });
+        }
+        true
     }
 
     /// Every event up to and including the first of type `kind`.

@@ -375,10 +375,18 @@ async fn a_request_decided_in_slack_while_its_page_is_open_shows_as_decided_with
     let browser = Browser::start("inbox_decided_in_slack", Screen::Desktop).await;
     sign_in(&browser, &app, REVIEWER_KEY).await;
     open_request(&browser, &app, &run_id, &call_id).await;
+    // The run live beside the request: the model's words up to the pause.
+    browser
+        .wait_for_text("#live pre.turn", "I will check it and refund it.")
+        .await;
     mark(&browser).await;
 
     let (status, _) = interact(&app, &click("U_ALICE", "approve", &approve)).await;
     assert_eq!(status, 200);
+    // The decision as it happened, through the channel it came from.
+    browser
+        .wait_for_text("#live", "approve by alice (slack)")
+        .await;
     // Said in the action bar's live region, beside the buttons it disables.
     browser
         .wait_for_text("nav.actions #status[aria-live=polite] p.outcome", "alice")
@@ -395,6 +403,35 @@ async fn a_request_decided_in_slack_while_its_page_is_open_shows_as_decided_with
     app.wait_status(&run_id, "completed").await;
     assert_eq!(app.tools.refunds().len(), 1);
     assert_eq!(decisions(&app, &run_id).await[0]["channel"], "slack");
+}
+
+#[tokio::test]
+async fn a_runs_page_shows_it_live_through_a_decision_made_elsewhere_to_its_end_without_a_reload() {
+    let app = TestApp::spawn(refund_brain).await;
+    let run_id = app.start_run("Refund A-1001 please.").await;
+    let (call_id, digest) = held_call(&app, &run_id).await;
+    let browser = Browser::start("inbox_run_live", Screen::Phone).await;
+    sign_in(&browser, &app, REVIEWER_KEY).await;
+    browser
+        .goto(&format!("{}/inbox/runs/{run_id}", app.gateway_url))
+        .await;
+    // From its start: the model's words and the pause, from the run's live events.
+    browser
+        .wait_for_text("#live pre.turn", "I will check it and refund it.")
+        .await;
+    browser.wait_for_text("#live", "Paused for a person").await;
+    mark(&browser).await;
+    browser.assert_fits_the_screen().await;
+
+    let (status, body) = app.approve(&run_id, &call_id, &Value::String(digest)).await;
+    assert_eq!(status, 200, "{body}");
+    browser
+        .wait_for_text("#live", "approve by rita (api)")
+        .await;
+    browser.wait_for_text("#live", "All done.").await;
+    browser.wait_for_text("#live .live-state", "ended").await;
+    assert_not_reloaded(&browser).await;
+    browser.screenshot("live").await;
 }
 
 #[tokio::test]

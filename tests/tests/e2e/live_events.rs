@@ -29,15 +29,20 @@ const REFUND_RUN: [&str; 12] = [
 ];
 
 /// Checks a whole refund run's events: in order, numbered 1, 2, 3… without a gap, each
-/// `seq` its `id`, with the turns' text, the calls as the policy sorted them, and the
-/// decision as it was made.
-fn assert_refund_run(events: &[Received]) {
+/// `seq` its `id`.
+fn assert_refund_run_kinds(events: &[Received]) {
     assert_eq!(kinds(events), REFUND_RUN, "{events:#?}");
     for (i, event) in events.iter().enumerate() {
         assert_eq!(event.id, Some(i as u64 + 1), "{event:?}");
         assert_eq!(event.data["seq"], i as u64 + 1, "{event:?}");
         assert_eq!(event.data["type"], event.kind.as_str());
     }
+}
+
+/// Checks a whole refund run's events as [`assert_refund_run_kinds`] does, with the turns'
+/// text in pieces, the calls as the policy sorted them, and the decision as it was made.
+fn assert_refund_run(events: &[Received]) {
+    assert_refund_run_kinds(events);
     assert_eq!(
         text_of(events, 1),
         "The order arrived broken; I will check it and refund it."
@@ -120,12 +125,12 @@ async fn one_connection_follows_a_run_through_the_pause_and_the_decision_to_its_
 }
 
 #[tokio::test]
-async fn the_stream_goes_on_when_another_worker_resumes_the_run() {
+async fn the_stream_goes_on_when_the_worker_that_paused_the_run_is_killed_and_another_resumes_it() {
     let mut app = app().await;
     let run = app.start_run("Refund A-1001 please.").await;
     let mut live = follow(&app, &run, None).await;
     let mut events = live.until("approval.requested").await;
-    app.stop_worker(0).await;
+    app.kill_worker(0).await;
     app.spawn_worker();
     approve(&app, &run, events.last().unwrap()).await;
     events.extend(live.to_end().await);
@@ -149,6 +154,26 @@ async fn a_client_that_reconnects_with_last_event_id_gets_exactly_what_it_missed
     assert_eq!(rest, whole[first.len()..]);
     assert_eq!(first, whole[..first.len()]);
     assert_refund_run(&whole);
+}
+
+#[tokio::test]
+async fn heartbeats_keep_a_waiting_runs_stream_open_past_the_idle_timeout_until_the_decision() {
+    let app = TestApp::builder(refund_brain)
+        .gateway(|config| {
+            config.idle_timeout_ms = 600;
+            config.live_heartbeat_ms = 150;
+        })
+        .start()
+        .await;
+    let run = app.start_run("Refund A-1001 please.").await;
+    let mut live = follow(&app, &run, None).await;
+    let mut events = live.until("approval.requested").await;
+    // Quiet but for heartbeats for well over the idle timeout (about 1.5 s).
+    let comments = live.comments;
+    live.until_comments(comments + 10).await;
+    approve(&app, &run, events.last().unwrap()).await;
+    events.extend(live.to_end().await);
+    assert_refund_run_kinds(&events);
 }
 
 #[tokio::test]
@@ -277,6 +302,7 @@ async fn a_client_that_does_not_read_is_cut_off_and_its_events_are_not_held_for_
     })
     .await;
     let grown = resident_bytes().saturating_sub(before);
+    eprintln!("resident memory grew by {} KiB", grown >> 10);
     assert!(
         grown < 40 << 20,
         "the gateway's process grew by {} MiB for a client that read nothing",
