@@ -13,11 +13,15 @@
 //! `live_slow_reader_ms` is cut off: what is buffered is written, then a `stream.cut` event,
 //! and the stream ends; it reconnects with `Last-Event-ID` to carry on.
 
+use crate::error::ApiError;
+use crate::state::AppState;
 use async_nats::jetstream::consumer::DeliverPolicy;
 use async_nats::jetstream::consumer::pull::OrderedConfig;
-use axum::response::sse::Event;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
 use countersign_model::live::ENDINGS;
-use countersign_model::run::RunId;
+use countersign_model::run::{Run, RunId};
 use countersign_runtime::bus::{Bus, BusError};
 use countersign_runtime::metrics::Metrics;
 use futures::{Stream, StreamExt};
@@ -35,19 +39,61 @@ const FETCH: i64 = 16;
 /// Events waiting to be written to the client.
 const BUFFER: usize = 32;
 
+/// How many of the run's events a client has: its `Last-Event-ID`, else `after` (for clients
+/// that cannot set the header), else none.
+pub(crate) fn resume_point(headers: &HeaderMap, after: Option<&str>) -> Result<u64, ApiError> {
+    let last_id = headers
+        .get("last-event-id")
+        .map(|v| v.to_str().unwrap_or("?"))
+        .or(after);
+    match last_id.map(str::trim) {
+        None | Some("") => Ok(0),
+        Some(id) => id.parse().map_err(|_| {
+            ApiError::bad_request(format!(
+                "Last-Event-ID {id:?} is not an id of this stream (its ids are 1, 2, 3, …)"
+            ))
+        }),
+    }
+}
+
+/// The answer to a client of the run's events that has the first `after`: server-sent events
+/// with heartbeats, until the run ends or `stop` (the gateway is shutting down; the client
+/// reconnects to another). A client that has every event of a run that ended is told `204 No
+/// Content`, which stops an `EventSource` from reconnecting.
+pub(crate) async fn answer(
+    state: &AppState,
+    run: &Run,
+    after: u64,
+    stop: CancellationToken,
+) -> Result<Response, ApiError> {
+    if run.status.is_terminal() && after > 0 && after >= stored(&state.bus, &run.run_id).await? {
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    }
+    let from = Follow {
+        run: &run.run_id,
+        after,
+        patience: Duration::from_millis(state.config.live_slow_reader_ms),
+        stop,
+    };
+    let events = follow(&state.bus, state.metrics.clone(), from).await?;
+    let heartbeat = Duration::from_millis(state.config.live_heartbeat_ms);
+    Ok(Sse::new(events)
+        .keep_alive(KeepAlive::new().interval(heartbeat))
+        .into_response())
+}
+
 /// Where a client starts: how many of the run's events it already has.
-pub(crate) struct Follow<'a> {
-    pub run: &'a RunId,
-    pub after: u64,
+struct Follow<'a> {
+    run: &'a RunId,
+    after: u64,
     /// How long an event waits for room before the client is cut off.
-    pub patience: Duration,
-    /// Ends the stream (the gateway is shutting down; the client reconnects elsewhere).
-    pub stop: CancellationToken,
+    patience: Duration,
+    stop: CancellationToken,
 }
 
 /// How many events the run's stream holds (a repeated announcement counted twice), as far
 /// as the stream's retention reaches.
-pub(crate) async fn stored(bus: &Bus, run: &RunId) -> Result<u64, BusError> {
+async fn stored(bus: &Bus, run: &RunId) -> Result<u64, BusError> {
     let stream = bus
         .js
         .get_stream(bus.names.live_stream())
@@ -64,7 +110,7 @@ pub(crate) async fn stored(bus: &Bus, run: &RunId) -> Result<u64, BusError> {
 }
 
 /// The run's events for one client, as server-sent events.
-pub(crate) async fn follow(
+async fn follow(
     bus: &Bus,
     metrics: Metrics,
     from: Follow<'_>,

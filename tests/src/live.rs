@@ -33,9 +33,20 @@ impl LiveEvents {
         key: &str,
         last_event_id: Option<u64>,
     ) -> (StatusCode, Option<Self>) {
+        Self::open_at(app, &app.gateway_url, run_id, key, last_event_id).await
+    }
+
+    /// As [`LiveEvents::open`], from the gateway at `base` (another of the app's).
+    pub async fn open_at(
+        app: &TestApp,
+        base: &str,
+        run_id: &str,
+        key: &str,
+        last_event_id: Option<u64>,
+    ) -> (StatusCode, Option<Self>) {
         let mut request = app
             .http
-            .get(format!("{}/v1/runs/{run_id}/events", app.gateway_url))
+            .get(format!("{base}/v1/runs/{run_id}/events"))
             .bearer_auth(key);
         if let Some(id) = last_event_id {
             request = request.header("last-event-id", id.to_string());

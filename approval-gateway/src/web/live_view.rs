@@ -9,30 +9,30 @@
 use super::session::Session;
 use crate::auth::error::AuthError;
 use crate::error::ApiError;
-use crate::live::{self, Follow};
+use crate::live;
 use crate::state::AppState;
 use axum::Router;
 use axum::extract::{Path, State};
-use axum::response::sse::{KeepAlive, Sse};
-use axum::response::{IntoResponse, Response};
+use axum::http::HeaderMap;
+use axum::response::Response;
 use axum::routing::get;
 use maud::{Markup, html};
-use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 pub(super) fn router(stop: CancellationToken) -> Router<AppState> {
     Router::new().route(
         "/inbox/runs/{run_id}/events",
-        get(move |state, session, path| events(state, session, path, stop)),
+        get(move |state, session, path, headers| events(state, session, path, headers, stop)),
     )
 }
 
-/// The whole stream from its start: a page shows the run's story from the beginning, and an
-/// `EventSource` that reconnects sends `Last-Event-ID` itself, which is honoured.
+/// The stream from its start, so that a page shows the run's story from the beginning; an
+/// `EventSource` that reconnects sends `Last-Event-ID` itself and carries on from there.
 async fn events(
     State(state): State<AppState>,
     session: Session,
     Path(run_id): Path<String>,
+    headers: HeaderMap,
     stop: CancellationToken,
 ) -> Result<Response, ApiError> {
     let run = state
@@ -47,17 +47,7 @@ async fn events(
         let refusal = format!("{} may not read run {run_id:?}", session.principal);
         return Err(AuthError::Forbidden(refusal).into());
     }
-    let follow = Follow {
-        run: &run.run_id,
-        after: 0,
-        patience: Duration::from_millis(state.config.live_slow_reader_ms),
-        stop,
-    };
-    let stream = live::follow(&state.bus, state.metrics.clone(), follow).await?;
-    let heartbeat = Duration::from_millis(state.config.live_heartbeat_ms);
-    Ok(Sse::new(stream)
-        .keep_alive(KeepAlive::new().interval(heartbeat))
-        .into_response())
+    live::answer(&state, &run, live::resume_point(&headers, None)?, stop).await
 }
 
 /// Where the page shows the run live; without JavaScript it stays as rendered.

@@ -659,6 +659,30 @@ async fn watch_follows_a_run_that_pauses_while_it_watches_until_it_completes() {
     assert!(ended.success());
     // The watch of everything goes on until interrupted.
     assert!(everything.child.try_wait().unwrap().is_none());
+
+    // Without --json, for a person: the model's words as a line of text, a line per call,
+    // pause, decision, resume and the end; a run that ended is shown whole and the command
+    // ends.
+    let shown = ok(&app, REVIEWER_KEY, &format!("watch --run {run}")).await;
+    let lines: Vec<&str> = shown.lines().collect();
+    assert!(
+        lines.contains(&"The order arrived broken; I will check it and refund it."),
+        "{shown}"
+    );
+    for (kind, gist) in [
+        ("tool.call", "toolu_2 issue_refund"),
+        (
+            "approval.requested",
+            "waiting for a person: toolu_2 issue_refund",
+        ),
+        ("approval.decided", "toolu_2 approve by rita (api)"),
+        ("run.resumed", "turn 1"),
+        ("run.completed", "All done."),
+    ] {
+        let part = format!("{run}  {kind:18}  {gist}");
+        assert!(shown.contains(&part), "{part:?} in {shown}");
+    }
+    assert!(shown.contains("(waits for a person)"), "{shown}");
 }
 
 /// A refund of the amount the run's input names (`Refund 30 for A-1001.`), then an answer.

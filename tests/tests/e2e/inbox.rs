@@ -134,6 +134,15 @@ impl Browser {
     }
 
     /// Signs in with `key` and checks it worked.
+    /// A GET with these headers too, its answer unread (a stream, say).
+    pub(super) async fn open(&self, path: &str, headers: &[(&str, &str)]) -> reqwest::Response {
+        let mut request = self.http.get(format!("{}{path}", self.base));
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        request.send().await.unwrap()
+    }
+
     pub(super) async fn signed_in(app: &TestApp, key: &str) -> Self {
         let browser = Self::new(app);
         let page = browser
@@ -907,4 +916,32 @@ async fn a_call_asked_about_again_after_a_policy_change_says_so_and_its_old_page
         &old,
         &["the tool's policy changed, so the call is checked again"],
     );
+}
+
+#[tokio::test]
+async fn a_run_pages_live_events_need_a_session_and_carry_on_after_the_last_event_id() {
+    let app = app().await;
+    let run_id = paused_run(&app).await;
+    let path = format!("/inbox/runs/{run_id}/events");
+    let anonymous = Browser::new(&app).open(&path, &[]).await;
+    assert_ne!(anonymous.status(), StatusCode::OK);
+
+    let alice = Browser::signed_in(&app, ALICE_KEY).await;
+    let mut answer = alice.open(&path, &[("last-event-id", "3")]).await;
+    assert_eq!(answer.status(), StatusCode::OK);
+    let mut decoder = countersign_model::sse::Decoder::default();
+    let mut ids = Vec::new();
+    let read = async {
+        while let Some(chunk) = answer.chunk().await.unwrap() {
+            for event in decoder.push(&chunk) {
+                ids.push(event.id.clone().unwrap());
+                if event.event == "approval.requested" {
+                    return;
+                }
+            }
+        }
+        panic!("the stream ended before the pause");
+    };
+    tokio::time::timeout(PATIENCE, read).await.unwrap();
+    assert_eq!(ids[0], "4", "{ids:?}");
 }

@@ -1,8 +1,9 @@
 //! A run's live events (`GET /v1/runs/{id}/events`): one connection follows a run from its
 //! first words through the pause, the decision and the resume on whichever worker takes it,
-//! numbered without a gap; a client that reconnects with `Last-Event-ID` gets exactly what it
-//! missed; a client that does not read is cut off without the gateway holding what it does
-//! not read; only those who may read the run may follow it.
+//! numbered without a gap; a client that reconnects with `Last-Event-ID`, to any gateway, gets
+//! exactly what it missed; a turn tried again starts again; heartbeats hold a waiting run's
+//! stream open; a client that does not read is cut off without the gateway holding what it
+//! does not read; only those who may read the run may follow it.
 
 use approval_gateway::config::{ApiKey, Role};
 use countersign_fake_model::{REFUND_ANSWER, refund_brain};
@@ -138,8 +139,10 @@ async fn the_stream_goes_on_when_the_worker_that_paused_the_run_is_killed_and_an
 }
 
 #[tokio::test]
-async fn a_client_that_reconnects_with_last_event_id_gets_exactly_what_it_missed() {
-    let app = app().await;
+async fn a_client_that_reconnects_with_last_event_id_to_another_gateway_gets_exactly_what_it_missed()
+ {
+    let mut app = app().await;
+    let other = app.spawn_gateway(|_| {}).await;
     let run = app.start_run("Refund A-1001 please.").await;
     let mut live = follow(&app, &run, None).await;
     let first = live.until("approval.requested").await;
@@ -148,12 +151,39 @@ async fn a_client_that_reconnects_with_last_event_id_gets_exactly_what_it_missed
     app.wait_status(&run, "completed").await;
 
     let after = first.len() as u64;
-    let rest = follow(&app, &run, Some(after)).await.to_end().await;
+    let (status, rest) = LiveEvents::open_at(&app, &other, &run, REQUESTER_KEY, Some(after)).await;
+    assert_eq!(status, StatusCode::OK);
+    let rest = rest.unwrap().to_end().await;
     assert_eq!(rest.first().unwrap().id, Some(after + 1));
     let whole = follow(&app, &run, None).await.to_end().await;
     assert_eq!(rest, whole[first.len()..]);
     assert_eq!(first, whole[..first.len()]);
     assert_refund_run(&whole);
+}
+
+#[tokio::test]
+async fn a_turn_tried_again_starts_again_on_the_stream_and_a_client_shows_its_text_once() {
+    let app = app().await;
+    // The model's first answer breaks off after its first word; the worker tries again.
+    app.model.cut_next_stream(1);
+    let run = app.start_run("Refund A-1001 please.").await;
+    let events = follow(&app, &run, None)
+        .await
+        .until("approval.requested")
+        .await;
+    let starts: Vec<usize> = (0..events.len())
+        .filter(|&i| events[i].kind == "turn.started")
+        .collect();
+    assert_eq!(starts.len(), 2, "{events:#?}");
+    assert!(starts.iter().all(|&i| events[i].data["turn"] == 1));
+    assert_eq!(text_of(&events[..starts[1]], 1), "The ");
+    // A client that starts the turn's text anew at each start shows it once, whole.
+    assert_eq!(
+        text_of(&events[starts[1]..], 1),
+        "The order arrived broken; I will check it and refund it."
+    );
+    let ids: Vec<u64> = events.iter().map(|e| e.id.unwrap()).collect();
+    assert_eq!(ids, (1..=events.len() as u64).collect::<Vec<_>>());
 }
 
 #[tokio::test]
