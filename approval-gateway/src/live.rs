@@ -17,7 +17,7 @@ use crate::error::ApiError;
 use crate::state::AppState;
 use async_nats::jetstream::consumer::DeliverPolicy;
 use async_nats::jetstream::consumer::pull::OrderedConfig;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use countersign_model::live::ENDINGS;
@@ -77,9 +77,15 @@ pub(crate) async fn answer(
     };
     let events = follow(&state.bus, state.metrics.clone(), from).await?;
     let heartbeat = Duration::from_millis(state.config.live_heartbeat_ms);
-    Ok(Sse::new(events)
+    let mut response = Sse::new(events)
         .keep_alive(KeepAlive::new().interval(heartbeat))
-        .into_response())
+        .into_response();
+    // Proxies that buffer answers (nginx's default) would hold the events back.
+    response.headers_mut().insert(
+        HeaderName::from_static("x-accel-buffering"),
+        HeaderValue::from_static("no"),
+    );
+    Ok(response)
 }
 
 /// Where a client starts: how many of the run's events it already has.

@@ -56,8 +56,10 @@ impl LiveEvents {
         if status != StatusCode::OK {
             return (status, None);
         }
-        let content_type = response.headers()["content-type"].to_str().unwrap();
-        assert_eq!(content_type, "text/event-stream");
+        let header = |name| response.headers()[name].to_str().unwrap();
+        assert_eq!(header("content-type"), "text/event-stream");
+        assert_eq!(header("cache-control"), "no-cache");
+        assert_eq!(header("x-accel-buffering"), "no");
         let events = Self {
             body: response.bytes_stream().boxed(),
             decoder: Decoder::default(),
