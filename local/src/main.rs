@@ -411,7 +411,8 @@ countersign show $RUN
 #    the call's id and the digest you were shown; a call that changed since is refused,
 #    never approved unseen.
 
-# 4. Follow the run to its end, and check its audit trail's hash chain:
+# 4. Follow the run live to its end (from its start: the agent's words as the model wrote
+#    them, each call, the pause, your decision, the resume), and check its audit trail:
 countersign watch --run $RUN
 countersign audit $RUN --verify
 "#
