@@ -70,12 +70,11 @@ pub(crate) async fn answer(
         return Ok(StatusCode::NO_CONTENT.into_response());
     }
     let from = Follow {
-        run: &run.run_id,
         after,
         patience: Duration::from_millis(state.config.live_slow_reader_ms),
         stop,
     };
-    let events = follow(&state.bus, state.metrics.clone(), from).await?;
+    let events = follow(&state.bus, &run.run_id, from, state.metrics.clone()).await?;
     let heartbeat = Duration::from_millis(state.config.live_heartbeat_ms);
     let mut response = Sse::new(events)
         .keep_alive(KeepAlive::new().interval(heartbeat))
@@ -89,8 +88,7 @@ pub(crate) async fn answer(
 }
 
 /// Where a client starts: how many of the run's events it already has.
-struct Follow<'a> {
-    run: &'a RunId,
+struct Follow {
     after: u64,
     /// How long an event waits for room before the client is cut off.
     patience: Duration,
@@ -102,7 +100,7 @@ struct Follow<'a> {
 async fn stored(bus: &Bus, run: &RunId) -> Result<u64, BusError> {
     let stream = bus
         .js
-        .get_stream(bus.names.live_stream())
+        .get_stream_no_info(bus.names.live_stream())
         .await
         .map_err(err)?;
     let info = stream
@@ -118,36 +116,26 @@ async fn stored(bus: &Bus, run: &RunId) -> Result<u64, BusError> {
 /// The run's events for one client, as server-sent events.
 async fn follow(
     bus: &Bus,
+    run: &RunId,
+    from: Follow,
     metrics: Metrics,
-    from: Follow<'_>,
 ) -> Result<impl Stream<Item = Result<Event, Infallible>> + use<>, BusError> {
-    let stream = bus
+    let config = OrderedConfig {
+        filter_subject: bus.names.live_subject(run),
+        deliver_policy: DeliverPolicy::All,
+        max_batch: FETCH,
+        ..Default::default()
+    };
+    let consumer = bus
         .js
-        .get_stream(bus.names.live_stream())
-        .await
-        .map_err(err)?;
-    let consumer = stream
-        .create_consumer(OrderedConfig {
-            filter_subject: bus.names.live_subject(from.run),
-            deliver_policy: DeliverPolicy::All,
-            max_batch: FETCH,
-            ..Default::default()
-        })
+        .create_consumer_on_stream(config, bus.names.live_stream())
         .await
         .map_err(err)?;
     let messages = consumer.messages().await.map_err(err)?;
     let (tx, rx) = mpsc::channel(BUFFER);
     let cut = Arc::new(AtomicBool::new(false));
     metrics.live_stream("opened");
-    tokio::spawn(forward(
-        messages,
-        tx,
-        from.after,
-        from.patience,
-        from.stop,
-        cut.clone(),
-        metrics,
-    ));
+    tokio::spawn(forward(messages, tx, from, cut.clone(), metrics));
     let events = futures::stream::unfold(rx, |mut rx| async {
         rx.recv().await.map(|event| (event, rx))
     });
@@ -167,9 +155,11 @@ async fn follow(
 async fn forward(
     mut messages: async_nats::jetstream::consumer::pull::Ordered,
     tx: mpsc::Sender<Result<Event, Infallible>>,
-    after: u64,
-    patience: Duration,
-    stop: CancellationToken,
+    Follow {
+        after,
+        patience,
+        stop,
+    }: Follow,
     cut: Arc<AtomicBool>,
     metrics: Metrics,
 ) {

@@ -242,7 +242,10 @@ impl Shared {
             let shared = shared.clone();
             async move {
                 tokio::time::sleep(pace).await;
-                if let (Some(texts), Some(text)) = (&shared.texts, text_in(&event)) {
+                // Only a fake that keeps what it did reads its events back.
+                if let Some(texts) = &shared.texts
+                    && let Some(text) = text_in(&event)
+                {
                     texts.lock().unwrap().push((Instant::now(), text));
                 }
                 Ok::<_, std::convert::Infallible>(event)

@@ -117,15 +117,19 @@ impl Watcher {
                 _ = stop.cancelled() => return,
                 loaded = self.next() => loaded,
             };
-            match loaded.map_err(anyhow::Error::from) {
-                Ok(catalog) => match install(catalog).await {
-                    Ok(()) => {
-                        info!("agents reloaded");
-                        metrics.agent_reload("loaded");
-                    }
-                    Err(e) => refused(&e, &metrics),
-                },
-                Err(e) => refused(&e, &metrics),
+            let installed = match loaded {
+                Ok(catalog) => install(catalog).await,
+                Err(e) => Err(e.into()),
+            };
+            match installed {
+                Ok(()) => {
+                    info!("agents reloaded");
+                    metrics.agent_reload("loaded");
+                }
+                Err(e) => {
+                    warn!(error = %format!("{e:#}"), "the agents' folder changed but does not load; the agents loaded before stay");
+                    metrics.agent_reload("refused");
+                }
             }
         }
     }
@@ -143,11 +147,6 @@ impl Watcher {
             }
         }
     }
-}
-
-fn refused(e: &anyhow::Error, metrics: &Metrics) {
-    warn!(error = %format!("{e:#}"), "the agents' folder changed but does not load; the agents loaded before stay");
-    metrics.agent_reload("refused");
 }
 
 /// A digest of the folder's `*.toml` files, names and contents; empty when it cannot be read.

@@ -49,6 +49,17 @@ impl Names {
         }
     }
 
+    /// A subject of this namespace without the namespace's prefix.
+    fn unprefixed<'a>(&self, subject: &'a str) -> &'a str {
+        match self.namespace.is_empty() {
+            true => subject,
+            false => subject
+                .strip_prefix(self.namespace.as_str())
+                .and_then(|rest| rest.strip_prefix('.'))
+                .unwrap_or(subject),
+        }
+    }
+
     fn upper(&self, name: &str) -> String {
         if self.namespace.is_empty() {
             name.to_string()
@@ -61,8 +72,7 @@ impl Names {
     /// for those both do (`approval.expired.*`, `audit.*`). `deploy/nats-server.conf` lets
     /// each service's NATS user publish only its own and the shared ones.
     pub fn announcer(&self, subject: &str) -> Option<Service> {
-        let prefix = self.subject("");
-        let rest = subject.strip_prefix(prefix.as_str()).unwrap_or(subject);
+        let rest = self.unprefixed(subject);
         let starts = |prefixes: &[&str]| prefixes.iter().any(|p| rest.starts_with(p));
         if rest == "runs.start" || starts(&["approval.decided.", "approval.cancelled.", "deliver."])
         {
@@ -148,9 +158,7 @@ impl Names {
     /// run (`approval.*.<run>`, `run.*.<run>`), not the audit elements, jobs or deliveries,
     /// nor a shadow policy's findings (for operators, not for whoever follows the run).
     pub fn live_copy(&self, subject: &str) -> Option<String> {
-        let prefix = self.subject("");
-        let rest = subject.strip_prefix(prefix.as_str()).unwrap_or(subject);
-        let (kind, run) = rest.rsplit_once('.')?;
+        let (kind, run) = self.unprefixed(subject).rsplit_once('.')?;
         let about_a_run = (kind.starts_with("approval.") || kind.starts_with("run."))
             && kind != "run.policy_shadow";
         (about_a_run && !run.is_empty()).then(|| self.subject(&format!("live.{run}")))

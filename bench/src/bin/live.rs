@@ -14,6 +14,7 @@ use countersign_bench::servers::{self, AGENT, Infra, REQUESTER_KEY, REVIEWER_KEY
 use countersign_fake_model::{FakeModel, REFUND_SCRIPT};
 use countersign_local::demo_tools::DemoTools;
 use countersign_model::sse::Decoder;
+use countersign_runtime::names::Names;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
@@ -218,6 +219,6 @@ fn delays_of(
 /// The bytes the `LIVE` stream holds.
 async fn stream_bytes(nats_url: &str) -> anyhow::Result<u64> {
     let js = async_nats::jetstream::new(async_nats::connect(nats_url).await?);
-    let mut stream = js.get_stream("LIVE").await?;
+    let mut stream = js.get_stream(Names::new("")?.live_stream()).await?;
     Ok(stream.info().await?.state.bytes)
 }
