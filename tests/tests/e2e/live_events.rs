@@ -1,12 +1,15 @@
 //! A run's live events (`GET /v1/runs/{id}/events`): one connection follows a run from its
 //! first words through the pause, the decision and the resume on whichever worker takes it,
 //! numbered without a gap; a client that reconnects with `Last-Event-ID`, to any gateway, gets
-//! exactly what it missed; a turn tried again starts again; heartbeats hold a waiting run's
+//! exactly what it missed; clients at once on two gateways see the same events; an
+//! announcement stored twice is counted once; a turn tried again starts again; heartbeats hold a waiting run's
 //! stream open; a client that does not read is cut off without the gateway holding what it
 //! does not read; only those who may read the run may follow it.
 
 use approval_gateway::config::{ApiKey, Role};
 use countersign_fake_model::{REFUND_ANSWER, refund_brain};
+use countersign_model::run::RunId;
+use countersign_runtime::names::msg_id;
 use countersign_tests::app::{ADMIN_KEY, PATIENCE, REQUESTER_KEY, TestApp};
 use countersign_tests::live::{LiveEvents, Received, kinds, text_of};
 use countersign_tests::wait_for;
@@ -369,4 +372,67 @@ async fn a_client_that_does_not_read_is_cut_off_and_its_events_are_not_held_for_
         "{} events were sent to a client that read none",
         ids.len()
     );
+}
+
+#[tokio::test]
+async fn clients_following_at_once_through_two_gateways_see_the_same_events() {
+    let mut app = app().await;
+    let other = app.spawn_gateway(|_| {}).await;
+    let run = app.start_run("Refund A-1001 please.").await;
+    let mut clients = Vec::new();
+    for base in [&app.gateway_url, &app.gateway_url, &other] {
+        let (status, live) = LiveEvents::open_at(&app, base, &run, REQUESTER_KEY, None).await;
+        assert_eq!(status, StatusCode::OK);
+        clients.push(live.unwrap());
+    }
+    let paused = clients[0].until("approval.requested").await;
+    approve(&app, &run, paused.last().unwrap()).await;
+    let seen = futures::future::join_all(clients.iter_mut().map(|c| c.to_end())).await;
+    let mut first = paused;
+    first.extend(seen[0].clone());
+    assert_refund_run(&first);
+    for other in &seen[1..] {
+        assert_eq!(other, &first);
+    }
+}
+
+#[tokio::test]
+async fn an_announcement_stored_twice_is_shown_and_counted_once() {
+    use async_nats::jetstream::message::PublishMessage;
+    let app = app().await;
+    let run = app.start_run("Refund A-1001 please.").await;
+    let paused = follow(&app, &run, None)
+        .await
+        .until("approval.requested")
+        .await;
+
+    // The outbox sends an announcement again when NATS took it but its ack was lost; past
+    // JetStream's two-minute duplicate window that is a second copy. The window is shortened
+    // here so that the repeat of the pause is stored without waiting for it.
+    let js = async_nats::jetstream::new(async_nats::connect(&app.infra.nats_url).await.unwrap());
+    let mut stream = js
+        .get_stream(format!("{}_LIVE", app.namespace))
+        .await
+        .unwrap();
+    let mut config = stream.info().await.unwrap().config.clone();
+    config.duplicate_window = std::time::Duration::from_millis(100);
+    js.update_stream(config).await.unwrap();
+    let id = RunId::parse(&run).unwrap();
+    let requested = paused.last().unwrap().data.clone();
+    let mut payload = requested.as_object().unwrap().clone();
+    payload.remove("seq");
+    let payload = bytes::Bytes::from(Value::Object(payload).to_string());
+    let subject = format!("{}.live.{run}", app.namespace);
+    wait_for("the repeat to be stored", PATIENCE, || async {
+        let repeat = PublishMessage::build()
+            .payload(payload.clone())
+            .message_id(msg_id::requested(&id, 1));
+        let ack = js.send_publish(subject.clone(), repeat).await.unwrap();
+        (!ack.await.unwrap().duplicate).then_some(())
+    })
+    .await;
+
+    approve(&app, &run, paused.last().unwrap()).await;
+    let whole = follow(&app, &run, None).await.to_end().await;
+    assert_refund_run(&whole);
 }
