@@ -202,6 +202,8 @@ pub enum CallOutcome {
     Unknown,
     /// Nobody decided before its deadline; nothing ran.
     Expired,
+    /// The run was cancelled before it started; nothing ran.
+    Cancelled,
 }
 
 /// A call's result as it goes back to the model.
@@ -351,6 +353,11 @@ impl TurnCall {
     pub fn model_id(&self) -> &str {
         self.model_call_id.as_deref().unwrap_or(&self.call_id)
     }
+
+    /// Whether the call runs without a person and has not run yet.
+    pub fn runs_now(&self) -> bool {
+        self.result.is_none() && self.held.is_none()
+    }
 }
 
 /// The whole run, stored as one document beside its status fields in Redis.
@@ -368,7 +375,9 @@ pub struct Run {
     pub messages: Vec<Message>,
     /// How many times the model has been called.
     pub turns: u32,
-    /// The calls of the turn the run is paused on; empty when it is not paused.
+    /// The calls of the turn in progress: stored before any of them runs (so a worker that
+    /// takes the run over finds these calls, not the model's next answer), and while the run
+    /// waits on the ones held for a person; empty between turns.
     #[serde(default, rename = "held")]
     pub paused_turn: Vec<TurnCall>,
     #[serde(default)]

@@ -1,5 +1,6 @@
 //! The execution record of a run's calls: `started` before a side effect, its result after,
-//! so an approved call never runs twice silently.
+//! so a call never runs twice silently, and none starts once the run's lease is lost or its
+//! cancel accepted.
 
 use super::{Store, StoreError, from_json, to_json};
 use crate::script;
@@ -16,19 +17,36 @@ pub enum ExecBegin {
     Done(CallResult),
 }
 
+/// What the execution record holds of a call.
+#[derive(Debug, PartialEq)]
+pub enum Execution {
+    /// An attempt started it and recorded no result (yet).
+    Started,
+    Finished(CallResult),
+}
+
 impl Store {
-    /// Marks an approved call as started by the attempt `token`, or says what an earlier
-    /// attempt left. A reply lost on the way (a Redis restart) is asked for again with the same
-    /// token, so losing it does not make this attempt's own call look interrupted.
+    /// Marks a call as started by the attempt `token` of `owner`, who holds the run's lease,
+    /// or says what an earlier attempt left. A reply lost on the way (a Redis restart) is asked
+    /// for again with the same token, so losing it does not make this attempt's own call look
+    /// interrupted. Refused with [`StoreError::Cancelled`] once someone asked to cancel the
+    /// run, and [`StoreError::LostLease`] when `owner` no longer holds it: nothing starts then.
     pub async fn exec_begin(
         &self,
         id: &RunId,
+        owner: &str,
         call_id: &str,
         token: &str,
     ) -> Result<ExecBegin, StoreError> {
+        let args = script::ExecBegin {
+            owner,
+            call_id,
+            token,
+        };
         let reply: Vec<String> = again(|| async {
             script::EXEC_BEGIN
-                .invocation(None, &script::ExecBegin { call_id, token })
+                .invocation(None, &args)
+                .key(self.keys.run_key(id))
                 .key(self.keys.exec_key(id))
                 .invoke_async(&mut self.conn.clone())
                 .await
@@ -37,8 +55,35 @@ impl Store {
         Ok(match reply[0].as_str() {
             "run" => ExecBegin::Run,
             "started" => ExecBegin::InterruptedBefore,
+            "cancelled" => return Err(StoreError::Cancelled),
+            "lost" => return Err(StoreError::LostLease(reply[1].clone())),
             _ => ExecBegin::Done(from_json(&reply[1])?),
         })
+    }
+
+    /// What the execution record holds of each of `calls`, in their order (`None`: never
+    /// started).
+    pub async fn executions(
+        &self,
+        id: &RunId,
+        calls: &[&str],
+    ) -> Result<Vec<Option<Execution>>, StoreError> {
+        if calls.is_empty() {
+            return Ok(Vec::new());
+        }
+        let values: Vec<Option<String>> = redis::cmd("HMGET")
+            .arg(self.keys.exec_key(id))
+            .arg(calls)
+            .query_async(&mut self.conn.clone())
+            .await?;
+        values
+            .into_iter()
+            .map(|v| match v {
+                None => Ok(None),
+                Some(v) if v.starts_with("started") => Ok(Some(Execution::Started)),
+                Some(v) => Ok(Some(Execution::Finished(from_json(&v)?))),
+            })
+            .collect()
     }
 
     /// Whether an attempt has started the call (its side effect may have happened), so it is

@@ -49,7 +49,7 @@ pub use decide::{
     CallDecided, DecideOutcome, DecideRequest, DecidedStatus, DecisionSource, Proposal, Refusal,
     RefusalCode,
 };
-pub use exec::ExecBegin;
+pub use exec::{ExecBegin, Execution};
 pub use grants::{KEEP_ENDED, UseOutcome};
 pub use inbox::Awaiting;
 pub use records::IdempotencyRecord;

@@ -199,7 +199,7 @@ scripts! {
     CREATE: Create<'static> = plain(&["run_key"], "create.lua");
     CLAIM: Lease<'static> = plain(&["run_key", "decisions_key"], "claim.lua");
     LEASE: Lease<'static> = plain(&["run_key"], "lease.lua");
-    EXEC_BEGIN: ExecBegin<'static> = plain(&["exec_key"], "exec_begin.lua");
+    EXEC_BEGIN: ExecBegin<'static> = plain(&["run_key", "exec_key"], "exec_begin.lua");
     SAVE: Save<'static> = on_run(&[], "save.lua");
     AUDIT_APPEND: NoArgs = on_run(&[], "audit_append.lua");
     ESCALATE: Escalate<'static> = on_run(&[], "escalate.lua");
@@ -262,6 +262,8 @@ argv! {
 
 argv! {
     pub(crate) struct ExecBegin<'a> {
+        /// The worker that must hold the run's lease.
+        owner: &'a str,
         call_id: &'a str,
         /// The attempt's own mark.
         token: &'a str,

@@ -5,6 +5,7 @@
 pub mod app;
 pub mod browser;
 pub mod fake_slack;
+pub mod held_tools;
 pub mod images;
 pub mod infra;
 pub mod live;

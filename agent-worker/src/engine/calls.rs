@@ -7,7 +7,7 @@ use super::{Engine, Resumed, StepError, Unsaved, results_message};
 use crate::agents::RunnableAgent;
 use crate::tools::ToolCall;
 use countersign_model::agent::ToolDef;
-use countersign_model::audit::AuditKind;
+use countersign_model::audit::{AuditEntry, AuditKind};
 use countersign_model::digest::call_digest;
 use countersign_model::edit;
 use countersign_model::live::{Disposition, LiveEvent};
@@ -27,17 +27,16 @@ pub(super) struct Asked<'a> {
 
 impl Engine {
     /// Sorts one turn's calls: refused outright (unknown tool, bad input), held for a
-    /// person, or run now. The free ones run together; their results are kept in order.
-    /// What a shadow policy would have done differently goes into `unsaved`.
-    pub(super) async fn gate_and_run(
+    /// person, or to run now (neither a result nor held). What a shadow policy would have done
+    /// differently goes into `unsaved`.
+    pub(super) async fn gate(
         &self,
         run: &Run,
         agent: &RunnableAgent,
         calls: Vec<TurnCall>,
         unsaved: &mut Unsaved,
     ) -> Result<Vec<TurnCall>, StepError> {
-        let mut held = Vec::with_capacity(calls.len());
-        let mut free = Vec::new();
+        let mut turn = Vec::with_capacity(calls.len());
         // Deadlines are on Redis's clock, which the sweepers and the decision script read.
         let mut now = None;
         for mut call in calls {
@@ -59,28 +58,25 @@ impl Engine {
                     Ok(()) => {
                         let gate = agent.policies[&tool.name].gate(&call.input, &run.metadata);
                         self.shadow(run, agent, tool, &call, &gate, unsaved);
-                        match gate {
-                            Gate::Run => free.push((held.len(), tool)),
-                            Gate::Ask { reason, summary } => {
-                                let now = match now {
-                                    Some(now) => now,
-                                    None => *now.insert(self.store.time_ms().await?),
-                                };
-                                let asked = Asked {
-                                    call_id: &call.call_id,
-                                    input: &call.input,
-                                    reason,
-                                    summary,
-                                };
-                                call.held = Some(self.hold(run, tool, asked, now, None));
-                            }
+                        if let Gate::Ask { reason, summary } = gate {
+                            let now = match now {
+                                Some(now) => now,
+                                None => *now.insert(self.store.time_ms().await?),
+                            };
+                            let asked = Asked {
+                                call_id: &call.call_id,
+                                input: &call.input,
+                                reason,
+                                summary,
+                            };
+                            call.held = Some(self.hold(run, tool, asked, now, None));
                         }
                     }
                 },
             }
-            held.push(call);
+            turn.push(call);
         }
-        for call in &held {
+        for call in &turn {
             let disposition = match (&call.result, &call.held) {
                 (Some(_), _) => Disposition::Refused,
                 (None, Some(_)) => Disposition::Held,
@@ -89,8 +85,28 @@ impl Engine {
             let event = LiveEvent::call(&run.run_id, run.turns, call, disposition);
             self.live(&run.run_id, event).await;
         }
+        Ok(turn)
+    }
+
+    /// Runs the calls of `turn` that need nobody and have no result yet, together, each
+    /// through its execution record: a worker that takes a stored turn over gets the result
+    /// an earlier attempt recorded, or `unknown` for a call it started and never finished. Each
+    /// execution's audit entry goes into `unsaved`.
+    pub(super) async fn run_free(
+        &self,
+        run: &Run,
+        agent: &RunnableAgent,
+        turn: &mut [TurnCall],
+        unsaved: &mut Unsaved,
+    ) -> Result<(), StepError> {
+        let free: Vec<(usize, &ToolDef)> = turn
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.runs_now())
+            .filter_map(|(i, c)| Some((i, agent.agent.tool(&c.tool)?)))
+            .collect();
         let results = futures::future::join_all(free.iter().map(|&(i, tool)| {
-            let call = &held[i];
+            let call = &turn[i];
             self.execute(
                 agent,
                 tool,
@@ -105,16 +121,46 @@ impl Engine {
             )
         }))
         .await;
+        // Every call that ran is recorded before an error (a cancel refusing one) goes up:
+        // the execution records keep them for whoever finishes the run.
+        let mut refused = None;
         for ((i, _), result) in free.iter().zip(results) {
-            held[*i].result = Some(result?);
-        }
-        for call in &held {
-            if let Some(result) = &call.result {
-                let event = LiveEvent::result(&run.run_id, run.turns, call, result);
-                self.live(&run.run_id, event).await;
+            match result {
+                Ok(result) => {
+                    let call = &mut turn[*i];
+                    unsaved.audits.push(self.executed(run, call, None, &result));
+                    let event = LiveEvent::result(&run.run_id, run.turns, call, &result);
+                    self.live(&run.run_id, event).await;
+                    call.result = Some(result);
+                }
+                Err(e) => refused = refused.or(Some(e)),
             }
         }
-        Ok(held)
+        match refused {
+            Some(e) => Err(e.into()),
+            None => Ok(()),
+        }
+    }
+
+    /// The audit entry of a call that ran (or whose outcome was found unknown), with the
+    /// decision it ran under, if it was held.
+    pub(super) fn executed(
+        &self,
+        run: &Run,
+        call: &TurnCall,
+        decision: Option<&Decision>,
+        result: &CallResult,
+    ) -> AuditEntry {
+        let detail = serde_json::json!({
+            "tool": call.tool,
+            "action": decision.map(|d| d.action), "decided_by": decision.map(|d| &d.decided_by),
+            "outcome": result.outcome, "is_error": result.is_error,
+            // The countersignature the tool was sent, kept with the trail.
+            "receipt": decision.and_then(|d| d.receipt.as_ref()),
+        });
+        let mut entry = self.entry(run, AuditKind::Executed, call.held.as_ref(), detail);
+        entry.call_id = Some(call.call_id.clone());
+        entry
     }
 
     /// The call as held for a person under `tool`'s policy now; its deadline is the policy's
@@ -172,9 +218,9 @@ impl Engine {
         let mut held = std::mem::take(&mut run.paused_turn);
         let mut resolved = 0;
         for call in held.iter_mut().filter(|c| c.result.is_none()) {
-            let Some(pending) = call.held.clone() else {
+            if call.held.is_none() {
                 continue;
-            };
+            }
             let Some(decision) = decisions.get(&call.call_id) else {
                 return Err(
                     StoreError::Corrupt(format!("call {} has no decision", call.call_id)).into(),
@@ -227,15 +273,9 @@ impl Engine {
                     }
                 }
             };
-            let detail = serde_json::json!({
-                "action": decision.action, "decided_by": by,
-                "outcome": result.outcome, "is_error": result.is_error,
-                // The countersignature the tool was sent, kept with the trail.
-                "receipt": decision.receipt,
-            });
             unsaved
                 .audits
-                .push(self.entry(run, AuditKind::Executed, Some(&pending), detail));
+                .push(self.executed(run, call, Some(decision), &result));
             let event = LiveEvent::result(&run.run_id, run.turns, call, &result);
             self.live(&run.run_id, event).await;
             call.result = Some(result);

@@ -1,12 +1,12 @@
 //! How a drive stops: paused for a person, or finished (completed, failed, cancelled), each a
 //! save that carries its audit entries and its announcements.
 
-use super::{Engine, StepError, Unsaved};
+use super::{Engine, StepError, Unsaved, results_message};
 use countersign_model::audit::{AuditEntry, AuditKind};
 use countersign_model::events::{Event, Evidence};
-use countersign_model::run::{Run, RunId, RunStatus};
+use countersign_model::run::{CallOutcome, CallResult, Run, RunId, RunStatus};
 use countersign_runtime::names::msg_id;
-use countersign_store::{Announcement, Save, StoreError};
+use countersign_store::{Announcement, Execution, Save, StoreError};
 use tracing::{info, warn};
 
 impl Engine {
@@ -84,20 +84,77 @@ impl Engine {
 
     /// Finishes a run someone cancelled, from its last stored state, and announces
     /// `run.cancelled`. Its held calls were closed, and their channels told, by the script
-    /// that recorded the cancel.
+    /// that recorded the cancel. Whatever ran of the stored turn is recorded first (see
+    /// [`Engine::close_turn`]): no call starts once the cancel is accepted, but one started
+    /// before it may have finished since.
     pub(super) async fn cancel(&self, id: &RunId) -> Result<(), StepError> {
-        let Some(run) = self.store.load(id).await? else {
+        let Some(mut run) = self.store.load(id).await? else {
             return Ok(());
         };
         let Some(cancel) = run.cancel.clone() else {
             return Err(StoreError::Corrupt("cancelled without a cancellation".into()).into());
         };
+        let mut audits = self.close_turn(&mut run).await?;
         let announce = vec![self.end_announcement(&run, RunStatus::Cancelled)];
         let detail = serde_json::json!({"by": cancel.by, "reason": cancel.reason});
-        let entry = self.entry(&run, AuditKind::Cancelled, None, detail);
+        audits.push(self.entry(&run, AuditKind::Cancelled, None, detail));
         self.store.index_awaiting(id, false).await?;
-        self.end(run, RunStatus::Cancelled, vec![entry], announce)
-            .await
+        self.end(run, RunStatus::Cancelled, audits, announce).await
+    }
+
+    /// Closes the stored turn of a run that goes no further: each call without a result
+    /// gets the one its execution record holds (audited as executed), `unknown` if it was
+    /// started and never finished (audited, and a person told), or else a result saying it
+    /// did not run; the results are appended, so every call the model asked for is answered
+    /// in the record. Returns the audit entries.
+    async fn close_turn(&self, run: &mut Run) -> Result<Vec<AuditEntry>, StepError> {
+        let open: Vec<&str> = run
+            .paused_turn
+            .iter()
+            .filter(|c| c.result.is_none())
+            .map(|c| c.call_id.as_str())
+            .collect();
+        if open.is_empty() {
+            return Ok(Vec::new());
+        }
+        let found = self.store.executions(&run.run_id, &open).await?;
+        let mut found = found.into_iter();
+        let mut audits = Vec::new();
+        let mut turn = std::mem::take(&mut run.paused_turn);
+        for call in turn.iter_mut().filter(|c| c.result.is_none()) {
+            let result = match found.next().flatten() {
+                None => CallResult {
+                    outcome: CallOutcome::Cancelled,
+                    is_error: true,
+                    content: "The run was cancelled before this call started, so it did not run."
+                        .into(),
+                    images: Vec::new(),
+                },
+                Some(Execution::Finished(result)) => result,
+                Some(Execution::Started) => {
+                    let reason = format!(
+                        "The outcome of this {} call is unknown: it was started, and the run was cancelled before its result was recorded. A person should check whether it took effect.",
+                        call.tool
+                    );
+                    let about = (call.call_id.as_str(), call.tool.as_str(), &call.input);
+                    self.attention(&run.run_id, Some(about), reason.clone())
+                        .await;
+                    CallResult {
+                        outcome: CallOutcome::Unknown,
+                        is_error: true,
+                        content: reason,
+                        images: Vec::new(),
+                    }
+                }
+            };
+            if result.outcome != CallOutcome::Cancelled {
+                audits.push(self.executed(run, call, None, &result));
+            }
+            call.result = Some(result);
+        }
+        run.messages.push(results_message(&turn));
+        run.paused_turn = turn;
+        Ok(audits)
     }
 
     pub(super) async fn end(

@@ -1,6 +1,7 @@
 //! Running an approved or free call through its execution record (`started` before the side
 //! effect, the result after), so a call whose worker died mid-way is sent again only to a tool
-//! declared idempotent and is otherwise reported as `unknown`, with `run.attention`.
+//! declared idempotent and is otherwise reported as `unknown`, with `run.attention`. The mark
+//! is refused once the run's cancel was accepted or its lease lost: no call starts then.
 
 use super::Engine;
 use crate::agents::RunnableAgent;
@@ -14,8 +15,9 @@ use serde_json::Value;
 use tracing::warn;
 
 impl Engine {
-    /// Runs one call of `turn` through its execution record, so it never runs twice silently;
-    /// an approved call carries its `receipt`. A tool that refuses the receipt is reported to
+    /// Runs one call of `turn` through its execution record, so it never runs twice silently
+    /// and never starts on a cancelled run ([`StoreError::Cancelled`]); an approved call
+    /// carries its `receipt`. A tool that refuses the receipt is reported to
     /// the model as a failure and to a person with `run.attention`: the call did not run,
     /// though someone (or something) let it through to the tool.
     pub(super) async fn execute(
@@ -34,7 +36,8 @@ impl Engine {
         } = call;
         // This attempt's own mark, so a lost reply is not taken for an interrupted call.
         let token = uuid::Uuid::new_v4().simple().to_string();
-        match self.store.exec_begin(run, call_id, &token).await? {
+        let owner = &self.settings.owner;
+        match self.store.exec_begin(run, owner, call_id, &token).await? {
             ExecBegin::Done(result) => return Ok(result),
             ExecBegin::InterruptedBefore if !tool.idempotent => {
                 warn!(call_id, tool = %tool.name, "call outcome unknown after a crash");
@@ -43,7 +46,7 @@ impl Engine {
                     tool.name
                 );
                 // Still recorded below and told to the model; the audit trail has it too.
-                self.attention(run, Some((call_id, tool, input)), reason.clone())
+                self.attention(run, Some((call_id, &tool.name, input)), reason.clone())
                     .await;
                 let result = CallResult {
                     outcome: CallOutcome::Unknown,
@@ -71,25 +74,25 @@ impl Engine {
                         "The call carried no receipt: no decision the gateway signed let it run.",
                 }
             );
-            self.attention(run, Some((call_id, tool, input)), reason)
+            self.attention(run, Some((call_id, &tool.name, input)), reason)
                 .await;
         }
         self.store.exec_finish(run, call_id, &answer.result).await?;
         Ok(answer.result)
     }
 
-    /// Publishes `run.attention` for the run, or one of its calls (id, tool, input): a person
-    /// should look. Best effort: what it reports is recorded and audited besides.
+    /// Publishes `run.attention` for the run, or one of its calls (id, tool's name, input): a
+    /// person should look. Best effort: what it reports is recorded and audited besides.
     pub(super) async fn attention(
         &self,
         run: &RunId,
-        call: Option<(&str, &ToolDef, &Value)>,
+        call: Option<(&str, &str, &Value)>,
         reason: String,
     ) {
         let attention = Event::RunAttention {
             run_id: run.clone(),
             call_id: call.map(|(id, _, _)| id.to_string()),
-            tool: call.map(|(_, tool, _)| tool.name.clone()),
+            tool: call.map(|(_, tool, _)| tool.to_string()),
             input: call.map_or(Value::Null, |(_, _, input)| input.clone()),
             reason,
         };

@@ -23,14 +23,14 @@ mod recheck;
 mod shadow;
 mod timers;
 
-use crate::agents::Agents;
+use crate::agents::{Agents, RunnableAgent};
 use crate::model::{ModelError, ModelRequest};
 use countersign_model::audit::{AuditEntry, AuditKind};
 use countersign_model::live::LiveEvent;
 use countersign_model::now_ms;
 use countersign_model::people::Directory;
 use countersign_model::run::{
-    Block, CallResult, Decision, HeldCall, Message, Role, Run, RunId, TurnCall,
+    Block, CallResult, Decision, HeldCall, Message, Role, Run, RunId, RunStatus, TurnCall,
 };
 use countersign_runtime::bus::{Bus, BusError};
 use countersign_runtime::metrics::Metrics;
@@ -265,7 +265,15 @@ impl Engine {
         // drive that stops before it resumes the turn again from them and finds the same
         // entries, and a save is saved.
         let mut unsaved = Unsaved::default();
-        if !run.paused_turn.is_empty() {
+        if !run.paused_turn.is_empty() && run.status == RunStatus::Running {
+            // A turn an earlier attempt stored and did not finish: its calls, as stored, run
+            // through their execution records (what ran is not run again).
+            info!(turn = run.turns, "taking over a stored turn");
+            match self.play_turn(run, agent, &mut unsaved).await? {
+                Some(next) => run = next,
+                None => return Ok(()),
+            }
+        } else if !run.paused_turn.is_empty() {
             let held: Vec<(&str, &str)> = run
                 .held_calls()
                 .map(|p| (p.call_id.as_str(), p.digest.as_str()))
@@ -342,16 +350,41 @@ impl Engine {
                 return self.finish(run, Ok(answer), unsaved).await;
             }
             run.messages.push(reply);
-            let held = self.gate_and_run(&run, agent, calls, &mut unsaved).await?;
-            if held.iter().any(|c| c.held.is_some()) {
-                run.paused_turn = held;
-                return self.pause(run, unsaved).await;
+            run.paused_turn = self.gate(&run, agent, calls, &mut unsaved).await?;
+            if run.paused_turn.iter().any(TurnCall::runs_now) {
+                // The turn is stored before any of its calls runs: a worker that takes over
+                // finds these calls and their execution records, not the model's next answer.
+                let Unsaved { audits, announce } = std::mem::take(&mut unsaved);
+                self.save(&mut run, Save::Progress, &audits, &announce)
+                    .await?;
             }
-            run.messages.push(results_message(&held));
-            let Unsaved { audits, announce } = std::mem::take(&mut unsaved);
-            self.save(&mut run, Save::Progress, &audits, &announce)
-                .await?;
+            match self.play_turn(run, agent, &mut unsaved).await? {
+                Some(next) => run = next,
+                None => return Ok(()),
+            }
         }
+    }
+
+    /// Plays the turn in `run.paused_turn`: runs its free calls, then pauses on its held ones
+    /// (`None`: the drive is over) or appends every result for the model and gives the run
+    /// back for its next turn. Nothing is saved then: the stored turn and the execution
+    /// records have all of it, and the next save (the next turn, a pause, the end) carries the
+    /// executions' audit entries.
+    async fn play_turn(
+        &self,
+        mut run: Run,
+        agent: &RunnableAgent,
+        unsaved: &mut Unsaved,
+    ) -> Result<Option<Run>, StepError> {
+        let mut turn = std::mem::take(&mut run.paused_turn);
+        self.run_free(&run, agent, &mut turn, unsaved).await?;
+        if turn.iter().any(|c| c.held.is_some()) {
+            run.paused_turn = turn;
+            self.pause(run, std::mem::take(unsaved)).await?;
+            return Ok(None);
+        }
+        run.messages.push(results_message(&turn));
+        Ok(Some(run))
     }
 
     /// Closes the held call `(call_id, digest)` undecided, as `(actor, reason)` say, by what

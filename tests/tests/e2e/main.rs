@@ -20,6 +20,7 @@ mod inbox;
 mod inbox_batch;
 mod inbox_grants;
 mod inbox_paging;
+mod interleavings;
 mod listener;
 mod live_events;
 mod local_runner;

@@ -77,7 +77,7 @@ async fn a_requester_may_not_approve_their_own_request_and_the_refusal_is_audite
     assert_eq!(decided["entry"]["actor"], "alice");
     assert_eq!(
         kinds(&trail),
-        ["requested", "decided", "executed", "completed"]
+        ["executed", "requested", "decided", "executed", "completed"]
     );
 }
 
@@ -120,7 +120,7 @@ async fn people_outside_the_approvers_and_keys_speaking_for_strangers_are_refuse
     assert!(app.tools.refunds().is_empty());
     // The two refusals of approvers' rules (carol's and rita's) are kept, apart from the chain.
     let trail = audit(&app, &run_id).await;
-    assert_eq!(kinds(&trail), ["requested"]);
+    assert_eq!(kinds(&trail), ["executed", "requested"]);
     let refused: Vec<&Value> = trail["refusals"].as_array().unwrap().iter().collect();
     assert_eq!(refused.len(), 2, "{trail}");
     assert_eq!(refused[0]["actor"], "rita");
@@ -177,13 +177,13 @@ async fn the_audit_chain_verifies_and_detects_an_edited_entry() {
 
     // Someone with Redis access rewrites who decided.
     let key = format!("cs:{}:audit:{{{run_id}}}", app.namespace);
-    let mut element = trail["entries"][1].clone();
+    let mut element = trail["entries"][2].clone();
     assert_eq!(element["entry"]["actor"], "alice");
     element["entry"]["actor"] = "mallory".into();
     let mut conn = app.infra.redis().await;
     let _: () = redis::cmd("LSET")
         .arg(&key)
-        .arg(1)
+        .arg(2)
         .arg(element.to_string())
         .query_async(&mut conn)
         .await
@@ -191,7 +191,7 @@ async fn the_audit_chain_verifies_and_detects_an_edited_entry() {
 
     let trail = audit(&app, &run_id).await;
     assert_eq!(trail["verified"], false);
-    assert_eq!(trail["broken_at"], 1);
+    assert_eq!(trail["broken_at"], 2);
 }
 
 #[tokio::test]

@@ -99,28 +99,56 @@ async fn a_run_whose_stored_state_cannot_be_read_asks_for_attention_instead_of_r
 #[tokio::test]
 async fn an_attempt_that_lost_the_reply_to_its_own_mark_may_still_make_its_call() {
     use countersign_model::run::RunId;
-    use countersign_store::{ExecBegin, Store};
+    use countersign_store::{ExecBegin, Store, StoreError};
     let app = TestApp::spawn(refund_brain).await;
     let names = countersign_runtime::names::Names::new(&app.namespace).unwrap();
+    let keys = countersign_store::keys::Keys::of(&names);
     let store = Store::connect(&app.connections(), names, Metrics::default())
         .await
         .unwrap();
     let run = RunId::new();
+    // A run driven by worker-a: only the lease's holder may start a call.
+    let run_key = keys.run_key(&run);
+    let mut conn = app.infra.redis().await;
+    let _: i64 = redis::cmd("HSET")
+        .arg(&run_key)
+        .arg(&["status", "running", "lease_owner", "worker-a"][..])
+        .query_async(&mut conn)
+        .await
+        .unwrap();
     // The first ask marks the call; asking again with the same token (its reply was lost)
     // still lets this attempt call; another attempt finds it interrupted.
-    let first = store
-        .exec_begin(&run, "toolu_2", "attempt-a")
+    let begin = |owner: &'static str, token: &'static str| {
+        let store = store.clone();
+        let run = run.clone();
+        async move { store.exec_begin(&run, owner, "toolu_2", token).await }
+    };
+    assert_eq!(
+        begin("worker-a", "attempt-a").await.unwrap(),
+        ExecBegin::Run
+    );
+    assert_eq!(
+        begin("worker-a", "attempt-a").await.unwrap(),
+        ExecBegin::Run
+    );
+    assert_eq!(
+        begin("worker-a", "attempt-b").await.unwrap(),
+        ExecBegin::InterruptedBefore
+    );
+    // A worker without the lease starts nothing.
+    assert!(matches!(
+        begin("worker-b", "attempt-c").await,
+        Err(StoreError::LostLease(status)) if status == "running"
+    ));
+    // Nor does anyone once a cancel was accepted.
+    let _: i64 = redis::cmd("HSET")
+        .arg(&run_key)
+        .arg(&["cancel", "{}"][..])
+        .query_async(&mut conn)
         .await
         .unwrap();
-    assert_eq!(first, ExecBegin::Run);
-    let again = store
-        .exec_begin(&run, "toolu_2", "attempt-a")
-        .await
-        .unwrap();
-    assert_eq!(again, ExecBegin::Run);
-    let other = store
-        .exec_begin(&run, "toolu_2", "attempt-b")
-        .await
-        .unwrap();
-    assert_eq!(other, ExecBegin::InterruptedBefore);
+    assert!(matches!(
+        begin("worker-a", "attempt-a").await,
+        Err(StoreError::Cancelled)
+    ));
 }
