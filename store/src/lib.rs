@@ -146,8 +146,11 @@ pub struct Claimed {
 
 /// How a saved run goes on; the kind decides the status written.
 pub enum Save {
-    /// Still being driven (a checkpoint between turns): `running`.
-    Progress,
+    /// Still being driven: the turn the model just asked for, stored before any of its calls
+    /// runs, each call that runs without a person marked started in its execution record by
+    /// the attempt `token` in the same step (so the attempt calls them without asking
+    /// [`Store::exec_begin`]): `running`.
+    Turn { token: String },
     /// Paused: its held calls wait for a person: `awaiting_approval`.
     Pause,
     /// Finished (`completed`, `failed` or `cancelled`): keep it this long, then let Redis drop
@@ -161,7 +164,7 @@ pub enum Save {
 impl Save {
     pub fn status(&self) -> RunStatus {
         match self {
-            Self::Progress => RunStatus::Running,
+            Self::Turn { .. } => RunStatus::Running,
             Self::Pause => RunStatus::AwaitingApproval,
             Self::Finish { status, .. } => *status,
         }
@@ -439,6 +442,18 @@ impl Store {
             Save::Finish { retention, .. } => retention.as_secs().max(1),
             _ => 0,
         };
+        let (start_token, starts) = match &how {
+            Save::Turn { token } => {
+                let starts: Vec<&str> = run
+                    .paused_turn
+                    .iter()
+                    .filter(|c| c.runs_now())
+                    .map(|c| c.call_id.as_str())
+                    .collect();
+                (token.as_str(), starts.join(" "))
+            }
+            _ => ("", String::new()),
+        };
         let doc = to_json(run)?;
         let args = script::Save {
             owner,
@@ -447,6 +462,8 @@ impl Store {
             doc: &doc,
             ttl_secs: ttl,
             turn: run.turns,
+            start_token,
+            starts: &starts,
         };
         let (status, detail, queued) = self
             .on_run_marked(

@@ -280,6 +280,10 @@ argv! {
         /// 0 unless the run finished: then it is kept this long.
         ttl_secs: u64,
         turn: u32,
+        /// The attempt that marks `starts` started ('' for none).
+        start_token: &'a str,
+        /// The ids of the calls to mark started, separated by spaces (call ids hold none).
+        starts: &'a str,
     }
 }
 

@@ -89,14 +89,16 @@ impl Engine {
     }
 
     /// Runs the calls of `turn` that need nobody and have no result yet, together, each
-    /// through its execution record: a worker that takes a stored turn over gets the result
-    /// an earlier attempt recorded, or `unknown` for a call it started and never finished. Each
-    /// execution's audit entry goes into `unsaved`.
+    /// through its execution record (`marked` started already, by the save that stored the
+    /// turn): a worker that takes a stored turn over gets the result an earlier attempt
+    /// recorded, or `unknown` for a call it started and never finished. Each execution's audit
+    /// entry goes into `unsaved`.
     pub(super) async fn run_free(
         &self,
         run: &Run,
         agent: &RunnableAgent,
         turn: &mut [TurnCall],
+        marked: bool,
         unsaved: &mut Unsaved,
     ) -> Result<(), StepError> {
         let free: Vec<(usize, &ToolDef)> = turn
@@ -118,6 +120,7 @@ impl Engine {
                     receipt: None,
                 },
                 CallOutcome::Executed,
+                marked,
             )
         }))
         .await;
@@ -320,14 +323,14 @@ impl Engine {
             Some(_) => CallOutcome::Approved,
         };
         let Some(decision) = decision.filter(|d| d.action == Action::Edit) else {
-            return Ok(self.execute(agent, tool, tool_call, outcome).await?);
+            return Ok(self.execute(agent, tool, tool_call, outcome, false).await?);
         };
         let mut result = match agent.agent.validate_input(&tool.name, runs_with) {
             Err(errors) => CallResult::failed(format!(
                 "The reviewer's edited input does not match the schema: {}",
                 errors.join("; ")
             )),
-            Ok(()) => self.execute(agent, tool, tool_call, outcome).await?,
+            Ok(()) => self.execute(agent, tool, tool_call, outcome, false).await?,
         };
         result.content = format!(
             "A reviewer ({}) edited this call before it ran.\nThey changed (field: yours → theirs):\n{}\nIt ran with: {}\nTheir note: {}\nResult: {}",

@@ -17,7 +17,8 @@ use tracing::warn;
 impl Engine {
     /// Runs one call of `turn` through its execution record, so it never runs twice silently
     /// and never starts on a cancelled run ([`StoreError::Cancelled`]); an approved call
-    /// carries its `receipt`. A tool that refuses the receipt is reported to
+    /// carries its `receipt`. A call `marked` started by the save that stored its turn (see
+    /// `Save::Turn`) is called at once. A tool that refuses the receipt is reported to
     /// the model as a failure and to a person with `run.attention`: the call did not run,
     /// though someone (or something) let it through to the tool.
     pub(super) async fn execute(
@@ -26,6 +27,7 @@ impl Engine {
         tool: &ToolDef,
         call: ToolCall<'_>,
         outcome: CallOutcome,
+        marked: bool,
     ) -> Result<CallResult, StoreError> {
         let ToolCall {
             run,
@@ -34,10 +36,15 @@ impl Engine {
             receipt,
             ..
         } = call;
-        // This attempt's own mark, so a lost reply is not taken for an interrupted call.
-        let token = uuid::Uuid::new_v4().simple().to_string();
-        let owner = &self.settings.owner;
-        match self.store.exec_begin(run, owner, call_id, &token).await? {
+        let begun = if marked {
+            ExecBegin::Run
+        } else {
+            // This attempt's own mark, so a lost reply is not taken for an interrupted call.
+            let token = uuid::Uuid::new_v4().simple().to_string();
+            let owner = &self.settings.owner;
+            self.store.exec_begin(run, owner, call_id, &token).await?
+        };
+        match begun {
             ExecBegin::Done(result) => return Ok(result),
             ExecBegin::InterruptedBefore if !tool.idempotent => {
                 warn!(call_id, tool = %tool.name, "call outcome unknown after a crash");

@@ -269,7 +269,7 @@ impl Engine {
             // A turn an earlier attempt stored and did not finish: its calls, as stored, run
             // through their execution records (what ran is not run again).
             info!(turn = run.turns, "taking over a stored turn");
-            match self.play_turn(run, agent, &mut unsaved).await? {
+            match self.play_turn(run, agent, false, &mut unsaved).await? {
                 Some(next) => run = next,
                 None => return Ok(()),
             }
@@ -351,33 +351,38 @@ impl Engine {
             }
             run.messages.push(reply);
             run.paused_turn = self.gate(&run, agent, calls, &mut unsaved).await?;
-            if run.paused_turn.iter().any(TurnCall::runs_now) {
-                // The turn is stored before any of its calls runs: a worker that takes over
-                // finds these calls and their execution records, not the model's next answer.
+            let marked = run.paused_turn.iter().any(TurnCall::runs_now);
+            if marked {
+                // The turn is stored before any of its calls runs, and the calls to run are
+                // marked started in the same step: a worker that takes over finds these calls
+                // and their execution records, not the model's next answer.
+                let token = uuid::Uuid::new_v4().simple().to_string();
                 let Unsaved { audits, announce } = std::mem::take(&mut unsaved);
-                self.save(&mut run, Save::Progress, &audits, &announce)
+                self.save(&mut run, Save::Turn { token }, &audits, &announce)
                     .await?;
             }
-            match self.play_turn(run, agent, &mut unsaved).await? {
+            match self.play_turn(run, agent, marked, &mut unsaved).await? {
                 Some(next) => run = next,
                 None => return Ok(()),
             }
         }
     }
 
-    /// Plays the turn in `run.paused_turn`: runs its free calls, then pauses on its held ones
-    /// (`None`: the drive is over) or appends every result for the model and gives the run
-    /// back for its next turn. Nothing is saved then: the stored turn and the execution
-    /// records have all of it, and the next save (the next turn, a pause, the end) carries the
-    /// executions' audit entries.
+    /// Plays the turn in `run.paused_turn`: runs its free calls (`marked` started when the
+    /// turn was stored), then pauses on its held ones (`None`: the drive is over) or appends
+    /// every result for the model and gives the run back for its next turn. Nothing is saved
+    /// then: the stored turn and the execution records have all of it, and the next save (the
+    /// next turn, a pause, the end) carries the executions' audit entries.
     async fn play_turn(
         &self,
         mut run: Run,
         agent: &RunnableAgent,
+        marked: bool,
         unsaved: &mut Unsaved,
     ) -> Result<Option<Run>, StepError> {
         let mut turn = std::mem::take(&mut run.paused_turn);
-        self.run_free(&run, agent, &mut turn, unsaved).await?;
+        self.run_free(&run, agent, &mut turn, marked, unsaved)
+            .await?;
         if turn.iter().any(|c| c.held.is_some()) {
             run.paused_turn = turn;
             self.pause(run, std::mem::take(unsaved)).await?;

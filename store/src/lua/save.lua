@@ -1,6 +1,8 @@
 -- Writes the run document and its new status, if the caller still holds the lease and nobody
 -- cancelled the run (then only `cancelled` may be written), with the audit entries of what
--- changed and the announcements of it.
+-- changed and the announcements of it. A turn stored before its calls run marks the calls in
+-- `starts` started by the attempt `start_token` in the same step (see exec_begin.lua), so no
+-- call starts on a cancelled run, and every call started is of a stored turn.
 -- Tail: the terms of each call a pause holds for a person (`held`, then that many
 -- `read_held_terms`), then the audit entries and the announcements.
 local h = redis.call('HMGET', run_key, 'status', 'lease_owner', 'cancel', 'version')
@@ -10,6 +12,11 @@ end
 -- A run someone cancelled goes nowhere but to cancelled.
 if h[3] and status ~= 'cancelled' then return {'cancel', ''} end
 check_mark(mark)
+if start_token ~= '' then
+  for call_id in string.gmatch(starts, '%S+') do
+    redis.call('HSET', exec_key, call_id, 'started:' .. start_token)
+  end
+end
 local now = now_ms()
 local n = tonumber(ARGV[tail])
 local fields = {'status', status, 'doc', doc, 'updated_at', now, 'version', tonumber(h[4]) + 1}
