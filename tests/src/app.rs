@@ -103,6 +103,32 @@ pub fn worker_config(
     config
 }
 
+/// A config file in `dir` for worker processes (`tests/src/bin/worker_process.rs`) on
+/// `infra`'s servers in `namespace`, loading the agents of `agents`, with short leases so a
+/// killed one's runs are taken over within seconds, and `more` settings appended.
+pub fn worker_process_config_file(
+    infra: &Infra,
+    namespace: &str,
+    dir: &std::path::Path,
+    agents: &std::path::Path,
+    more: &str,
+) -> PathBuf {
+    let config = dir.join("worker.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "nats_url = \"{}\"\nredis_url = \"{}\"\nnamespace = \"{namespace}\"\nagents_dir = \"{}\"\n\
+             lease_secs = 3\nack_wait_secs = 3\nshutdown_grace_secs = 2\n\
+             health_listen = \"127.0.0.1:0\"\n{more}",
+            infra.nats_url,
+            infra.redis_url,
+            agents.display()
+        ),
+    )
+    .unwrap();
+    config
+}
+
 /// A namespace of its own for one app's subjects, streams and keys.
 pub fn new_namespace() -> String {
     format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..12])

@@ -10,6 +10,7 @@ pub mod images;
 pub mod infra;
 pub mod live;
 pub mod mcp_server;
+pub mod model_check;
 pub mod otlp_receiver;
 pub mod pki;
 pub mod redis_deployments;

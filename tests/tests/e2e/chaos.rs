@@ -5,7 +5,7 @@
 //! applied each approved refund exactly once.
 
 use countersign_fake_model::refund_brain;
-use countersign_tests::app::{TestApp, refunds_agent};
+use countersign_tests::app::{TestApp, refunds_agent, worker_process_config_file};
 use futures::future::join_all;
 use reqwest::StatusCode;
 use serde_json::json;
@@ -66,21 +66,7 @@ pub(super) fn worker_process_config_on(
     dir: &std::path::Path,
     agents: &std::path::Path,
 ) -> std::path::PathBuf {
-    let config = dir.join("worker.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "nats_url = \"{}\"\nredis_url = \"{}\"\nnamespace = \"{}\"\nagents_dir = \"{}\"\n\
-             lease_secs = 3\nack_wait_secs = 3\nshutdown_grace_secs = 2\n\
-             health_listen = \"127.0.0.1:0\"\n",
-            app.infra.nats_url,
-            app.infra.redis_url,
-            app.namespace,
-            agents.display()
-        ),
-    )
-    .unwrap();
-    config
+    worker_process_config_file(&app.infra, &app.namespace, dir, agents, "")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -28,6 +28,7 @@ mod many_workers;
 mod mcp_proxy;
 mod mcp_tools;
 mod metrics;
+mod model_check;
 mod nats;
 mod outbox;
 mod pause_and_resume;
