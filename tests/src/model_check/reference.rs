@@ -596,8 +596,11 @@ fn check_answer(
             let explained = match code {
                 "run_cancelled" => cancel_before,
                 "already_decided" => closed_otherwise,
+                // Past its deadline, a call is closed by whichever comes first: the sweep, a
+                // policy change, or a cancel (even one sent after this refusal).
                 "expired" => {
-                    matches!(closing, Some(Closing::Expired | Closing::Superseded)) || cancelled
+                    matches!(closing, Some(Closing::Expired | Closing::Superseded))
+                        || run.status == "cancelled"
                 }
                 "not_awaiting_approval" | "not_found" => closed_otherwise || cancelled,
                 "stale_digest" => *stale,
