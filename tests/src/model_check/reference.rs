@@ -553,7 +553,11 @@ fn check_answer(
             ..
         } => {
             let closing = run.call(call_id).and_then(CallModel::closing);
-            let ours = matches!(closing, Some(Closing::Person { principal: p, action: a, .. }) if p == principal && a == action);
+            // The recorded decision is this one: same person, same action and, for an edit,
+            // the same input (another edit by the same person is another decision).
+            let ours = matches!(closing, Some(Closing::Person { principal: p, action: a, input })
+                if p == principal && a == action
+                    && (*action != "edit" || input.as_ref() == runs_with.as_ref()));
             if (200..300).contains(&answer.status) {
                 if *stale {
                     say(
@@ -571,20 +575,6 @@ fn check_answer(
                         format!(
                             "{principal}'s {action} of {call_id} was answered {} ({}), and the trail records {closing:?}",
                             answer.status, answer.said
-                        ),
-                    );
-                } else if let Some(Closing::Person {
-                    input: Some(recorded),
-                    ..
-                }) = closing
-                    && *action == "edit"
-                    && Some(recorded) != runs_with.as_ref()
-                {
-                    say(
-                        4,
-                        id,
-                        format!(
-                            "{principal}'s edit of {call_id} to {runs_with:?} is recorded as {recorded}"
                         ),
                     );
                 }
@@ -827,6 +817,51 @@ mod tests {
         let (mut obs, _) = clean();
         obs.ended[0].trail["entries"][1]["entry"]["actor"] = json!("mallory");
         assert_eq!(invariants(&obs), [6]);
+    }
+
+    #[test]
+    fn another_edit_by_the_same_person_is_another_decision() {
+        let (mut obs, t0) = clean();
+        let edited = json!({"order_id": "A-0", "amount": 140, "reason": "edited"});
+        let entries: Vec<Value> = obs.ended[0].trail["entries"].as_array().unwrap().clone();
+        let mut kept: Vec<(String, String, String, Value)> = entries
+            .iter()
+            .map(|e| {
+                let e = &e["entry"];
+                (
+                    e["kind"].as_str().unwrap().into(),
+                    e["call_id"].as_str().unwrap_or_default().into(),
+                    e["actor"].as_str().unwrap().into(),
+                    e["detail"].clone(),
+                )
+            })
+            .collect();
+        kept[3].3 = json!({"action": "edit", "input": edited});
+        let kept: Vec<(&str, &str, &str, Value)> = kept
+            .iter()
+            .map(|(k, c, a, d)| (k.as_str(), c.as_str(), a.as_str(), d.clone()))
+            .collect();
+        obs.ended[0].trail = trail(&kept);
+        obs.tools[2].body = edited.clone();
+        let edit = |amount: u32| Asked::Decide {
+            run: 0,
+            call_id: "toolu_c".into(),
+            principal: "rita",
+            action: "edit",
+            runs_with: Some(json!({"order_id": "A-0", "amount": amount, "reason": "edited"})),
+            stale: false,
+        };
+        obs.answers[0].asked = edit(140);
+        let mut again = obs.answers[0].clone();
+        again.asked = edit(90);
+        again.status = 409;
+        again.code = Some("already_decided".into());
+        again.at = t0 + Duration::from_millis(70);
+        obs.answers.push(again);
+        assert_eq!(check(&obs), []);
+        // Had the first edit been answered as recorded with 90, the trail would contradict it.
+        obs.answers[0].asked = edit(90);
+        assert_eq!(invariants(&obs), [4]);
     }
 
     #[test]
