@@ -19,6 +19,7 @@
 //!   from another commit, say), in place of this package's `worker_process`.
 
 use countersign_fake_model::FakeModel;
+use countersign_runtime::names::Names;
 use countersign_tests::app::{
     ADMIN_KEY, INTEGRATION_KEY, PATIENCE, REQUESTER_KEY, REVIEWER_KEY, gateway_config,
     new_namespace, worker_process_config_file,
@@ -250,6 +251,8 @@ struct Stage<'a> {
     tools: Tools,
     gateway_url: String,
     gateway: CancellationToken,
+    gateway_task: tokio::task::JoinHandle<anyhow::Result<()>>,
+    namespace: String,
     worker_config: PathBuf,
     workers: Vec<Child>,
     model_log: brain::AnswerLog,
@@ -349,13 +352,17 @@ impl<'a> Stage<'a> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let gateway_url = format!("http://{}", listener.local_addr().unwrap());
         let gateway = CancellationToken::new();
-        tokio::spawn(approval_gateway::run(config, listener, gateway.clone()));
+        let task = tokio::spawn(approval_gateway::run(config, listener, gateway.clone()));
         let http = reqwest::Client::builder()
             .pool_idle_timeout(Duration::from_secs(2))
             .timeout(Duration::from_secs(30))
             .build()
             .unwrap();
         countersign_tests::wait_for("the gateway to be ready", PATIENCE, || async {
+            assert!(
+                !task.is_finished(),
+                "the gateway stopped before it was ready"
+            );
             let r = http.get(format!("{gateway_url}/readyz")).send().await;
             r.ok().filter(|r| r.status().is_success()).map(|_| ())
         })
@@ -376,6 +383,8 @@ impl<'a> Stage<'a> {
             tools,
             gateway_url,
             gateway,
+            gateway_task: task,
+            namespace,
             worker_config,
             workers: Vec::new(),
             model_log,
@@ -777,6 +786,14 @@ impl<'a> Stage<'a> {
             let _ = worker.wait().await;
         }
         self.gateway.cancel();
+        let _ = self.gateway_task.await;
+        // Each AUDIT stream reserves its byte limit of the server's storage: the history's
+        // streams go, so the next history starts on a NATS as empty as this one did.
+        let nats = async_nats::connect(&self.infra.nats_url).await.unwrap();
+        let js = async_nats::jetstream::new(nats);
+        for stream in Names::new(&self.namespace).unwrap().streams() {
+            let _ = js.delete_stream(&stream).await;
+        }
         let _ = std::fs::remove_dir_all(&self.dir);
         self.obs.tools = self.tools.requests();
         self.obs.model = self.model_log.lock().unwrap().clone();
