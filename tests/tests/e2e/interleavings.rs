@@ -82,6 +82,29 @@ async fn cancel(app: &TestApp, run_id: &str) {
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
 }
 
+/// Approves the run's held refund once it waits, and waits until the refund is in flight;
+/// its call id.
+async fn approved_in_flight(app: &TestApp, tools: &HeldTools, run_id: &str) -> String {
+    let paused = app.wait_status(run_id, "awaiting_approval").await;
+    let call = &paused["pending"][0];
+    let call_id = call["call_id"].as_str().unwrap();
+    let (status, body) = app.approve(run_id, call_id, &call["digest"]).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    in_flight(tools, "/refunds").await;
+    call_id.to_string()
+}
+
+/// Waits for the run to end cancelled, with the refund sent once; the run and its trail.
+async fn cancelled_with_one_refund(
+    app: &TestApp,
+    tools: &HeldTools,
+    run_id: &str,
+) -> (Value, Vec<Value>) {
+    let run = app.wait_status(run_id, "cancelled").await;
+    assert_eq!(tools.received("/refunds").len(), 1);
+    (run, app.audit_entries(run_id).await)
+}
+
 /// The trail's `executed` entries for `call_id`.
 fn executions<'a>(trail: &'a [Value], call_id: &str) -> Vec<&'a Value> {
     trail
@@ -157,18 +180,11 @@ async fn a_call_running_when_a_cancel_lands_during_the_resume_is_in_the_trail_an
     let brain = fresh_ids(&[("issue_refund", large_refund)]);
     let (app, tools) = with_held_tools(brain, &["/refunds"]).await;
     let run_id = app.start_run("Refund $150 for A-1002.").await;
-    let paused = app.wait_status(&run_id, "awaiting_approval").await;
-    let call = &paused["pending"][0];
-    let call_id = call["call_id"].as_str().unwrap();
-    let (status, body) = app.approve(&run_id, call_id, &call["digest"]).await;
-    assert_eq!(status, StatusCode::OK, "{body}");
-    in_flight(&tools, "/refunds").await;
+    let call_id = &approved_in_flight(&app, &tools, &run_id).await;
     cancel(&app, &run_id).await;
     tools.release();
 
-    let run = app.wait_status(&run_id, "cancelled").await;
-    assert_eq!(tools.received("/refunds").len(), 1);
-    let trail = app.audit_entries(&run_id).await;
+    let (run, trail) = cancelled_with_one_refund(&app, &tools, &run_id).await;
     let refund = executions(&trail, call_id);
     assert_eq!(refund.len(), 1, "{trail:?}");
     assert_eq!(refund[0]["detail"]["outcome"], "approved", "{trail:?}");
@@ -186,20 +202,13 @@ async fn calls_started_before_a_crash_and_a_cancel_are_in_the_trail_and_the_reco
     let brain = fresh_ids(&[("get_order", lookup), ("issue_refund", large_refund)]);
     let (mut app, tools) = with_held_tools(brain, &["/refunds"]).await;
     let run_id = app.start_run("Look A-1002 up and refund $150.").await;
-    let paused = app.wait_status(&run_id, "awaiting_approval").await;
-    let call = &paused["pending"][0];
-    let call_id = call["call_id"].as_str().unwrap();
-    let (status, body) = app.approve(&run_id, call_id, &call["digest"]).await;
-    assert_eq!(status, StatusCode::OK, "{body}");
-    in_flight(&tools, "/refunds").await;
+    let call_id = &approved_in_flight(&app, &tools, &run_id).await;
     app.kill_worker(0).await;
     cancel(&app, &run_id).await;
     tools.release();
     app.spawn_worker();
 
-    let run = app.wait_status(&run_id, "cancelled").await;
-    assert_eq!(tools.received("/refunds").len(), 1);
-    let trail = app.audit_entries(&run_id).await;
+    let (run, trail) = cancelled_with_one_refund(&app, &tools, &run_id).await;
     let refund = executions(&trail, call_id);
     assert_eq!(refund.len(), 1, "{trail:?}");
     assert_eq!(refund[0]["detail"]["outcome"], "unknown", "{trail:?}");
@@ -208,6 +217,6 @@ async fn calls_started_before_a_crash_and_a_cancel_are_in_the_trail_and_the_reco
     assert_eq!(executions(&trail, lookup.call_id()).len(), 1, "{trail:?}");
     let results = recorded_results(&run);
     let answered: Vec<&str> = results.iter().map(|(id, _)| id.as_str()).collect();
-    assert!(answered.contains(&call_id), "{results:?}");
+    assert!(answered.contains(&call_id.as_str()), "{results:?}");
     assert!(answered.contains(&lookup.call_id()), "{results:?}");
 }
