@@ -12,6 +12,7 @@
 //! - `MODEL_CHECK_SEED`: the seed (default: a random one, printed).
 //! - `MODEL_CHECK_HISTORIES`: how many histories (default 8: about two minutes in CI).
 //! - `MODEL_CHECK_OPS`: the most operations a history has (default 20).
+//! - `MODEL_CHECK_RUNS`: the most runs a history has (default 5; at least 3).
 //! - `MODEL_CHECK_REPLAY`: a history's JSON, or a file holding it: plays that one only.
 //! - `MODEL_CHECK_SHRINK`: how many smaller histories a failure may play to shrink (default 4).
 //! - `MODEL_CHECK_WORKER_LOGS`: the worker processes' logs on stderr, at this filter.
@@ -83,7 +84,7 @@ impl Settings {
             seed: number("MODEL_CHECK_SEED", uuid::Uuid::new_v4().as_u64_pair().0),
             histories: number("MODEL_CHECK_HISTORIES", 8),
             size: Size {
-                runs: (3, 5),
+                runs: (3, number("MODEL_CHECK_RUNS", 5).max(3)),
                 ops: (8, number("MODEL_CHECK_OPS", 20).max(8)),
             },
             shrink: number("MODEL_CHECK_SHRINK", 4) as usize,
