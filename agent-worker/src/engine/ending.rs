@@ -10,9 +10,10 @@ use countersign_store::{Announcement, Execution, Save, StoreError};
 use tracing::{info, warn};
 
 impl Engine {
-    /// Pauses the run; `earlier` are audit entries of this drive not saved yet.
+    /// Pauses the run with what this drive did and has not saved yet (`earlier`, emptied
+    /// once saved).
     #[tracing::instrument(name = "run.pause", skip_all)]
-    pub(super) async fn pause(&self, mut run: Run, earlier: Unsaved) -> Result<(), StepError> {
+    pub(super) async fn pause(&self, mut run: Run, earlier: &mut Unsaved) -> Result<(), StepError> {
         let requested: Vec<AuditEntry> = run
             .held_calls()
             .map(|p| {
@@ -24,15 +25,12 @@ impl Engine {
                 self.entry(&run, AuditKind::Requested, Some(p), detail)
             })
             .collect();
-        let mut announce = earlier.announce;
+        let mut announce = earlier.announce.clone();
         announce.push(self.pause_announcement(&run));
         // The save lists the run in the inbox index first (see `Store::save`).
-        let audits: Vec<AuditEntry> = earlier
-            .audits
-            .into_iter()
-            .chain(requested.iter().cloned())
-            .collect();
+        let audits: Vec<AuditEntry> = earlier.audits.iter().chain(&requested).cloned().collect();
         self.save(&mut run, Save::Pause, &audits, &announce).await?;
+        *earlier = Unsaved::default();
         self.schedule_timers(&run).await?;
         let metrics = &self.metrics;
         metrics.run("paused");
@@ -52,13 +50,13 @@ impl Engine {
         self.schedule_timers(run).await
     }
 
-    /// Finishes the run with its answer or error; `earlier` are audit entries of this drive
-    /// not saved yet.
+    /// Finishes the run with its answer or error, and what this drive did and has not saved
+    /// yet (`earlier`, emptied once saved).
     pub(super) async fn finish(
         &self,
         mut run: Run,
         result: Result<String, String>,
-        earlier: Unsaved,
+        earlier: &mut Unsaved,
     ) -> Result<(), StepError> {
         let (status, kind, detail) = match result {
             Ok(answer) => {
@@ -73,29 +71,39 @@ impl Engine {
                 (RunStatus::Failed, AuditKind::Failed, detail)
             }
         };
-        let Unsaved {
-            mut audits,
-            mut announce,
-        } = earlier;
+        let mut audits = earlier.audits.clone();
         audits.push(self.entry(&run, kind, None, detail));
+        let mut announce = earlier.announce.clone();
         announce.push(self.end_announcement(&run, status));
-        self.end(run, status, audits, announce).await
+        self.end(run, status, audits, announce).await?;
+        *earlier = Unsaved::default();
+        Ok(())
     }
 
     /// Finishes a run someone cancelled, from its last stored state, and announces
     /// `run.cancelled`. Its held calls were closed, and their channels told, by the script
-    /// that recorded the cancel. Whatever ran of the stored turn is recorded first (see
+    /// that recorded the cancel. What the drive that found the cancel did and could not save
+    /// (`unsaved`) is saved now, and whatever else ran of the stored turn is recorded (see
     /// [`Engine::close_turn`]): no call starts once the cancel is accepted, but one started
     /// before it may have finished since.
-    pub(super) async fn cancel(&self, id: &RunId) -> Result<(), StepError> {
+    pub(super) async fn cancel(&self, id: &RunId, unsaved: Unsaved) -> Result<(), StepError> {
         let Some(mut run) = self.store.load(id).await? else {
             return Ok(());
         };
         let Some(cancel) = run.cancel.clone() else {
             return Err(StoreError::Corrupt("cancelled without a cancellation".into()).into());
         };
-        let mut audits = self.close_turn(&mut run).await?;
-        let announce = vec![self.end_announcement(&run, RunStatus::Cancelled)];
+        let Unsaved {
+            mut audits,
+            mut announce,
+        } = unsaved;
+        let audited: Vec<String> = audits
+            .iter()
+            .filter(|a| a.kind == AuditKind::Executed)
+            .filter_map(|a| a.call_id.clone())
+            .collect();
+        audits.extend(self.close_turn(&mut run, &audited).await?);
+        announce.push(self.end_announcement(&run, RunStatus::Cancelled));
         let detail = serde_json::json!({"by": cancel.by, "reason": cancel.reason});
         audits.push(self.entry(&run, AuditKind::Cancelled, None, detail));
         self.store.index_awaiting(id, false).await?;
@@ -106,8 +114,12 @@ impl Engine {
     /// gets the one its execution record holds (audited as executed), `unknown` if it was
     /// started and never finished (audited, and a person told), or else a result saying it
     /// did not run; the results are appended, so every call the model asked for is answered
-    /// in the record. Returns the audit entries.
-    async fn close_turn(&self, run: &mut Run) -> Result<Vec<AuditEntry>, StepError> {
+    /// in the record. Returns the audit entries, but for the calls `audited` already.
+    async fn close_turn(
+        &self,
+        run: &mut Run,
+        audited: &[String],
+    ) -> Result<Vec<AuditEntry>, StepError> {
         let open: Vec<&str> = run
             .paused_turn
             .iter()
@@ -147,7 +159,7 @@ impl Engine {
                     }
                 }
             };
-            if result.outcome != CallOutcome::Cancelled {
+            if result.outcome != CallOutcome::Cancelled && !audited.contains(&call.call_id) {
                 audits.push(self.executed(run, call, None, &result));
             }
             call.result = Some(result);

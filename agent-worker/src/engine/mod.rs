@@ -212,26 +212,37 @@ impl Engine {
                 Ok(Outcome::Ack)
             }
             Claim::Finished(_) => Ok(Outcome::Ack),
-            Claim::Claimed(claimed) => match self.drive_with_lease(*claimed, attempt).await {
-                Ok(()) | Err(StepError::Store(StoreError::LostLease(_))) => Ok(Outcome::Ack),
-                Err(StepError::Store(StoreError::Cancelled)) => {
-                    self.cancel(id).await?;
-                    Ok(Outcome::Ack)
+            Claim::Claimed(claimed) => {
+                let mut unsaved = Unsaved::default();
+                match self.drive_with_lease(*claimed, attempt, &mut unsaved).await {
+                    Ok(()) | Err(StepError::Store(StoreError::LostLease(_))) => Ok(Outcome::Ack),
+                    // What the drive did and could not save, refused for the cancel, goes
+                    // with the save that ends the run.
+                    Err(StepError::Store(StoreError::Cancelled)) => {
+                        self.cancel(id, unsaved).await?;
+                        Ok(Outcome::Ack)
+                    }
+                    Err(e) => {
+                        // Let the next delivery claim it at once instead of after the lease.
+                        let _ = self.store.release(id, owner).await;
+                        Err(e)
+                    }
                 }
-                Err(e) => {
-                    // Let the next delivery claim it at once instead of after the lease.
-                    let _ = self.store.release(id, owner).await;
-                    Err(e)
-                }
-            },
+            }
         }
     }
 
-    /// Drives the run while renewing the lease every third of its length.
-    async fn drive_with_lease(&self, claimed: Claimed, attempt: u64) -> Result<(), StepError> {
+    /// Drives the run while renewing the lease every third of its length; what the drive did
+    /// and has not saved when it stops is left in `unsaved`.
+    async fn drive_with_lease(
+        &self,
+        claimed: Claimed,
+        attempt: u64,
+        unsaved: &mut Unsaved,
+    ) -> Result<(), StepError> {
         let id = claimed.run.run_id.clone();
         let id = &id;
-        let drive = self.drive(claimed, attempt);
+        let drive = self.drive(claimed, attempt, unsaved);
         tokio::pin!(drive);
         let mut renew = tokio::time::interval(self.settings.lease / 3);
         renew.tick().await;
@@ -247,7 +258,12 @@ impl Engine {
         }
     }
 
-    async fn drive(&self, claimed: Claimed, attempt: u64) -> Result<(), StepError> {
+    async fn drive(
+        &self,
+        claimed: Claimed,
+        attempt: u64,
+        unsaved: &mut Unsaved,
+    ) -> Result<(), StepError> {
         let Claimed { mut run, decisions } = claimed;
         let id = &run.run_id.clone();
         if run.cancel.is_some() {
@@ -256,20 +272,19 @@ impl Engine {
         let agents = self.agents();
         let Some(agent) = agents.get(&run.agent) else {
             let error = format!("agent {:?} is not defined", run.agent);
-            return self.finish(run, Err(error), Unsaved::default()).await;
+            return self.finish(run, Err(error), unsaved).await;
         };
         // When the decisions this drive resumes from were made, until the model is called.
         let mut resumed_from = None;
-        // Audit entries and announcements of calls run or checked again on resuming, written
-        // with the drive's next save: the execution records hold the results meanwhile, so a
-        // drive that stops before it resumes the turn again from them and finds the same
-        // entries, and a save is saved.
-        let mut unsaved = Unsaved::default();
+        // `unsaved`: audit entries and announcements of calls run or checked again, written
+        // with the drive's next save and emptied by it: the execution records hold the
+        // results meanwhile, so a drive that stops before it resumes the turn again from them
+        // and finds the same entries, and a save is saved.
         if !run.paused_turn.is_empty() && run.status == RunStatus::Running {
             // A turn an earlier attempt stored and did not finish: its calls, as stored, run
             // through their execution records (what ran is not run again).
             info!(turn = run.turns, "taking over a stored turn");
-            match self.play_turn(run, agent, false, &mut unsaved).await? {
+            match self.play_turn(run, agent, false, unsaved).await? {
                 Some(next) => run = next,
                 None => return Ok(()),
             }
@@ -286,7 +301,7 @@ impl Engine {
             };
             self.live(id, resumed).await;
             match self
-                .resume_turn(&mut run, agent, &decisions, &mut unsaved)
+                .resume_turn(&mut run, agent, &decisions, unsaved)
                 .await?
             {
                 Resumed::Turn { last_decided } => resumed_from = Some(last_decided),
@@ -350,18 +365,19 @@ impl Engine {
                 return self.finish(run, Ok(answer), unsaved).await;
             }
             run.messages.push(reply);
-            run.paused_turn = self.gate(&run, agent, calls, &mut unsaved).await?;
+            run.paused_turn = self.gate(&run, agent, calls, unsaved).await?;
             let marked = run.paused_turn.iter().any(TurnCall::runs_now);
             if marked {
                 // The turn is stored before any of its calls runs, and the calls to run are
                 // marked started in the same step: a worker that takes over finds these calls
                 // and their execution records, not the model's next answer.
                 let token = uuid::Uuid::new_v4().simple().to_string();
-                let Unsaved { audits, announce } = std::mem::take(&mut unsaved);
-                self.save(&mut run, Save::Turn { token }, &audits, &announce)
+                let Unsaved { audits, announce } = unsaved;
+                self.save(&mut run, Save::Turn { token }, audits, announce)
                     .await?;
+                *unsaved = Unsaved::default();
             }
-            match self.play_turn(run, agent, marked, &mut unsaved).await? {
+            match self.play_turn(run, agent, marked, unsaved).await? {
                 Some(next) => run = next,
                 None => return Ok(()),
             }
@@ -385,7 +401,7 @@ impl Engine {
             .await?;
         if turn.iter().any(|c| c.held.is_some()) {
             run.paused_turn = turn;
-            self.pause(run, std::mem::take(unsaved)).await?;
+            self.pause(run, unsaved).await?;
             return Ok(None);
         }
         run.messages.push(results_message(&turn));

@@ -220,3 +220,26 @@ async fn calls_started_before_a_crash_and_a_cancel_are_in_the_trail_and_the_reco
     assert!(answered.contains(&call_id.as_str()), "{results:?}");
     assert!(answered.contains(&lookup.call_id()), "{results:?}");
 }
+
+#[tokio::test]
+async fn a_call_a_policy_change_released_and_a_cancel_cut_short_keeps_its_release_in_the_trail() {
+    let brain = fresh_ids(&[("issue_refund", large_refund)]);
+    let (app, tools) = with_held_tools(brain, &["/refunds"]).await;
+    let run_id = app.start_run("Refund $150 for A-1002.").await;
+    let paused = app.wait_status(&run_id, "awaiting_approval").await;
+    let call_id = paused["pending"][0]["call_id"].as_str().unwrap();
+    // The limit rises over the waiting refund: the worker closes it and releases it.
+    app.rewrite_agent(|agent| agent.replace("input.amount > 20.0", "input.amount > 200.0"));
+    in_flight(&tools, "/refunds").await;
+    cancel(&app, &run_id).await;
+    tools.release();
+
+    let (_, trail) = cancelled_with_one_refund(&app, &tools, &run_id).await;
+    let released = trail.iter().any(|e| {
+        e["kind"] == "policy_changed"
+            && e["call_id"] == call_id
+            && e["detail"]["outcome"] == "released"
+    });
+    assert!(released, "{trail:?}");
+    assert_eq!(executions(&trail, call_id).len(), 1, "{trail:?}");
+}
