@@ -149,14 +149,7 @@ impl Engine {
                         call.tool
                     );
                     let about = (call.call_id.as_str(), call.tool.as_str(), &call.input);
-                    self.attention(&run.run_id, Some(about), reason.clone())
-                        .await;
-                    CallResult {
-                        outcome: CallOutcome::Unknown,
-                        is_error: true,
-                        content: reason,
-                        images: Vec::new(),
-                    }
+                    self.reported_unknown(&run.run_id, about, reason).await
                 }
             };
             if result.outcome != CallOutcome::Cancelled && !audited.contains(&call.call_id) {

@@ -53,14 +53,8 @@ impl Engine {
                     tool.name
                 );
                 // Still recorded below and told to the model; the audit trail has it too.
-                self.attention(run, Some((call_id, &tool.name, input)), reason.clone())
-                    .await;
-                let result = CallResult {
-                    outcome: CallOutcome::Unknown,
-                    is_error: true,
-                    content: reason,
-                    images: Vec::new(),
-                };
+                let about = (call_id, tool.name.as_str(), input);
+                let result = self.reported_unknown(run, about, reason).await;
                 self.store.exec_finish(run, call_id, &result).await?;
                 return Ok(result);
             }
@@ -86,6 +80,23 @@ impl Engine {
         }
         self.store.exec_finish(run, call_id, &answer.result).await?;
         Ok(answer.result)
+    }
+
+    /// The result of a call (id, tool's name, input) started and never finished, whose
+    /// outcome is unknown for `reason`; a person is told with `run.attention`.
+    pub(super) async fn reported_unknown(
+        &self,
+        run: &RunId,
+        call: (&str, &str, &Value),
+        reason: String,
+    ) -> CallResult {
+        self.attention(run, Some(call), reason.clone()).await;
+        CallResult {
+            outcome: CallOutcome::Unknown,
+            is_error: true,
+            content: reason,
+            images: Vec::new(),
+        }
     }
 
     /// Publishes `run.attention` for the run, or one of its calls (id, tool's name, input): a
