@@ -652,6 +652,33 @@ mod tests {
 
     /// One run: the model asked for a lookup and a $12 refund (free) and a $150 refund, held
     /// and approved by rita; everything ran once; the run completed.
+    /// A trail's entries as (kind, call id, actor, detail), to change and make again with
+    /// [`trail_of`].
+    fn rows(trail: &Value) -> Vec<(String, String, String, Value)> {
+        trail["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                let e = &e["entry"];
+                (
+                    e["kind"].as_str().unwrap().into(),
+                    e["call_id"].as_str().unwrap_or_default().into(),
+                    e["actor"].as_str().unwrap().into(),
+                    e["detail"].clone(),
+                )
+            })
+            .collect()
+    }
+
+    fn trail_of(rows: &[(String, String, String, Value)]) -> Value {
+        let rows: Vec<(&str, &str, &str, Value)> = rows
+            .iter()
+            .map(|(k, c, a, d)| (k.as_str(), c.as_str(), a.as_str(), d.clone()))
+            .collect();
+        trail(&rows)
+    }
+
     fn clean() -> (Observations, Instant) {
         let t0 = Instant::now();
         let at = |ms| t0 + Duration::from_millis(ms);
@@ -774,25 +801,9 @@ mod tests {
 
         // Hole 3: the edited refund ran, and the trail lacks its execution.
         let (mut obs, _) = clean();
-        let mut entries = obs.ended[0].trail["entries"].as_array().unwrap().clone();
-        entries.truncate(4);
-        let kept: Vec<(String, String, String, Value)> = entries
-            .iter()
-            .map(|e| {
-                let e = &e["entry"];
-                (
-                    e["kind"].as_str().unwrap().into(),
-                    e["call_id"].as_str().unwrap_or_default().into(),
-                    e["actor"].as_str().unwrap().into(),
-                    e["detail"].clone(),
-                )
-            })
-            .collect();
-        let kept: Vec<(&str, &str, &str, Value)> = kept
-            .iter()
-            .map(|(k, c, a, d)| (k.as_str(), c.as_str(), a.as_str(), d.clone()))
-            .collect();
-        obs.ended[0].trail = trail(&kept);
+        let mut kept = rows(&obs.ended[0].trail);
+        kept.truncate(4);
+        obs.ended[0].trail = trail_of(&kept);
         let found = check(&obs);
         assert!(
             found.iter().any(|v| v.what.contains("no executed entry")),
@@ -823,25 +834,9 @@ mod tests {
     fn another_edit_by_the_same_person_is_another_decision() {
         let (mut obs, t0) = clean();
         let edited = json!({"order_id": "A-0", "amount": 140, "reason": "edited"});
-        let entries: Vec<Value> = obs.ended[0].trail["entries"].as_array().unwrap().clone();
-        let mut kept: Vec<(String, String, String, Value)> = entries
-            .iter()
-            .map(|e| {
-                let e = &e["entry"];
-                (
-                    e["kind"].as_str().unwrap().into(),
-                    e["call_id"].as_str().unwrap_or_default().into(),
-                    e["actor"].as_str().unwrap().into(),
-                    e["detail"].clone(),
-                )
-            })
-            .collect();
+        let mut kept = rows(&obs.ended[0].trail);
         kept[3].3 = json!({"action": "edit", "input": edited});
-        let kept: Vec<(&str, &str, &str, Value)> = kept
-            .iter()
-            .map(|(k, c, a, d)| (k.as_str(), c.as_str(), a.as_str(), d.clone()))
-            .collect();
-        obs.ended[0].trail = trail(&kept);
+        obs.ended[0].trail = trail_of(&kept);
         obs.tools[2].body = edited.clone();
         let edit = |amount: u32| Asked::Decide {
             run: 0,
