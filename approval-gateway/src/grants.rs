@@ -11,7 +11,7 @@ use crate::state::AppState;
 use countersign_model::authority::{self, Principal};
 use countersign_model::condition::Condition;
 use countersign_model::grant::{Grant, GrantUse, Held, Revocation};
-use countersign_model::run::{Action, HeldCall, RunId};
+use countersign_model::run::{Action, HeldCall, Run, RunId};
 use countersign_store::UseOutcome;
 use tracing::{info, warn};
 
@@ -74,31 +74,31 @@ pub(crate) fn may_revoke(state: &AppState, grant: &Grant, who: Principal<'_>) ->
     authority::may_revoke(who, grant, deciders.as_deref())
 }
 
-/// Decides under a standing grant each of `calls` (held in `run_id`, a run of `agent`
-/// requested by `requested_by`) that one covers; the ids of the calls so decided. An error
+/// Decides under a standing grant each of `calls` (held in `run`, both as stored) that one
+/// covers; the ids of the calls so decided. The decision script checks the grant's terms
+/// again against the call it decides; the condition, which needs CEL, is evaluated here on
+/// the stored input, and the digest the script checks binds the decision to it. An error
 /// leaves the rest for a later attempt: what was counted and decided is found again then.
 pub(crate) async fn apply(
     state: &AppState,
-    run_id: &RunId,
-    agent: &str,
+    run: &Run,
     calls: &[HeldCall],
-    requested_by: Option<&str>,
 ) -> Result<Vec<String>, DecideError> {
     let mut decided = Vec::new();
     for call in calls {
-        let grants = state.store.grants_for(agent, &call.tool).await?;
+        let grants = state.store.grants_for(&run.agent, &call.tool).await?;
         let covering = grants.into_iter().filter(|g| {
             g.is_for(&Held {
-                agent,
-                run_id: run_id.as_str(),
-                requester: requested_by,
+                agent: &run.agent,
+                run_id: run.run_id.as_str(),
+                requester: run.requested_by.as_deref(),
                 call_id: &call.call_id,
                 tool: &call.tool,
                 policy_version: &call.policy_version,
             }) && Condition::compile(&g.condition).is_ok_and(|c| c.matches(&call.input))
         });
         for grant in covering {
-            if decide_under(state, run_id, call, &grant).await? {
+            if decide_under(state, &run.run_id, call, &grant).await? {
                 decided.push(call.call_id.clone());
                 break;
             }

@@ -1,6 +1,6 @@
 //! Messages on NATS. Each is JSON with a `type` and a `version` field.
 
-use crate::run::{Action, HeldCall, RunId};
+use crate::run::{Action, HeldCall, Run, RunId};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -177,6 +177,36 @@ pub enum Event {
         #[serde(default)]
         reason: Option<String>,
     },
+}
+
+impl Event {
+    /// The `approval.requested` of `run` as stored, paused on its held calls: what the worker
+    /// announces, and what the gateway shows and matches grants against whatever the message
+    /// on NATS said (the stored run is the one authority on what waits).
+    pub fn approval_requested(run: &Run) -> Self {
+        Event::ApprovalRequested {
+            run_id: run.run_id.clone(),
+            agent: run.agent.clone(),
+            turn: run.turns,
+            text: run.paused_turn_text(),
+            calls: run.held_calls().cloned().collect(),
+            evidence: run
+                .paused_turn
+                .iter()
+                .filter_map(|c| {
+                    let result = c.result.as_ref()?;
+                    Some(Evidence {
+                        call_id: c.call_id.clone(),
+                        tool: c.tool.clone(),
+                        input: c.input.clone(),
+                        content: result.content.clone(),
+                        is_error: result.is_error,
+                    })
+                })
+                .collect(),
+            requested_by: run.requested_by.clone(),
+        }
+    }
 }
 
 #[cfg(test)]

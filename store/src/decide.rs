@@ -4,6 +4,7 @@ use super::{Announcement, Store, StoreError, event, from_json, to_json};
 use crate::script::{self, Argv};
 use countersign_model::audit::AuditEntry;
 use countersign_model::events::Event;
+use countersign_model::grant::Grant;
 use countersign_model::run::{Decision, RunId};
 use countersign_runtime::names::msg_id;
 use serde::{Deserialize, Serialize};
@@ -36,10 +37,11 @@ pub struct DecideRequest<'a> {
     /// Whether the gateway signs receipts: then a decision that lets a call run must carry
     /// one naming exactly who decided it.
     pub receipts: bool,
-    /// Who made the standing grant deciding, each checked as a decider of every call (then
-    /// `principal` is the name recorded, `alice, under grant grt_…`); empty when a person
+    /// The standing grant deciding: its terms (agent, tool, policy version, requester) are
+    /// checked against each call as stored, and everyone who made it as a decider of it (then
+    /// `principal` is the name recorded, `alice, under grant grt_…`); none when a person
     /// decides.
-    pub granted_by: &'a [String],
+    pub grant: Option<&'a Grant>,
     pub proposals: Vec<Proposal>,
 }
 
@@ -129,6 +131,9 @@ pub enum RefusalCode {
     /// The standing grant was made by fewer people than the call's quorum (detail: the
     /// quorum).
     GrantShort,
+    /// The standing grant is not about this call as stored: another agent, tool, policy
+    /// version or requester (detail: which).
+    GrantMismatch,
     /// The receipt does not name who the decision would (another approval of the quorum came
     /// first, detail: who it would), or the decision lets the call run without one: sign
     /// again and retry.
@@ -180,9 +185,9 @@ impl Store {
             decided_subject: &self.names.approval_decided(id),
             expired_subject: &self.names.approval_expired(id),
             grant: request.link.map_or("", |(_, grant)| grant),
-            granted_by: &match request.granted_by {
-                [] => String::new(),
-                names => to_json(&names)?,
+            under_grant: &match request.grant {
+                None => String::new(),
+                Some(grant) => to_json(grant)?,
             },
         };
         let (status, detail, queued) = self

@@ -253,6 +253,7 @@ impl Store {
         let args = script::Create {
             doc: &doc,
             requested_by: run.requested_by.as_deref().unwrap_or_default(),
+            agent: &run.agent,
         };
         let created: i64 = script::CREATE
             .invocation(None, &args)

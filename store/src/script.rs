@@ -249,6 +249,8 @@ argv! {
     pub(crate) struct Create<'a> {
         doc: &'a str,
         requested_by: &'a str,
+        /// Kept beside the document for the decision script, which checks a grant's agent.
+        agent: &'a str,
     }
 }
 
@@ -340,8 +342,8 @@ argv! {
         expired_subject: &'a str,
         /// What the email link used must still grant; empty without one.
         grant: &'a str,
-        /// Who made the standing grant deciding (JSON list); empty when a person decides.
-        granted_by: &'a str,
+        /// The standing grant deciding (JSON); empty when a person decides.
+        under_grant: &'a str,
     }
 }
 

@@ -451,6 +451,54 @@ impl TestApp {
         out
     }
 
+    /// Publishes `event` on `subject` (of this app's namespace) into JetStream as any client
+    /// allowed to publish there could: a forged message, for tests of what the services
+    /// trust.
+    pub async fn publish_event(&self, subject: &str, event: &Value) {
+        let js =
+            async_nats::jetstream::new(async_nats::connect(&self.infra.nats_url).await.unwrap());
+        let payload = serde_json::to_vec(event).unwrap();
+        js.publish(format!("{}.{subject}", self.namespace), payload.into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+
+    /// Waits until the gateways have handled every approval event published so far: each
+    /// fanned out into deliveries, and each delivery sent.
+    pub async fn wait_deliveries_settled(&self) {
+        let js =
+            async_nats::jetstream::new(async_nats::connect(&self.infra.nats_url).await.unwrap());
+        let names = Names::new(&self.namespace).unwrap();
+        let mut approvals = js.get_stream(names.approvals_stream()).await.unwrap();
+        let last = approvals.info().await.unwrap().state.last_sequence;
+        wait_for("the gateways to handle every approval event", PATIENCE, || async {
+            let mut fan_out = js
+                .get_consumer_from_stream::<async_nats::jetstream::consumer::pull::Config, _, _>(
+                    names.fan_out_consumer(),
+                    names.approvals_stream(),
+                )
+                .await
+                .ok()?;
+            let fanned = fan_out.info().await.ok()?;
+            let mut sender = js
+                .get_consumer_from_stream::<async_nats::jetstream::consumer::pull::Config, _, _>(
+                    names.deliveries_consumer(),
+                    names.deliveries_stream(),
+                )
+                .await
+                .ok()?;
+            let sent = sender.info().await.ok()?;
+            (fanned.ack_floor.stream_sequence >= last
+                && fanned.num_ack_pending == 0
+                && sent.num_pending == 0
+                && sent.num_ack_pending == 0)
+                .then_some(())
+        })
+        .await;
+    }
+
     pub fn worker_config(&self) -> agent_worker::config::Config {
         worker_config(self.connections(), &self.agents_dir)
     }
@@ -743,7 +791,7 @@ impl TestApp {
             link: None,
             role_decides: true,
             receipts: signed,
-            granted_by: &[],
+            grant: None,
             proposals: vec![Proposal {
                 decision,
                 checked_digest: None,

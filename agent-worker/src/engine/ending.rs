@@ -3,7 +3,7 @@
 
 use super::{Engine, StepError, Unsaved, results_message};
 use countersign_model::audit::{AuditEntry, AuditKind};
-use countersign_model::events::{Event, Evidence};
+use countersign_model::events::Event;
 use countersign_model::run::{CallOutcome, CallResult, Run, RunId, RunStatus};
 use countersign_runtime::names::msg_id;
 use countersign_store::{Announcement, Execution, Save, StoreError};
@@ -189,28 +189,7 @@ impl Engine {
             Some(again) => msg_id::requested_again(&run.run_id, &again.call_id),
             None => msg_id::requested(&run.run_id, run.turns),
         };
-        let event = Event::ApprovalRequested {
-            run_id: run.run_id.clone(),
-            agent: run.agent.clone(),
-            turn: run.turns,
-            text: run.paused_turn_text(),
-            calls: run.held_calls().cloned().collect(),
-            evidence: run
-                .paused_turn
-                .iter()
-                .filter_map(|c| {
-                    let result = c.result.as_ref()?;
-                    Some(Evidence {
-                        call_id: c.call_id.clone(),
-                        tool: c.tool.clone(),
-                        input: c.input.clone(),
-                        content: result.content.clone(),
-                        is_error: result.is_error,
-                    })
-                })
-                .collect(),
-            requested_by: run.requested_by.clone(),
-        };
+        let event = Event::approval_requested(run);
         Announcement::new(id, names.approval_requested(&run.run_id), event)
     }
 

@@ -434,7 +434,7 @@ impl Engine {
             link: None,
             role_decides: true,
             receipts: false,
-            granted_by: &[],
+            grant: None,
             proposals: vec![Proposal {
                 decision,
                 checked_digest: None,

@@ -154,6 +154,11 @@ impl DecideError {
                     "call {call:?} needs {detail} approvals, more than the standing grant's makers"
                 ),
             ),
+            RefusalCode::GrantMismatch => (
+                StatusCode::FORBIDDEN,
+                "not_covered",
+                format!("the standing grant does not cover call {call:?}: its {detail} differs"),
+            ),
             RefusalCode::RunCancelled => (
                 StatusCode::CONFLICT,
                 "run_cancelled",

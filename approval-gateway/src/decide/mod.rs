@@ -147,7 +147,7 @@ async fn record_once(
         link: by.link,
         role_decides: by.role.decides(),
         receipts: state.receipts.signs(),
-        granted_by: by.grant.map_or(&[], |g| &g.granted_by),
+        grant: by.grant,
         proposals,
     };
     match state.store.decide(&run.run_id, &request).await? {

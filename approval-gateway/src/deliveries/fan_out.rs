@@ -8,6 +8,8 @@ use crate::state::AppState;
 use async_nats::jetstream::Message;
 use countersign_model::agent::Channel;
 use countersign_model::events::{Envelope, Event};
+use countersign_model::run::{Run, RunId, RunStatus};
+use countersign_store::StoreError;
 use countersign_runtime::work::Outcome;
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -49,16 +51,20 @@ pub(super) async fn fan_out(state: &AppState, msg: &Message) -> Outcome {
             return Outcome::GiveUp;
         }
     };
+    // What waits is read from the stored run, never from the message: an event forged on
+    // NATS, or one the run has moved past, shows nothing and decides nothing.
+    let run = match as_stored(state, &mut envelope.event).await {
+        Ok(Stored::Shown(run)) => Some(run),
+        Ok(Stored::Other) => None,
+        Ok(Stored::Nothing) => return Outcome::Ack,
+        Err(e) => {
+            warn!(error = %e, "could not read the run of an approval event; it will come again");
+            return Outcome::Retry(Duration::from_secs(1));
+        }
+    };
     // Calls a standing grant covers are decided now, and nobody is asked about them.
-    if let Event::ApprovalRequested {
-        run_id,
-        agent,
-        calls,
-        requested_by,
-        ..
-    } = &mut envelope.event
-    {
-        match grants::apply(state, run_id, agent, calls, requested_by.as_deref()).await {
+    if let (Some(run), Event::ApprovalRequested { calls, .. }) = (&run, &mut envelope.event) {
+        match grants::apply(state, run, calls).await {
             Ok(decided) => calls.retain(|c| !decided.contains(&c.call_id)),
             Err(e) => {
                 warn!(error = %e, "could not look for standing grants; the event will come again");
@@ -130,4 +136,76 @@ fn calls_shown_apart(channel: &Channel, event: &Event) -> Vec<Option<String>> {
         Event::ApprovalReminder { call, .. } => vec![Some(call.call_id.clone())],
         _ => Vec::new(),
     }
+}
+
+/// An approval event once checked against its stored run.
+enum Stored {
+    /// It asks about held calls: these, as stored, in the run as stored.
+    Shown(Run),
+    /// It does not show held calls (a decision, an expiry…): as it came.
+    Other,
+    /// None of the calls it names waits in the run's current turn: nothing to show.
+    Nothing,
+}
+
+/// Replaces what an event asking about held calls says of them (their input, digest,
+/// reviewers, the model's words, the agent, the requester) with the run as stored, keeping
+/// only the calls it names that the run still waits on in that turn.
+async fn as_stored(state: &AppState, event: &mut Event) -> Result<Stored, StoreError> {
+    let (run_id, named): (&RunId, Vec<&str>) = match &*event {
+        Event::ApprovalRequested { run_id, calls, .. } => {
+            (run_id, calls.iter().map(|c| c.call_id.as_str()).collect())
+        }
+        Event::ApprovalReminder { run_id, call, .. } => (run_id, vec![call.call_id.as_str()]),
+        _ => return Ok(Stored::Other),
+    };
+    let named: BTreeSet<String> = named.into_iter().map(str::to_string).collect();
+    let Some(run) = state.store.load(run_id).await? else {
+        return Ok(Stored::Nothing);
+    };
+    if run.status != RunStatus::AwaitingApproval {
+        return Ok(Stored::Nothing);
+    }
+    let Event::ApprovalRequested {
+        turn,
+        text,
+        mut calls,
+        evidence,
+        ..
+    } = Event::approval_requested(&run)
+    else {
+        unreachable!("approval_requested makes an approval.requested")
+    };
+    calls.retain(|c| named.contains(&c.call_id));
+    match event {
+        Event::ApprovalRequested { turn: asked, .. } if *asked != turn || calls.is_empty() => {
+            return Ok(Stored::Nothing);
+        }
+        Event::ApprovalRequested {
+            agent,
+            text: said,
+            calls: shown,
+            evidence: seen,
+            requested_by,
+            ..
+        } => {
+            (*agent, *said, *shown, *seen) = (run.agent.clone(), text, calls, evidence);
+            requested_by.clone_from(&run.requested_by);
+        }
+        Event::ApprovalReminder {
+            agent,
+            text: said,
+            call,
+            requested_by,
+            ..
+        } => {
+            let Some(held) = calls.pop() else {
+                return Ok(Stored::Nothing);
+            };
+            (*agent, *said, **call) = (run.agent.clone(), text, held);
+            requested_by.clone_from(&run.requested_by);
+        }
+        _ => {}
+    }
+    Ok(Stored::Shown(run))
 }

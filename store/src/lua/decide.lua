@@ -12,15 +12,17 @@
 -- still holds `grant`. Tail: the count of decisions, then each (see `read_proposed`).
 -- With `receipts` '1', a decision that lets a call run carries its receipt in its JSON and
 -- names in `receipt_for` who the receipt says decided.
--- `granted_by`, when not empty, is the JSON list of who made the standing grant deciding the
--- calls (`principal` is then the name the decision records, `alice, under grant grt_…`): each
--- of them is checked as if deciding, and together they must make the call's quorum.
+-- `under_grant`, when not empty, is the standing grant deciding the calls (JSON; `principal`
+-- is then the name the decision records, `alice, under grant grt_…`): its agent, tool,
+-- policy version and requester must be the run's and the call's as stored, whatever the
+-- message that brought the call to the gateway said; everyone who made it is checked as if
+-- deciding, and together they must make the call's quorum.
 -- Replies {'ok', results JSON, outbox...}, {'refused', refusal JSON}, or {'missing', ''}.
 local expiry = by == 'deadline'
 local by_policy = by == 'policy'
 local system = expiry or by_policy
 local run = redis.call('HMGET', run_key, 'status', 'cancel', 'turn', 'requested_by',
-  'pending_count', 'decided_count', 'version')
+  'pending_count', 'decided_count', 'version', 'agent')
 local status = run[1]
 if not status then return {'missing', ''} end
 
@@ -52,8 +54,21 @@ local function approvers(call_id)
   return names
 end
 
+local grant = nil
 local granters = nil
-if granted_by ~= '' then granters = cjson.decode(granted_by) end
+if under_grant ~= '' then
+  grant = cjson.decode(under_grant)
+  granters = grant.granted_by
+end
+-- Which of the grant's terms `held` (of this run) does not meet; nil when it meets them all.
+-- A run stored before runs kept their agent beside the document meets no grant.
+local function grant_differs(held)
+  if grant.agent ~= run[8] then return 'agent' end
+  if grant.tool ~= held.tool then return 'tool' end
+  if grant.policy_version ~= held.policy_version then return 'policy version' end
+  if grant.requester and grant.requester ~= run[4] then return 'requester' end
+  return nil
+end
 -- Who is deciding, each checked: the principal, or everyone who made the grant.
 local deciding = granters or {principal}
 
@@ -106,6 +121,10 @@ for _, d in ipairs(decisions) do
         if d.action ~= 'reject' and not held.self_ok and requester == who then
           return refuse(d, 'own_request')
         end
+      end
+      if grant then
+        local differs = grant_differs(held)
+        if differs then return refuse(d, 'grant_mismatch', differs) end
       end
       if granters and #granters < held.quorum then
         return refuse(d, 'grant_short', tostring(held.quorum))

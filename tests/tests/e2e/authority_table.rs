@@ -10,10 +10,13 @@ use approval_gateway::config::{ApiKey, Config, Person, Role};
 use countersign_model::agent::Reviewers;
 use countersign_model::audit::{AuditEntry, AuditKind};
 use countersign_model::authority::{self, ALL_ACTIONS, Principal, RunFacts};
+use countersign_model::grant::Grant;
 use countersign_model::run::{Action, Cancellation, Decision, HeldCall, Run, RunId, TurnCall};
 use countersign_runtime::metrics::Metrics;
 use countersign_runtime::names::Names;
-use countersign_store::{Announcement, Claim, DecideOutcome, DecideRequest, Proposal, Save, Store};
+use countersign_store::{
+    Announcement, Claim, DecideOutcome, DecideRequest, Proposal, RefusalCode, Save, Store,
+};
 use countersign_tests::infra::Infra;
 use serde_json::json;
 use std::collections::BTreeSet;
@@ -242,7 +245,7 @@ async fn script_accepts(
         link: None,
         role_decides: role.decides(),
         receipts: false,
-        granted_by: &[],
+        grant: None,
         proposals: vec![Proposal {
             decision,
             checked_digest: (action == Action::Edit).then(|| call.digest.clone()),
@@ -328,4 +331,107 @@ async fn every_door_principal_action_and_policy_is_accepted_by_the_script_exactl
     // The table is not vacuous: both outcomes occur, and each refusal reason is reached.
     assert!(accepted > 0 && accepted < cases);
     assert_eq!(reasons.len(), 5, "{reasons:?}");
+}
+
+/// What the script answers `grant` deciding `call` of run `id` (approving it).
+async fn decided_under(store: &Store, id: &RunId, call: &HeldCall, grant: &Grant) -> DecideOutcome {
+    let principal = grant.decided_by();
+    let decision = Decision {
+        call_id: call.call_id.clone(),
+        digest: call.digest.clone(),
+        action: Action::Approve,
+        input: None,
+        note: None,
+        reason: None,
+        decided_by: principal.clone(),
+        door: "grant".into(),
+        decided_at: 0,
+        fingerprint: Decision::fingerprint_of(Action::Approve, None, None, None),
+        expired: false,
+        superseded: false,
+        receipt: None,
+        grant: None,
+        under_grant: Some(grant.id.clone()),
+    };
+    let mut entry = AuditEntry::new(id, AuditKind::Decided);
+    entry.actor = Some(principal.clone());
+    let request = DecideRequest {
+        principal: &principal,
+        door: "grant",
+        by: countersign_store::DecisionSource::Person,
+        link: None,
+        role_decides: true,
+        receipts: false,
+        grant: Some(grant),
+        proposals: vec![Proposal {
+            decision,
+            checked_digest: None,
+            entry,
+            receipt_for: String::new(),
+        }],
+    };
+    store.decide(id, &request).await.unwrap()
+}
+
+/// A grant reaches the script from whatever the gateway was told of the call (an event on
+/// NATS, which a worker's NATS user could forge); the script holds it to the run and the call
+/// as stored: another agent, tool, policy version or requester decides nothing.
+#[tokio::test]
+async fn the_script_decides_under_a_grant_only_the_calls_its_terms_name_as_stored() {
+    let infra = Infra::start().await;
+    let namespace = format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    let store = Store::connect(
+        &infra.config(&namespace),
+        Names::new(&namespace).unwrap(),
+        Metrics::default(),
+    )
+    .await
+    .unwrap();
+    let policy = Policy {
+        approvers: Approvers::Open,
+        quorum: 1,
+        self_ok: false,
+        cancelling: false,
+    };
+    let call = held_call(policy);
+    let grant = Grant {
+        id: Grant::id_for("run_elsewhere", "toolu_9"),
+        agent: "refunds".into(),
+        tool: call.tool.clone(),
+        policy_version: call.policy_version.clone(),
+        condition: "true".into(),
+        requester: Some(REQUESTER.into()),
+        max_uses: 5,
+        granted_by: vec!["alice".into()],
+        channel: "api".into(),
+        run_id: "run_elsewhere".into(),
+        call_id: "toolu_9".into(),
+        created_at: 0,
+        expires_at: i64::MAX,
+        uses: 0,
+        revoked: None,
+    };
+    let id = paused(&store, &call, policy).await;
+    let variants: [(&str, fn(&mut Grant)); 4] = [
+        ("agent", |g| g.agent = "payouts".into()),
+        ("tool", |g| g.tool = "delete_account".into()),
+        ("policy version", |g| g.policy_version = "v9".into()),
+        ("requester", |g| g.requester = Some("bob".into())),
+    ];
+    for (term, change) in variants {
+        let mut other = grant.clone();
+        change(&mut other);
+        match decided_under(&store, &id, &call, &other).await {
+            DecideOutcome::Refused(refusal) => {
+                assert_eq!(refusal.code, RefusalCode::GrantMismatch, "{term}");
+                assert_eq!(refusal.detail, term);
+            }
+            outcome => panic!("a grant of another {term} was answered {outcome:?}"),
+        }
+    }
+    let outcome = decided_under(&store, &id, &call, &grant).await;
+    assert!(
+        matches!(outcome, DecideOutcome::Decided { .. }),
+        "{outcome:?}"
+    );
 }

@@ -45,7 +45,12 @@ pub(super) async fn held(app: &TestApp, run: &str) -> Value {
 
 const COVERS: &str = r#"input.amount <= 50.0 && input.order_id.startsWith("A-")"#;
 
-async fn grant(app: &TestApp, key: &str, run: &str, terms: Value) -> (StatusCode, Value) {
+pub(super) async fn grant(
+    app: &TestApp,
+    key: &str,
+    run: &str,
+    terms: Value,
+) -> (StatusCode, Value) {
     let digest = held(app, run).await;
     let mut body = json!({"run_id": run, "call_id": "toolu_2", "digest": digest});
     for (k, v) in terms.as_object().unwrap() {
@@ -55,7 +60,7 @@ async fn grant(app: &TestApp, key: &str, run: &str, terms: Value) -> (StatusCode
         .await
 }
 
-fn terms(max_uses: u32) -> Value {
+pub(super) fn terms(max_uses: u32) -> Value {
     json!({"condition": COVERS, "max_uses": max_uses, "expires_in": "1h"})
 }
 

@@ -15,6 +15,7 @@ mod email;
 mod error_shape;
 mod escalation;
 mod expiry;
+mod forged_events;
 mod grants;
 mod inbox;
 mod inbox_batch;
