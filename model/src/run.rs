@@ -299,6 +299,8 @@ impl HeldCall {
         DecisionTerms {
             turn,
             digest: self.digest.clone(),
+            tool: self.tool.clone(),
+            policy_version: self.policy_version.clone(),
             deciders: self.deciders.clone(),
             quorum: self.reviewers.quorum,
             self_ok: self.reviewers.allow_self_approval,
@@ -316,6 +318,12 @@ impl HeldCall {
 pub struct DecisionTerms {
     pub turn: u32,
     pub digest: String,
+    /// The tool and the policy version it was held under: a standing grant deciding it must be
+    /// for both. Empty on calls held before they were kept here, which no grant decides.
+    #[serde(default)]
+    pub tool: String,
+    #[serde(default)]
+    pub policy_version: String,
     /// Who may decide; absent: anyone whose key may decide.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deciders: Option<Vec<String>>,
