@@ -54,19 +54,20 @@ local function approvers(call_id)
   return names
 end
 
-local grant = nil
+-- (Not named `grant`: that is the email link's, checked below.)
+local standing = nil
 local granters = nil
 if under_grant ~= '' then
-  grant = cjson.decode(under_grant)
-  granters = grant.granted_by
+  standing = cjson.decode(under_grant)
+  granters = standing.granted_by
 end
 -- Which of the grant's terms `held` (of this run) does not meet; nil when it meets them all.
 -- A run stored before runs kept their agent beside the document meets no grant.
 local function grant_differs(held)
-  if grant.agent ~= run[8] then return 'agent' end
-  if grant.tool ~= held.tool then return 'tool' end
-  if grant.policy_version ~= held.policy_version then return 'policy version' end
-  if grant.requester and grant.requester ~= run[4] then return 'requester' end
+  if standing.agent ~= run[8] then return 'agent' end
+  if standing.tool ~= held.tool then return 'tool' end
+  if standing.policy_version ~= held.policy_version then return 'policy version' end
+  if standing.requester and standing.requester ~= run[4] then return 'requester' end
   return nil
 end
 -- Who is deciding, each checked: the principal, or everyone who made the grant.
@@ -122,7 +123,7 @@ for _, d in ipairs(decisions) do
           return refuse(d, 'own_request')
         end
       end
-      if grant then
+      if standing then
         local differs = grant_differs(held)
         if differs then return refuse(d, 'grant_mismatch', differs) end
       end
