@@ -516,11 +516,15 @@ async fn a_grant_approves_nothing_once_its_maker_s_key_is_gone() {
     app.restart_gateway(|c| c.api_keys.retain(|k| k.principal != "rita"))
         .await;
     let covered = start(&app, 30, "A-2", None).await;
-    held(&app, &covered).await;
+    held_or_done(&app, &covered).await;
     // The gateway has handled the call's event (grants are applied before any delivery): the
     // grant did not decide it.
     app.wait_deliveries_settled().await;
-    assert_eq!(app.get_run_status(&covered).await, "awaiting_approval");
+    assert_eq!(
+        app.get_run_status(&covered).await,
+        "awaiting_approval",
+        "a grant whose maker's key is gone approved a call"
+    );
     let state = grant_state(&app, &id).await;
     assert_eq!(state["status"], "maker_gone", "{state}");
     assert_eq!(state["uses"], 0, "{state}");
