@@ -126,4 +126,17 @@ async fn a_requester_key_lists_only_the_held_calls_and_grants_of_runs_it_may_rea
         .request(Method::GET, &show(carols_grant), Some(REQUESTER_KEY), None)
         .await;
     assert_eq!(status, StatusCode::OK, "{body}");
+
+    // Rhea's grant (not limited to her runs) approves a run of carol's: rhea reads her grant,
+    // its use counted, but not which run of carol's it approved.
+    let covered = start_with(&app, REQUESTER_KEY, 30, "B-3", Some("carol")).await;
+    app.wait_status(&covered, "completed").await;
+    let (_, all) = app.get(&show(rheas_grant)).await;
+    assert_eq!(all["used_by"][0]["run_id"], json!(covered), "{all}");
+    let (status, hers) = app
+        .request(Method::GET, &show(rheas_grant), Some(RHEA_KEY), None)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{hers}");
+    assert_eq!(hers["uses"], 1, "{hers}");
+    assert_eq!(hers["used_by"], json!([]), "{hers}");
 }
