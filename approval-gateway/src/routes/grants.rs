@@ -198,8 +198,13 @@ async fn show(
     Ok(Json(answer))
 }
 
-/// Whether `caller` may read run `run_id` (`authority::may_read`); not a run that is gone.
+/// Whether `caller` may read run `run_id` (`authority::may_read`). A key that reads a run
+/// asked for by nobody reads every run, without loading it; for another, a run no longer
+/// kept is one it may not read.
 async fn run_readable(state: &AppState, caller: &Caller, run_id: &str) -> Result<bool, ApiError> {
+    if caller.reading(run_id, None).is_ok() {
+        return Ok(true);
+    }
     let run = state.run(run_id).await?;
     Ok(run.is_some_and(|r| caller.reading(run_id, r.requested_by.as_deref()).is_ok()))
 }
