@@ -3,14 +3,16 @@
 //! the call is shown to anyone: one use is counted on the grant (atomic with revocation, see
 //! `store/src/grants.rs`), then the call is decided through the decision script like any
 //! other, in the names of the grant's makers, each checked as if deciding it, with a receipt
-//! naming the grant. A decision refused there gives its use back.
+//! naming the grant. A decision refused there gives its use back. A grant one of whose makers
+//! the configuration no longer knows with a role that decides ([`stands`]) is not used at all:
+//! it ends with its maker's key, as their sessions do, and is listed as `maker_gone`.
 
 use crate::config::Role;
 use crate::decide::{self, DecideError, Decider, Proposed};
 use crate::state::AppState;
 use countersign_model::authority::{self, Principal};
 use countersign_model::condition::Condition;
-use countersign_model::grant::{Grant, GrantUse, Held, Revocation};
+use countersign_model::grant::{Grant, GrantStatus, GrantUse, Held, Revocation};
 use countersign_model::run::{Action, HeldCall, Run, RunId};
 use countersign_store::UseOutcome;
 use tracing::{info, warn};
@@ -61,6 +63,17 @@ pub(crate) async fn revoke(
     Ok(revoked)
 }
 
+/// Whether `grant` still approves anything: [`authority::grant_stands`], each maker's role as
+/// the configuration gives it now ([`crate::config::Config::person_role`]).
+pub(crate) fn stands(state: &AppState, grant: &Grant) -> bool {
+    authority::grant_stands(grant, |maker| state.config.person_role(maker))
+}
+
+/// How `grant` stands at `now` (ms), its makers checked against the configuration.
+pub(crate) fn status(state: &AppState, grant: &Grant, now: i64) -> GrantStatus {
+    grant.status(now, stands(state, grant))
+}
+
 /// Whether `who` may revoke `grant`: its makers, an admin, or someone who may decide the
 /// calls of its tool as the tool's policy names them now (see [`authority::may_revoke`]).
 /// Also who the inbox shows a grant to.
@@ -95,7 +108,8 @@ pub(crate) async fn apply(
                 call_id: &call.call_id,
                 tool: &call.tool,
                 policy_version: &call.policy_version,
-            }) && Condition::compile(&g.condition).is_ok_and(|c| c.matches(&call.input))
+            }) && stands(state, g)
+                && Condition::compile(&g.condition).is_ok_and(|c| c.matches(&call.input))
         });
         for grant in covering {
             if decide_under(state, &run.run_id, call, &grant).await? {
@@ -126,22 +140,11 @@ async fn decide_under(
         return Ok(false);
     }
     let principal = grant.decided_by();
-    // Each maker must still hold a role that decides (one the configuration no longer knows
-    // was vouched for by a key when the grant was made); the script checks each of them
-    // against this call's approvers and requester.
-    let still_decide = grant.granted_by.iter().all(|g| {
-        state
-            .config
-            .person_role(g)
-            .is_none_or(|role| role.decides())
-    });
+    // Its makers all hold a role that decides (`apply` used only a grant that `stands`); the
+    // script checks each of them against this call's approvers and requester.
     let by = Decider {
         principal: &principal,
-        role: if still_decide {
-            Role::Reviewer
-        } else {
-            Role::Reader
-        },
+        role: Role::Reviewer,
         door: "grant",
         link: None,
         grant: Some(grant),

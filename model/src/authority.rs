@@ -27,6 +27,11 @@
 //! A standing grant is made by approving a call, so whoever may approve it may grant (and the
 //! script checks each maker again for every call the grant decides); it is revoked by
 //! [`may_revoke`]'s rule: its makers, an admin, or anyone who may decide its tool's calls.
+//! It approves in its makers' names only while [`grant_stands`]: each maker still someone the
+//! configuration knows with a role that decides, so a grant ends with its maker's key, as
+//! their sessions do; and it is made only in the name of someone it knows
+//! ([`may_make_grant`]). It is read by whoever may read the run it was made on, or the runs
+//! it is limited to ([`may_read_grant`]).
 
 use crate::grant::Grant;
 use crate::run::{Action, HeldCall, Run};
@@ -157,6 +162,32 @@ pub fn may_read(who: Principal<'_>, speaks_for: &[String], requested_by: Option<
     }
 }
 
+/// Whether `maker`, whose role the configuration gives as `role` (None: someone it does not
+/// know), may make a standing grant: a grant approves later calls in its makers' names, so
+/// only in the name of someone it knows with a role that decides.
+pub fn may_make_grant(role: Option<Role>) -> bool {
+    role.is_some_and(Role::decides)
+}
+
+/// Whether `grant` still approves anything: each of its makers, whose roles `role_of` tells
+/// as the configuration gives them now (None: someone it no longer knows), must still be
+/// someone who may make it ([`may_make_grant`]). A maker whose key was removed, or whose
+/// role no longer decides, leaves the grant approving nothing; the decision script checks
+/// each maker against each call besides.
+pub fn grant_stands(grant: &Grant, role_of: impl Fn(&str) -> Option<Role>) -> bool {
+    !grant.granted_by.is_empty() && grant.granted_by.iter().all(|m| may_make_grant(role_of(m)))
+}
+
+/// Whether `who`, who speaks for `speaks_for`, may read `grant` (its terms, uses and makers):
+/// whoever may read the run it was made on, or the runs it is limited to ([`may_read`]).
+pub fn may_read_grant(who: Principal<'_>, speaks_for: &[String], grant: &Grant) -> bool {
+    may_read(who, speaks_for, grant.run_requested_by.as_deref())
+        || grant
+            .requester
+            .as_deref()
+            .is_some_and(|r| may_read(who, speaks_for, Some(r)))
+}
+
 /// Whether `who` may revoke `grant`, on a tool whose calls `deciders` decide (None: anyone
 /// whose role decides). Revoking only takes relief away, so anyone who could decide the calls
 /// it covers may.
@@ -200,6 +231,74 @@ mod tests {
             assert!(may_read(who, &[], Some("bob")), "{role:?}");
             assert!(may_read(who, &[], None), "{role:?}");
         }
+    }
+
+    fn grant(by: &[&str], run_of: Option<&str>, requester: Option<&str>) -> Grant {
+        Grant {
+            id: "grt_1".into(),
+            agent: "refunds".into(),
+            tool: "issue_refund".into(),
+            policy_version: "v1".into(),
+            condition: "true".into(),
+            requester: requester.map(str::to_string),
+            max_uses: 1,
+            granted_by: by.iter().map(|s| s.to_string()).collect(),
+            channel: "api".into(),
+            run_id: "run_1".into(),
+            call_id: "c1".into(),
+            run_requested_by: run_of.map(str::to_string),
+            created_at: 0,
+            expires_at: 1,
+            uses: 0,
+            revoked: None,
+        }
+    }
+
+    #[test]
+    fn a_grant_stands_while_each_maker_is_known_with_a_deciding_role() {
+        let roles = |id: &str| match id {
+            "alice" => Some(Role::Reviewer),
+            "ann" => Some(Role::Admin),
+            "reed" => Some(Role::Reader),
+            _ => None,
+        };
+        assert!(grant_stands(&grant(&["alice", "ann"], None, None), roles));
+        // A maker gone from the configuration, or left with a role that does not decide.
+        assert!(!grant_stands(&grant(&["alice", "gone"], None, None), roles));
+        assert!(!grant_stands(&grant(&["reed"], None, None), roles));
+        assert!(!grant_stands(&grant(&[], None, None), roles));
+        assert!(may_make_grant(Some(Role::Reviewer)));
+        assert!(!may_make_grant(None));
+        assert!(!may_make_grant(Some(Role::Requester)));
+    }
+
+    #[test]
+    fn a_grant_is_read_by_whoever_reads_its_run_or_the_runs_it_is_limited_to() {
+        let rick = Principal {
+            id: "rick",
+            role: Role::Requester,
+        };
+        assert!(may_read_grant(
+            rick,
+            &[],
+            &grant(&["a"], Some("rick"), None)
+        ));
+        assert!(!may_read_grant(
+            rick,
+            &[],
+            &grant(&["a"], Some("bob"), None)
+        ));
+        assert!(may_read_grant(
+            rick,
+            &[],
+            &grant(&["a"], None, Some("rick"))
+        ));
+        assert!(!may_read_grant(rick, &[], &grant(&["a"], None, None)));
+        let reed = Principal {
+            id: "reed",
+            role: Role::Reader,
+        };
+        assert!(may_read_grant(reed, &[], &grant(&["a"], Some("bob"), None)));
     }
 
     fn call(deciders: Option<&[&str]>, quorum: u32, self_ok: bool) -> HeldCall {

@@ -48,12 +48,18 @@ pub struct Grant {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requester: Option<String>,
     pub max_uses: u32,
-    /// Everyone whose approval made it, sorted.
+    /// Everyone whose approval made it, sorted. It approves nothing once one of them is no
+    /// longer someone the configuration knows with a role that decides
+    /// ([`crate::authority::grant_stands`]).
     pub granted_by: Vec<String>,
     /// The door the (last) approval came through.
     pub channel: String,
     pub run_id: String,
     pub call_id: String,
+    /// Who requested the run it was made on: whoever may read that run may read the grant
+    /// ([`crate::authority::may_read_grant`]). Absent on grants made before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_requested_by: Option<String>,
     pub created_at: i64,
     pub expires_at: i64,
     /// Uses so far (the store counts them).
@@ -78,6 +84,9 @@ pub enum GrantStatus {
     UsedUp,
     Expired,
     Revoked,
+    /// A maker is no longer someone the configuration knows with a role that decides
+    /// ([`crate::authority::grant_stands`]): it approves nothing while that lasts.
+    MakerGone,
 }
 
 /// One call a grant approved.
@@ -96,13 +105,18 @@ impl Grant {
         format!("grt_{}", &hash[..24])
     }
 
-    pub fn status(&self, now_ms: i64) -> GrantStatus {
+    /// How the grant stands at `now_ms`, `makers_stand` saying whether its makers still may
+    /// make it ([`crate::authority::grant_stands`]). An ending for good (revoked, expired,
+    /// used up) is told before a maker gone, which a restored configuration undoes.
+    pub fn status(&self, now_ms: i64, makers_stand: bool) -> GrantStatus {
         if self.revoked.is_some() {
             GrantStatus::Revoked
         } else if now_ms >= self.expires_at {
             GrantStatus::Expired
         } else if self.uses >= self.max_uses {
             GrantStatus::UsedUp
+        } else if !makers_stand {
+            GrantStatus::MakerGone
         } else {
             GrantStatus::Active
         }
@@ -189,6 +203,7 @@ mod tests {
             channel: "api".into(),
             run_id: "run_1".into(),
             call_id: "c1".into(),
+            run_requested_by: Some("rick".into()),
             created_at: 0,
             expires_at: 1000,
             uses: 0,
@@ -248,16 +263,18 @@ mod tests {
     #[test]
     fn a_grant_stands_until_revoked_used_up_or_expired() {
         let mut g = grant(None);
-        assert_eq!(g.status(999), GrantStatus::Active);
-        assert_eq!(g.status(1000), GrantStatus::Expired);
+        assert_eq!(g.status(999, true), GrantStatus::Active);
+        assert_eq!(g.status(999, false), GrantStatus::MakerGone);
+        assert_eq!(g.status(1000, true), GrantStatus::Expired);
+        assert_eq!(g.status(1000, false), GrantStatus::Expired);
         g.uses = 2;
-        assert_eq!(g.status(0), GrantStatus::UsedUp);
+        assert_eq!(g.status(0, true), GrantStatus::UsedUp);
         g.revoked = Some(Revocation {
             by: "bob".into(),
             at: 1,
             reason: None,
         });
-        assert_eq!(g.status(0), GrantStatus::Revoked);
+        assert_eq!(g.status(0, true), GrantStatus::Revoked);
         assert_eq!(g.decided_by(), format!("alice, bob, under grant {}", g.id));
     }
 

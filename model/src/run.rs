@@ -318,8 +318,8 @@ impl HeldCall {
 pub struct DecisionTerms {
     pub turn: u32,
     pub digest: String,
-    /// The tool and policy version the call was held under, which a standing grant deciding
-    /// it must name (terms stored before they were kept name none: no grant decides those).
+    /// The tool and the policy version it was held under: a standing grant deciding it must be
+    /// for both. Empty on calls held before they were kept here, which no grant decides.
     #[serde(default)]
     pub tool: String,
     #[serde(default)]

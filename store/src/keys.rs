@@ -141,6 +141,12 @@ impl Keys {
             countersign_model::digest::sha256_hex(principal)
         ))
     }
+    /// String: the principal an MCP proxy session was opened by, by the SHA-256 of its
+    /// `Mcp-Session-Id`, so every gateway answers the session to that principal alone; it
+    /// expires unless used.
+    pub fn mcp_session_key(&self, session_hash: &str) -> String {
+        self.key(&format!("mcp-session:{session_hash}"))
+    }
     /// String: whom a one-time sign-in link signs in, by the SHA-256 of its token; the first
     /// use deletes it, and it expires.
     pub fn sign_in_token_key(&self, token_hash: &str) -> String {

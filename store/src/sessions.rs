@@ -1,6 +1,7 @@
 //! The web inbox's records, each one key outside any run's slot: reviewers' sessions, one-time
-//! sign-in links and the mark that throttles mailing them. Each is stored under the SHA-256
-//! of its secret, so a copy of Redis signs nobody in, and each expires on its own.
+//! sign-in links and the mark that throttles mailing them; and whose each MCP proxy session
+//! is. Each is stored under the SHA-256 of its secret, so a copy of Redis signs nobody in, and
+//! each expires on its own.
 
 use super::{Store, StoreError};
 use std::time::Duration;
@@ -79,6 +80,42 @@ impl Store {
         pipe.cmd("DEL").arg(&list).ignore();
         let _: () = pipe.query_async(&mut self.conn.clone()).await?;
         Ok(hashes.len())
+    }
+
+    /// Binds the MCP proxy session whose id hashes to `session_hash` to `principal`, who
+    /// opened it, for `ttl` (each use makes it last `ttl` again).
+    pub async fn bind_mcp_session(
+        &self,
+        session_hash: &str,
+        principal: &str,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        self.put_expiring(&self.keys.mcp_session_key(session_hash), principal, ttl)
+            .await
+    }
+
+    /// The principal an MCP proxy session was opened by, if it is bound; being asked, the
+    /// binding lasts `ttl` again (one `GETEX`).
+    pub async fn mcp_session_owner(
+        &self,
+        session_hash: &str,
+        ttl: Duration,
+    ) -> Result<Option<String>, StoreError> {
+        Ok(redis::cmd("GETEX")
+            .arg(self.keys.mcp_session_key(session_hash))
+            .arg("PX")
+            .arg(ttl.as_millis().max(1) as u64)
+            .query_async(&mut self.conn.clone())
+            .await?)
+    }
+
+    /// Forgets whose an MCP proxy session was, once its owner ended it.
+    pub async fn unbind_mcp_session(&self, session_hash: &str) -> Result<(), StoreError> {
+        let _: () = redis::cmd("DEL")
+            .arg(self.keys.mcp_session_key(session_hash))
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(())
     }
 
     /// Stores whom a sign-in link's token signs in (`value`), for `ttl`.

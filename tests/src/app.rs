@@ -396,6 +396,21 @@ impl TestApp {
         url
     }
 
+    /// Stops the gateway, waits until it has stopped, and starts it again with what `change`
+    /// changes in its configuration (a restart with an edited file): no gateway that knew the
+    /// old configuration is left, and requests go to the new one.
+    pub async fn restart_gateway(
+        &mut self,
+        change: impl FnOnce(&mut approval_gateway::config::Config),
+    ) {
+        self.gateway.token.cancel();
+        (&mut self.gateway.task)
+            .await
+            .expect("the gateway's task")
+            .expect("the gateway stopped cleanly");
+        self.gateway_url = self.spawn_gateway(change).await;
+    }
+
     /// The folder of the app's agent files (and its receipt key, `receipt-key.pem`).
     pub fn agents_dir(&self) -> &std::path::Path {
         &self.agents_dir

@@ -76,14 +76,19 @@ impl Caller {
         }
     }
 
+    /// The caller as the authority rule names it.
+    pub(crate) fn as_principal(&self) -> countersign_model::authority::Principal<'_> {
+        countersign_model::authority::Principal {
+            id: &self.principal,
+            role: self.role,
+        }
+    }
+
     /// Whether the caller may read run `run_id`, asked for by `requester` (the rule is
     /// `countersign_model::authority::may_read`).
     pub(crate) fn reading(&self, run_id: &str, requester: Option<&str>) -> Result<(), AuthError> {
-        let who = countersign_model::authority::Principal {
-            id: &self.principal,
-            role: self.role,
-        };
-        if countersign_model::authority::may_read(who, &self.speaks_for, requester) {
+        if countersign_model::authority::may_read(self.as_principal(), &self.speaks_for, requester)
+        {
             return Ok(());
         }
         Err(AuthError::Forbidden(format!(

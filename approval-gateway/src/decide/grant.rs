@@ -53,6 +53,7 @@ pub(super) async fn made(
         channel: door.to_string(),
         run_id: run.run_id.to_string(),
         call_id: call_id.to_string(),
+        run_requested_by: run.requested_by.clone(),
         created_at: 0,
         expires_at: 0,
         uses: 0,

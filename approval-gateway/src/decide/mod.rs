@@ -19,6 +19,7 @@ pub(crate) use error::DecideError;
 pub(crate) use input::{Decider, MAX_TEXT, Proposed};
 
 use crate::state::AppState;
+use countersign_model::authority;
 use countersign_model::edit::FieldChange;
 use countersign_model::grant::GrantTerms;
 use countersign_model::now_ms;
@@ -51,6 +52,18 @@ pub(crate) async fn decide(
                 p.call_id
             )));
         }
+    }
+    // A grant approves later calls in its makers' names: it is made only in the name of
+    // someone the configuration knows with a role that decides (not someone a key that
+    // speaks for anyone vouches for), or it would approve nothing from the start.
+    if by.grant.is_none()
+        && proposed.iter().any(|p| p.grant.is_some())
+        && !authority::may_make_grant(state.config.person_role(by.principal))
+    {
+        return Err(DecideError::GrantRefused(format!(
+            "{} is not someone the configuration knows with a role that decides, and a grant approves later calls in its makers' names: nothing was recorded",
+            by.principal
+        )));
     }
     let run = state
         .run(run_id)

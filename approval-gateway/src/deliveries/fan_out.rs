@@ -54,7 +54,7 @@ pub(super) async fn fan_out(state: &AppState, msg: &Message) -> Outcome {
     // What waits is read from the stored run, never from the message: an event forged on
     // NATS, or one the run has moved past, shows nothing and decides nothing.
     let run = match as_stored(state, &mut envelope.event).await {
-        Ok(Stored::Shown(run)) => Some(run),
+        Ok(Stored::Shown(run)) => Some(*run),
         Ok(Stored::Other) => None,
         Ok(Stored::Nothing) => return Outcome::Ack,
         Err(e) => {

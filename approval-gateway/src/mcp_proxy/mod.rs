@@ -12,8 +12,12 @@
 //! MCP session (when the client's protocol version has sessions), the tool and the RFC 8785
 //! digest of the arguments, so a repeat after the decision is answered from the run and
 //! never runs the upstream tool a second time.
+//!
+//! A session answers only the principal that opened it ([`owners`]): a request naming
+//! another's session is answered as one naming no session the gateway knows.
 
 mod answer;
+pub(crate) mod owners;
 mod wait;
 
 use crate::auth::Caller;
@@ -35,9 +39,6 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
-
-/// The header a session's requests carry its id in (protocol versions before 2026-07-28).
-const SESSION_HEADER: &str = "mcp-session-id";
 
 /// The MCP server of one `mcp_client` agent.
 #[derive(Clone)]
@@ -127,7 +128,7 @@ impl ServerHandler for Proxy {
             return Err(ErrorData::internal_error("the request has no caller", None));
         };
         let session = parts
-            .and_then(|p| p.headers.get(SESSION_HEADER))
+            .and_then(|p| p.headers.get(owners::SESSION_HEADER))
             .and_then(|v| v.to_str().ok());
         let call = ProxyCall {
             tool: request.name.to_string(),

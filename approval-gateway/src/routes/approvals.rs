@@ -3,7 +3,9 @@
 //! A page holds whole runs: it ends before a run whose calls would not fit in `limit` (a run
 //! with more calls than that gets a page of its own). `next_cursor` names the last run the
 //! page read, and the next page resumes strictly after it; it is `null` once the index is
-//! exhausted. Runs that moved on since they were indexed are skipped.
+//! exhausted. Runs that moved on since they were indexed are skipped, and so are the runs the
+//! caller may not read (`authority::may_read`: a requester's key lists the held calls of the
+//! runs it asked for or speaks for, as it reads those runs and no others).
 
 use crate::auth::{Caller, Permission, QueryParams};
 use crate::error::ApiError;
@@ -76,7 +78,7 @@ async fn list(
         let batch = state.store.awaiting(after.as_ref(), want).await?;
         let exhausted = batch.len() < want;
         for at in batch {
-            let calls = undecided_calls(&state, &at.run_id).await?;
+            let calls = undecided_calls(&state, &caller, &at.run_id).await?;
             if !approvals.is_empty() && approvals.len() + calls.len() > limit {
                 break 'page after;
             }
@@ -96,11 +98,22 @@ async fn list(
     })))
 }
 
-/// The calls of a paused run that wait for a decision; none if it has moved on.
-async fn undecided_calls(state: &AppState, id: &RunId) -> Result<Vec<Value>, ApiError> {
+/// The calls of a paused run that wait for a decision; none if it has moved on, or if
+/// `caller` may not read it.
+async fn undecided_calls(
+    state: &AppState,
+    caller: &Caller,
+    id: &RunId,
+) -> Result<Vec<Value>, ApiError> {
     let Some((run, calls)) = runs::awaiting_decision(state, id).await? else {
         return Ok(Vec::new());
     };
+    if caller
+        .reading(id.as_str(), run.requested_by.as_deref())
+        .is_err()
+    {
+        return Ok(Vec::new());
+    }
     let text = run.paused_turn_text();
     Ok(calls
         .into_iter()

@@ -5,10 +5,14 @@
 //!   be what was shown), carrying the grant's terms; the grant is made once the approval is
 //!   recorded (for a call that needs several approvals, once each approver sent the same
 //!   terms).
-//! - `GET /v1/grants`: grants made and ended, newest first, with their uses and status.
-//! - `GET /v1/grants/{id}`: one grant, with the calls it approved.
+//! - `GET /v1/grants`: grants made and ended, newest first, with their uses and status; a
+//!   requester key sees those it may read (`authority::may_read_grant`: made on a run it may
+//!   read, or limited to one).
+//! - `GET /v1/grants/{id}`: one grant, with the calls it approved (those of runs the caller
+//!   may read).
 //! - `POST /v1/grants/{id}/revoke`: no use is counted after the answer.
 
+use crate::auth::error::AuthError;
 use crate::auth::{Authenticated, Caller, Permission, QueryParams};
 use crate::decide::{self, Decider, MAX_TEXT, Proposed};
 use crate::error::ApiError;
@@ -17,7 +21,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use countersign_model::authority::Principal;
+use countersign_model::authority::{self, Principal};
 use countersign_model::grant::{Grant, GrantStatus, GrantTerms};
 use countersign_model::now_ms;
 use countersign_model::run::Action;
@@ -83,7 +87,7 @@ async fn make(
     });
     let status = match (&call.grant, call.status) {
         (Some(grant), _) => {
-            answer["grant"] = view(grant, now);
+            answer["grant"] = view(&state, grant, now);
             StatusCode::CREATED
         }
         (None, DecidedStatus::ApprovalRecorded | DecidedStatus::AlreadyVoted) => {
@@ -105,10 +109,15 @@ async fn make(
 }
 
 /// A grant as the API shows it: as stored, with its status now.
-fn view(grant: &Grant, now: i64) -> Value {
+fn view(state: &AppState, grant: &Grant, now: i64) -> Value {
     let mut value = json!(grant);
-    value["status"] = json!(grant.status(now));
+    value["status"] = json!(crate::grants::status(state, grant, now));
     value
+}
+
+/// Whether `caller` may read `grant` (the rule is `authority::may_read_grant`).
+fn readable(caller: &Caller, grant: &Grant) -> bool {
+    authority::may_read_grant(caller.as_principal(), &caller.speaks_for, grant)
 }
 
 #[derive(Deserialize)]
@@ -148,11 +157,12 @@ async fn list(
         .recent_grants(MAX_LIST)
         .await?
         .iter()
+        .filter(|g| readable(&caller, g))
         .filter(|g| query.agent.as_ref().is_none_or(|a| *a == g.agent))
         .filter(|g| query.tool.as_ref().is_none_or(|t| *t == g.tool))
-        .filter(|g| !active_only || g.status(now) == GrantStatus::Active)
+        .filter(|g| !active_only || crate::grants::status(&state, g, now) == GrantStatus::Active)
         .take(limit)
-        .map(|g| view(g, now))
+        .map(|g| view(&state, g, now))
         .collect();
     Ok(Json(json!({ "grants": grants })))
 }
@@ -168,9 +178,35 @@ async fn show(
         .grant(&id)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("no grant {id:?}")))?;
-    let mut answer = view(&grant, now_ms());
-    answer["used_by"] = json!(state.store.grant_uses(&id).await?);
+    if !readable(&caller, &grant) {
+        return Err(AuthError::Forbidden(format!(
+            "the key of {} may read only the grants made on runs it may read",
+            caller.principal
+        ))
+        .into());
+    }
+    let mut answer = view(&state, &grant, now_ms());
+    // The calls it approved, of the runs the caller may read (a requester's key does not
+    // learn of another requester's runs through a grant they share).
+    let mut used_by = Vec::new();
+    for used in state.store.grant_uses(&id).await? {
+        if run_readable(&state, &caller, &used.run_id).await? {
+            used_by.push(used);
+        }
+    }
+    answer["used_by"] = json!(used_by);
     Ok(Json(answer))
+}
+
+/// Whether `caller` may read run `run_id` (`authority::may_read`). A key that reads a run
+/// asked for by nobody reads every run, without loading it; for another, a run no longer
+/// kept is one it may not read.
+async fn run_readable(state: &AppState, caller: &Caller, run_id: &str) -> Result<bool, ApiError> {
+    if caller.reading(run_id, None).is_ok() {
+        return Ok(true);
+    }
+    let run = state.run(run_id).await?;
+    Ok(run.is_some_and(|r| caller.reading(run_id, r.requested_by.as_deref()).is_ok()))
 }
 
 #[derive(Deserialize)]
@@ -203,5 +239,5 @@ async fn revoke(
         body.reason,
     )
     .await?;
-    Ok(Json(view(&revoked, now_ms())))
+    Ok(Json(view(&state, &revoked, now_ms())))
 }

@@ -2,8 +2,9 @@
 //! (`crate::mcp_proxy`), for MCP clients countersign does not run. Every request must carry a
 //! countersign API key that may start runs, as `Authorization: Bearer <key>`: it is checked
 //! here, before rmcp reads the request, and the caller rides in the request's extensions to
-//! the handler (rmcp hands it the request's `http::request::Parts`). Any other agent's path
-//! is a 404 that says why.
+//! the handler (rmcp hands it the request's `http::request::Parts`). A request naming an MCP
+//! session is let in only for the principal that opened it (`mcp_proxy::owners`). Any other
+//! agent's path is a 404 that says why.
 
 use crate::auth::{Caller, Permission};
 use crate::error::ApiError;
@@ -38,7 +39,8 @@ pub(super) fn router(
 }
 
 /// Lets in a request whose key may start runs, with its [`Caller`] in its extensions: 401
-/// without a known key, 403 for one that may not start runs.
+/// without a known key, 403 for one that may not start runs, 404 for a session its principal
+/// did not open.
 async fn authenticate(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let (mut parts, body) = request.into_parts();
     let caller = match Caller::from_request_parts(&mut parts, &state).await {
@@ -48,8 +50,8 @@ async fn authenticate(State(state): State<AppState>, request: Request, next: Nex
     if let Err(e) = caller.require(Permission::Start) {
         return e.into_response();
     }
-    parts.extensions.insert(caller);
-    next.run(Request::from_parts(parts, body)).await
+    parts.extensions.insert(caller.clone());
+    mcp_proxy::owners::admit(&state, &caller, Request::from_parts(parts, body), next).await
 }
 
 async fn not_a_proxy(State(state): State<AppState>, Path(agent): Path<String>) -> ApiError {

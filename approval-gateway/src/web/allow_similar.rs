@@ -275,6 +275,7 @@ pub(super) fn refused(e: DecideError) -> (StatusCode, String, bool) {
 /// that needs several approvals, that this one is counted and the grant waits for the others
 /// with the same terms; `next` is where the reviewer goes on to.
 pub(super) fn answered(
+    state: &AppState,
     session: &Session,
     view: &CallView,
     call: &CallDecided,
@@ -306,7 +307,7 @@ pub(super) fn answered(
                     strong { (grant.id) } ": until it expires, is used up or is revoked, it \
                      approves the calls it covers in the name of " (grant.granted_by.join(", ")) "."
                 }
-                (grants_page::facts(grant, now))
+                (grants_page::facts(grant, crate::grants::status(state, grant, now), now))
             }
             (None, true) => {
                 p.outcome #counted role="status" {

@@ -52,13 +52,13 @@ fn status_words(status: GrantStatus) -> &'static str {
         GrantStatus::UsedUp => "used up",
         GrantStatus::Expired => "expired",
         GrantStatus::Revoked => "revoked",
+        GrantStatus::MakerGone => "maker gone",
     }
 }
 
 /// What a grant is and how it stands, as the grants page and the page answering the form
-/// that made it show it.
-pub(super) fn facts(grant: &Grant, now: i64) -> Markup {
-    let status = grant.status(now);
+/// that made it show it, standing as `status`.
+pub(super) fn facts(grant: &Grant, status: GrantStatus, now: i64) -> Markup {
     html! {
         dl.facts {
             dt { "Status" }
@@ -107,7 +107,7 @@ async fn page(
         .filter(|g| crate::grants::may_revoke(&state, g, session.principal()))
         .collect();
     // Stable: newest first among the active, then among the ended.
-    grants.sort_by_key(|g| g.status(now) != GrantStatus::Active);
+    grants.sort_by_key(|g| crate::grants::status(&state, g, now) != GrantStatus::Active);
     let just_revoked = revoked
         .revoked
         .and_then(|id| grants.iter().find(|g| g.id == id && g.revoked.is_some()));
@@ -129,11 +129,12 @@ async fn page(
         }
         ul #grants .grants {
             @for g in &grants {
-                @let status = g.status(now);
+                @let status = crate::grants::status(&state, g, now);
                 li.grant data-grant=(g.id) data-status=(status_words(status)) {
                     h2 { "Grant " span.grant-id { (g.id) } }
-                    (facts(g, now))
-                    @if status == GrantStatus::Active {
+                    (facts(g, status, now))
+                    // One whose maker is gone would approve again were they restored.
+                    @if matches!(status, GrantStatus::Active | GrantStatus::MakerGone) {
                         form.revoke method="post" action=(format!("/inbox/grants/{}/revoke", g.id)) {
                             input type="hidden" name="csrf" value=(session.csrf);
                             @let reason = format!("reason-{}", g.id);

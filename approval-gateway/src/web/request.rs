@@ -299,7 +299,7 @@ async fn submit(
             let next =
                 next::after_decision(&state, session.principal(), &run_id, &call_id, false).await?;
             return Ok(allow_similar::answered(
-                &session, &view, &call, terms, &next,
+                &state, &session, &view, &call, terms, &next,
             ));
         }
         (Ok(_), None) => {

@@ -211,6 +211,7 @@ fn status(status: GrantStatus) -> &'static str {
         GrantStatus::UsedUp => "used up",
         GrantStatus::Expired => "expired",
         GrantStatus::Revoked => "revoked",
+        GrantStatus::MakerGone => "maker gone",
     }
 }
 

@@ -54,6 +54,7 @@ local function approvers(call_id)
   return names
 end
 
+-- (Not named `grant`: that is the email link's, checked below.)
 local standing = nil
 local granters = nil
 if under_grant ~= '' then

@@ -406,6 +406,7 @@ async fn the_script_decides_under_a_grant_only_the_calls_its_terms_name_as_store
         channel: "api".into(),
         run_id: "run_elsewhere".into(),
         call_id: "toolu_9".into(),
+        run_requested_by: Some(REQUESTER.into()),
         created_at: 0,
         expires_at: i64::MAX,
         uses: 0,

@@ -500,6 +500,65 @@ async fn a_grant_does_not_decide_what_its_maker_may_not() {
     assert_eq!(state["used_by"], json!([]), "{state}");
 }
 
+/// A grant approves in its makers' names: once rita's key is taken out of the configuration
+/// (her inbox sessions end with it), her grant approves nothing, and is listed so.
+#[tokio::test]
+async fn a_grant_approves_nothing_once_its_maker_s_key_is_gone() {
+    let mut app = TestApp::spawn(refund_asked).await;
+    let first = start(&app, 30, "A-1", None).await;
+    let (status, made) = grant(&app, REVIEWER_KEY, &first, terms(5)).await;
+    assert_eq!(status, StatusCode::CREATED, "{made}");
+    assert_eq!(made["grant"]["granted_by"], json!(["rita"]));
+    let id = made["grant"]["id"].as_str().unwrap().to_string();
+    app.wait_status(&first, "completed").await;
+
+    // The gateway comes back without rita's key.
+    app.restart_gateway(|c| c.api_keys.retain(|k| k.principal != "rita"))
+        .await;
+    let covered = start(&app, 30, "A-2", None).await;
+    held_or_done(&app, &covered).await;
+    // The gateway has handled the call's event (grants are applied before any delivery): the
+    // grant did not decide it.
+    app.wait_deliveries_settled().await;
+    assert_eq!(
+        app.get_run_status(&covered).await,
+        "awaiting_approval",
+        "a grant whose maker's key is gone approved a call"
+    );
+    let state = grant_state(&app, &id).await;
+    assert_eq!(state["status"], "maker_gone", "{state}");
+    assert_eq!(state["uses"], 0, "{state}");
+    let (_, listed) = app.get("/v1/grants").await;
+    assert_eq!(listed["grants"][0]["status"], "maker_gone", "{listed}");
+    let (_, active) = app.get("/v1/grants?status=active").await;
+    assert_eq!(active["grants"], json!([]), "{active}");
+}
+
+/// A key that speaks for anyone may approve in the name of someone the configuration does
+/// not know (its system vouches for them), but not make a grant in that name: nobody could
+/// take that person's key away to end it.
+#[tokio::test]
+async fn a_grant_is_not_made_in_the_name_of_someone_the_configuration_does_not_know() {
+    let app = TestApp::builder(refund_asked)
+        .gateway(|c| {
+            let bot = c.api_keys.iter_mut().find(|k| k.principal == "ops-bot");
+            bot.unwrap().speaks_for = vec!["*".into()];
+        })
+        .start()
+        .await;
+    let run = start(&app, 30, "A-1", Some("carol")).await;
+    let (status, body) = grant(&app, INTEGRATION_KEY, &run, terms_by("mallory", 5)).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert_eq!(body["error"]["code"], "grant_refused", "{body}");
+    // Nothing was recorded: no grant, and the call still waits.
+    let (_, grants) = app.get("/v1/grants").await;
+    assert_eq!(grants["grants"], json!([]), "{grants}");
+    assert_eq!(app.get_run_status(&run).await, "awaiting_approval");
+    // A configured person may, through the same key.
+    let (status, body) = grant(&app, INTEGRATION_KEY, &run, terms_by("alice", 5)).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+}
+
 /// A grant's record outlives its expiry by the seven days it stays listed, and no longer.
 #[tokio::test]
 async fn an_ended_grant_is_kept_seven_days_to_be_listed() {

@@ -39,6 +39,7 @@ mod providers_and_tools;
 mod receipt_replay;
 mod receipts;
 mod redis_deployments;
+mod requester_reads;
 mod restarts;
 mod reviewers;
 mod run_start;

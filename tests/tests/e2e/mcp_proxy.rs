@@ -386,3 +386,90 @@ async fn only_keys_that_may_start_runs_get_in_and_only_mcp_client_agents_have_an
         "{body}"
     );
 }
+
+/// A request into the session `session` of the proxy with `key`: `method`, with `message` as
+/// its body when there is one. Its status and body.
+async fn into_session(
+    app: &TestApp,
+    key: &str,
+    session: &str,
+    method: Method,
+    message: Option<Value>,
+) -> (StatusCode, String) {
+    let mut request = app
+        .http
+        .request(method, endpoint(app))
+        .bearer_auth(key)
+        .header("mcp-session-id", session)
+        .header("mcp-protocol-version", "2025-11-25")
+        .header("accept", "application/json, text/event-stream");
+    if let Some(message) = message {
+        request = request.json(&message);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status();
+    // A stream that would stay open is not read: its status says enough.
+    let body = match status.is_success() {
+        true => String::new(),
+        false => response.text().await.unwrap(),
+    };
+    (status, body)
+}
+
+/// The session id of an MCP client shows in its runs' metadata, which any reader key reads;
+/// another key that may start runs, holding it, gets what a session that does not exist gets.
+#[tokio::test]
+async fn a_session_answers_only_the_principal_that_opened_it() {
+    let upstream = upstream().await;
+    let app = proxy(&upstream, 60).await;
+    let client = connect(&app, REQUESTER_KEY).await.unwrap();
+    let peer = client.peer().clone();
+    let refunding =
+        tokio::spawn(async move { peer.call_tool(call("refund", json!({"amount": 50}))).await });
+    let (run, digest) = held_refund(&app).await;
+    let (_, shown) = app
+        .request(
+            Method::GET,
+            &format!("/v1/runs/{run}"),
+            Some(READER_KEY),
+            None,
+        )
+        .await;
+    let session = shown["metadata"]["mcp"]["session"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // Another principal (an admin's key, even) may not call into it, open its stream or end it.
+    let lookup = json!({
+        "jsonrpc": "2.0", "id": 99, "method": "tools/call",
+        "params": {"name": "lookup", "arguments": {"order_id": "A-9"}},
+    });
+    for (method, message) in [
+        (Method::POST, Some(lookup.clone())),
+        (Method::GET, None),
+        (Method::DELETE, None),
+    ] {
+        let (status, body) = into_session(&app, ADMIN_KEY, &session, method.clone(), message).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{method} {body}");
+        assert!(body.contains("Session not found"), "{method} {body}");
+    }
+    assert_eq!(upstream.calls().len(), 0, "nothing ran for the other key");
+
+    // The session lives on for its owner: the held call is answered once approved.
+    decide(&app, &run, &digest, json!({"action": "approve"})).await;
+    let refunded = tokio::time::timeout(PATIENCE, refunding)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(text(&refunded), "refunded");
+    let (status, body) =
+        into_session(&app, REQUESTER_KEY, &session, Method::POST, Some(lookup)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    // Its owner ends it; then it is gone for everyone.
+    let (status, body) = into_session(&app, REQUESTER_KEY, &session, Method::DELETE, None).await;
+    assert!(status.is_success(), "{status} {body}");
+    let (status, _) = into_session(&app, REQUESTER_KEY, &session, Method::GET, None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
