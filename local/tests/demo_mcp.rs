@@ -213,6 +213,7 @@ async fn a_refund_over_the_limit_runs_with_a_valid_receipt_in_meta() {
         exp: now + 600,
         jti: "receipt-c".into(),
         run_id: "run-c".into(),
+        turn: 1,
         call_id: "toolu_2".into(),
         tool: "issue_refund".into(),
         input_digest: countersign_receipt::input_digest(&input),

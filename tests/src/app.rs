@@ -845,6 +845,7 @@ impl TestApp {
             exp: iat + exp_secs,
             jti: uuid::Uuid::new_v4().to_string(),
             run_id: run_id.into(),
+            turn: 1,
             call_id: "toolu_2".into(),
             tool: "issue_refund".into(),
             input_digest: countersign_receipt::input_digest(input),

@@ -249,11 +249,11 @@ async fn the_tool_refuses_every_receipt_that_is_not_this_calls_and_refunds_nothi
     let cases: Vec<(&str, Option<String>, String, Value, &str)> = vec![
         ("no receipt", None, key.clone(), asked(), "missing"),
         (
-            "used twice, by another request of the call",
+            "used again, by a request of the call under another turn",
             Some(token.clone()),
             format!("{run_id}:2:toolu_2"),
             asked(),
-            "replayed",
+            "other_call",
         ),
         (
             "for another call of the run, with the same input",
