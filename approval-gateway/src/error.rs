@@ -210,9 +210,13 @@ impl From<DecideError> for ApiError {
             } => {
                 let error = Self::new(status, api_code, message);
                 match recorded {
-                    Some(decision) if !decision.expired => {
-                        error.with_details(json!({ "decision": decision }))
-                    }
+                    // Whoever is refused sees the decision that stands, never its receipt.
+                    Some(decision) if !decision.expired => error.with_details(json!({
+                        "decision": crate::routes::decision_view(
+                            &decision,
+                            crate::routes::Receipts::Withheld,
+                        ),
+                    })),
                     _ => error,
                 }
             }
