@@ -528,6 +528,10 @@ async fn streams_past_a_keys_cap_are_refused_and_those_open_leave_probes_and_dec
         ),
     );
     answered(listing.await.expect("the approvals answer").0, "approvals");
+    // Decided once the pause is on the stream, as a reviewer told of it would.
+    for live in &mut streams {
+        live.until("approval.requested").await;
+    }
     let digest = &requested["pending"][0]["digest"];
     let decision = tokio::time::timeout(PATIENCE, app.approve(&run, "toolu_2", digest));
     let (status, body) = decision.await.expect("a decision is answered");
