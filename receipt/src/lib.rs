@@ -1,6 +1,6 @@
 //! Countersignature receipts. When a person's decision approves a call, the gateway signs a
 //! receipt for it: a JWS in compact form (a JWT) with `alg: EdDSA` (Ed25519) and a `kid`,
-//! whose claims name the issuer, the tool it is for (`aud`), the run and call, the digest of
+//! whose claims name the issuer, the tool it is for (`aud`), the run, turn and call, the digest of
 //! the exact input the tool will receive, the action, who decided and the policy version. The
 //! call carries it to the tool, which checks it ([`Verifier::check`], or the tower layer
 //! [`RequireReceipt`] in front of the tool's handler) against the request it came with, so a

@@ -1,6 +1,7 @@
 //! The tool's check of a receipt against the request it came with: signed by a published key,
 //! issued by the expected gateway, for this tool (`aud` and `tool`), not expired (with a small
-//! leeway for clocks), for exactly this input, and not used before by another request.
+//! leeway for clocks), sent under exactly its call's `Idempotency-Key` (`RUN:TURN:CALL`, byte
+//! for byte), for exactly this input, and not used before by another request.
 
 use crate::jwks::Jwks;
 use crate::replay::{Replay, Seen, SeenJtis};
