@@ -83,6 +83,16 @@ pub struct Config {
     /// room, before it is cut off (with a `stream.cut` event, after which it reconnects with
     /// `Last-Event-ID`). Default 10000.
     pub live_slow_reader_ms: u64,
+    /// Live events streams (`GET /v1/runs/{id}/events` and the inbox's) this gateway serves
+    /// at once; one more is answered `429 too_many_streams` with `Retry-After`. Open streams
+    /// are counted here and not in `max_connections`, so however many are open, probes and
+    /// decisions are still answered. Default 512.
+    pub live_max_streams: usize,
+    /// Live events streams one principal (all its keys and sessions) may have open at once on
+    /// this gateway. Default 16.
+    pub live_max_streams_per_principal: usize,
+    /// Live events streams of one run open at once on this gateway. Default 64.
+    pub live_max_streams_per_run: usize,
     /// Countersignature receipts for approved calls; `COUNTERSIGN_RECEIPT_KEY_FILE` sets
     /// `key_file` (the table's other keys stay as the file has them).
     #[env("COUNTERSIGN_RECEIPT_KEY_FILE", with = receipt_key_file_from_env)]
@@ -133,6 +143,9 @@ impl Default for Config {
             max_connections: 1024,
             live_heartbeat_ms: 15_000,
             live_slow_reader_ms: 10_000,
+            live_max_streams: 512,
+            live_max_streams_per_principal: 16,
+            live_max_streams_per_run: 64,
             receipts: ReceiptsConfig::default(),
             mcp: McpConfig::default(),
         }
@@ -353,6 +366,12 @@ impl Config {
         anyhow::ensure!(
             self.max_connections > 0,
             "max_connections must be at least 1"
+        );
+        anyhow::ensure!(
+            self.live_max_streams > 0
+                && self.live_max_streams_per_principal > 0
+                && self.live_max_streams_per_run > 0,
+            "live_max_streams, live_max_streams_per_principal and live_max_streams_per_run must be at least 1"
         );
         countersign_runtime::metrics_http::check_token(self.metrics_token.as_ref())?;
         for key in &self.api_keys {

@@ -19,6 +19,8 @@ pub(crate) struct ApiError {
     pub(crate) code: &'static str,
     pub(crate) message: String,
     pub(crate) details: Option<Value>,
+    /// Seconds the client should wait before trying again (`Retry-After`).
+    pub(crate) retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -28,6 +30,7 @@ impl ApiError {
             code,
             message: message.into(),
             details: None,
+            retry_after: None,
         }
     }
 
@@ -74,6 +77,13 @@ impl ApiError {
             "method_not_allowed",
             message,
         )
+    }
+
+    /// One stream more than a cap on live events streams allows (see `crate::live`).
+    pub(crate) fn too_many_streams(message: impl Into<String>, retry_after_secs: u64) -> Self {
+        let mut error = Self::new(StatusCode::TOO_MANY_REQUESTS, "too_many_streams", message);
+        error.retry_after = Some(retry_after_secs);
+        error
     }
 
     pub(crate) fn body_timeout(message: impl Into<String>) -> Self {
@@ -123,7 +133,13 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, Json(json!({ "error": self.body() }))).into_response()
+        let mut response = (self.status, Json(json!({ "error": self.body() }))).into_response();
+        if let Some(secs) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, secs.into());
+        }
+        response
     }
 }
 
@@ -194,9 +210,13 @@ impl From<DecideError> for ApiError {
             } => {
                 let error = Self::new(status, api_code, message);
                 match recorded {
-                    Some(decision) if !decision.expired => {
-                        error.with_details(json!({ "decision": decision }))
-                    }
+                    // Whoever is refused sees the decision that stands, never its receipt.
+                    Some(decision) if !decision.expired => error.with_details(json!({
+                        "decision": crate::routes::decision_view(
+                            &decision,
+                            crate::routes::Receipts::Withheld,
+                        ),
+                    })),
                     _ => error,
                 }
             }

@@ -12,11 +12,21 @@
 //! [`BUFFER`] wait to be written. A client that leaves them waiting longer than
 //! `live_slow_reader_ms` is cut off: what is buffered is written, then a `stream.cut` event,
 //! and the stream ends; it reconnects with `Last-Event-ID` to carry on.
+//!
+//! Streams are bounded too ([`Streams`]): at most `live_max_streams` open on this gateway,
+//! `live_max_streams_per_principal` of one principal and `live_max_streams_per_run` of one
+//! run; one more is answered `429 too_many_streams` with `Retry-After`. An admitted stream
+//! gives its connection's place among `max_connections` back (`ConnectionSlot`) and closes
+//! its connection when it ends, so a key that opens streams by the thousand holds at most its
+//! share of this budget, and never the connections that probes and decisions need.
 
+use crate::config::Config;
 use crate::error::ApiError;
+use crate::server::ConnectionSlot;
 use crate::state::AppState;
 use async_nats::jetstream::consumer::DeliverPolicy;
 use async_nats::jetstream::consumer::pull::OrderedConfig;
+use axum::http::header::CONNECTION;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -26,7 +36,7 @@ use countersign_runtime::bus::{Bus, BusError};
 use countersign_runtime::metrics::Metrics;
 use futures::{Stream, StreamExt};
 use serde_json::{Value, json};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -38,6 +48,96 @@ use tokio_util::sync::CancellationToken;
 const FETCH: i64 = 16;
 /// Events waiting to be written to the client.
 const BUFFER: usize = 32;
+/// What a client refused a stream is told to wait before it tries again, in seconds.
+const RETRY_AFTER_SECS: u64 = 10;
+
+/// The live events streams open on this gateway: in all, per principal and per run.
+#[derive(Default)]
+pub(crate) struct Streams(std::sync::Mutex<Open>);
+
+#[derive(Default)]
+struct Open {
+    all: usize,
+    by_principal: HashMap<String, usize>,
+    by_run: HashMap<String, usize>,
+}
+
+/// One open stream's place in [`Streams`], given back when dropped (with the stream's body).
+pub(crate) struct Admitted {
+    streams: Arc<Streams>,
+    principal: String,
+    run: String,
+}
+
+impl Streams {
+    /// A place for one more stream of `run` for `principal`, if every cap allows it.
+    fn admit(
+        self: &Arc<Self>,
+        config: &Config,
+        principal: &str,
+        run: &str,
+    ) -> Result<Admitted, ApiError> {
+        let mut open = self.0.lock().expect("lock poisoned");
+        let of_principal = open.by_principal.get(principal).copied().unwrap_or(0);
+        let of_run = open.by_run.get(run).copied().unwrap_or(0);
+        let full = if of_principal >= config.live_max_streams_per_principal {
+            Some(format!(
+                "{principal} has {of_principal} live event streams open, the most one principal may"
+            ))
+        } else if of_run >= config.live_max_streams_per_run {
+            Some(format!(
+                "run {run:?} has {of_run} live event streams open, the most one run may"
+            ))
+        } else if open.all >= config.live_max_streams {
+            Some(format!(
+                "this gateway has {} live event streams open, the most it serves",
+                open.all
+            ))
+        } else {
+            None
+        };
+        if let Some(full) = full {
+            return Err(ApiError::too_many_streams(
+                format!("{full}; close one or try again later"),
+                RETRY_AFTER_SECS,
+            ));
+        }
+        open.all += 1;
+        *open.by_principal.entry(principal.to_string()).or_default() += 1;
+        *open.by_run.entry(run.to_string()).or_default() += 1;
+        Ok(Admitted {
+            streams: self.clone(),
+            principal: principal.to_string(),
+            run: run.to_string(),
+        })
+    }
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        let mut guard = self.streams.0.lock().expect("lock poisoned");
+        let open = &mut *guard;
+        open.all -= 1;
+        for (counts, key) in [
+            (&mut open.by_principal, &self.principal),
+            (&mut open.by_run, &self.run),
+        ] {
+            if let Some(n) = counts.get_mut(key) {
+                *n -= 1;
+                if *n == 0 {
+                    counts.remove(key);
+                }
+            }
+        }
+    }
+}
+
+/// Who follows a run: the principal its streams are counted against, and the place of its
+/// connection among `max_connections`, given back once the stream is admitted.
+pub(crate) struct Follower<'a> {
+    pub(crate) principal: &'a str,
+    pub(crate) slot: Option<ConnectionSlot>,
+}
 
 /// How many of the run's events a client has: its `Last-Event-ID`, else `after` (for clients
 /// that cannot set the header), else none.
@@ -59,22 +159,38 @@ pub(crate) fn resume_point(headers: &HeaderMap, after: Option<&str>) -> Result<u
 /// The answer to a client of the run's events that has the first `after`: server-sent events
 /// with heartbeats, until the run ends or `stop` (the gateway is shutting down; the client
 /// reconnects to another). A client that has every event of a run that ended is told `204 No
-/// Content`, which stops an `EventSource` from reconnecting.
+/// Content`, which stops an `EventSource` from reconnecting; one past a cap of [`Streams`],
+/// `429 too_many_streams`.
 pub(crate) async fn answer(
     state: &AppState,
     run: &Run,
     after: u64,
+    follower: Follower<'_>,
     stop: CancellationToken,
 ) -> Result<Response, ApiError> {
     if run.status.is_terminal() && after > 0 && after >= stored(&state.bus, &run.run_id).await? {
         return Ok(StatusCode::NO_CONTENT.into_response());
     }
+    let admitted = state
+        .live_streams
+        .admit(&state.config, follower.principal, run.run_id.as_str())
+        .inspect_err(|_| state.metrics.live_stream("refused"))?;
     let from = Follow {
         after,
         patience: Duration::from_millis(state.config.live_slow_reader_ms),
         stop,
     };
-    let events = follow(&state.bus, &run.run_id, from, state.metrics.clone()).await?;
+    let events = follow(
+        &state.bus,
+        &run.run_id,
+        from,
+        admitted,
+        state.metrics.clone(),
+    )
+    .await?;
+    if let Some(slot) = follower.slot {
+        slot.give_back();
+    }
     let heartbeat = Duration::from_millis(state.config.live_heartbeat_ms);
     let mut response = Sse::new(events)
         .keep_alive(KeepAlive::new().interval(heartbeat))
@@ -84,6 +200,10 @@ pub(crate) async fn answer(
         HeaderName::from_static("x-accel-buffering"),
         HeaderValue::from_static("no"),
     );
+    // The connection left the `max_connections` budget: it serves nothing after the stream.
+    response
+        .headers_mut()
+        .insert(CONNECTION, HeaderValue::from_static("close"));
     Ok(response)
 }
 
@@ -113,11 +233,13 @@ async fn stored(bus: &Bus, run: &RunId) -> Result<u64, BusError> {
     Ok(count.into_iter().map(|(_, n)| n as u64).sum())
 }
 
-/// The run's events for one client, as server-sent events.
+/// The run's events for one client, as server-sent events; the stream keeps its place in
+/// [`Streams`] until it is dropped.
 async fn follow(
     bus: &Bus,
     run: &RunId,
     from: Follow,
+    admitted: Admitted,
     metrics: Metrics,
 ) -> Result<impl Stream<Item = Result<Event, Infallible>> + use<>, BusError> {
     let config = OrderedConfig {
@@ -136,8 +258,8 @@ async fn follow(
     let cut = Arc::new(AtomicBool::new(false));
     metrics.live_stream("opened");
     tokio::spawn(forward(messages, tx, from, cut.clone(), metrics));
-    let events = futures::stream::unfold(rx, |mut rx| async {
-        rx.recv().await.map(|event| (event, rx))
+    let events = futures::stream::unfold((rx, admitted), |(mut rx, admitted)| async {
+        rx.recv().await.map(|event| (event, (rx, admitted)))
     });
     // Once the buffer is written: the cut-off notice, if the client was cut off.
     let notice = futures::stream::once(async move {

@@ -118,6 +118,8 @@ impl Receipts {
             exp: iat + self.ttl_secs,
             jti: format!("rct_{}", uuid::Uuid::new_v4().simple()),
             run_id: run.run_id.to_string(),
+            // The turn the call is held in, which the worker's `Idempotency-Key` names.
+            turn: run.turns,
             call_id: call.call_id.clone(),
             tool: call.tool.clone(),
             input_digest: input_digest(input),

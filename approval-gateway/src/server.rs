@@ -3,7 +3,10 @@
 //! a time, would otherwise hold a task and a socket for ever.
 //!
 //! - at most `max_connections` connections are served; beyond that the loop stops accepting
-//!   and new ones wait in the kernel's backlog;
+//!   and new ones wait in the kernel's backlog. A connection whose answer is a run's live
+//!   events gives its place back ([`ConnectionSlot`]): those streams live for hours and are
+//!   capped on their own (`crate::live`), so they can never leave probes and decisions
+//!   waiting in the backlog;
 //! - a request's headers must arrive within `header_read_timeout_ms` (hyper times this from
 //!   the moment it waits for them, so it also ends a kept-alive connection whose next request
 //!   does not come);
@@ -34,7 +37,7 @@ use std::task::{Context, Poll, ready};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
@@ -72,20 +75,37 @@ pub(crate) async fn serve(
             },
         };
         let app = app.clone();
-        let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+        let slot = ConnectionSlot(Arc::new(std::sync::Mutex::new(Some(permit))));
+        let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+            req.extensions_mut().insert(slot.clone());
             answer(app.clone(), req, body_timeout)
         });
         let io = TokioIo::new(IdleTimeout::new(stream, idle_timeout));
         let connection = graceful.watch(http.serve_connection(io, service));
         tokio::spawn(async move {
+            // The service, and with it the slot, is dropped when the connection ends.
             if let Err(e) = connection.await {
                 tracing::debug!(error = %e, "connection closed with an error");
             }
-            drop(permit);
         });
     }
     drop(listener);
     graceful.shutdown().await;
+}
+
+/// A connection's place among the `max_connections` served, in each of its requests'
+/// extensions. It is given back when the connection closes, or earlier by
+/// [`ConnectionSlot::give_back`].
+#[derive(Clone)]
+pub(crate) struct ConnectionSlot(Arc<std::sync::Mutex<Option<OwnedSemaphorePermit>>>);
+
+impl ConnectionSlot {
+    /// Frees the connection's place for another: for an answer that holds the connection
+    /// for long and is counted elsewhere (a run's live events), which must also close the
+    /// connection once done (`Connection: close`), so it serves nothing more unbudgeted.
+    pub(crate) fn give_back(&self) {
+        drop(self.0.lock().expect("lock poisoned").take());
+    }
 }
 
 /// Runs one request through the router with a deadline on its body.

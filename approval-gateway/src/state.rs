@@ -40,6 +40,8 @@ pub(crate) struct AppState {
     pub(crate) http: reqwest::Client,
     /// Signs approved calls' receipts; the keys tools verify them with.
     pub(crate) receipts: Arc<Receipts>,
+    /// The live events streams open on this gateway, against their caps.
+    pub(crate) live_streams: Arc<crate::live::Streams>,
     /// API keys by the SHA-256 of the key, so lookups do not compare secrets byte by byte.
     keys: Arc<HashMap<String, ApiKey>>,
 }
@@ -62,6 +64,7 @@ impl AppState {
                     .map(|k| (sha256_hex(k.key.expose()), k.clone()))
                     .collect(),
             ),
+            live_streams: Arc::default(),
             outbox: Relay::new(store.clone(), bus.clone(), metrics.clone()),
             metrics,
             consumers: Consumers::default(),

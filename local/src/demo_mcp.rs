@@ -7,8 +7,7 @@
 //! The tools' names, descriptions and input schemas are those of the demo agent's own file,
 //! `examples/agents/refunds.toml`, read from it, so the two cannot drift apart.
 
-use crate::demo_tools::{Outcome, Request, Service};
-use countersign_receipt::Verifier;
+use crate::demo_tools::{DemoVerifier, Outcome, Request, Service};
 use countersign_receipt::mcp::{META_IDEMPOTENCY_KEY, META_RECEIPT, META_RECEIPT_REFUSED};
 use rmcp::ServerHandler;
 use rmcp::model::{
@@ -104,7 +103,7 @@ impl ServerHandler for DemoMcp {
             "issue_refund" => {
                 let input = &arguments;
                 // The receipt signs the arguments, carried beside it in `_meta`.
-                let check = move |verifier: Arc<Verifier>| async move {
+                let check = move |verifier: Arc<DemoVerifier>| async move {
                     verifier.check_mcp(meta, "issue_refund", input).await
                 };
                 let called = called("mcp:issue_refund");

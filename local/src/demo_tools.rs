@@ -5,7 +5,11 @@
 //! Served [`Countersigned`], it checks receipts as a tool author would: a refund over
 //! [`REFUND_LIMIT`] (what the demo policy sends to a person) runs only with a valid
 //! countersignature receipt for exactly that refund, and any receipt a smaller one carries
-//! must be valid too; otherwise it answers 401 and refunds nothing.
+//! must be valid too; otherwise it answers 401 and refunds nothing. It remembers the
+//! receipts it ran in a file ([`FileReplay`], `receipts-run.jsonl` in the runner's data
+//! folder), so a receipt stays spent after the service restarts; its answers it keeps in
+//! memory only, so a receipt that comes again after a restart, even under its own key, is
+//! refused (`replayed`) rather than answered: a restart forgot what it answered.
 //!
 //! The same tools are MCP tools at `/mcp` ([`crate::demo_mcp`]), answered by the same code
 //! from the same ledger; there a refused receipt is an error result naming the refusal.
@@ -17,10 +21,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 use countersign_receipt::{
-    Checked, Claims, Jwks, RECEIPT_HEADER, Refresh, Refusal, SeenJtis, Verifier,
+    Checked, Claims, FileReplay, Jwks, RECEIPT_HEADER, Refresh, Refusal, Verifier,
 };
 use serde_json::{Value, json};
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -52,12 +57,17 @@ pub const REFUND_LIMIT: f64 = 20.0;
 pub struct Countersigned {
     pub jwks_url: String,
     pub issuer: String,
+    /// Where the receipts it ran are remembered ([`FileReplay`]): kept across restarts.
+    pub replay_file: PathBuf,
 }
+
+/// The verifier of the demo's refunds: receipts remembered in a file.
+pub(crate) type DemoVerifier = Verifier<FileReplay>;
 
 #[derive(Clone)]
 pub(crate) struct Service {
     ledger: Arc<Mutex<Ledger>>,
-    verifier: Option<Arc<Verifier>>,
+    verifier: Option<Arc<DemoVerifier>>,
 }
 
 /// A running demo tools service.
@@ -88,16 +98,19 @@ impl DemoTools {
     ) -> std::io::Result<(Self, JoinHandle<std::io::Result<()>>)> {
         let base_url = format!("http://{}", listener.local_addr()?);
         let ledger = Arc::new(Mutex::new(Ledger::default()));
-        let verifier = countersigned.map(|c| {
-            let keys = Jwks::from_url(c.jwks_url, Refresh::default());
-            // The agent's tools name themselves by their tool names (no `audience` set).
-            Arc::new(Verifier::new(
-                keys,
-                c.issuer,
-                "issue_refund",
-                SeenJtis::default(),
-            ))
-        });
+        let verifier = countersigned
+            .map(|c| -> std::io::Result<_> {
+                let keys = Jwks::from_url(c.jwks_url, Refresh::default());
+                let replay = FileReplay::open(&c.replay_file)?;
+                // The agent's tools name themselves by their tool names (no `audience` set).
+                Ok(Arc::new(Verifier::new(
+                    keys,
+                    c.issuer,
+                    "issue_refund",
+                    replay,
+                )))
+            })
+            .transpose()?;
         let service = Service {
             ledger: ledger.clone(),
             verifier,
@@ -237,17 +250,21 @@ impl Service {
         &self,
         request: &Request<'_>,
         input: &Value,
-        check: impl FnOnce(Arc<Verifier>) -> F,
+        check: impl FnOnce(Arc<DemoVerifier>) -> F,
     ) -> Outcome
     where
         F: Future<Output = Result<Checked, Refusal>>,
     {
         let mut receipt = None;
+        let mut again = false;
         if let Some(verifier) = &self.verifier {
             let needed = input["amount"].as_f64().is_none_or(|a| a > REFUND_LIMIT);
             if needed || request.receipt.is_some() {
                 match check(verifier.clone()).await {
-                    Ok(checked) => receipt = Some(checked.claims),
+                    Ok(checked) => {
+                        again = checked.again;
+                        receipt = Some(checked.claims);
+                    }
                     Err(refusal) => {
                         let mut ledger = self.ledger.lock().unwrap();
                         ledger.refused.push(refusal.code().to_string());
@@ -257,6 +274,12 @@ impl Service {
             }
         }
         self.once(request, |ledger| {
+            // A receipt run before whose answer this process does not hold (it restarted
+            // since): answering would mean running it again.
+            if again {
+                ledger.refused.push(Refusal::Replayed.code().to_string());
+                return Outcome::Refused(Refusal::Replayed);
+            }
             let refund = json!({
                 "refund_id": format!("rf_{}", ledger.refunds.len() + 1),
                 "order_id": input["order_id"],
@@ -310,7 +333,7 @@ async fn refund(State(service): State<Service>, headers: HeaderMap, body: Bytes)
     let request = http_request("/refunds", &headers);
     let (receipt, key) = (request.receipt, request.idempotency_key);
     // The receipt signs the body exactly as it came.
-    let check = move |verifier: Arc<Verifier>| async move {
+    let check = move |verifier: Arc<DemoVerifier>| async move {
         verifier.check(receipt, "issue_refund", key, &body).await
     };
     http_answer(service.refund(&request, &input, check).await)

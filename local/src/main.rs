@@ -79,9 +79,11 @@ async fn run() -> anyhow::Result<ExitCode> {
     let gateway_addr = Place::addr(place.gateway);
     let gateway_url = format!("http://{gateway_addr}");
     // The refunds service checks refunds' receipts against this gateway, as a tool would.
+    // The receipts it ran are kept in the data folder, so they stay spent across restarts.
     let countersigned = Countersigned {
         jwks_url: format!("{gateway_url}/.well-known/jwks.json"),
         issuer: gateway_url.clone(),
+        replay_file: place.dir.join("receipts-run.jsonl"),
     };
     let (_, tools) = DemoTools::serve_watched(tools, Some(countersigned))?;
     let stop_tools = shutdown.clone();

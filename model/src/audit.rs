@@ -6,6 +6,13 @@
 //! `prev` is empty), so editing, inserting or deleting any element of a run's chain breaks it
 //! from that point on. Refused decisions are kept apart, in a capped list per run, so a flood
 //! of them can neither delay a decision nor grow the trail.
+//!
+//! An executed call's entry keeps the receipt the call carried (`detail.receipt`, a bearer
+//! token for its tool until it expires). Only admins see it: for anyone else the element is
+//! shown [`withholding_receipt`]: the receipt replaced by `{"withheld": true}` and the
+//! digest of the entry as stored in `entry_sha256`, which [`verify`] takes in place of the
+//! entry's own, so the chain still verifies link by link. What such an entry says besides is
+//! then vouched for by whoever served it, not by the chain.
 
 use crate::digest::{canonical_json, pre_jcs_canonical_json, sha256_hex};
 use crate::run::RunId;
@@ -94,21 +101,85 @@ pub fn link(prev: &str, entry_sha: &str) -> String {
 }
 
 /// Checks a chain of stored elements; `Err(i)` names the first element that does not fit.
+/// An element whose receipt is withheld ([`withholding_receipt`]) fits by its
+/// `entry_sha256`.
 pub fn verify(elements: &[Value]) -> Result<(), usize> {
     let mut prev = String::new();
     for (i, element) in elements.iter().enumerate() {
         let (Some(p), Some(hash)) = (element["prev"].as_str(), element["hash"].as_str()) else {
             return Err(i);
         };
-        let entry = &element["entry"];
-        // Entries written before the canonical form became RFC 8785 hashed the older form.
-        let fits = |canonical: String| link(p, &sha256_hex(canonical)) == hash;
-        if p != prev || !(fits(canonical_json(entry)) || fits(pre_jcs_canonical_json(entry))) {
+        if p != prev || stored_sha(element).is_none() {
             return Err(i);
         }
         prev = hash.to_string();
     }
     Ok(())
+}
+
+/// The SHA-256 of an element's entry as it was stored, if it fits the element's link: of
+/// its canonical form (or of the older form entries written before the canonical form became
+/// RFC 8785 hashed), or its `entry_sha256` when its receipt is withheld.
+fn stored_sha(element: &Value) -> Option<String> {
+    let (p, hash) = (element["prev"].as_str()?, element["hash"].as_str()?);
+    let entry = &element["entry"];
+    let candidates = match element.get("entry_sha256") {
+        Some(sha) if entry["detail"]["receipt"] == withheld() => vec![sha.as_str()?.to_string()],
+        Some(_) => return None,
+        None => vec![
+            sha256_hex(canonical_json(entry)),
+            sha256_hex(pre_jcs_canonical_json(entry)),
+        ],
+    };
+    candidates.into_iter().find(|sha| link(p, sha) == hash)
+}
+
+/// What a receipt kept in an entry shows to whoever may not see it.
+pub fn withheld() -> Value {
+    serde_json::json!({"withheld": true})
+}
+
+/// A stored chain element as shown to a key that may not see receipts: an entry that keeps
+/// one (a string in `detail.receipt`) has it replaced by [`withheld`], and the element gets
+/// `entry_sha256`, the digest of the entry as stored, so that [`verify`] still checks the
+/// chain. An element that does not fit its link is left as it is, for [`verify`] to report.
+pub fn withholding_receipt(mut element: Value) -> Value {
+    if !element["entry"]["detail"]["receipt"].is_string() {
+        return element;
+    }
+    if let Some(sha) = stored_sha(&element) {
+        element["entry"]["detail"]["receipt"] = withheld();
+        element["entry_sha256"] = sha.into();
+    }
+    element
+}
+
+/// A refused decision as shown to a key that may not see receipts: a refusal of a call
+/// decided already keeps the decision that stands in `detail` (JSON text), whose receipt is
+/// replaced by [`withheld`].
+pub fn refusal_withholding_receipt(mut refusal: Value) -> Value {
+    let Some(detail) = refusal["detail"].as_str() else {
+        return refusal;
+    };
+    let Ok(mut decision) = serde_json::from_str::<Value>(detail) else {
+        return refusal;
+    };
+    if decision["receipt"].is_string() {
+        decision["receipt"] = withheld();
+        refusal["detail"] = decision.to_string().into();
+    }
+    refusal
+}
+
+impl AuditEntry {
+    /// The entry with the receipt it keeps, if any, replaced by [`withheld`]: for pages
+    /// people read, which never show a receipt.
+    pub fn without_receipt(mut self) -> Self {
+        if self.detail["receipt"].is_string() {
+            self.detail["receipt"] = withheld();
+        }
+        self
+    }
 }
 
 #[cfg(test)]
@@ -132,6 +203,39 @@ mod tests {
                 element
             })
             .collect()
+    }
+
+    #[test]
+    fn a_chain_verifies_with_its_receipts_withheld_and_not_once_a_withheld_entry_is_forged() {
+        let mut chain = entries(3);
+        chain[1]["entry"]["detail"] = serde_json::json!({"receipt": "eyJ.a.b"});
+        let (_, sha) = prepare(&serde_json::from_value(chain[1]["entry"].clone()).unwrap());
+        chain[1]["hash"] = link(chain[1]["prev"].as_str().unwrap(), &sha).into();
+        chain[2]["prev"] = chain[1]["hash"].clone();
+        let (_, sha) = prepare(&serde_json::from_value(chain[2]["entry"].clone()).unwrap());
+        chain[2]["hash"] = link(chain[2]["prev"].as_str().unwrap(), &sha).into();
+        assert_eq!(verify(&chain), Ok(()));
+
+        let shown: Vec<Value> = chain.into_iter().map(withholding_receipt).collect();
+        assert_eq!(shown[1]["entry"]["detail"]["receipt"], withheld());
+        assert_eq!(
+            shown[1]["entry_sha256"],
+            sha256_hex(canonical_json(&{
+                let mut e = shown[1]["entry"].clone();
+                e["detail"]["receipt"] = "eyJ.a.b".into();
+                e
+            }))
+        );
+        assert!(shown[0].get("entry_sha256").is_none());
+        assert_eq!(verify(&shown), Ok(()));
+
+        // A digest that is not the stored entry's, or one on an entry not withheld, breaks it.
+        let mut forged = shown.clone();
+        forged[1]["entry_sha256"] = sha256_hex("another entry").into();
+        assert_eq!(verify(&forged), Err(1));
+        let mut forged = shown;
+        forged[0]["entry_sha256"] = forged[1]["entry_sha256"].clone();
+        assert_eq!(verify(&forged), Err(0));
     }
 
     #[test]

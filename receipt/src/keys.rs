@@ -253,6 +253,7 @@ mod tests {
             exp: 1,
             jti: "j".into(),
             run_id: "r".into(),
+            turn: 1,
             call_id: "c".into(),
             tool: "t".into(),
             input_digest: "d".into(),

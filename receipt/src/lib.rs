@@ -1,6 +1,6 @@
 //! Countersignature receipts. When a person's decision approves a call, the gateway signs a
 //! receipt for it: a JWS in compact form (a JWT) with `alg: EdDSA` (Ed25519) and a `kid`,
-//! whose claims name the issuer, the tool it is for (`aud`), the run and call, the digest of
+//! whose claims name the issuer, the tool it is for (`aud`), the run, turn and call, the digest of
 //! the exact input the tool will receive, the action, who decided and the policy version. The
 //! call carries it to the tool, which checks it ([`Verifier::check`], or the tower layer
 //! [`RequireReceipt`] in front of the tool's handler) against the request it came with, so a
@@ -23,8 +23,8 @@ pub use keys::{KeySet, PublicKey, Signer};
 pub use layer::{BODY_LIMIT, RECEIPT_HEADER, RequireReceipt, RequireReceiptService, refused};
 #[cfg(feature = "redis")]
 pub use replay::RedisReplay;
-pub use replay::{Replay, ReplayError, Seen, SeenJtis};
-pub use verify::{Checked, Refusal, Verifier, signed_by};
+pub use replay::{FileReplay, Replay, ReplayError, Seen, SeenJtis};
+pub use verify::{Checked, Refusal, Verifier, idempotency_key, signed_by};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -43,6 +43,10 @@ pub struct Claims {
     /// Unique per receipt: a tool runs a receipt once.
     pub jti: String,
     pub run_id: String,
+    /// The turn of the run the call was asked in: with `run_id` and `call_id`, the
+    /// `Idempotency-Key` the worker sends the call with (`RUN:TURN:CALL`), and the only one
+    /// the receipt is spent under.
+    pub turn: u32,
     pub call_id: String,
     /// The tool's name in the agent's definition.
     pub tool: String,

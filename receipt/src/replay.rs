@@ -4,9 +4,16 @@
 //! [`Seen::Again`] when it carries that same, non-empty key: the worker sending the same call
 //! again after a crash, which the tool answers as it answers any repeated `Idempotency-Key`,
 //! running nothing twice. Anything else is [`Seen::Reused`], and refused.
+//!
+//! A tool that may restart must remember across restarts: [`SeenJtis`] forgets every receipt
+//! it ran when its process ends, and one sent again after that would run again. Use
+//! [`FileReplay`] on one host, `RedisReplay` on several.
 
+mod file;
 #[cfg(feature = "redis")]
 mod redis;
+
+pub use self::file::FileReplay;
 
 #[cfg(feature = "redis")]
 pub use self::redis::RedisReplay;
@@ -31,8 +38,9 @@ pub enum Seen {
 #[error("the replay store failed: {0}")]
 pub struct ReplayError(pub Box<dyn std::error::Error + Send + Sync>);
 
-/// Remembers the receipts a tool has run: in memory for one process ([`SeenJtis`]), in Redis
-/// for many (`RedisReplay`, with the `redis` feature).
+/// Remembers the receipts a tool has run: in memory for one process that never restarts
+/// ([`SeenJtis`]), in a file for one host ([`FileReplay`]), in Redis for many (`RedisReplay`,
+/// with the `redis` feature).
 pub trait Replay: Send + Sync {
     /// Records `jti` as used by the request with `idempotency_key` ("" for none) unless it
     /// was used before; `until` (seconds since the epoch) is when the receipt no longer
@@ -54,8 +62,10 @@ fn used_before(recorded: &str, idempotency_key: &str) -> Seen {
     }
 }
 
-/// [`Replay`] in memory, for one process. Entries are dropped once expired, oldest first, as
-/// new ones come: each use costs the same however many receipts are remembered.
+/// [`Replay`] in memory, for one process: what it remembers is gone when the process ends,
+/// so a receipt it ran runs again after a restart (use [`FileReplay`] or `RedisReplay` for a
+/// tool that restarts). Entries are dropped once expired, oldest first, as new ones come:
+/// each use costs the same however many receipts are remembered.
 #[derive(Default)]
 pub struct SeenJtis(Mutex<Remembered>);
 
@@ -67,6 +77,33 @@ struct Remembered {
     by_expiry: BTreeSet<(i64, String)>,
 }
 
+impl Remembered {
+    /// Forgets the receipts that stopped counting before `now`.
+    fn forget_before(&mut self, now: i64) {
+        while let Some((expiry, _)) = self.by_expiry.first()
+            && *expiry < now
+        {
+            if let Some((_, gone)) = self.by_expiry.pop_first() {
+                self.by_jti.remove(&gone);
+            }
+        }
+    }
+
+    /// What is known of `jti` for a request with `idempotency_key`; None if it was not used.
+    fn seen(&self, jti: &str, idempotency_key: &str) -> Option<Seen> {
+        self.by_jti
+            .get(jti)
+            .map(|(recorded, _)| used_before(recorded, idempotency_key))
+    }
+
+    fn record(&mut self, jti: &str, idempotency_key: &str, until: i64) {
+        if let Entry::Vacant(entry) = self.by_jti.entry(jti.to_string()) {
+            self.by_expiry.insert((until, jti.to_string()));
+            entry.insert((idempotency_key.to_string(), until));
+        }
+    }
+}
+
 impl Replay for SeenJtis {
     async fn first_use(
         &self,
@@ -74,23 +111,12 @@ impl Replay for SeenJtis {
         idempotency_key: &str,
         until: i64,
     ) -> Result<Seen, ReplayError> {
-        let mut guard = self.0.lock().expect("lock poisoned");
-        let now = jsonwebtoken::get_current_timestamp() as i64;
-        let Remembered { by_jti, by_expiry } = &mut *guard;
-        while let Some((expiry, _)) = by_expiry.first()
-            && *expiry < now
-        {
-            if let Some((_, gone)) = by_expiry.pop_first() {
-                by_jti.remove(&gone);
-            }
+        let mut remembered = self.0.lock().expect("lock poisoned");
+        remembered.forget_before(jsonwebtoken::get_current_timestamp() as i64);
+        if let Some(seen) = remembered.seen(jti, idempotency_key) {
+            return Ok(seen);
         }
-        Ok(match by_jti.entry(jti.to_string()) {
-            Entry::Occupied(first) => used_before(&first.get().0, idempotency_key),
-            Entry::Vacant(entry) => {
-                by_expiry.insert((until, jti.to_string()));
-                entry.insert((idempotency_key.to_string(), until));
-                Seen::First
-            }
-        })
+        remembered.record(jti, idempotency_key, until);
+        Ok(Seen::First)
     }
 }

@@ -1,6 +1,7 @@
 //! The tool's check of a receipt against the request it came with: signed by a published key,
 //! issued by the expected gateway, for this tool (`aud` and `tool`), not expired (with a small
-//! leeway for clocks), for exactly this input, and not used before by another request.
+//! leeway for clocks), sent under exactly its call's `Idempotency-Key` (`RUN:TURN:CALL`, byte
+//! for byte), for exactly this input, and not used before by another request.
 
 use crate::jwks::Jwks;
 use crate::replay::{Replay, Seen, SeenJtis};
@@ -26,8 +27,8 @@ pub enum Refusal {
     OtherIssuer,
     #[error("the receipt is for another tool")]
     OtherTool,
-    /// The request's `Idempotency-Key` (`RUN:TURN:CALL`, as workers send it) does not name
-    /// the receipt's run and call.
+    /// The request's `Idempotency-Key` is not exactly the receipt's `RUN:TURN:CALL`, as the
+    /// worker sends the call it was signed for.
     #[error("the receipt is for another call than the one this request makes")]
     OtherCall,
     #[error("the receipt has expired")]
@@ -123,9 +124,13 @@ impl<R: Replay> Verifier<R> {
         if claims.tool != tool {
             return Err(Refusal::OtherTool);
         }
-        if !idempotency_key.is_some_and(|key| names_call(key, &claims)) {
-            return Err(Refusal::OtherCall);
-        }
+        // Byte for byte: a key that names the run and call in another form (`RUN:01:CALL`,
+        // another turn) is another request, which would spend the receipt before the
+        // worker's own call and have that refused.
+        let idempotency_key = match idempotency_key {
+            Some(key) if key == idempotency_key_of(&claims) => key,
+            _ => return Err(Refusal::OtherCall),
+        };
         // A body that is not JSON cannot be the input anyone approved.
         let input: serde_json::Value =
             serde_json::from_slice(body).map_err(|_| Refusal::InputChanged)?;
@@ -138,7 +143,7 @@ impl<R: Replay> Verifier<R> {
         let until = claims.exp.saturating_add(2 * LEEWAY_SECS as i64);
         let seen = self
             .replay
-            .first_use(&claims.jti, idempotency_key.unwrap_or(""), until)
+            .first_use(&claims.jti, idempotency_key, until)
             .await
             .map_err(|e| Refusal::ReplayUnavailable(e.to_string()))?;
         match seen {
@@ -192,13 +197,14 @@ fn decode(token: &str, key: &PublicKey, validation: &Validation) -> Result<Claim
         })
 }
 
-/// Whether an `Idempotency-Key` names the receipt's call: workers send `RUN:TURN:CALL`.
-fn names_call(key: &str, claims: &Claims) -> bool {
-    key.strip_prefix(claims.run_id.as_str())
-        .and_then(|rest| rest.strip_prefix(':'))
-        .and_then(|rest| rest.strip_suffix(claims.call_id.as_str()))
-        .and_then(|rest| rest.strip_suffix(':'))
-        .is_some_and(|turn| !turn.is_empty() && turn.bytes().all(|b| b.is_ascii_digit()))
+/// The `Idempotency-Key` the call a receipt was signed for is sent with: `RUN:TURN:CALL`,
+/// the turn in decimal without leading zeros, as workers send it.
+pub fn idempotency_key(claims: &Claims) -> String {
+    idempotency_key_of(claims)
+}
+
+fn idempotency_key_of(claims: &Claims) -> String {
+    format!("{}:{}:{}", claims.run_id, claims.turn, claims.call_id)
 }
 
 /// The `kid` of an EdDSA receipt's header.

@@ -164,6 +164,16 @@ pub use countersign_local::demo_agent::{refunds_agent, refunds_mcp_agent};
 /// The `kid` of a test app's receipt key.
 pub const RECEIPT_KID: &str = "test-key-1";
 
+/// How the app's demo refunds service checks receipts: against `gateway_url`, remembering
+/// the receipts it ran in a file in `agents_dir`.
+fn tools_countersigned(gateway_url: &str, agents_dir: &std::path::Path) -> Countersigned {
+    Countersigned {
+        jwks_url: format!("{gateway_url}/.well-known/jwks.json"),
+        issuer: gateway_url.to_string(),
+        replay_file: agents_dir.join("receipts-run.jsonl"),
+    }
+}
+
 /// How a test app is made: `TestApp::builder(brain)`, what the test needs changed, then
 /// [`TestAppBuilder::start`]. Unless told otherwise the model speaks Anthropic's wire format,
 /// one worker runs, the refund tool's approval table is the demo agent's, and the app has
@@ -263,17 +273,14 @@ impl<'a> TestAppBuilder<'a> {
         let model = FakeModel::start(self.brain).await;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let gateway_url = format!("http://{}", listener.local_addr().unwrap());
+        let agents_dir = std::env::temp_dir().join(format!("countersign-{namespace}"));
+        std::fs::create_dir_all(&agents_dir).unwrap();
         // The refunds service checks receipts as a tool author would, against this gateway.
         let tools = DemoTools::serve_countersigned(
             tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
-            Countersigned {
-                jwks_url: format!("{gateway_url}/.well-known/jwks.json"),
-                issuer: gateway_url.clone(),
-            },
+            tools_countersigned(&gateway_url, &agents_dir),
         )
         .unwrap();
-        let agents_dir = std::env::temp_dir().join(format!("countersign-{namespace}"));
-        std::fs::create_dir_all(&agents_dir).unwrap();
         std::fs::write(
             agents_dir.join("refunds.toml"),
             if self.mcp {
@@ -837,6 +844,16 @@ impl TestApp {
         self.receipt_signer().sign(&claims)
     }
 
+    /// The demo refunds service as it is after a restart: a new process (on another port)
+    /// with the same replay file, and nothing else of the one before.
+    pub async fn tools_restarted(&self) -> DemoTools {
+        DemoTools::serve_countersigned(
+            tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+            tools_countersigned(&self.gateway_url, &self.agents_dir),
+        )
+        .unwrap()
+    }
+
     /// The key the app's gateway signs receipts with.
     pub fn receipt_signer(&self) -> countersign_receipt::Signer {
         let key_file = self.gateway_config.receipts.key_file.as_ref().unwrap();
@@ -860,6 +877,7 @@ impl TestApp {
             exp: iat + exp_secs,
             jti: uuid::Uuid::new_v4().to_string(),
             run_id: run_id.into(),
+            turn: 1,
             call_id: "toolu_2".into(),
             tool: "issue_refund".into(),
             input_digest: countersign_receipt::input_digest(input),

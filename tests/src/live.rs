@@ -44,29 +44,40 @@ impl LiveEvents {
         key: &str,
         last_event_id: Option<u64>,
     ) -> (StatusCode, Option<Self>) {
-        let mut request = app
-            .http
+        match Self::open_on(&app.http, base, run_id, key, last_event_id).await {
+            Ok(events) => (StatusCode::OK, Some(events)),
+            Err(response) => (response.status(), None),
+        }
+    }
+
+    /// As [`LiveEvents::open_at`], with the client `http`; the answer itself unless it is 200.
+    pub async fn open_on(
+        http: &reqwest::Client,
+        base: &str,
+        run_id: &str,
+        key: &str,
+        last_event_id: Option<u64>,
+    ) -> Result<Self, reqwest::Response> {
+        let mut request = http
             .get(format!("{base}/v1/runs/{run_id}/events"))
             .bearer_auth(key);
         if let Some(id) = last_event_id {
             request = request.header("last-event-id", id.to_string());
         }
         let response = request.send().await.expect("gateway reachable");
-        let status = response.status();
-        if status != StatusCode::OK {
-            return (status, None);
+        if response.status() != StatusCode::OK {
+            return Err(response);
         }
         let header = |name| response.headers()[name].to_str().unwrap();
         assert_eq!(header("content-type"), "text/event-stream");
         assert_eq!(header("cache-control"), "no-cache");
         assert_eq!(header("x-accel-buffering"), "no");
-        let events = Self {
+        Ok(Self {
             body: response.bytes_stream().boxed(),
             decoder: Decoder::default(),
             ready: VecDeque::new(),
             comments: 0,
-        };
-        (status, Some(events))
+        })
     }
 
     /// The next event; None when the server ended the stream. Panics after [`PATIENCE`].

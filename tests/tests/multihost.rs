@@ -28,6 +28,8 @@ const PROJECT: &str = "countersign-multihost";
 const HOST_ON_NETWORK: &str = "10.97.45.1";
 const REQUESTER_KEY: &str = "multihost-requester-key";
 const REVIEWER_KEY: &str = "multihost-reviewer-key";
+/// Reads the trails, whose receipts only an admin key is shown.
+const ADMIN_KEY: &str = "multihost-admin-key";
 /// How long anything may take before the test fails.
 const PATIENCE: Duration = Duration::from_secs(180);
 
@@ -315,7 +317,9 @@ async fn three_hundred_runs_survive_killed_leaders_lost_workers_a_network_cut_an
     env.extend([
         (
             "COUNTERSIGN_API_KEYS",
-            format!("{REQUESTER_KEY}:requester:desk,{REVIEWER_KEY}:reviewer:rita"),
+            format!(
+                "{REQUESTER_KEY}:requester:desk,{REVIEWER_KEY}:reviewer:rita,{ADMIN_KEY}:admin:ops"
+            ),
         ),
         // The NATS users' passwords (deploy/nats-server.conf), new for each run; each starts
         // with a letter, as NATS reads them as configuration values.
@@ -469,7 +473,7 @@ async fn three_hundred_runs_survive_killed_leaders_lost_workers_a_network_cut_an
         let trail: Value = driver
             .http
             .get(format!("{}/v1/runs/{id}/audit", driver.gateway(i)))
-            .bearer_auth(REVIEWER_KEY)
+            .bearer_auth(ADMIN_KEY)
             .send()
             .await
             .unwrap()

@@ -1,7 +1,10 @@
 //! `GET /v1/runs/{run_id}/audit`: a run's audit trail and whether its hash chain verifies,
 //! with the latest refused decisions (kept apart and capped). It is served from the run's own
-//! copy while the run is retained, then from the `AUDIT` stream, the long-term record.
+//! copy while the run is retained, then from the `AUDIT` stream, the long-term record. The
+//! receipts execution entries keep are shown to admins only (see
+//! `countersign_model::audit::withholding_receipt`).
 
+use super::view::Receipts;
 use crate::auth::{Caller, Permission};
 use crate::config::Role;
 use crate::error::ApiError;
@@ -9,7 +12,7 @@ use crate::state::AppState;
 use axum::extract::{Path, State};
 use axum::routing::get;
 use axum::{Json, Router};
-use countersign_model::audit::verify;
+use countersign_model::audit::{refusal_withholding_receipt, verify, withholding_receipt};
 use countersign_model::run::RunId;
 use serde_json::{Value, json};
 
@@ -39,7 +42,19 @@ async fn audit(
         return Err(missing());
     }
     let broken_at = verify(&elements).err();
-    let refusals = state.store.refusals(&id).await?;
+    // Receipts the execution entries keep are bearer tokens: for admins only, and for anyone
+    // else withheld in a form the chain still verifies in.
+    let mut refusals = state.store.refusals(&id).await?;
+    let elements: Vec<Value> = match Receipts::for_role(caller.role) {
+        Receipts::Shown => elements,
+        Receipts::Withheld => {
+            refusals = refusals
+                .into_iter()
+                .map(refusal_withholding_receipt)
+                .collect();
+            elements.into_iter().map(withholding_receipt).collect()
+        }
+    };
     Ok(Json(json!({
         "run_id": id,
         "verified": broken_at.is_none(),

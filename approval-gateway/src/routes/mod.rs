@@ -15,6 +15,8 @@ mod runs;
 mod sessions;
 mod view;
 
+pub(crate) use view::{Receipts, decision_view};
+
 use crate::channels::{email, slack};
 use crate::error::ApiError;
 use crate::state::AppState;

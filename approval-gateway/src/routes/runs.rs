@@ -1,7 +1,7 @@
 //! Starting, cancelling and reading runs: the HTTP side (who may, what the request says);
 //! what is stored and announced is `crate::runs`.
 
-use super::view::RunView;
+use super::view::{Receipts, RunView};
 use crate::auth::{Caller, JsonBody, Permission};
 use crate::decide;
 use crate::error::ApiError;
@@ -178,7 +178,13 @@ async fn get_run(
     let run = load_run(&state, &run_id).await?;
     caller.reading(&run_id, run.requested_by.as_deref())?;
     let decisions = state.store.decisions(&run.run_id).await?;
-    Ok(Json(RunView::new(run, decisions, &state.catalog())))
+    let receipts = Receipts::for_role(caller.role);
+    Ok(Json(RunView::new(
+        run,
+        decisions,
+        &state.catalog(),
+        receipts,
+    )))
 }
 
 /// The run named in a path, or a 404 that says so.

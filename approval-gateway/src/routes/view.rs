@@ -40,14 +40,17 @@ pub(super) struct HeldView {
     /// The input fields an edit may change (see `countersign_model::edit`), so a client can
     /// refuse a misspelt one before sending.
     pub(super) fields: Vec<String>,
-    pub(super) decision: Option<Decision>,
+    /// Its decision, with its receipt withheld unless the reader may see receipts.
+    pub(super) decision: Option<Value>,
 }
 
 impl RunView {
+    /// The run as shown to a reader who sees receipts (`receipts`: an admin) or not.
     pub(super) fn new(
         run: Run,
         mut decisions: HashMap<String, Decision>,
         catalog: &Catalog,
+        receipts: Receipts,
     ) -> Self {
         let agent = catalog.get(&run.agent);
         let pending = run
@@ -56,7 +59,9 @@ impl RunView {
             .filter_map(|held| {
                 let call = held.held.as_ref()?;
                 Some(HeldView {
-                    decision: decisions.remove(&call.call_id),
+                    decision: decisions
+                        .remove(&call.call_id)
+                        .map(|d| decision_view(&d, receipts)),
                     model_call_id: held.model_call_id.clone(),
                     fields: edit::editable_fields(
                         agent
@@ -87,4 +92,31 @@ impl RunView {
             updated_at: rfc3339(run.updated_at),
         }
     }
+}
+
+/// Whether a reader sees the receipts decisions and audit entries keep: bearer tokens that
+/// run their calls, shown to admins only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Receipts {
+    Shown,
+    Withheld,
+}
+
+impl Receipts {
+    pub(crate) fn for_role(role: crate::config::Role) -> Self {
+        match role {
+            crate::config::Role::Admin => Self::Shown,
+            _ => Self::Withheld,
+        }
+    }
+}
+
+/// A decision as the API shows it: its receipt replaced by `{"withheld": true}` unless
+/// `receipts` are shown.
+pub(crate) fn decision_view(decision: &Decision, receipts: Receipts) -> Value {
+    let mut shown = serde_json::to_value(decision).expect("decisions serialize");
+    if receipts == Receipts::Withheld && decision.receipt.is_some() {
+        shown["receipt"] = countersign_model::audit::withheld();
+    }
+    shown
 }

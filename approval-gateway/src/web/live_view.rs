@@ -10,19 +10,22 @@ use super::session::Session;
 use crate::auth::error::AuthError;
 use crate::error::ApiError;
 use crate::live;
+use crate::server::ConnectionSlot;
 use crate::state::AppState;
-use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
 use axum::routing::get;
+use axum::{Extension, Router};
 use maud::{Markup, html};
 use tokio_util::sync::CancellationToken;
 
 pub(super) fn router(stop: CancellationToken) -> Router<AppState> {
     Router::new().route(
         "/inbox/runs/{run_id}/events",
-        get(move |state, session, path, headers| events(state, session, path, headers, stop)),
+        get(move |state, session, slot, path, headers| {
+            events(state, session, slot, path, headers, stop)
+        }),
     )
 }
 
@@ -31,6 +34,7 @@ pub(super) fn router(stop: CancellationToken) -> Router<AppState> {
 async fn events(
     State(state): State<AppState>,
     session: Session,
+    slot: Option<Extension<ConnectionSlot>>,
     Path(run_id): Path<String>,
     headers: HeaderMap,
     stop: CancellationToken,
@@ -47,7 +51,12 @@ async fn events(
         let refusal = format!("{} may not read run {run_id:?}", session.principal);
         return Err(AuthError::Forbidden(refusal).into());
     }
-    live::answer(&state, &run, live::resume_point(&headers, None)?, stop).await
+    let follower = live::Follower {
+        principal: &session.principal,
+        slot: slot.map(|Extension(slot)| slot),
+    };
+    let after = live::resume_point(&headers, None)?;
+    live::answer(&state, &run, after, follower, stop).await
 }
 
 /// Where the page shows the run live; without JavaScript it stays as rendered.

@@ -266,6 +266,7 @@ async fn entries_of(
         .into_iter()
         .filter_map(|element| serde_json::from_value::<AuditEntry>(element["entry"].clone()).ok())
         .filter(|e| e.call_id.as_deref() == Some(call_id))
+        .map(AuditEntry::without_receipt)
         .collect())
 }
 

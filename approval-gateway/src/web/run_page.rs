@@ -41,6 +41,8 @@ async fn show(
     let entries: Vec<AuditEntry> = trail
         .iter()
         .filter_map(|e| serde_json::from_value(e["entry"].clone()).ok())
+        // Pages are for people; a receipt is a bearer token for the call's tool.
+        .map(AuditEntry::without_receipt)
         .collect();
     let title = format!("Run {}", run.run_id);
     let mut page = Page::new(StatusCode::OK, &title);

@@ -39,6 +39,7 @@ fn main() -> anyhow::Result<()> {
             exp: now + 7 * 24 * 3600,
             jti: format!("rct_{i:032}"),
             run_id: "run_01JZ8X9K2M3N4P5Q6R7S8T9V0W".into(),
+            turn: 1,
             call_id: "toolu_2".into(),
             tool: "issue_refund".into(),
             input_digest,

@@ -2,7 +2,8 @@
 
 use crate::support::{AUDIENCE, ISSUER, KEY, TOOL, body, claims, now, set, verifier};
 use countersign_receipt::{
-    Checked, Jwks, KeySet, Refusal, SeenJtis, Signer, Verifier, input_digest,
+    Checked, FileReplay, Jwks, KeySet, Refusal, SeenJtis, Signer, Verifier, idempotency_key,
+    input_digest,
 };
 use serde_json::{Value, json};
 
@@ -29,8 +30,12 @@ async fn a_receipt_runs_once_and_a_retry_with_the_same_idempotency_key_comes_thr
             again: true
         })
     );
-    // Another request of the same call (another turn's key) may not run it again.
-    assert_eq!(check(Some("run_1:2:toolu_2")).await, Err(Refusal::Replayed));
+    // Another request of the same call (another turn's key) is not the call it was signed
+    // for.
+    assert_eq!(
+        check(Some("run_1:2:toolu_2")).await,
+        Err(Refusal::OtherCall)
+    );
 }
 
 #[tokio::test]
@@ -56,6 +61,111 @@ async fn a_receipt_runs_only_for_the_run_and_call_its_request_names() {
         assert_eq!(check(key).await, Err(Refusal::OtherCall), "{key:?}");
     }
     assert!(check(Some(KEY)).await.is_ok());
+}
+
+#[tokio::test]
+async fn a_receipt_is_spent_only_under_its_exact_run_turn_call_key_so_no_reader_spends_it_first() {
+    let (signer, _) = Signer::generate("k1").unwrap();
+    let input = json!({"order_id": "A-1001", "amount": 129});
+    let mut signed = claims(&input, "j1");
+    signed.turn = 3;
+    let token = signer.sign(&signed);
+    let verifier = verifier(Jwks::fixed(set(&[&signer])));
+    let sent = body(&input);
+    let check = |key| verifier.check(Some(&token), TOOL, key, &sent);
+    let workers = "run_1:3:toolu_2";
+    assert_eq!(idempotency_key(&signed), workers);
+
+    // Someone who read the receipt sends it first under keys that name the same run, turn
+    // and call in another form, or another turn: each is another request, and is refused
+    // without spending the receipt.
+    for key in [
+        "run_1:03:toolu_2",
+        "run_1:+3:toolu_2",
+        "run_1:3.0:toolu_2",
+        "run_1:1:toolu_2",
+        "run_1:4:toolu_2",
+        "run_1:3:toolu_2 ",
+        " run_1:3:toolu_2",
+        "RUN_1:3:toolu_2",
+        "run_1:3:toolu_2:",
+        "run_1::3:toolu_2",
+    ] {
+        assert_eq!(check(Some(key)).await, Err(Refusal::OtherCall), "{key:?}");
+    }
+    // The worker's own call, with the key it sends, runs.
+    assert_eq!(
+        check(Some(workers)).await,
+        Ok(Checked {
+            claims: signed.clone(),
+            again: false
+        })
+    );
+    // And its retry is recognised as one.
+    assert!(check(Some(workers)).await.unwrap().again);
+}
+
+#[tokio::test]
+async fn a_receipt_run_once_stays_spent_after_the_tool_restarts_when_its_store_is_a_file() {
+    let (signer, _) = Signer::generate("k1").unwrap();
+    let keys = || Jwks::fixed(set(&[&signer]));
+    let input = json!({"order_id": "A-1001", "amount": 129});
+    let token = signer.sign(&claims(&input, "j1"));
+    let sent = body(&input);
+    let folder = std::env::temp_dir().join(format!("receipts-{}", uuid_like()));
+    std::fs::create_dir_all(&folder).unwrap();
+    let file = folder.join("receipts-run.jsonl");
+
+    // The tool runs the receipt, then restarts.
+    let first = Verifier::new(keys(), ISSUER, AUDIENCE, FileReplay::open(&file).unwrap());
+    let checked = first.check(Some(&token), TOOL, Some(KEY), &sent).await;
+    assert!(!checked.unwrap().again);
+    drop(first);
+    // Remembered in memory only, the receipt would run again after the restart.
+    let forgetful = Verifier::new(keys(), ISSUER, AUDIENCE, SeenJtis::default());
+    let checked = forgetful.check(Some(&token), TOOL, Some(KEY), &sent).await;
+    assert!(!checked.unwrap().again, "a store in memory forgets it");
+
+    // Remembered in the file, it is spent: the same request is a retry, answered as the
+    // first was and run no more (the tool must then hold that answer, or refuse).
+    let restarted = Verifier::new(keys(), ISSUER, AUDIENCE, FileReplay::open(&file).unwrap());
+    let checked = restarted.check(Some(&token), TOOL, Some(KEY), &sent).await;
+    assert!(checked.unwrap().again);
+    drop(restarted);
+
+    // One line per first use; a line torn by a crash mid-write (a use never answered) and
+    // receipts expired are dropped when the file is opened again, the rest kept.
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert_eq!(text.lines().count(), 1, "{text}");
+    let expired = format!(
+        "{{\"jti\":\"old\",\"key\":\"run_0:1:toolu_1\",\"until\":{}}}\n",
+        now() - 10
+    );
+    let mut kept = expired + &text;
+    kept.push_str("{\"jti\":\"torn\",\"ke");
+    std::fs::write(&file, &kept).unwrap();
+    let reopened = Verifier::new(keys(), ISSUER, AUDIENCE, FileReplay::open(&file).unwrap());
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), text);
+    let checked = reopened.check(Some(&token), TOOL, Some(KEY), &sent).await;
+    assert!(checked.unwrap().again);
+    // A second receipt after reopening is appended on a line of its own.
+    let other = signer.sign(&claims(&input, "j2"));
+    let checked = reopened.check(Some(&other), TOOL, Some(KEY), &sent).await;
+    assert!(!checked.unwrap().again);
+    assert_eq!(std::fs::read_to_string(&file).unwrap().lines().count(), 2);
+    std::fs::remove_dir_all(&folder).unwrap();
+}
+
+/// A name no other test run uses.
+fn uuid_like() -> String {
+    format!(
+        "{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    )
 }
 
 #[tokio::test]

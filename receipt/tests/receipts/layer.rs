@@ -170,12 +170,16 @@ async fn every_refusal_is_answered_401_with_its_code_and_never_reaches_the_tool(
             body(&input()),
             Refusal::UnknownKey("k9".into()),
         ),
-        ("/refunds", Some(token), body(&input()), Refusal::Replayed),
+        // Spent already, and sent under another turn's key.
+        ("/refunds", Some(token), body(&input()), Refusal::OtherCall),
     ];
     for (path, receipt, sent, refusal) in cases {
-        let (status, challenge, answer) = tool
-            .post(path, receipt.as_deref(), Some("run_1:2:toolu_2"), sent)
-            .await;
+        let key = match refusal {
+            Refusal::OtherCall => "run_1:2:toolu_2",
+            _ => KEY,
+        };
+        let (status, challenge, answer) =
+            tool.post(path, receipt.as_deref(), Some(key), sent).await;
         assert_eq!(
             (status, &answer),
             (

@@ -30,6 +30,7 @@ pub fn claims(input: &Value, jti: &str) -> Claims {
         exp: issued + 2 * 86_400,
         jti: jti.into(),
         run_id: "run_1".into(),
+        turn: 1,
         call_id: "toolu_2".into(),
         tool: TOOL.into(),
         input_digest: input_digest(input),

@@ -381,7 +381,7 @@ async fn audit_verify_passes_on_a_real_run_and_fails_once_the_chain_is_edited_in
     let app = TestApp::spawn(refund_brain).await;
     let run = app.refund_cycle().await;
 
-    let audit = ok(&app, REVIEWER_KEY, &format!("audit {run} --verify")).await;
+    let audit = ok(&app, ADMIN_KEY, &format!("audit {run} --verify")).await;
     for part in [
         "requested",
         "decided",
@@ -390,6 +390,15 @@ async fn audit_verify_passes_on_a_real_run_and_fails_once_the_chain_is_edited_in
         "chain: holds",
         "chain: verified here",
         "receipts: 1 verified here",
+    ] {
+        assert!(audit.contains(part), "{part:?} missing from:\n{audit}");
+    }
+    // A reviewer's key is not shown the receipt, and the chain verifies all the same.
+    let audit = ok(&app, REVIEWER_KEY, &format!("audit {run} --verify")).await;
+    for part in [
+        "chain: verified here",
+        "receipts: 0 verified here",
+        "receipts: 1 withheld",
     ] {
         assert!(audit.contains(part), "{part:?} missing from:\n{audit}");
     }

@@ -10,7 +10,9 @@ use approval_gateway::config::{ApiKey, Role};
 use countersign_fake_model::{REFUND_ANSWER, refund_brain};
 use countersign_model::run::RunId;
 use countersign_runtime::names::msg_id;
-use countersign_tests::app::{ADMIN_KEY, PATIENCE, REQUESTER_KEY, TestApp};
+use countersign_tests::app::{
+    ADMIN_KEY, PATIENCE, READER_KEY, REQUESTER_KEY, REVIEWER_KEY, TestApp,
+};
 use countersign_tests::live::{LiveEvents, Received, kinds, text_of};
 use countersign_tests::wait_for;
 use reqwest::StatusCode;
@@ -435,4 +437,123 @@ async fn an_announcement_stored_twice_is_shown_and_counted_once() {
     approve(&app, &run, paused.last().unwrap()).await;
     let whole = follow(&app, &run, None).await.to_end().await;
     assert_refund_run(&whole);
+}
+
+/// A stream past a cap: answered 429 `too_many_streams`, with `Retry-After`.
+async fn assert_refused(refused: Result<LiveEvents, reqwest::Response>, cap: &str) {
+    let Err(response) = refused else {
+        panic!("a stream past the {cap} cap was let open");
+    };
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS, "{cap}");
+    let retry_after = response.headers()["retry-after"].to_str().unwrap();
+    assert!(retry_after.parse::<u64>().unwrap() > 0, "{retry_after}");
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "too_many_streams", "{cap}: {body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_past_a_keys_cap_are_refused_and_those_open_leave_probes_and_decisions_answering() {
+    // Fewer connections than streams: open streams must not hold them.
+    let app = TestApp::builder(refund_brain)
+        .gateway(|config| {
+            config.max_connections = 4;
+            config.live_max_streams_per_principal = 3;
+            config.live_max_streams_per_run = 5;
+            config.live_max_streams = 6;
+        })
+        .start()
+        .await;
+    // A client that keeps no connection it is done with, as one opening streams in a loop.
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
+    let open = |run: String, key: &'static str| {
+        let (http, base) = (http.clone(), app.gateway_url.clone());
+        async move {
+            let opened = LiveEvents::open_on(&http, &base, &run, key, None);
+            tokio::time::timeout(PATIENCE, opened)
+                .await
+                .expect("the gateway answers a stream's request")
+        }
+    };
+    let run = app.start_run("Refund A-1001 please.").await;
+    let other = app.start_run("Refund A-1001 please.").await;
+    let requested = app.wait_status(&run, "awaiting_approval").await;
+
+    // One reader key, streams one after another: its cap, then refusals.
+    let mut streams = Vec::new();
+    for _ in 0..3 {
+        streams.push(
+            open(run.clone(), READER_KEY)
+                .await
+                .expect("under the key's cap"),
+        );
+    }
+    for _ in 0..20 {
+        assert_refused(open(run.clone(), READER_KEY).await, "principal").await;
+    }
+    // Other principals still follow the run, up to the run's cap.
+    for _ in 0..2 {
+        streams.push(
+            open(run.clone(), REQUESTER_KEY)
+                .await
+                .expect("under the run's cap"),
+        );
+    }
+    assert_refused(open(run.clone(), ADMIN_KEY).await, "run").await;
+    // And other runs, up to the gateway's cap.
+    let mut on_other = open(other.clone(), ADMIN_KEY)
+        .await
+        .expect("under every cap");
+    assert_refused(open(other.clone(), REVIEWER_KEY).await, "gateway").await;
+
+    // Six streams open on four connections' budget: probes, listings and decisions answer.
+    let answered = |status: StatusCode, what: &str| assert_eq!(status, StatusCode::OK, "{what}");
+    let probe = tokio::time::timeout(
+        PATIENCE,
+        app.http.get(format!("{}/livez", app.gateway_url)).send(),
+    );
+    answered(
+        probe.await.expect("/livez answers").unwrap().status(),
+        "/livez",
+    );
+    let listing = tokio::time::timeout(
+        PATIENCE,
+        app.request(
+            reqwest::Method::GET,
+            "/v1/approvals",
+            Some(REVIEWER_KEY),
+            None,
+        ),
+    );
+    answered(listing.await.expect("the approvals answer").0, "approvals");
+    // Decided once the pause is on the stream, as a reviewer told of it would.
+    for live in &mut streams {
+        live.until("approval.requested").await;
+    }
+    let digest = &requested["pending"][0]["digest"];
+    let decision = tokio::time::timeout(PATIENCE, app.approve(&run, "toolu_2", digest));
+    let (status, body) = decision.await.expect("a decision is answered");
+    assert_eq!(status, StatusCode::OK, "{body}");
+
+    // Every stream open on the run follows it to its end; the other run's goes on.
+    for live in &mut streams {
+        let events = live.to_end().await;
+        assert_eq!(events.last().unwrap().kind, "run.completed");
+    }
+    assert_eq!(on_other.next().await.unwrap().kind, "turn.started");
+    drop(streams);
+    // Ended streams give their places back: the reader follows the run again.
+    let mut again = wait_for(
+        "the ended streams' places to be given back",
+        PATIENCE,
+        || {
+            let opened = open(run.clone(), READER_KEY);
+            async move { opened.await.ok() }
+        },
+    )
+    .await;
+    let events = again.to_end().await;
+    assert_refund_run_kinds(&events);
 }

@@ -159,6 +159,7 @@ async fn while_its_replay_store_is_down_a_tool_answers_503_and_runs_nothing() {
             exp: now() + 300,
             jti: jti.into(),
             run_id: "run_1".into(),
+            turn: 1,
             call_id: "toolu_2".into(),
             tool: "issue_refund".into(),
             input_digest: input_digest(&input),

@@ -2,10 +2,14 @@
 //! approval of a quorum) reaches the demo refunds service with a receipt the gateway signed
 //! for exactly that call, which the service checks as a tool author would; whatever no
 //! decision countersigned is refused there, changes nothing, and is put before a person.
+//! Receipts are shown to admin keys only, and stay spent after the tool restarts.
 
 use countersign_fake_model::refund_brain;
+use countersign_local::demo_tools::DemoTools;
 use countersign_receipt::{Jwks, KeySet, Refresh, SeenJtis, Signer, Verifier, input_digest};
-use countersign_tests::app::{PATIENCE, RECEIPT_KID, REQUESTER_KEY, TestApp};
+use countersign_tests::app::{
+    ADMIN_KEY, PATIENCE, READER_KEY, RECEIPT_KID, REQUESTER_KEY, REVIEWER_KEY, TestApp,
+};
 use futures::StreamExt;
 use jwt_simple::prelude::{Ed25519PublicKey, EdDSAPublicKeyLike, NoCustomClaims};
 use reqwest::{Method, StatusCode};
@@ -41,9 +45,20 @@ async fn post_refund(
     key: &str,
     input: &Value,
 ) -> (StatusCode, Value) {
+    post_refund_to(app, &app.tools, receipt, key, input).await
+}
+
+/// As [`post_refund`], to the instance `tools` of the demo service.
+async fn post_refund_to(
+    app: &TestApp,
+    tools: &DemoTools,
+    receipt: Option<&str>,
+    key: &str,
+    input: &Value,
+) -> (StatusCode, Value) {
     let mut request = app
         .http
-        .post(format!("{}/refunds", app.tools.base_url))
+        .post(format!("{}/refunds", tools.base_url))
         .header("Idempotency-Key", key)
         .json(input);
     if let Some(receipt) = receipt {
@@ -249,11 +264,11 @@ async fn the_tool_refuses_every_receipt_that_is_not_this_calls_and_refunds_nothi
     let cases: Vec<(&str, Option<String>, String, Value, &str)> = vec![
         ("no receipt", None, key.clone(), asked(), "missing"),
         (
-            "used twice, by another request of the call",
+            "used again, by a request of the call under another turn",
             Some(token.clone()),
             format!("{run_id}:2:toolu_2"),
             asked(),
-            "replayed",
+            "other_call",
         ),
         (
             "for another call of the run, with the same input",
@@ -497,4 +512,128 @@ async fn receipts_signed_before_a_rotation_verify_while_the_old_key_is_published
         check(&retired_for_good).await,
         Err(countersign_receipt::Refusal::UnknownKey(RECEIPT_KID.into()))
     );
+}
+
+/// The execution entry of the refund in a trail as the API shows it.
+fn refund_executed(trail: &Value) -> &Value {
+    trail["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["entry"]["kind"] == "executed" && e["entry"]["call_id"] == "toolu_2")
+        .unwrap_or_else(|| panic!("no execution of the refund in {trail}"))
+}
+
+#[tokio::test]
+async fn receipts_are_withheld_from_every_key_but_an_admins_and_the_trail_still_verifies() {
+    let mut app = TestApp::spawn(refund_brain).await;
+    let run_id = app.start_run("Refund A-1001.").await;
+    let paused = app.wait_status(&run_id, "awaiting_approval").await;
+    // Decided while no worker runs: the decision and its receipt wait with the run.
+    app.stop_worker(0).await;
+    let digest = &paused["pending"][0]["digest"];
+    let (status, body) = app.approve(&run_id, "toolu_2", digest).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let withheld = json!({"withheld": true});
+    let others = [READER_KEY, REVIEWER_KEY, REQUESTER_KEY];
+    let run_path = format!("/v1/runs/{run_id}");
+
+    let (_, shown) = app
+        .request(Method::GET, &run_path, Some(ADMIN_KEY), None)
+        .await;
+    let receipt = shown["pending"][0]["decision"]["receipt"]
+        .as_str()
+        .expect("an admin is shown the receipt")
+        .to_string();
+    for key in others {
+        let (status, shown) = app.request(Method::GET, &run_path, Some(key), None).await;
+        assert_eq!(status, StatusCode::OK, "{key}: {shown}");
+        assert_eq!(
+            shown["pending"][0]["decision"]["receipt"], withheld,
+            "{key}"
+        );
+        assert!(!shown.to_string().contains(&receipt), "{key}: {shown}");
+    }
+    // A reviewer refused on the decided call is told the decision that stands, not its
+    // receipt.
+    let (status, refused) = app
+        .decide(
+            &run_id,
+            json!([{"call_id": "toolu_2", "digest": digest, "action": "reject", "reason": "no"}]),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{refused}");
+    let decision = &refused["error"]["details"]["decision"];
+    assert_eq!(decision["action"], "approve", "{refused}");
+    assert_eq!(decision["receipt"], withheld, "{refused}");
+    assert!(!refused.to_string().contains(&receipt), "{refused}");
+
+    // The worker's call runs with it, once.
+    app.spawn_worker();
+    app.wait_status(&run_id, "completed").await;
+    assert_eq!(app.tools.refunds().len(), 1);
+    assert!(app.tools.refused().is_empty());
+
+    // The trail keeps the receipt the tool was sent: an admin sees it, everyone else a
+    // withheld entry, and the chain verifies for all, at the gateway and here.
+    let trail_path = format!("/v1/runs/{run_id}/audit");
+    let (_, full) = app
+        .request(Method::GET, &trail_path, Some(ADMIN_KEY), None)
+        .await;
+    assert_eq!(full["verified"], true, "{full}");
+    assert_eq!(
+        refund_executed(&full)["entry"]["detail"]["receipt"],
+        receipt.as_str()
+    );
+    assert!(refund_executed(&full).get("entry_sha256").is_none());
+    for key in others {
+        let (status, trail) = app.request(Method::GET, &trail_path, Some(key), None).await;
+        assert_eq!(status, StatusCode::OK, "{key}: {trail}");
+        assert_eq!(trail["verified"], true, "{key}: {trail}");
+        assert!(!trail.to_string().contains(&receipt), "{key}: {trail}");
+        let executed = refund_executed(&trail);
+        assert_eq!(executed["entry"]["detail"]["receipt"], withheld, "{key}");
+        assert!(executed["entry_sha256"].is_string(), "{key}: {executed}");
+        let elements = trail["entries"].as_array().unwrap();
+        assert_eq!(countersign_model::audit::verify(elements), Ok(()), "{key}");
+        // Every other element is the admin's, as stored.
+        let all = full["entries"].as_array().unwrap();
+        assert_eq!(elements.len(), all.len());
+        let differ = elements.iter().zip(all).filter(|(a, b)| a != b).count();
+        assert_eq!(
+            differ, 1,
+            "{key}: only the refund's execution entry differs"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_receipt_the_tool_ran_is_not_run_again_after_the_tool_restarts() {
+    let app = TestApp::spawn(refund_brain).await;
+    let run_id = app.refund_cycle().await;
+    let (_, token) = kept_receipts(&app, &run_id).await.pop().unwrap();
+    let key = format!("{run_id}:1:toolu_2");
+    assert_eq!(app.tools.refunds().len(), 1);
+
+    // The refunds service restarts; whoever holds the receipt sends it again, under the
+    // call's own key, the turn written another way, and another turn.
+    let restarted = app.tools_restarted().await;
+    for (key, code) in [
+        (key.clone(), "replayed"),
+        (format!("{run_id}:01:toolu_2"), "other_call"),
+        (format!("{run_id}:2:toolu_2"), "other_call"),
+    ] {
+        let (status, body) = post_refund_to(&app, &restarted, Some(&token), &key, &asked()).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{key}: {body}");
+        assert_eq!(body["code"], code, "{key}: {body}");
+    }
+    assert!(
+        restarted.refunds().is_empty(),
+        "refunded again after the restart"
+    );
+    assert_eq!(app.tools.refunds().len(), 1);
+    // Its first use is in the service's replay file, under the call's key.
+    let file = app.agents_dir().join("receipts-run.jsonl");
+    let kept = std::fs::read_to_string(file).unwrap();
+    assert!(kept.contains(&format!("\"{key}\"")), "{kept}");
 }
