@@ -473,29 +473,33 @@ impl TestApp {
         let names = Names::new(&self.namespace).unwrap();
         let mut approvals = js.get_stream(names.approvals_stream()).await.unwrap();
         let last = approvals.info().await.unwrap().state.last_sequence;
-        wait_for("the gateways to handle every approval event", PATIENCE, || async {
-            let mut fan_out = js
+        wait_for(
+            "the gateways to handle every approval event",
+            PATIENCE,
+            || async {
+                let mut fan_out = js
                 .get_consumer_from_stream::<async_nats::jetstream::consumer::pull::Config, _, _>(
                     names.fan_out_consumer(),
                     names.approvals_stream(),
                 )
                 .await
                 .ok()?;
-            let fanned = fan_out.info().await.ok()?;
-            let mut sender = js
+                let fanned = fan_out.info().await.ok()?;
+                let mut sender = js
                 .get_consumer_from_stream::<async_nats::jetstream::consumer::pull::Config, _, _>(
                     names.deliveries_consumer(),
                     names.deliveries_stream(),
                 )
                 .await
                 .ok()?;
-            let sent = sender.info().await.ok()?;
-            (fanned.ack_floor.stream_sequence >= last
-                && fanned.num_ack_pending == 0
-                && sent.num_pending == 0
-                && sent.num_ack_pending == 0)
-                .then_some(())
-        })
+                let sent = sender.info().await.ok()?;
+                (fanned.ack_floor.stream_sequence >= last
+                    && fanned.num_ack_pending == 0
+                    && sent.num_pending == 0
+                    && sent.num_ack_pending == 0)
+                    .then_some(())
+            },
+        )
         .await;
     }
 

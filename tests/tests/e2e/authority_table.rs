@@ -412,7 +412,8 @@ async fn the_script_decides_under_a_grant_only_the_calls_its_terms_name_as_store
         revoked: None,
     };
     let id = paused(&store, &call, policy).await;
-    let variants: [(&str, fn(&mut Grant)); 4] = [
+    type Variant = (&'static str, fn(&mut Grant));
+    let variants: [Variant; 4] = [
         ("agent", |g| g.agent = "payouts".into()),
         ("tool", |g| g.tool = "delete_account".into()),
         ("policy version", |g| g.policy_version = "v9".into()),
