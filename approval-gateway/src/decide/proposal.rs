@@ -10,7 +10,7 @@ use countersign_model::agent::Catalog;
 use countersign_model::audit::{AuditEntry, AuditKind};
 use countersign_model::authority::{self, Principal, Refused, RunFacts};
 use countersign_model::condition::{Condition, ConditionError};
-use countersign_model::digest::sha256_hex;
+use countersign_model::digest::{MAX_EXACT_INTEGER, inexact_integer, sha256_hex};
 use countersign_model::edit::{self, FieldChange};
 use countersign_model::grant::{Grant, GrantTerms};
 use countersign_model::run::{Action, Decision, HeldCall, Run};
@@ -25,6 +25,19 @@ pub(super) fn checked_edit(
     pending: &HeldCall,
     input: &Value,
 ) -> Result<Vec<FieldChange>, DecideError> {
+    // The digest and the receipt read numbers as doubles: an integer past 2^53 − 1 would
+    // not be bound exactly by what the reviewer approves, so no edit writes one.
+    if let Some((at, n)) = inexact_integer(input) {
+        return Err(DecideError::InvalidEdit {
+            message: format!(
+                "the edited input for call {:?} holds an integer no digest binds exactly",
+                pending.call_id
+            ),
+            errors: vec![format!(
+                "{at} is {n}, past ±{MAX_EXACT_INTEGER} (2^53 − 1): the digest and the receipt read numbers as IEEE doubles (RFC 8785); send it as a string"
+            )],
+        });
+    }
     if let Some(agent) = catalog.get(&run.agent) {
         let problems = agent.edit_problems(&pending.tool, &pending.input, input);
         if !problems.is_empty() {

@@ -553,10 +553,10 @@ async fn a_grant_s_condition_is_run_only_for_who_may_approve_and_only_if_its_cos
 
     // alice approves it: a condition past the limits that bound its cost is refused when
     // compiled, saying which, before it runs.
-    let five = vec![r#"input.order_id.matches("^A-")"#; 5].join(" && ");
+    let five = [r#"input.order_id.matches("^A-")"#; 5].join(" && ");
     let long = format!(
         "input.amount <= 50.0 && {}",
-        vec!["input.amount > 0.0"; 40].join(" && ")
+        ["input.amount > 0.0"; 40].join(" && ")
     );
     for (condition, limit) in [
         (nested_comprehensions(2), "nests a comprehension"),
