@@ -491,3 +491,39 @@ async fn an_integer_no_digest_binds_exactly_is_neither_held_nor_written_by_an_ed
     assert_eq!(run["status"], "awaiting_approval");
     assert_eq!(run["pending"][0]["decision"], Value::Null);
 }
+
+#[tokio::test]
+async fn calls_held_in_one_turn_carry_at_most_256_kib_of_input_and_one_past_it_is_told_not_held() {
+    use countersign_fake_model::{anthropic_text, anthropic_tool_use, last_results, turn};
+    // Two calls that need a person: the first is held, the second (with the first) is past
+    // what one announcement of the pause may carry, so the model is told, and it is not held.
+    let app = TestApp::builder(|request: &Value| {
+        if turn(request) > 0 {
+            return anthropic_text("Done.");
+        }
+        let small = json!({"account": 1, "amount": 20, "memo": "m".repeat(100 * 1024)});
+        let large = json!({"account": 2, "amount": 20, "memo": "m".repeat(200 * 1024)});
+        anthropic_tool_use(
+            "Paying.",
+            &[
+                ("toolu_1", "pay_account", small),
+                ("toolu_2", "pay_account", large),
+            ],
+        )
+    })
+    .policy(PAY_ACCOUNT)
+    .start()
+    .await;
+    let run_id = app.start_run("pay twice").await;
+    let run = app.wait_status(&run_id, "awaiting_approval").await;
+    let pending: Vec<&Value> = run["pending"].as_array().unwrap().iter().collect();
+    assert_eq!(pending.len(), 1, "{run:.2000}");
+    assert_eq!(pending[0]["call_id"], "toolu_1");
+    let (status, body) = app.approve(&run_id, "toolu_1", &pending[0]["digest"]).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    app.wait_status(&run_id, "completed").await;
+    let told = last_results(app.model.requests().last().unwrap());
+    let second = told[1].to_string();
+    assert!(second.contains("not sent for approval"), "{second:.500}");
+    assert!(second.contains("262144 bytes"), "{second:.500}");
+}
