@@ -200,6 +200,9 @@ impl From<DecideError> for ApiError {
             }
             DecideError::NoRun(m) => Self::not_found(m),
             DecideError::GrantRefused(m) => Self::new(StatusCode::FORBIDDEN, "grant_refused", m),
+            DecideError::ConditionLimit(m) => {
+                Self::new(StatusCode::UNPROCESSABLE_ENTITY, "condition_too_costly", m)
+            }
             DecideError::Backend(cause) => Self::unavailable(cause),
             DecideError::Refused {
                 status,

@@ -324,7 +324,7 @@ async fn forward(
             event.insert("seq".into(), seq.into());
             let sse = Event::default()
                 .id(seq.to_string())
-                .event(&kind)
+                .event(event_name(&kind))
                 .data(Value::Object(event).to_string());
             match tx.send_timeout(Ok(sse), patience).await {
                 Ok(()) => {}
@@ -342,6 +342,46 @@ async fn forward(
     metrics.live_stream(ended);
 }
 
+/// The longest event name written; a longer type is cut.
+const MAX_EVENT_NAME: usize = 64;
+
+/// A live event's type as an SSE event name. Anything may be published on a run's live
+/// subject, and a line break in the name would end the field (axum refuses it with a panic,
+/// which would stop the run's stream at that event for every client, on every reconnect):
+/// what is not a letter, digit, `.`, `_` or `-` becomes `_`. The event's data keeps its
+/// `type` as it was, escaped as JSON.
+fn event_name(kind: &str) -> String {
+    let name: String = kind
+        .chars()
+        .take(MAX_EVENT_NAME)
+        .map(|c| match c {
+            'a'..='z' | 'A'..='Z' | '0'..='9' | '.' | '_' | '-' => c,
+            _ => '_',
+        })
+        .collect();
+    if name.is_empty() {
+        "message".into()
+    } else {
+        name
+    }
+}
+
 fn err(e: impl std::fmt::Display) -> BusError {
     BusError::JetStream(e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::event_name;
+
+    #[test]
+    fn an_event_name_holds_no_line_break() {
+        assert_eq!(event_name("text.delta"), "text.delta");
+        assert_eq!(
+            event_name("text.delta\nevent: run.completed\r"),
+            "text.delta_event__run.completed_"
+        );
+        assert_eq!(event_name(""), "message");
+        assert_eq!(event_name(&"x".repeat(500)).len(), 64);
+    }
 }

@@ -49,6 +49,48 @@ fn write_pre_jcs(value: &Value, out: &mut String) {
     }
 }
 
+/// The largest integer RFC 8785 writes exactly: JCS reads every number as an IEEE 754
+/// double, so past ±(2^53 − 1) two integers can share one canonical form (9007199254740993
+/// is written 9007199254740992), and a digest would not tell them apart.
+pub const MAX_EXACT_INTEGER: u64 = (1 << 53) - 1;
+
+/// The first integer in `value` that its canonical form would not write exactly (past
+/// ±[`MAX_EXACT_INTEGER`]), with where it is (`input.account`, `input.lines[2]`): such a
+/// value is not held for a person nor taken in an edit, since the digest they decide on
+/// would not bind it. Numbers with a fraction or an exponent are doubles already, and
+/// written as such.
+pub fn inexact_integer(value: &Value) -> Option<(String, serde_json::Number)> {
+    fn find(value: &Value, path: &mut String) -> Option<(String, serde_json::Number)> {
+        match value {
+            Value::Number(n) => {
+                let exact = match (n.as_u64(), n.as_i64()) {
+                    (Some(u), _) => u <= MAX_EXACT_INTEGER,
+                    (None, Some(i)) => i.unsigned_abs() <= MAX_EXACT_INTEGER,
+                    (None, None) => true,
+                };
+                (!exact).then(|| (path.clone(), n.clone()))
+            }
+            Value::Array(items) => items.iter().enumerate().find_map(|(i, item)| {
+                let len = path.len();
+                path.push_str(&format!("[{i}]"));
+                let found = find(item, path);
+                path.truncate(len);
+                found
+            }),
+            Value::Object(fields) => fields.iter().find_map(|(name, item)| {
+                let len = path.len();
+                path.push('.');
+                path.push_str(name);
+                let found = find(item, path);
+                path.truncate(len);
+                found
+            }),
+            _ => None,
+        }
+    }
+    find(value, &mut "input".to_string())
+}
+
 /// Lowercase hex SHA-256 of some bytes.
 pub fn sha256_hex(bytes: impl AsRef<[u8]>) -> String {
     hex::encode(Sha256::digest(bytes.as_ref()))
@@ -107,6 +149,26 @@ mod tests {
         assert_eq!(
             call_digest("r", "t", &json!({"a": 129.0}), "p"),
             call_digest("r", "t", &json!({"a": 129}), "p")
+        );
+    }
+
+    #[test]
+    fn integers_past_two_to_the_53_are_found_where_they_are() {
+        let max = MAX_EXACT_INTEGER;
+        assert_eq!(
+            inexact_integer(&json!({"a": max, "b": -(max as i64), "c": 1e300})),
+            None
+        );
+        let (at, n) = inexact_integer(&json!({"a": 1, "b": [0, {"c": max + 2}]})).unwrap();
+        assert_eq!(
+            (at.as_str(), n.to_string()),
+            ("input.b[1].c", "9007199254740993".into())
+        );
+        assert!(inexact_integer(&json!({"a": -(max as i64) - 1})).is_some());
+        // Why: two integers, one canonical form.
+        assert_eq!(
+            canonical_json(&json!(max + 2)),
+            canonical_json(&json!(max + 1))
         );
     }
 

@@ -209,6 +209,139 @@ impl Event {
     }
 }
 
+/// How many times [`Event::fit`] cuts before it gives up.
+const FIT_ROUNDS: usize = 16;
+
+/// `text` cut to at most about `keep` bytes (its start and its end, on character
+/// boundaries), saying in the middle how much was left out and why.
+fn trimmed(text: &str, keep: usize, what: &str) -> String {
+    let head = floor_boundary(text, keep / 2);
+    let tail = ceil_boundary(text, text.len().saturating_sub(keep - head).max(head));
+    format!(
+        "{}\n[… {} bytes of {what} left out here, so that this message fits the message bus's payload limit; the run holds it whole …]\n{}",
+        &text[..head],
+        tail - head,
+        &text[tail..]
+    )
+}
+
+fn floor_boundary(text: &str, mut at: usize) -> usize {
+    at = at.min(text.len());
+    while !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    at
+}
+
+fn ceil_boundary(text: &str, mut at: usize) -> usize {
+    at = at.min(text.len());
+    while !text.is_char_boundary(at) {
+        at += 1;
+    }
+    at
+}
+
+/// Room for the note that says what was cut, in bytes.
+const NOTE_ROOM: usize = 300;
+
+/// The cap on each of texts of JSON lengths `lengths` under which they take at most
+/// `budget` together (water-filling: the longest are cut first, to one length).
+fn cap(lengths: &[usize], budget: usize) -> usize {
+    let mut sorted = lengths.to_vec();
+    sorted.sort_unstable();
+    let mut left = budget;
+    for (i, len) in sorted.iter().enumerate() {
+        let rest = sorted.len() - i;
+        if len * rest > left {
+            return left / rest;
+        }
+        left -= len;
+    }
+    usize::MAX
+}
+
+impl Event {
+    /// The texts [`Event::fit`] may cut, and what each is.
+    fn cuttable(&mut self) -> Vec<(&mut String, &'static str)> {
+        let mut texts: Vec<(&mut String, &'static str)> = Vec::new();
+        match self {
+            Event::ApprovalRequested { text, evidence, .. } => {
+                texts.push((text, "the model's text"));
+                for e in evidence.iter_mut() {
+                    texts.push((&mut e.content, "this result"));
+                }
+            }
+            Event::ApprovalReminder { text, .. } => texts.push((text, "the model's text")),
+            _ => {}
+        }
+        texts
+    }
+
+    /// Cuts what the model said (its text, the results it had seen) until the event, as
+    /// published ([`Envelope`]), takes at most `limit` bytes: NATS refuses a message over its
+    /// `max_payload`, and an announcement refused would be tried again forever, telling no
+    /// channel. The longest texts are cut first, each keeping its start and its end and
+    /// saying in the middle how much was left out; the held calls themselves (whose input
+    /// the worker caps per turn) are never cut, nor anything a decision binds. Returns
+    /// whether the event now fits; one that does not is left cut as far as it goes.
+    pub fn fit(&mut self, limit: usize) -> bool {
+        let size = |e: &Event| {
+            serde_json::to_vec(&Envelope::new(e.clone())).map_or(usize::MAX, |v| v.len())
+        };
+        if size(self) <= limit {
+            return true;
+        }
+        let originals: Vec<String> = self.cuttable().iter().map(|(t, _)| t.to_string()).collect();
+        if originals.is_empty() {
+            return false;
+        }
+        let json_len = |t: &str| serde_json::to_string(t).map_or(t.len(), |j| j.len());
+        let lengths: Vec<usize> = originals.iter().map(|t| json_len(t)).collect();
+        let mut without = self.clone();
+        for (t, _) in without.cuttable() {
+            t.clear();
+        }
+        let base = size(&without);
+        let mut budget = limit
+            .saturating_sub(base)
+            .saturating_sub(NOTE_ROOM * originals.len());
+        for _ in 0..FIT_ROUNDS {
+            let cap = cap(&lengths, budget);
+            for ((text, what), (original, json)) in self
+                .cuttable()
+                .into_iter()
+                .zip(originals.iter().zip(&lengths))
+            {
+                *text = if *json <= cap {
+                    original.clone()
+                } else {
+                    // The cap is in JSON bytes; escapes make some texts longer as JSON.
+                    let keep = (cap as u128 * original.len() as u128 / *json as u128) as usize;
+                    trimmed(original, keep, what)
+                };
+            }
+            let now = size(self);
+            if now <= limit {
+                return true;
+            }
+            budget = budget.saturating_sub(now - limit);
+        }
+        self.drop_evidence_inputs(limit)
+    }
+    /// The last resort of [`Event::fit`]: the inputs of the calls that ran at once, which
+    /// the run keeps, are replaced by a note.
+    fn drop_evidence_inputs(&mut self, limit: usize) -> bool {
+        if let Event::ApprovalRequested { evidence, .. } = self {
+            for e in evidence.iter_mut() {
+                e.input = Value::String(
+                    "[left out, so that this message fits the message bus's payload limit]".into(),
+                );
+            }
+        }
+        serde_json::to_vec(&Envelope::new(self.clone())).is_ok_and(|v| v.len() <= limit)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -223,5 +356,68 @@ mod tests {
         assert_eq!(v["type"], "run.completed");
         assert_eq!(v["version"], 1);
         assert_eq!(serde_json::from_value::<Envelope>(v).unwrap(), e);
+    }
+
+    fn requested(text: String, evidence: Vec<Evidence>) -> Event {
+        Event::ApprovalRequested {
+            run_id: RunId::parse("run_1").unwrap(),
+            agent: "refunds".into(),
+            turn: 1,
+            text,
+            calls: Vec::new(),
+            evidence,
+            requested_by: None,
+        }
+    }
+
+    fn size(event: &Event) -> usize {
+        serde_json::to_vec(&Envelope::new(event.clone()))
+            .unwrap()
+            .len()
+    }
+
+    #[test]
+    fn an_event_is_cut_to_fit_and_says_so() {
+        let limit = 64 * 1024;
+        // Small: as it was.
+        let mut small = requested("short".into(), Vec::new());
+        assert!(small.fit(limit));
+        assert_eq!(small, requested("short".into(), Vec::new()));
+
+        // The model's text, with line breaks and multi-byte characters that JSON escapes or
+        // that a cut must not split, and a long result: cut to fit, start and end kept.
+        let text = format!("START {} END", "é\n\"x".repeat(100_000));
+        let evidence = vec![Evidence {
+            call_id: "toolu_1".into(),
+            tool: "get_order".into(),
+            input: serde_json::json!({"order_id": "A-1"}),
+            content: "r".repeat(300_000),
+            is_error: false,
+        }];
+        let mut big = requested(text, evidence);
+        assert!(size(&big) > limit);
+        assert!(big.fit(limit));
+        assert!(size(&big) <= limit, "{}", size(&big));
+        let Event::ApprovalRequested { text, evidence, .. } = &big else {
+            unreachable!()
+        };
+        assert!(
+            text.starts_with("START") && text.ends_with("END"),
+            "{text:.80}"
+        );
+        assert!(text.contains("bytes of the model's text left out here"));
+        assert!(
+            evidence[0]
+                .content
+                .contains("bytes of this result left out here")
+        );
+        assert_eq!(evidence[0].input, serde_json::json!({"order_id": "A-1"}));
+
+        // Other events are left as they are.
+        let mut done = Event::RunCompleted {
+            run_id: RunId::parse("run_1").unwrap(),
+            answer: "a".repeat(100),
+        };
+        assert!(!done.fit(10));
     }
 }

@@ -35,6 +35,12 @@ pub enum Refusal {
     Expired,
     #[error("the input is not the one that was approved")]
     InputChanged,
+    /// The body holds an integer past ±(2^53 − 1): the digest (RFC 8785) reads numbers as
+    /// doubles, so it does not bind that integer exactly (`…993` and `…992` share one).
+    #[error(
+        "the input holds an integer past 2^53 - 1, which the receipt's digest does not bind exactly"
+    )]
+    InexactNumber,
     #[error("the receipt was used before, by another request")]
     Replayed,
     /// The published keys are out of date and cannot be fetched; the detail is for the
@@ -59,6 +65,7 @@ impl Refusal {
             Self::OtherCall => "other_call",
             Self::Expired => "expired",
             Self::InputChanged => "input_changed",
+            Self::InexactNumber => "inexact_number",
             Self::Replayed => "replayed",
             Self::KeysUnavailable(_) => "keys_unavailable",
             Self::ReplayUnavailable(_) => "replay_unavailable",
@@ -134,6 +141,9 @@ impl<R: Replay> Verifier<R> {
         // A body that is not JSON cannot be the input anyone approved.
         let input: serde_json::Value =
             serde_json::from_slice(body).map_err(|_| Refusal::InputChanged)?;
+        if has_inexact_integer(body) {
+            return Err(Refusal::InexactNumber);
+        }
         if claims.input_digest != input_digest(&input) {
             return Err(Refusal::InputChanged);
         }
@@ -207,6 +217,57 @@ fn idempotency_key_of(claims: &Claims) -> String {
     format!("{}:{}:{}", claims.run_id, claims.turn, claims.call_id)
 }
 
+/// The largest integer an IEEE double, and so the RFC 8785 digest, holds exactly.
+const MAX_EXACT_INTEGER: u128 = (1 << 53) - 1;
+
+/// Whether the JSON text `body` writes an integer (a number with no fraction and no
+/// exponent) past ±(2^53 − 1). Read from the text, not from a parsed value: a parser that
+/// turns a long integer into a double has already lost what the tool's own parser (Python's,
+/// a big-integer type) may keep.
+fn has_inexact_integer(body: &[u8]) -> bool {
+    let mut i = 0;
+    let mut in_string = false;
+    while i < body.len() {
+        let b = body[i];
+        if in_string {
+            match b {
+                b'\\' => i += 1,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            i += 1;
+            continue;
+        }
+        match b {
+            b'"' => {
+                in_string = true;
+                i += 1;
+            }
+            b'-' | b'0'..=b'9' => {
+                let start = i + usize::from(b == b'-');
+                let mut end = start;
+                while end < body.len() && body[end].is_ascii_digit() {
+                    end += 1;
+                }
+                let integer = !matches!(body.get(end), Some(b'.' | b'e' | b'E'));
+                let digits = &body[start..end];
+                let past = digits.len() >= 16
+                    && std::str::from_utf8(digits)
+                        .ok()
+                        .and_then(|d| d.parse::<u128>().ok())
+                        .is_none_or(|n| n > MAX_EXACT_INTEGER);
+                if integer && past {
+                    return true;
+                }
+                // The rest of the number (fraction, exponent) is skipped as it comes.
+                i = end.max(i + 1);
+            }
+            _ => i += 1,
+        }
+    }
+    false
+}
+
 /// The `kid` of an EdDSA receipt's header.
 fn kid_of(token: &str) -> Result<String, Refusal> {
     let header =
@@ -220,4 +281,28 @@ fn kid_of(token: &str) -> Result<String, Refusal> {
     header
         .kid
         .ok_or_else(|| Refusal::Malformed("the header names no kid".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::has_inexact_integer;
+
+    #[test]
+    fn integers_past_two_to_the_53_are_found_in_the_text() {
+        for body in [
+            r#"{"a": 9007199254740992}"#,
+            r#"{"a": -9007199254740993}"#,
+            r#"[1, {"b": 18446744073709551616}]"#,
+            r#"{"a": 123456789012345678901234567890123456789012}"#,
+        ] {
+            assert!(has_inexact_integer(body.as_bytes()), "{body}");
+        }
+        for body in [
+            r#"{"a": 9007199254740991, "b": -9007199254740991}"#,
+            r#"{"a": 1e300, "b": 90071992547409930.5, "c": 9007199254740993e0}"#,
+            r#"{"a": "9007199254740993", "b\"": "x\"9007199254740993"}"#,
+        ] {
+            assert!(!has_inexact_integer(body.as_bytes()), "{body}");
+        }
+    }
 }

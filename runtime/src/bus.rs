@@ -151,6 +151,10 @@ pub struct Bus {
     pub names: Names,
 }
 
+/// What an event may take of the server's `max_payload`: the rest is left for the wrapping a
+/// delivery adds (its id, channel, timestamp) and for headers.
+pub const PAYLOAD_HEADROOM: usize = 16 * 1024;
+
 /// Settings of a shared durable pull consumer.
 pub struct ConsumerSettings {
     /// Redelivery after this long without an ack or a progress ack.
@@ -323,6 +327,18 @@ impl Bus {
             }
         }
         None
+    }
+
+    /// The largest message the server takes, in bytes (its `max_payload`, 1 MiB by default),
+    /// as it said when the client connected.
+    pub fn max_payload(&self) -> usize {
+        self.client.max_payload()
+    }
+
+    /// The most an announcement's event may take, in bytes of JSON: [`Bus::max_payload`]
+    /// less [`PAYLOAD_HEADROOM`] (see `Event::fit`).
+    pub fn event_limit(&self) -> usize {
+        self.max_payload().saturating_sub(PAYLOAD_HEADROOM)
     }
 
     /// Publishes an event and waits until JetStream has stored it. `msg_id` makes a retry of

@@ -8,7 +8,7 @@ use crate::agents::RunnableAgent;
 use crate::tools::ToolCall;
 use countersign_model::agent::ToolDef;
 use countersign_model::audit::{AuditEntry, AuditKind};
-use countersign_model::digest::call_digest;
+use countersign_model::digest::{MAX_EXACT_INTEGER, call_digest, inexact_integer};
 use countersign_model::edit;
 use countersign_model::live::{Disposition, LiveEvent};
 use countersign_model::policy::Gate;
@@ -16,6 +16,29 @@ use countersign_model::run::{Action, CallOutcome, CallResult, Decision, HeldCall
 use countersign_store::StoreError;
 use serde_json::Value;
 use std::collections::HashMap;
+use tracing::warn;
+
+/// The most input, in bytes of JSON, the calls held in one turn may carry together: what
+/// waits is announced whole to the channels, within NATS's payload limit. A call that would
+/// go past it is not held: the model is told it failed, and why.
+pub const MAX_HELD_INPUT: usize = 256 * 1024;
+
+/// Why a call the policy would hold cannot be, in the words the model is told; `held` is
+/// the input the turn's calls held so far carry, in bytes.
+fn unholdable(tool: &str, input: &Value, held: usize) -> Option<String> {
+    if let Some((at, n)) = inexact_integer(input) {
+        return Some(format!(
+            "This {tool} call was not run and not sent for approval: {at} is the integer {n}, past ±{MAX_EXACT_INTEGER} (2^53 − 1), and the digest a reviewer approves reads numbers as IEEE doubles, so it would not bind that exact number. Send such numbers as strings."
+        ));
+    }
+    let size = serde_json::to_vec(input).map_or(usize::MAX, |v| v.len());
+    if held.saturating_add(size) > MAX_HELD_INPUT {
+        return Some(format!(
+            "This {tool} call was not run and not sent for approval: its input is {size} bytes, and the calls of one turn that need approval may carry at most {MAX_HELD_INPUT} bytes of input together ({held} are held already). Send less, or split the work over several turns."
+        ));
+    }
+    None
+}
 
 /// A call the policy asks a person about, and what to tell them.
 pub(super) struct Asked<'a> {
@@ -39,6 +62,7 @@ impl Engine {
         let mut turn = Vec::with_capacity(calls.len());
         // Deadlines are on Redis's clock, which the sweepers and the decision script read.
         let mut now = None;
+        let mut held_input = 0;
         for mut call in calls {
             match agent.agent.tool(&call.tool) {
                 None => {
@@ -58,7 +82,18 @@ impl Engine {
                     Ok(()) => {
                         let gate = agent.policies[&tool.name].gate(&call.input, &run.metadata);
                         self.shadow(run, agent, tool, &call, &gate, unsaved);
-                        if let Gate::Ask { reason, summary } = gate {
+                        let ask = match gate {
+                            Gate::Ask { reason, summary } => Some((reason, summary)),
+                            _ => None,
+                        };
+                        let refused = ask
+                            .as_ref()
+                            .and_then(|_| unholdable(&tool.name, &call.input, held_input));
+                        if let Some(why) = refused {
+                            warn!(call_id = %call.call_id, tool = %tool.name, "a call the policy holds cannot be held; the model is told");
+                            call.result = Some(CallResult::failed(why));
+                        } else if let Some((reason, summary)) = ask {
+                            held_input += serde_json::to_vec(&call.input).map_or(0, |v| v.len());
                             let now = match now {
                                 Some(now) => now,
                                 None => *now.insert(self.store.time_ms().await?),

@@ -189,7 +189,13 @@ impl Engine {
             Some(again) => msg_id::requested_again(&run.run_id, &again.call_id),
             None => msg_id::requested(&run.run_id, run.turns),
         };
-        let event = Event::approval_requested(run);
+        let mut event = Event::approval_requested(run);
+        if !event.fit(self.bus.event_limit()) {
+            warn!(
+                limit = self.bus.event_limit(),
+                "the pause's announcement does not fit the payload limit even cut"
+            );
+        }
         Announcement::new(id, names.approval_requested(&run.run_id), event)
     }
 

@@ -225,7 +225,7 @@ impl Engine {
 
     fn reminder(&self, run: &Run, call: HeldCall, escalated: bool) -> Announcement {
         let msg_id = msg_id::reminder(&run.run_id, &call.call_id, escalated);
-        let event = Event::ApprovalReminder {
+        let mut event = Event::ApprovalReminder {
             run_id: run.run_id.clone(),
             agent: run.agent.clone(),
             text: run.paused_turn_text(),
@@ -233,6 +233,7 @@ impl Engine {
             escalated,
             requested_by: run.requested_by.clone(),
         };
+        event.fit(self.bus.event_limit());
         Announcement::new(msg_id, self.bus.names.approval_reminder(&run.run_id), event)
     }
 }

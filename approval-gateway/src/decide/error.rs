@@ -28,6 +28,10 @@ pub(crate) enum DecideError {
         message: String,
         recorded: Option<Box<Decision>>,
     },
+    /// A grant's condition is past a limit that bounds what evaluating it costs (or the
+    /// call's input is too large to evaluate it on): the message names the limit.
+    #[error("{0}")]
+    ConditionLimit(String),
     /// The policy does not allow the grant asked for (`grants = false`, or past its caps).
     #[error("{0}")]
     GrantRefused(String),

@@ -8,12 +8,13 @@ use super::input::{Decider, Proposed};
 use crate::receipts::{DecidedBy, Receipts};
 use countersign_model::agent::Catalog;
 use countersign_model::audit::{AuditEntry, AuditKind};
-use countersign_model::condition::Condition;
-use countersign_model::digest::sha256_hex;
+use countersign_model::authority::{self, Principal, Refused, RunFacts};
+use countersign_model::condition::{Condition, ConditionError};
+use countersign_model::digest::{MAX_EXACT_INTEGER, inexact_integer, sha256_hex};
 use countersign_model::edit::{self, FieldChange};
 use countersign_model::grant::{Grant, GrantTerms};
 use countersign_model::run::{Action, Decision, HeldCall, Run};
-use countersign_store::Proposal;
+use countersign_store::{Proposal, Refusal, RefusalCode};
 use serde_json::{Value, json};
 
 /// What an edit of `pending` to `input` changes, once it passes the tool's checks: it may
@@ -24,6 +25,19 @@ pub(super) fn checked_edit(
     pending: &HeldCall,
     input: &Value,
 ) -> Result<Vec<FieldChange>, DecideError> {
+    // The digest and the receipt read numbers as doubles: an integer past 2^53 − 1 would
+    // not be bound exactly by what the reviewer approves, so no edit writes one.
+    if let Some((at, n)) = inexact_integer(input) {
+        return Err(DecideError::InvalidEdit {
+            message: format!(
+                "the edited input for call {:?} holds an integer no digest binds exactly",
+                pending.call_id
+            ),
+            errors: vec![format!(
+                "{at} is {n}, past ±{MAX_EXACT_INTEGER} (2^53 − 1): the digest and the receipt read numbers as IEEE doubles (RFC 8785); send it as a string"
+            )],
+        });
+    }
     if let Some(agent) = catalog.get(&run.agent) {
         let problems = agent.edit_problems(&pending.tool, &pending.input, input);
         if !problems.is_empty() {
@@ -61,7 +75,10 @@ fn check_grant(
     if let Err(e) = tool.grant_limits().check(terms) {
         return Err(DecideError::GrantRefused(e));
     }
-    let condition = Condition::compile(&terms.condition).map_err(DecideError::BadInput)?;
+    let condition = Condition::compile(&terms.condition).map_err(|e| match e {
+        ConditionError::Invalid(why) => DecideError::BadInput(why),
+        ConditionError::Limit(why) => DecideError::ConditionLimit(why),
+    })?;
     match condition.check(&pending.input) {
         Ok(true) => {}
         Ok(false) => {
@@ -71,7 +88,13 @@ fn check_grant(
                 pending.call_id
             ));
         }
-        Err(e) => {
+        Err(ConditionError::Limit(why)) => {
+            return Err(DecideError::ConditionLimit(format!(
+                "the condition cannot be evaluated for call {:?}: {why}",
+                pending.call_id
+            )));
+        }
+        Err(ConditionError::Invalid(e)) => {
             return bad(format!(
                 "the condition {:?} cannot be evaluated for call {:?}: {e}",
                 condition.source(),
@@ -83,6 +106,42 @@ fn check_grant(
         return bad("same_requester: this run has no requester to limit the grant to".into());
     }
     Ok(())
+}
+
+/// Whether `by` may approve `pending`, by the rule the decision script applies; refused in
+/// the script's words when not.
+fn authorized(run: &Run, pending: &HeldCall, by: &Decider<'_>) -> Result<(), DecideError> {
+    let who = Principal {
+        id: by.principal,
+        role: by.role,
+    };
+    let Err(refused) = authority::may_decide(who, Action::Approve, pending, RunFacts::of(run))
+    else {
+        return Ok(());
+    };
+    let (code, detail) = match refused {
+        Refused::RoleMayNotDecide => (RefusalCode::RoleMayNotDecide, String::new()),
+        Refused::NotApprover => (
+            RefusalCode::NotApprover,
+            serde_json::to_string(&pending.deciders).unwrap_or_default(),
+        ),
+        Refused::OwnRequest => (RefusalCode::OwnRequest, String::new()),
+        Refused::EditWithQuorum => (
+            RefusalCode::EditWithQuorum,
+            pending.reviewers.quorum.to_string(),
+        ),
+        Refused::RunCancelled => (RefusalCode::RunCancelled, run.status.as_str().to_string()),
+    };
+    let refusal = Refusal {
+        call_id: pending.call_id.clone(),
+        code,
+        detail,
+    };
+    Err(DecideError::refused(
+        run.run_id.as_str(),
+        by.principal,
+        refusal,
+    ))
 }
 
 /// The decision, its audit entry and, when it lets the call run, its receipt. `voters` are
@@ -104,6 +163,10 @@ pub(super) fn proposal(
         checked_digest = Some(pending.digest.clone());
     }
     if let (Some(terms), Some(pending)) = (&p.grant, pending) {
+        // Authorized first: a grant's condition is compiled and evaluated only for someone
+        // who may approve the call (as this copy of the run holds it; the script checks
+        // again), so nobody else makes the gateway run what they wrote.
+        authorized(run, pending, by)?;
         check_grant(catalog, run, pending, terms)?;
     }
     let digest = p.digest.unwrap_or_default();

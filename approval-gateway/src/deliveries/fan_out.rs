@@ -62,6 +62,14 @@ pub(super) async fn fan_out(state: &AppState, msg: &Message) -> Outcome {
             return Outcome::Retry(Duration::from_secs(1));
         }
     };
+    // Rebuilt from the stored run, the event is as large as what the model said: cut to what
+    // NATS takes, or the deliveries carrying it would be refused and the event tried forever.
+    if run.is_some() && !envelope.event.fit(state.bus.event_limit()) {
+        warn!(
+            limit = state.bus.event_limit(),
+            "an approval event does not fit the payload limit even cut"
+        );
+    }
     // Calls a standing grant covers are decided now, and nobody is asked about them.
     if let (Some(run), Event::ApprovalRequested { calls, .. }) = (&run, &mut envelope.event) {
         match grants::apply(state, run, calls).await {

@@ -257,7 +257,9 @@ pub(super) fn proposal(
 /// belongs beside the form's fields rather than above the page's forms.
 pub(super) fn refused(e: DecideError) -> (StatusCode, String, bool) {
     let (status, message, about_terms) = match &e {
-        DecideError::BadInput(why) | DecideError::GrantRefused(why) => (
+        DecideError::BadInput(why)
+        | DecideError::GrantRefused(why)
+        | DecideError::ConditionLimit(why) => (
             None,
             format!("Nothing was recorded and no grant was made: {why}."),
             true,

@@ -271,6 +271,45 @@ async fn the_body_is_compared_as_canonical_json_so_key_order_and_spacing_do_not_
     );
 }
 
+#[tokio::test]
+async fn a_body_with_an_integer_past_two_to_the_53_is_refused_not_rounded() {
+    // The attack: a receipt for account 9007199254740993, a body saying …992. RFC 8785
+    // reads both as the double 9007199254740992, so the digests agree; a tool that parses
+    // integers exactly would pay into another account.
+    let (signer, _) = Signer::generate("k1").unwrap();
+    let approved = json!({"account": 9_007_199_254_740_993_u64, "amount": 20});
+    let token = signer.sign(&claims(&approved, "j10"));
+    let verifier = verifier(Jwks::fixed(set(&[&signer])));
+    let forged = br#"{"account": 9007199254740992, "amount": 20}"#;
+    assert_eq!(
+        input_digest(&serde_json::from_slice(forged).unwrap()),
+        input_digest(&approved),
+        "one digest for two integers"
+    );
+    for sent in [
+        &forged[..],
+        &body(&approved),
+        br#"{"account": 18446744073709551617, "amount": 20}"#,
+    ] {
+        assert_eq!(
+            verifier.check(Some(&token), TOOL, Some(KEY), sent).await,
+            Err(Refusal::InexactNumber),
+            "{}",
+            String::from_utf8_lossy(sent)
+        );
+    }
+    assert_eq!(Refusal::InexactNumber.code(), "inexact_number");
+    // Integers within ±(2^53 − 1), and numbers written as doubles, are bound as before.
+    let exact = json!({"account": 9_007_199_254_740_991_u64, "amount": 20.5});
+    let token = signer.sign(&claims(&exact, "j11"));
+    assert!(
+        verifier
+            .check(Some(&token), TOOL, Some(KEY), &body(&exact))
+            .await
+            .is_ok()
+    );
+}
+
 #[test]
 fn the_key_set_is_a_standard_jwk_set_and_a_key_survives_its_pem() {
     let (signer, pem) = Signer::generate("k1").unwrap();

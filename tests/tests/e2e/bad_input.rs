@@ -426,3 +426,104 @@ async fn an_edit_of_a_field_the_tool_does_not_take_is_refused_by_name_and_a_vali
         .to_string();
     assert!(content.contains("amount: 129 → 50"), "{told:?}");
 }
+
+/// A tool that takes an account number as an integer, and whose every call waits for a
+/// person (appended to the refund agent's file); it is never reached here.
+const PAY_ACCOUNT: &str = r#"
+[[tools]]
+name = "pay_account"
+description = "Pay an amount into an account."
+input_schema = { type = "object", properties = { account = { type = "integer" }, amount = { type = "number" } }, required = ["account", "amount"] }
+http = { url = "http://127.0.0.1:9/pay" }
+approval = "always"
+"#;
+
+#[tokio::test]
+async fn an_integer_no_digest_binds_exactly_is_neither_held_nor_written_by_an_edit() {
+    use countersign_fake_model::{
+        anthropic_text, anthropic_tool_use, first_user_text, last_results, turn,
+    };
+    // 2^53 + 1: RFC 8785 writes it as 9007199254740992, so a digest (and a receipt) made
+    // for it also covers …992, and the reverse.
+    const PAST: u64 = 9_007_199_254_740_993;
+    let app = TestApp::builder(|request: &Value| {
+        if turn(request) > 0 {
+            return anthropic_text("Done.");
+        }
+        // "pay ACCOUNT"
+        let account: u64 = first_user_text(request)[4..].parse().unwrap();
+        let input = json!({"account": account, "amount": 20});
+        anthropic_tool_use("Paying.", &[("toolu_2", "pay_account", input)])
+    })
+    .policy(PAY_ACCOUNT)
+    .start()
+    .await;
+
+    // The worker does not hold the call: the model is told why, and the run goes on.
+    let run_id = app.start_run(&format!("pay {PAST}")).await;
+    app.wait_status(&run_id, "completed").await;
+    let told = last_results(app.model.requests().last().unwrap());
+    let told = told[0].to_string();
+    assert!(told.contains("not sent for approval"), "{told}");
+    assert!(
+        told.contains("input.account is the integer 9007199254740993"),
+        "{told}"
+    );
+
+    // Nor does an edit write one into a held call.
+    let run_id = app.start_run("pay 1234").await;
+    let run = app.wait_status(&run_id, "awaiting_approval").await;
+    let digest = &run["pending"][0]["digest"];
+    let (status, body) = app
+        .decide(
+            &run_id,
+            json!([{"call_id": "toolu_2", "digest": digest, "action": "edit",
+                    "input": {"account": PAST, "amount": 20}, "note": "the other account"}]),
+        )
+        .await;
+    assert_error(status, &body, 422, "invalid_input");
+    let errors = body["error"]["details"]["errors"].to_string();
+    assert!(
+        errors.contains("input.account is 9007199254740993"),
+        "{body}"
+    );
+    let (_, run) = app.get(&format!("/v1/runs/{run_id}")).await;
+    assert_eq!(run["status"], "awaiting_approval");
+    assert_eq!(run["pending"][0]["decision"], Value::Null);
+}
+
+#[tokio::test]
+async fn calls_held_in_one_turn_carry_at_most_256_kib_of_input_and_one_past_it_is_told_not_held() {
+    use countersign_fake_model::{anthropic_text, anthropic_tool_use, last_results, turn};
+    // Two calls that need a person: the first is held, the second (with the first) is past
+    // what one announcement of the pause may carry, so the model is told, and it is not held.
+    let app = TestApp::builder(|request: &Value| {
+        if turn(request) > 0 {
+            return anthropic_text("Done.");
+        }
+        let small = json!({"account": 1, "amount": 20, "memo": "m".repeat(100 * 1024)});
+        let large = json!({"account": 2, "amount": 20, "memo": "m".repeat(200 * 1024)});
+        anthropic_tool_use(
+            "Paying.",
+            &[
+                ("toolu_1", "pay_account", small),
+                ("toolu_2", "pay_account", large),
+            ],
+        )
+    })
+    .policy(PAY_ACCOUNT)
+    .start()
+    .await;
+    let run_id = app.start_run("pay twice").await;
+    let run = app.wait_status(&run_id, "awaiting_approval").await;
+    let pending: Vec<&Value> = run["pending"].as_array().unwrap().iter().collect();
+    let held: Vec<&Value> = pending.iter().map(|c| &c["call_id"]).collect();
+    assert_eq!(held, [&json!("toolu_1")]);
+    let (status, body) = app.approve(&run_id, "toolu_1", &pending[0]["digest"]).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    app.wait_status(&run_id, "completed").await;
+    let told = last_results(app.model.requests().last().unwrap());
+    let second = told[1].to_string();
+    assert!(second.contains("not sent for approval"), "{second:.500}");
+    assert!(second.contains("262144 bytes"), "{second:.500}");
+}

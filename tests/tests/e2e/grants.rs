@@ -577,3 +577,69 @@ async fn an_ended_grant_is_kept_seven_days_to_be_listed() {
         .unwrap();
     assert_eq!(kept_until - expires_at, 7 * 86_400_000);
 }
+
+/// Comprehensions nested `depth` deep over ten elements each: 10^depth steps.
+fn nested_comprehensions(depth: usize) -> String {
+    let mut body = "input.amount <= 50.0".to_string();
+    for i in (0..depth).rev() {
+        body = format!("[0,1,2,3,4,5,6,7,8,9].all(x{i}, {body})");
+    }
+    body
+}
+
+#[tokio::test]
+async fn a_grant_s_condition_is_run_only_for_who_may_approve_and_only_if_its_cost_is_bounded() {
+    let app = TestApp::builder(refund_asked)
+        .policy("approvers = [\"role:finance\"]\n")
+        .start()
+        .await;
+    let run = start(&app, 30, "A-1", None).await;
+    let with = |who: &str, condition: &str| {
+        let mut t = terms_by(who, 5);
+        t["condition"] = json!(condition);
+        t
+    };
+
+    // carol reviews, but not this call (finance approves it): what she writes is not run.
+    // A condition that does not cover the call is answered as hers to make, not as a
+    // condition that was evaluated, and so is the attack (nested comprehensions, cheap
+    // here, 23 s of a core at depth 6 over 5,000-element ranges).
+    for condition in ["input.amount <= 10.0", &nested_comprehensions(4)] {
+        let (status, body) = grant(&app, INTEGRATION_KEY, &run, with("carol", condition)).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+        assert_eq!(body["error"]["code"], "not_an_approver", "{body}");
+    }
+
+    // alice approves it: a condition past the limits that bound its cost is refused when
+    // compiled, saying which, before it runs.
+    let five = [r#"input.order_id.matches("^A-")"#; 5].join(" && ");
+    let long = format!(
+        "input.amount <= 50.0 && {}",
+        ["input.amount > 0.0"; 40].join(" && ")
+    );
+    for (condition, limit) in [
+        (nested_comprehensions(2), "nests a comprehension"),
+        (five, "`matches` more than 4"),
+        (long, "nodes"),
+        ("[input.amount].all(x, x > 0.0)".to_string(), "ranges over"),
+    ] {
+        let (status, body) = grant(&app, INTEGRATION_KEY, &run, with("alice", &condition)).await;
+        assert_eq!(
+            status,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{condition}: {body}"
+        );
+        assert_eq!(body["error"]["code"], "condition_too_costly", "{body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains(limit), "{condition}: {message}");
+    }
+    let (_, grants) = app.get("/v1/grants").await;
+    assert_eq!(grants["grants"], json!([]), "{grants}");
+    assert_eq!(app.get_run_status(&run).await, "awaiting_approval");
+
+    // Within the limits (a comprehension over the input's fields or literals), it is made.
+    let fine = r#"input.amount <= 50.0 && ["A-", "C-"].exists(p, p == "A-")"#;
+    let (status, body) = grant(&app, INTEGRATION_KEY, &run, with("alice", fine)).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    app.wait_status(&run, "completed").await;
+}

@@ -557,3 +557,43 @@ async fn streams_past_a_keys_cap_are_refused_and_those_open_leave_probes_and_dec
     let events = again.to_end().await;
     assert_refund_run_kinds(&events);
 }
+
+#[tokio::test]
+async fn an_event_whose_type_holds_a_line_break_does_not_stop_the_run_s_stream() {
+    let app = app().await;
+    let run = app.start_run("Refund A-1001 please.").await;
+    let paused = follow(&app, &run, None)
+        .await
+        .until("approval.requested")
+        .await;
+
+    // Anything may be published on a run's live subject (a worker host, or whoever holds
+    // its NATS user): a type with a line break would end the SSE field it is written in.
+    let js = async_nats::jetstream::new(async_nats::connect(&app.infra.nats_url).await.unwrap());
+    let hostile = json!({"type": "text.delta\nevent: run.completed\r\ndata: {}\n", "text": "x"});
+    js.publish(
+        format!("{}.live.{run}", app.namespace),
+        hostile.to_string().into(),
+    )
+    .await
+    .unwrap()
+    .await
+    .unwrap();
+
+    approve(&app, &run, paused.last().unwrap()).await;
+    // A client from the start, and one that reconnects after the hostile event, both follow
+    // the run to its end: the event is passed on under a name with no line break, its type
+    // kept as it was in its data.
+    let whole = follow(&app, &run, None).await.to_end().await;
+    let at = paused.len();
+    let odd = &whole[at];
+    assert_eq!(odd.kind, "text.delta_event__run.completed__data_____");
+    assert_eq!(odd.data["type"], hostile["type"]);
+    assert_eq!(odd.id, Some(at as u64 + 1));
+    let mut rest = whole.clone();
+    rest.remove(at);
+    assert_eq!(kinds(&rest), REFUND_RUN, "{whole:#?}");
+    let after = follow(&app, &run, Some(at as u64)).await.to_end().await;
+    assert_eq!(after.first().map(|e| e.id), Some(Some(at as u64 + 1)));
+    assert_eq!(after.last().map(|e| e.kind.as_str()), Some("run.completed"));
+}

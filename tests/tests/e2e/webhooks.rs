@@ -173,3 +173,59 @@ async fn a_signed_decision_counts_only_from_a_known_sender_for_people_it_may_spe
     app.wait_status(&run_id, "completed").await;
     assert_eq!(app.tools.refunds().len(), 1);
 }
+
+#[tokio::test]
+async fn a_pause_after_a_megabyte_and_a_half_of_model_text_still_reaches_its_channel() {
+    use countersign_fake_model::{anthropic_text, anthropic_tool_use, turn};
+    // 1.5 MB of the model's words (in lines, as a model writes), then the refund it holds:
+    // the announcement of the pause would be over NATS's 1 MiB limit.
+    let line = format!("{}\n", "word ".repeat(199));
+    let said = format!("BEGIN {} END", line.repeat(1_500_000 / line.len()));
+    let spoken = said.clone();
+    let ops = WebhookReceiver::start(0).await;
+    let ops_url = ops.url.clone();
+    let app = TestApp::builder(move |request: &Value| {
+        if turn(request) > 0 {
+            return anthropic_text("Refunded.");
+        }
+        let input = json!({"order_id": "A-1001", "amount": 129, "reason": "arrived broken"});
+        anthropic_tool_use(&spoken, &[("toolu_2", "issue_refund", input)])
+    })
+    .policy("channels = [\"webhook:ops\"]\n")
+    .gateway(move |config| {
+        config.webhooks = vec![endpoint("ops", &ops_url, false)];
+    })
+    .start()
+    .await;
+    let run_id = app.start_run("Refund A-1001.").await;
+    let paused = app.wait_status(&run_id, "awaiting_approval").await;
+
+    // The channel is told, with the model's words cut to fit and saying so.
+    let requested = wait_for("approval.requested at ops", PATIENCE, || async {
+        ops.of_type("approval.requested").pop()
+    })
+    .await;
+    assert!(
+        requested.body.len() < 1024 * 1024,
+        "{}",
+        requested.body.len()
+    );
+    let data = &requested.json()["data"];
+    assert_eq!(data["calls"][0]["call_id"], "toolu_2");
+    assert_eq!(data["calls"][0]["input"]["amount"], 129);
+    let text = data["text"].as_str().unwrap();
+    assert!(
+        text.starts_with("BEGIN") && text.ends_with("END"),
+        "{text:.200}"
+    );
+    assert!(text.contains("left out here"), "{text:.200}");
+    assert!(text.len() < said.len());
+
+    // The run keeps it whole, and goes on when the refund is approved.
+    let (status, _) = app
+        .approve(&run_id, "toolu_2", &paused["pending"][0]["digest"])
+        .await;
+    assert_eq!(status, 200);
+    app.wait_status(&run_id, "completed").await;
+    assert_eq!(app.tools.refunds().len(), 1);
+}
