@@ -9,8 +9,8 @@ use async_nats::jetstream::Message;
 use countersign_model::agent::Channel;
 use countersign_model::events::{Envelope, Event};
 use countersign_model::run::{Run, RunId, RunStatus};
-use countersign_store::StoreError;
 use countersign_runtime::work::Outcome;
+use countersign_store::StoreError;
 use std::collections::BTreeSet;
 use std::time::Duration;
 use tracing::warn;
@@ -54,7 +54,7 @@ pub(super) async fn fan_out(state: &AppState, msg: &Message) -> Outcome {
     // What waits is read from the stored run, never from the message: an event forged on
     // NATS, or one the run has moved past, shows nothing and decides nothing.
     let run = match as_stored(state, &mut envelope.event).await {
-        Ok(Stored::Shown(run)) => Some(run),
+        Ok(Stored::Shown(run)) => Some(*run),
         Ok(Stored::Other) => None,
         Ok(Stored::Nothing) => return Outcome::Ack,
         Err(e) => {
@@ -141,7 +141,7 @@ fn calls_shown_apart(channel: &Channel, event: &Event) -> Vec<Option<String>> {
 /// An approval event once checked against its stored run.
 enum Stored {
     /// It asks about held calls: these, as stored, in the run as stored.
-    Shown(Run),
+    Shown(Box<Run>),
     /// It does not show held calls (a decision, an expiry…): as it came.
     Other,
     /// None of the calls it names waits in the run's current turn: nothing to show.
@@ -207,5 +207,5 @@ async fn as_stored(state: &AppState, event: &mut Event) -> Result<Stored, StoreE
         }
         _ => {}
     }
-    Ok(Stored::Shown(run))
+    Ok(Stored::Shown(Box::new(run)))
 }

@@ -77,7 +77,11 @@ async fn a_grant_is_matched_against_the_stored_input_not_what_a_forged_event_say
 
     // The grant did not decide it, and every channel was shown the $400 as stored.
     for event in &shown {
-        assert_eq!(event["calls"][0]["input"]["amount"], json!(400.0), "{event}");
+        assert_eq!(
+            event["calls"][0]["input"]["amount"],
+            json!(400.0),
+            "{event}"
+        );
     }
     assert_eq!(app.get_run_status(&big).await, "awaiting_approval");
     let (_, state) = app.get(&format!("/v1/grants/{id}")).await;
@@ -107,7 +111,11 @@ async fn a_requester_s_grant_does_not_cover_another_requester_s_run_said_to_be_t
         assert_eq!(event["requested_by"], "alice", "{event}");
     }
     assert_eq!(app.get_run_status(&alices).await, "awaiting_approval");
-    assert_eq!(app.tools.refunds().len(), 1, "only carol's first refund ran");
+    assert_eq!(
+        app.tools.refunds().len(),
+        1,
+        "only carol's first refund ran"
+    );
 }
 
 #[tokio::test]

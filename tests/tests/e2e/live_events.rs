@@ -321,7 +321,11 @@ async fn a_client_that_does_not_read_is_cut_off_and_its_events_are_not_held_for_
 
     // 100 MiB of the model's text for it, far more than the sockets' buffers hold.
     let before = resident_bytes();
-    let nats = async_nats::connect(&app.infra.nats_url).await.unwrap();
+    // As the worker sends it.
+    let nats = app
+        .infra
+        .nats_client_as(&app.namespace, countersign_runtime::names::Service::Worker)
+        .await;
     let js = async_nats::jetstream::new(nats);
     let piece = json!({"type": "text.delta", "turn": 1, "text": "x".repeat(256 * 1024)});
     let piece = bytes::Bytes::from(piece.to_string());
@@ -409,7 +413,7 @@ async fn an_announcement_stored_twice_is_shown_and_counted_once() {
     // The outbox sends an announcement again when NATS took it but its ack was lost; past
     // JetStream's two-minute duplicate window that is a second copy. The window is shortened
     // here so that the repeat of the pause is stored without waiting for it.
-    let js = async_nats::jetstream::new(async_nats::connect(&app.infra.nats_url).await.unwrap());
+    let js = app.infra.jetstream().await;
     let mut stream = js
         .get_stream(format!("{}_LIVE", app.namespace))
         .await
