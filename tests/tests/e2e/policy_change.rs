@@ -242,63 +242,61 @@ async fn a_running_worker_loads_a_changed_agent_file_and_keeps_the_old_one_when_
 }
 
 /// The red team's loosened file put back three seconds later: the worker checked the waiting
-/// calls inside its reload, under the loosened policy, and loaded the file put back only
-/// once that was done (45 s for ten calls whose announcements NATS refused), releasing
-/// refunds meanwhile. Here the check is held up for as long as the test likes (Redis
-/// refuses writes) and the file put back still takes effect at once; the calls then wait as
-/// they did, and the reviewer's approvals of them stand.
+/// calls inside its reload, under the loosened policy, each closed call's announcement
+/// waiting on NATS, and loaded the file put back only once all ten were done (45 s),
+/// releasing refunds meanwhile. Here NATS is away, so each closed call's announcement waits
+/// for as long as the test likes: the file put back takes effect at once all the same, the
+/// check of the loosened file stops there, and no refund runs without a person.
 #[tokio::test]
 async fn a_file_undoing_a_loosened_policy_is_loaded_while_the_waiting_calls_are_still_checked() {
     const CALLS: usize = 10;
     let app = TestApp::builder(refund_brain)
+        .on(countersign_tests::infra::Infra::start_restartable().await)
         .worker(|c| c.agents_reload_ms = 50)
         .start()
         .await;
     let inputs: Vec<String> = (0..CALLS).map(|i| format!("Refund A-100{i}.")).collect();
     let runs = app.paused_refunds(&inputs).await;
-    let reloads = || app.workers_metric(1, "countersign_agent_reloads_total{outcome=\"loaded\"}");
+    let worker = |series: &'static str| app.workers_metric(1, series);
+    let reloads = || worker("countersign_agent_reloads_total{outcome=\"loaded\"}");
 
-    // Every write to Redis waits (the checks of waiting calls among them) until UNPAUSE.
-    let mut redis = app.infra.redis().await;
-    let () = redis::cmd("CLIENT")
-        .arg("PAUSE")
-        .arg(300_000)
-        .arg("WRITE")
-        .query_async(&mut redis)
-        .await
-        .unwrap();
+    app.infra.stop_nats().await;
     app.rewrite_agent(|agent| agent.replace(WHEN, "when = \"input.amount > 400.0\""));
     wait_for("the loosened file to be loaded", PATIENCE, || async {
         (reloads().await >= 1.0).then_some(())
     })
     .await;
     app.rewrite_agent(|agent| agent.replace("when = \"input.amount > 400.0\"", WHEN));
-    wait_for(
-        "the file put back to be loaded while the check still waits",
-        PATIENCE,
-        || async { (reloads().await >= 2.0).then_some(()) },
-    )
+    wait_for("the file put back to be loaded", PATIENCE, || async {
+        (reloads().await >= 2.0).then_some(())
+    })
     .await;
-    let () = redis::cmd("CLIENT")
-        .arg("UNPAUSE")
-        .query_async(&mut redis)
-        .await
-        .unwrap();
+    let superseded = worker("countersign_policy_rechecks_total{outcome=\"superseded\"}").await;
+    assert!(
+        superseded < CALLS as f64,
+        "the check under the loosened file went on after it was undone: {superseded} calls closed"
+    );
+    app.infra.start_nats().await;
 
-    // Each call still waits under the terms it was held under: the digest the reviewer was
-    // shown decides it, and each refund runs once, with its receipt.
+    // A call still waits as it was held, or (closed under the loosened file) is held again
+    // under the file put back: a person decides each, and each refund runs once, with its
+    // receipt.
     for (run, digest) in &runs {
         let (code, body) = app.approve(run, "toolu_2", digest).await;
+        if code == StatusCode::OK {
+            assert_eq!(body["decisions"][0]["status"], "recorded", "{body}");
+            continue;
+        }
+        assert_eq!(code, StatusCode::CONFLICT, "{body}");
+        let again = held_again(&app, run).await;
+        let (code, body) = app.approve(run, "toolu_2.r2", &again["digest"]).await;
         assert_eq!(code, StatusCode::OK, "{body}");
-        assert_eq!(body["decisions"][0]["status"], "recorded", "{body}");
     }
     join_all(runs.iter().map(|(id, _)| app.wait_status(id, "completed"))).await;
     assert_eq!(app.tools.refunds().len(), CALLS);
     assert!(app.tools.refused().is_empty(), "{:?}", app.tools.refused());
-    for outcome in ["released", "superseded", "reheld"] {
-        let series = format!("countersign_policy_rechecks_total{{outcome=\"{outcome}\"}}");
-        assert_eq!(app.workers_metric(1, &series).await, 0.0, "{outcome}");
-    }
+    let released = worker("countersign_policy_rechecks_total{outcome=\"released\"}").await;
+    assert_eq!(released, 0.0);
 }
 
 /// A run paused on its refund while a worker watches the agents' folder closely.
