@@ -27,6 +27,7 @@ use engine::{Engine, EngineSettings};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -61,39 +62,60 @@ async fn sweep(engine: Arc<Engine>, interval: Duration, shutdown: CancellationTo
 
 /// Loads the agents again whenever their folder changes, until `shutdown`. A folder that does
 /// not load (a file that does not parse, a policy that does not compile, a role nobody holds)
-/// is refused with its error and the agents loaded before stay. After the start and each
-/// reload, the calls waiting under a policy that changed are checked again.
+/// is refused with its error and the agents loaded before stay. A set put in place is handed
+/// to [`recheck`], which checks the calls waiting under a policy that changed; the reload
+/// never waits for that (it may close many calls, each an announcement on NATS), so a file
+/// put back a moment after a bad edit takes effect at once.
 async fn reload(
     engine: Arc<Engine>,
     watcher: Watcher,
     mcp: McpClients,
     people: Directory,
+    loaded: watch::Sender<Arc<Agents>>,
     shutdown: CancellationToken,
 ) {
-    recheck_waiting(&engine).await;
     let metrics = engine.metrics().clone();
     watcher
         .follow(shutdown, metrics, |catalog| {
             let compiled = check_roles(&catalog, &people)
                 .and_then(|()| Agents::compile(&catalog, mcp.clone()));
             let engine = engine.clone();
+            let loaded = loaded.clone();
             async move {
                 engine.replace_agents(compiled?);
-                recheck_waiting(&engine).await;
+                loaded.send_replace(engine.agents());
                 Ok(())
             }
         })
         .await;
 }
 
-async fn recheck_waiting(engine: &Engine) {
-    match engine.recheck_waiting(&engine.agents()).await {
-        Ok(0) => {}
-        Ok(closed) => info!(
-            closed,
-            "calls waiting under a changed policy are checked again"
-        ),
-        Err(e) => warn!(error = %e, "could not check the calls waiting under a changed policy"),
+/// Checks the calls waiting under a changed policy, after the start and after each reload,
+/// until `shutdown`: always against the newest set, and a set replaced while its check runs
+/// is left for the newer one (see [`Engine::recheck_waiting`]).
+async fn recheck(
+    engine: Arc<Engine>,
+    mut loaded: watch::Receiver<Arc<Agents>>,
+    shutdown: CancellationToken,
+) {
+    loop {
+        let agents = loaded.borrow_and_update().clone();
+        let checked = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            checked = engine.recheck_waiting(&agents) => checked,
+        };
+        match checked {
+            Ok(0) => {}
+            Ok(closed) => info!(
+                closed,
+                "calls waiting under a changed policy are checked again"
+            ),
+            Err(e) => warn!(error = %e, "could not check the calls waiting under a changed policy"),
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            changed = loaded.changed() => if changed.is_err() { return },
+        }
     }
 }
 
@@ -190,11 +212,14 @@ pub async fn run(
         Relay::new(store.clone(), bus.clone(), metrics)
             .run_sweeper(Service::Worker, shutdown.clone()),
     );
+    let (loaded, to_check) = watch::channel(engine.agents());
+    let rechecker = tokio::spawn(recheck(engine.clone(), to_check, shutdown.clone()));
     let reloader = tokio::spawn(reload(
         engine.clone(),
         watcher,
         mcp,
         people,
+        loaded,
         shutdown.clone(),
     ));
     let sweeper = tokio::spawn(sweep(
@@ -205,6 +230,7 @@ pub async fn run(
     work.run(&shutdown).await;
     sweeper.await?;
     reloader.await?;
+    rechecker.await?;
     outbox.await?;
     probes.await??;
     served.stopped().await?;

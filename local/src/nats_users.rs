@@ -5,6 +5,7 @@
 //! written once, in the shipped file; this only renders it.
 
 use countersign_runtime::config::Connections;
+use countersign_runtime::names::Service;
 use countersign_runtime::secret::Secret;
 use std::path::{Path, PathBuf};
 
@@ -44,15 +45,7 @@ impl NatsUsers {
     /// The server's configuration for services in `namespace`: the passwords as the
     /// variables the shipped file reads, then the shipped file.
     pub fn config(&self, namespace: &str) -> String {
-        let mut text = String::new();
-        for (name, password) in [
-            ("NATS_GATEWAY_PASSWORD", &self.gateway),
-            ("NATS_WORKER_PASSWORD", &self.worker),
-            ("NATS_ADMIN_PASSWORD", &self.admin),
-        ] {
-            text += &format!("{name}: \"{}\"\n", password.expose());
-        }
-        text + &in_namespace(SHIPPED, namespace)
+        self.passwords() + &in_namespace(SHIPPED, namespace)
     }
 
     /// Writes [`NatsUsers::config`] to `dir` (readable by its owner only); its path.
@@ -68,6 +61,99 @@ impl NatsUsers {
             .open(&path)?;
         file.write_all(self.config(namespace).as_bytes())?;
         Ok(path)
+    }
+}
+
+impl NatsUsers {
+    /// The name of `service`'s user in a configuration from
+    /// [`NatsUsers::config_for_namespaces`]: `<namespace>-gateway`, `<namespace>-worker`
+    /// (plain `gateway` and `worker` for the empty namespace).
+    pub fn user_in(service: Service, namespace: &str) -> String {
+        let user = match service {
+            Service::Gateway => "gateway",
+            Service::Worker => "worker",
+        };
+        match namespace {
+            "" => user.to_string(),
+            namespace => format!("{namespace}-{user}"),
+        }
+    }
+
+    /// Has `service` log in as its user in `connections.namespace`, in a configuration from
+    /// [`NatsUsers::config_for_namespaces`].
+    pub fn log_in_as(&self, service: Service, connections: &mut Connections) {
+        connections.nats_user = Some(Self::user_in(service, &connections.namespace));
+        connections.nats_password = Some(self.password(service).clone());
+    }
+
+    /// The password of `service`'s users.
+    pub fn password(&self, service: Service) -> &Secret {
+        match service {
+            Service::Gateway => &self.gateway,
+            Service::Worker => &self.worker,
+        }
+    }
+
+    /// One server's configuration for several deployments sharing it, each in its own
+    /// namespace (the tests run so): the shipped permissions rendered for each namespace, and
+    /// in the shipped `authorization` block each service's user once per namespace
+    /// ([`NatsUsers::user_in`]) with that namespace's permissions; `admin` once.
+    pub fn config_for_namespaces(&self, namespaces: &[String]) -> String {
+        let (permissions, authorization) = SHIPPED
+            .split_once("\nauthorization {")
+            .expect("the shipped file ends with its authorization block");
+        let variables = ["SERVICE_DENY", "GATEWAY_PERMISSIONS", "WORKER_PERMISSIONS"];
+        // nats-server refuses a variable nothing reads: without a namespace only admin's.
+        let mut text = match namespaces.is_empty() {
+            true => format!("NATS_ADMIN_PASSWORD: \"{}\"\n", self.admin.expose()),
+            false => self.passwords(),
+        };
+        let mut users = String::new();
+        for (i, namespace) in namespaces.iter().enumerate() {
+            let mut rendered = in_namespace(permissions, namespace);
+            for variable in variables {
+                rendered = rendered.replace(variable, &format!("{variable}_{i}"));
+            }
+            text += &rendered;
+            text.push('\n');
+            for line in authorization.lines() {
+                let Some(service) = [Service::Gateway, Service::Worker]
+                    .into_iter()
+                    .find(|s| line.contains(&format!("{{ user: {}, ", Self::user_in(*s, ""))))
+                else {
+                    continue;
+                };
+                let mut line = line.replace(
+                    &format!("user: {},", Self::user_in(service, "")),
+                    &format!("user: \"{}\",", Self::user_in(service, namespace)),
+                );
+                for variable in variables {
+                    line = line.replace(&format!("${variable}"), &format!("${variable}_{i}"));
+                }
+                users += &line;
+                users.push('\n');
+            }
+        }
+        let admin = authorization
+            .lines()
+            .filter(|l| l.contains("user: admin,"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert!(!admin.is_empty(), "the shipped file has an admin user");
+        text + &format!("authorization {{\n  users = [\n{users}{admin}\n  ]\n}}\n")
+    }
+
+    /// The passwords as the variables the shipped file reads.
+    fn passwords(&self) -> String {
+        let mut text = String::new();
+        for (name, password) in [
+            ("NATS_GATEWAY_PASSWORD", &self.gateway),
+            ("NATS_WORKER_PASSWORD", &self.worker),
+            ("NATS_ADMIN_PASSWORD", &self.admin),
+        ] {
+            text += &format!("{name}: \"{}\"\n", password.expose());
+        }
+        text
     }
 }
 
@@ -123,6 +209,28 @@ mod tests {
         }
         assert!(!conf.contains("\"runs.start\""));
         assert_eq!(in_namespace(SHIPPED, ""), SHIPPED);
+    }
+
+    #[test]
+    fn several_namespaces_each_get_their_users_with_their_own_permissions() {
+        let users = NatsUsers::random();
+        let conf = users.config_for_namespaces(&["t1".into(), "t2".into()]);
+        for wanted in [
+            "\"t1.approval.decided.*\"",
+            "\"t2.approval.decided.*\"",
+            "\"$JS.ACK.t2_RUNS.>\"",
+            "GATEWAY_PERMISSIONS_1 = {",
+            "{ user: \"t1-gateway\", password: $NATS_GATEWAY_PASSWORD, permissions: $GATEWAY_PERMISSIONS_0 }",
+            "{ user: \"t2-worker\", password: $NATS_WORKER_PASSWORD, permissions: $WORKER_PERMISSIONS_1 }",
+            "deny = $SERVICE_DENY_1",
+            "{ user: admin, password: $NATS_ADMIN_PASSWORD }",
+        ] {
+            assert!(conf.contains(wanted), "{wanted} missing from\n{conf}");
+        }
+        assert_eq!(conf.matches("user: admin").count(), 1);
+        assert_eq!(conf.matches("authorization {").count(), 1);
+        let none = users.config_for_namespaces(&[]);
+        assert!(none.contains("user: admin"), "{none}");
     }
 
     #[test]

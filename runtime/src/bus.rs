@@ -60,7 +60,8 @@ async fn options(connections: &Connections) -> Result<async_nats::ConnectOptions
     crate::tls::install_crypto_provider();
     let mut options = async_nats::ConnectOptions::new()
         .name("countersign")
-        .connection_timeout(Duration::from_secs(2));
+        .connection_timeout(Duration::from_secs(2))
+        .event_callback(|event| async move { log_event(&event) });
     if let Some(path) = &connections.nats_creds_file {
         options = options.credentials_file(path).await.map_err(|e| {
             BusError::Connect(format!(
@@ -87,6 +88,35 @@ async fn options(connections: &Connections) -> Result<async_nats::ConnectOptions
             .require_tls(true);
     }
     Ok(options)
+}
+
+/// The target of the warning logged when the server refuses something this process did
+/// (a permissions violation names the subject): a deployment whose NATS users do not allow
+/// what the services do. The tests fail on any such warning.
+pub const SERVER_ERROR_TARGET: &str = "countersign::nats";
+
+/// Logs what the client reports about its connection. The server's errors are warnings: a
+/// refused publish otherwise shows only as an ack that never comes, and a refused
+/// subscription as messages that never arrive.
+fn log_event(event: &async_nats::Event) {
+    use async_nats::Event;
+    match event {
+        Event::ServerError(error) => {
+            tracing::warn!(target: SERVER_ERROR_TARGET, %error, "the NATS server refused what this process did");
+        }
+        Event::ClientError(error) => tracing::warn!(%error, "NATS client error"),
+        Event::SlowConsumer(sid) => {
+            tracing::warn!(
+                subscription = sid,
+                "a NATS subscription reads too slowly; messages were dropped"
+            );
+        }
+        Event::Disconnected => tracing::warn!("disconnected from NATS; reconnecting"),
+        Event::LameDuckMode => tracing::warn!("the NATS server is going away (lame duck mode)"),
+        Event::Connected | Event::Draining | Event::Closed => {
+            tracing::info!(%event, "NATS connection");
+        }
+    }
 }
 
 /// JetStream reports "no limit" as -1 where a new config says 0.

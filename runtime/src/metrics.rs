@@ -26,6 +26,13 @@
 //!   → decided), `countersign_resume_seconds` (last decision → the model called again).
 //! - `countersign_model_call_seconds{provider}`, `countersign_tool_call_seconds{tool}`,
 //!   `countersign_redis_command_seconds{command}`, `countersign_jetstream_publish_seconds`.
+//! - `countersign_announcements_total{kind, sent}`: announcements from the outbox that
+//!   JetStream took (`kind` is the subject without namespace and run: `approval.decided`,
+//!   `run.completed`, `audit`, …), `sent` `at_once` by the process that made the change or
+//!   `late` by an outbox sweeper (NATS was away, or refused the publish).
+//! - `countersign_mcp_proxy_wakeups_total{by}`: how a proxied call waiting for its run
+//!   learned to read it again: a `run.*` `event` on NATS, or the `poll` that stands in when
+//!   none comes.
 //! - `countersign_jetstream_redeliveries_total{stream}` and
 //!   `countersign_delivery_failures_total{channel}`.
 //! - `countersign_unknown_run_messages_total{stream}`: messages a worker acked without
@@ -67,6 +74,8 @@ struct Inner {
     rechecks: Family<Labels, Counter>,
     shadow: Family<Labels, Counter>,
     live: Family<Labels, Counter>,
+    announcements: Family<Labels, Counter>,
+    wakeups: Family<Labels, Counter>,
     pause: Histogram,
     decision: Histogram,
     resume: Histogram,
@@ -91,6 +100,8 @@ impl Default for Metrics {
             rechecks: Family::default(),
             shadow: Family::default(),
             live: Family::default(),
+            announcements: Family::default(),
+            wakeups: Family::default(),
             pause: buckets(),
             decision: human_buckets(),
             resume: buckets(),
@@ -138,6 +149,16 @@ impl Default for Metrics {
             "live_streams",
             "Followers of runs' live events, opened and how they ended",
             inner.live.clone(),
+        );
+        r.register(
+            "announcements",
+            "Announcements JetStream took, by kind and whether sent at once or late",
+            inner.announcements.clone(),
+        );
+        r.register(
+            "mcp_proxy_wakeups",
+            "How proxied calls waiting for their run were woken: a run event or the poll",
+            inner.wakeups.clone(),
         );
         r.register(
             "pause_seconds",
@@ -238,6 +259,17 @@ impl Metrics {
 
     pub fn live_stream(&self, event: &'static str) {
         self.0.live.get_or_create(&label("event", event)).inc();
+    }
+
+    /// An announcement of `kind` that JetStream took, sent `late` by a sweeper or at once.
+    pub fn announced(&self, kind: &str, late: bool) {
+        let sent = if late { "late" } else { "at_once" };
+        let labels = vec![("kind", kind.to_string()), ("sent", sent.to_string())];
+        self.0.announcements.get_or_create(&labels).inc();
+    }
+
+    pub fn mcp_proxy_wakeup(&self, by: &'static str) {
+        self.0.wakeups.get_or_create(&label("by", by)).inc();
     }
 
     pub fn paused_after(&self, ms: i64) {

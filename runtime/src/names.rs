@@ -69,18 +69,33 @@ impl Names {
     }
 
     /// The one service that announces on `subject` (a subject of this namespace), or `None`
-    /// for those both do (`approval.expired.*`, `audit.*`). `deploy/nats-server.conf` lets
-    /// each service's NATS user publish only its own and the shared ones.
+    /// for those both do: `approval.decided.*` (a person's decision through a gateway, an
+    /// expiry or a call closed by a policy change through a worker), `approval.expired.*`,
+    /// `audit.*`. `deploy/nats-server.conf` lets each service's NATS user publish only its
+    /// own and the shared ones.
     pub fn announcer(&self, subject: &str) -> Option<Service> {
         let rest = self.unprefixed(subject);
         let starts = |prefixes: &[&str]| prefixes.iter().any(|p| rest.starts_with(p));
-        if rest == "runs.start" || starts(&["approval.decided.", "approval.cancelled.", "deliver."])
-        {
+        if rest == "runs.start" || starts(&["approval.cancelled.", "deliver."]) {
             Some(Service::Gateway)
         } else if starts(&["approval.requested.", "approval.reminder.", "run."]) {
             Some(Service::Worker)
         } else {
             None
+        }
+    }
+
+    /// What kind of message `subject` (of this namespace) carries, for metrics: the subject
+    /// without the namespace and the run's id (`approval.decided`, `run.completed`,
+    /// `audit`, `live`, `deliver.webhook`, `runs.start`).
+    pub fn kind<'a>(&self, subject: &'a str) -> &'a str {
+        let rest = self.unprefixed(subject);
+        if rest == "runs.start" {
+            return rest;
+        }
+        match rest.rsplit_once('.') {
+            Some((kind, _)) => kind,
+            None => rest,
         }
     }
 
@@ -282,13 +297,14 @@ mod tests {
             let n = Names::new(namespace).unwrap();
             for (subject, announcer) in [
                 (n.runs_start(), Some(Service::Gateway)),
-                (n.approval_decided(&run), Some(Service::Gateway)),
+                (n.approval_decided(&run), None),
                 (n.approval_requested(&run), Some(Service::Worker)),
                 (n.approval_reminder(&run), Some(Service::Worker)),
                 (n.approval_cancelled(&run), Some(Service::Gateway)),
                 (n.run_completed(&run), Some(Service::Worker)),
                 (n.run_cancelled(&run), Some(Service::Worker)),
                 (n.approval_expired(&run), None),
+                (n.audit_subject(&run), None),
             ] {
                 assert_eq!(n.announcer(&subject), announcer, "{subject}");
             }
@@ -340,6 +356,18 @@ mod tests {
             ] {
                 assert_eq!(n.live_copy(&subject), None, "{subject}");
             }
+        }
+    }
+
+    #[test]
+    fn a_subject_s_kind_leaves_out_the_namespace_and_the_run() {
+        let run = RunId::parse("run_1").unwrap();
+        for namespace in ["", "t1"] {
+            let n = Names::new(namespace).unwrap();
+            assert_eq!(n.kind(&n.approval_decided(&run)), "approval.decided");
+            assert_eq!(n.kind(&n.run_completed(&run)), "run.completed");
+            assert_eq!(n.kind(&n.audit_subject(&run)), "audit");
+            assert_eq!(n.kind(&n.runs_start()), "runs.start");
         }
     }
 

@@ -7,10 +7,11 @@
 //! always announced, late at worst, and the message ids make a repeated publish harmless
 //! within JetStream's duplicate window (consumers treat any later repeat as a redelivery).
 //!
-//! A sweeper publishes only what its own service announces (and what both do): NATS users
-//! with the shipped permissions may publish nothing else, so a gateway's late decision waits
-//! for a gateway's sweep and a worker's late pause for a worker's. A sweeper leaves a run
-//! whose outbox holds only the other service's announcements without touching its mark.
+//! A sweeper publishes only what its own service announces (and what both do, such as
+//! decisions and audit elements): NATS users with the shipped permissions may publish nothing
+//! else, so a gateway's late cancel waits for a gateway's sweep and a worker's late pause for
+//! a worker's. A sweeper leaves a run whose outbox holds only the other service's
+//! announcements without touching its mark.
 
 use crate::keys::Shard;
 use crate::{Announcement, Store, StoreError};
@@ -62,7 +63,7 @@ impl Relay {
         if queued.is_empty() {
             return Ok(());
         }
-        self.send(run, queued).await.map(|_| ())
+        self.send(run, queued, false).await.map(|_| ())
     }
 
     /// Whether a sweeper of `service` publishes `entry`.
@@ -73,9 +74,14 @@ impl Relay {
             .is_none_or(|a| a == service)
     }
 
-    /// Publishes, deletes the acknowledged entries, and returns how many the outbox still
-    /// holds; the first publish error if any failed.
-    async fn send(&self, run: &RunId, queued: &[Announcement]) -> Result<usize, RelayError> {
+    /// Publishes (`late`: as a sweeper), deletes the acknowledged entries, and returns how
+    /// many the outbox still holds; the first publish error if any failed.
+    async fn send(
+        &self,
+        run: &RunId,
+        queued: &[Announcement],
+        late: bool,
+    ) -> Result<usize, RelayError> {
         let results = join_all(queued.iter().map(|a| async {
             let started = std::time::Instant::now();
             let published = self
@@ -83,6 +89,10 @@ impl Relay {
                 .publish_raw(a.subject.clone(), &a.msg_id, a.payload.clone().into_bytes())
                 .await;
             self.metrics.published(started.elapsed());
+            if published.is_ok() {
+                self.metrics
+                    .announced(self.bus.names.kind(&a.subject), late);
+            }
             published
         }))
         .await;
@@ -136,7 +146,7 @@ impl Relay {
         let left = if ours.is_empty() {
             others.len()
         } else {
-            match self.send(run, &ours).await {
+            match self.send(run, &ours, true).await {
                 Ok(left) => left,
                 Err(e) => {
                     warn!(run_id = %run, error = %e, "outbox not yet published; will try again");

@@ -10,7 +10,7 @@ use countersign_model::agent::Provider;
 use countersign_model::audit::{AuditEntry, AuditKind};
 use countersign_model::run::{Action, Decision, RunId};
 use countersign_runtime::metrics::Metrics;
-use countersign_runtime::names::Names;
+use countersign_runtime::names::{Names, Service};
 use countersign_store::keys::Keys;
 use countersign_store::{DecideOutcome, DecideRequest, Proposal, Store};
 use reqwest::StatusCode;
@@ -58,9 +58,11 @@ pub fn gateway_config(
     namespace: &str,
     agents_dir: &std::path::Path,
 ) -> approval_gateway::config::Config {
-    let mut config = approval_gateway::config::Config::default();
-    config.connections = infra.config(namespace);
-    config.agents_dir = agents_dir.to_path_buf();
+    let mut config = approval_gateway::config::Config {
+        connections: infra.connections(namespace, Service::Gateway),
+        agents_dir: agents_dir.to_path_buf(),
+        ..Default::default()
+    };
     config.api_keys = [
         (ADMIN_KEY, Role::Admin, "admin"),
         (REVIEWER_KEY, Role::Reviewer, "rita"),
@@ -104,8 +106,9 @@ pub fn worker_config(
 }
 
 /// A config file in `dir` for worker processes (`tests/src/bin/worker_process.rs`) on
-/// `infra`'s servers in `namespace`, loading the agents of `agents`, with short leases so a
-/// killed one's runs are taken over within seconds, and `more` settings appended.
+/// `infra`'s servers in `namespace` (registered), logged in as the namespace's worker user,
+/// loading the agents of `agents`, with short leases so a killed one's runs are taken over
+/// within seconds, and `more` settings appended.
 pub fn worker_process_config_file(
     infra: &Infra,
     namespace: &str,
@@ -114,13 +117,17 @@ pub fn worker_process_config_file(
     more: &str,
 ) -> PathBuf {
     let config = dir.join("worker.toml");
+    let login = infra.connections(namespace, Service::Worker);
     std::fs::write(
         &config,
         format!(
-            "nats_url = \"{}\"\nredis_url = \"{}\"\nnamespace = \"{namespace}\"\nagents_dir = \"{}\"\n\
+            "nats_url = \"{}\"\nnats_user = \"{}\"\nnats_password = \"{}\"\n\
+             redis_url = \"{}\"\nnamespace = \"{namespace}\"\nagents_dir = \"{}\"\n\
              lease_secs = 3\nack_wait_secs = 3\nshutdown_grace_secs = 2\n\
              health_listen = \"127.0.0.1:0\"\n{more}",
             infra.nats_url,
+            login.nats_user.unwrap(),
+            login.nats_password.unwrap().expose(),
             infra.redis_url,
             agents.display()
         ),
@@ -129,7 +136,9 @@ pub fn worker_process_config_file(
     config
 }
 
-/// A namespace of its own for one app's subjects, streams and keys.
+/// A name for a namespace of its own for one app's subjects, streams and keys; register it
+/// on the app's servers ([`Infra::register_namespace`], or take one from
+/// [`Infra::new_namespace`]) so its services have NATS users.
 pub fn new_namespace() -> String {
     format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..12])
 }
@@ -250,8 +259,8 @@ impl<'a> TestAppBuilder<'a> {
         self
     }
 
-    /// In a namespace the caller chose (from [`new_namespace`]), for servers configured for
-    /// it beforehand.
+    /// In a namespace the caller chose (from [`new_namespace`]); it is registered on the
+    /// app's servers if it is not yet.
     pub fn namespace(mut self, namespace: String) -> Self {
         self.namespace = Some(namespace);
         self
@@ -260,16 +269,18 @@ impl<'a> TestAppBuilder<'a> {
     /// Starts the fake model, the tools service, the gateway (waiting until it is ready) and
     /// the workers.
     pub async fn start(self) -> TestApp {
-        let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into());
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
-            .with_test_writer()
-            .try_init();
+        crate::logs::init();
         let infra = match self.infra {
             Some(infra) => infra,
             None => Infra::start().await,
         };
-        let namespace = self.namespace.unwrap_or_else(new_namespace);
+        let namespace = match self.namespace {
+            Some(namespace) => {
+                infra.register_namespace(&namespace).await;
+                namespace
+            }
+            None => infra.new_namespace().await,
+        };
         let model = FakeModel::start(self.brain).await;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let gateway_url = format!("http://{}", listener.local_addr().unwrap());
@@ -437,17 +448,21 @@ impl TestApp {
         countersign_model::digest::call_digest(run_id, &tool.name, input, &tool.policy_version())
     }
 
-    /// The connection settings the services of this app use.
+    /// The connection settings the app's workers use (logged in as its worker user).
     pub fn connections(&self) -> countersign_runtime::config::Connections {
-        self.infra.config(&self.namespace)
+        self.connections_as(Service::Worker)
+    }
+
+    /// The connection settings `service` uses in this app.
+    pub fn connections_as(&self, service: Service) -> countersign_runtime::config::Connections {
+        self.infra.connections(&self.namespace, service)
     }
 
     /// Every message stored on `subject` in one of this app's streams (`APPROVALS`, …).
     pub async fn stream_messages(&self, stream: &str, subject: &str) -> Vec<Value> {
         use async_nats::jetstream::consumer::pull;
         use futures::StreamExt;
-        let js =
-            async_nats::jetstream::new(async_nats::connect(&self.infra.nats_url).await.unwrap());
+        let js = self.infra.jetstream().await;
         let stream = js
             .get_stream(format!("{}_{stream}", self.namespace))
             .await
@@ -473,12 +488,16 @@ impl TestApp {
         out
     }
 
-    /// Publishes `event` on `subject` (of this app's namespace) into JetStream as any client
-    /// allowed to publish there could: a forged message, for tests of what the services
-    /// trust.
+    /// Publishes `event` on `subject` (of this app's namespace) into JetStream as the app's
+    /// worker user: a forged message as a compromised worker host could send it, for tests
+    /// of what the services trust. A subject the shipped permissions refuse the worker fails
+    /// the call (no ack comes).
     pub async fn publish_event(&self, subject: &str, event: &Value) {
-        let js =
-            async_nats::jetstream::new(async_nats::connect(&self.infra.nats_url).await.unwrap());
+        let js = async_nats::jetstream::new(
+            self.infra
+                .nats_client_as(&self.namespace, Service::Worker)
+                .await,
+        );
         let payload = serde_json::to_vec(event).unwrap();
         js.publish(format!("{}.{subject}", self.namespace), payload.into())
             .await
@@ -488,10 +507,10 @@ impl TestApp {
     }
 
     /// Waits until the gateways have handled every approval event published so far: each
-    /// fanned out into deliveries, and each delivery sent.
+    /// fanned out into deliveries, and each delivery sent. It only reads the consumers'
+    /// state, as `admin`.
     pub async fn wait_deliveries_settled(&self) {
-        let js =
-            async_nats::jetstream::new(async_nats::connect(&self.infra.nats_url).await.unwrap());
+        let js = self.infra.jetstream().await;
         let names = Names::new(&self.namespace).unwrap();
         let mut approvals = js.get_stream(names.approvals_stream()).await.unwrap();
         let last = approvals.info().await.unwrap().state.last_sequence;
@@ -890,8 +909,7 @@ impl TestApp {
 
     /// Waits until the workers have taken and acknowledged every `approval.decided` message.
     pub async fn decisions_drained(&self) {
-        let js =
-            async_nats::jetstream::new(async_nats::connect(&self.infra.nats_url).await.unwrap());
+        let js = self.infra.jetstream().await;
         wait_for("the decisions to be acked", PATIENCE, || async {
             let mut consumer: async_nats::jetstream::consumer::PullConsumer = js
                 .get_consumer_from_stream(
@@ -908,7 +926,7 @@ impl TestApp {
 
     /// Follows the run's `run.attention` events as they are published.
     pub async fn attention_events(&self, run_id: &str) -> async_nats::Subscriber {
-        let nats = async_nats::connect(&self.infra.nats_url).await.unwrap();
+        let nats = self.infra.nats_client().await;
         nats.subscribe(format!("{}.run.attention.{run_id}", self.namespace))
             .await
             .unwrap()

@@ -1,10 +1,20 @@
 //! NATS (with JetStream) and Redis in containers, one set per test: one Redis server here,
 //! or a Sentinel or Cluster deployment (see `redis_deployments`).
+//!
+//! NATS runs with the shipped users and permissions (`deploy/nats-server.conf`), rendered for
+//! every namespace the test registers ([`Infra::new_namespace`]; the server reloads its
+//! configuration on each). Services log in as their users ([`Infra::connections`]); the
+//! test's own clients as `admin` ([`Infra::nats_client`]). A permissions violation any
+//! service logs fails the test when its `Infra` is dropped.
 
 use crate::images::{NATS, REDIS};
+use countersign_local::nats_users::NatsUsers;
 use countersign_runtime::config::{Connections, RedisMode};
+use countersign_runtime::names::Service;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::time::Duration;
-use testcontainers::core::{IntoContainerPort, WaitFor};
+use testcontainers::core::{IntoContainerPort, Mount, WaitFor};
 use testcontainers::runners::AsyncRunner;
 use testcontainers::{ContainerAsync, ContainerRequest, GenericImage, ImageExt};
 
@@ -25,6 +35,102 @@ pub struct Infra {
     pub redis: ContainerAsync<GenericImage>,
     /// The rest of a Sentinel or Cluster deployment.
     pub redis_others: Vec<ContainerAsync<GenericImage>>,
+    /// NATS's users and the namespaces its configuration has.
+    pub nats_auth: NatsAuth,
+}
+
+/// The NATS users of a test's server and the namespaces its configuration is rendered for,
+/// in a folder of the host mounted into the container (`/conf/nats.conf`).
+pub struct NatsAuth {
+    pub users: NatsUsers,
+    dir: PathBuf,
+    namespaces: Mutex<Vec<String>>,
+    /// The violations logged before this server started ([`crate::logs`]).
+    violations_mark: usize,
+}
+
+impl NatsAuth {
+    /// Fresh passwords, and a configuration with no namespace yet (only `admin`).
+    pub fn new() -> Self {
+        crate::logs::init();
+        let dir = std::env::temp_dir().join(format!("cs-nats-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let auth = Self {
+            users: NatsUsers::random(),
+            dir,
+            namespaces: Mutex::new(Vec::new()),
+            violations_mark: crate::logs::violations_logged(),
+        };
+        auth.write(&[]);
+        auth
+    }
+
+    /// Writes the configuration. JetStream is set in the file, not on the command line:
+    /// nats-server 2.9 shuts JetStream down when it reloads a file without it, whatever its
+    /// command line said.
+    fn write(&self, namespaces: &[String]) {
+        let conf = "jetstream { store_dir: \"/data\" }\n".to_string()
+            + &self.users.config_for_namespaces(namespaces);
+        std::fs::write(self.dir.join("nats.conf"), conf).unwrap();
+    }
+
+    /// Adds `namespace` to the configuration file; false if it was there already.
+    fn add(&self, namespace: &str) -> bool {
+        let mut namespaces = self.namespaces.lock().unwrap();
+        if namespaces.iter().any(|n| n == namespace) {
+            return false;
+        }
+        namespaces.push(namespace.to_string());
+        self.write(&namespaces);
+        true
+    }
+
+    /// Takes `namespace` out of the configuration file; false if it was not there.
+    fn remove(&self, namespace: &str) -> bool {
+        let mut namespaces = self.namespaces.lock().unwrap();
+        let before = namespaces.len();
+        namespaces.retain(|n| n != namespace);
+        self.write(&namespaces);
+        namespaces.len() < before
+    }
+
+    fn has(&self, namespace: &str) -> bool {
+        self.namespaces
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|n| n == namespace)
+    }
+
+    /// The folder mounted at `/conf`.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Fails the test if a service logged a permissions violation since this server started.
+    fn check(&self) {
+        let violations = crate::logs::violations_since(self.violations_mark);
+        assert!(
+            violations.is_empty(),
+            "NATS refused what a service did with the shipped permissions:\n{}",
+            violations.join("\n")
+        );
+    }
+}
+
+impl Default for NatsAuth {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for NatsAuth {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+        if !std::thread::panicking() {
+            self.check();
+        }
+    }
 }
 
 /// A free port on the loopback, for a container that must keep its address across restarts
@@ -57,24 +163,9 @@ impl Infra {
         }
     }
 
-    /// Servers with NATS started from the configuration file `conf` (users, permissions).
-    pub async fn start_with_nats_config(conf: &str) -> Self {
-        let nats = nats_image()
-            .with_copy_to("/data/nats.conf", conf.as_bytes().to_vec())
-            .with_cmd(["-c", "/data/nats.conf", "-js", "-sd", "/data"]);
-        Self::start_with(nats, None)
-            .await
-            .expect("start NATS and Redis")
-    }
-
     async fn start_on(ports: Option<(u16, u16)>) -> Result<Self, String> {
-        Self::start_with(nats_image(), ports).await
-    }
-
-    async fn start_with(
-        nats: ContainerRequest<GenericImage>,
-        ports: Option<(u16, u16)>,
-    ) -> Result<Self, String> {
+        let nats_auth = NatsAuth::new();
+        let nats = nats_image(&nats_auth);
         let redis = redis_image(&[]);
         let (nats, redis) = match ports {
             None => tokio::join!(nats.start(), redis.start()),
@@ -100,11 +191,110 @@ impl Infra {
             nats,
             redis,
             redis_others: Vec::new(),
+            nats_auth,
         })
     }
 
-    /// The connection settings for services on these servers, in `namespace`.
-    pub fn config(&self, namespace: &str) -> Connections {
+    /// A namespace of its own for one app's subjects, streams and keys, with NATS users for
+    /// its services.
+    pub async fn new_namespace(&self) -> String {
+        let namespace = crate::app::new_namespace();
+        self.register_namespace(&namespace).await;
+        namespace
+    }
+
+    /// Gives `namespace` (a name from [`crate::app::new_namespace`] or any other) NATS users
+    /// for its services, if it has none yet: the server's configuration is rendered again and
+    /// reloaded, and this returns once the namespace's users can log in (or at once, with the
+    /// server stopped: it reads the configuration when it starts).
+    pub async fn register_namespace(&self, namespace: &str) {
+        if !self.nats_auth.add(namespace) {
+            return;
+        }
+        let reloaded = std::process::Command::new("docker")
+            .args(["kill", "--signal", "HUP", self.nats.id()])
+            .output()
+            .expect("run docker");
+        if !reloaded.status.success() {
+            return; // not running: the configuration is read when it starts
+        }
+        let (user, password) = self.nats_login(namespace, Service::Worker);
+        crate::wait_for(
+            &format!("NATS to let namespace {namespace}'s users in"),
+            Duration::from_secs(60),
+            || async {
+                async_nats::ConnectOptions::with_user_and_password(user.clone(), password.clone())
+                    .connection_timeout(Duration::from_secs(2))
+                    .connect(&self.nats_url)
+                    .await
+                    .ok()
+                    .map(|_| ())
+            },
+        )
+        .await;
+    }
+
+    /// Takes `namespace`'s users out of NATS's configuration (a test that goes through many
+    /// namespaces, once one is done with), without waiting for the server to reload.
+    pub fn forget_namespace(&self, namespace: &str) {
+        if self.nats_auth.remove(namespace) {
+            let _ = std::process::Command::new("docker")
+                .args(["kill", "--signal", "HUP", self.nats.id()])
+                .output();
+        }
+    }
+
+    /// The user and password `service` logs in with in `namespace`.
+    pub fn nats_login(&self, namespace: &str, service: Service) -> (String, String) {
+        (
+            NatsUsers::user_in(service, namespace),
+            self.nats_auth.users.password(service).expose().to_string(),
+        )
+    }
+
+    /// A client logged in as `admin`, who may do anything: the test's own look at the streams
+    /// and what it publishes in no service's name.
+    pub async fn nats_client(&self) -> async_nats::Client {
+        async_nats::ConnectOptions::with_user_and_password(
+            "admin".into(),
+            self.nats_auth.users.admin.expose().into(),
+        )
+        .connect(&self.nats_url)
+        .await
+        .expect("connect to NATS as admin")
+    }
+
+    /// JetStream through [`Infra::nats_client`].
+    pub async fn jetstream(&self) -> async_nats::jetstream::Context {
+        async_nats::jetstream::new(self.nats_client().await)
+    }
+
+    /// A client logged in as `service`'s user in `namespace`: what that service, or someone
+    /// holding its credentials, may do.
+    pub async fn nats_client_as(&self, namespace: &str, service: Service) -> async_nats::Client {
+        let (user, password) = self.nats_login(namespace, service);
+        async_nats::ConnectOptions::with_user_and_password(user, password)
+            .connect(&self.nats_url)
+            .await
+            .expect("connect to NATS as a service's user")
+    }
+
+    /// The connection settings for `service` on these servers, in `namespace` (registered
+    /// with [`Infra::new_namespace`] or [`Infra::register_namespace`]), logged in as its
+    /// NATS user.
+    pub fn connections(&self, namespace: &str, service: Service) -> Connections {
+        assert!(
+            self.nats_auth.has(namespace),
+            "namespace {namespace:?} has no NATS users: make it with infra.new_namespace()"
+        );
+        let mut connections = self.connections_without_login(namespace);
+        self.nats_auth.users.log_in_as(service, &mut connections);
+        connections
+    }
+
+    /// The connection settings in `namespace` with no NATS user: for a server started
+    /// otherwise, which the test names with `nats_url`.
+    pub fn connections_without_login(&self, namespace: &str) -> Connections {
         Connections {
             nats_url: self.nats_url.clone(),
             redis_mode: self.redis_mode,
@@ -162,8 +352,13 @@ impl Infra {
     /// Starts a stopped NATS again; returns once it accepts connections.
     pub async fn start_nats(&self) {
         self.nats.start().await.unwrap();
+        let admin = self.nats_auth.users.admin.expose().to_string();
         crate::wait_for("NATS to answer again", Duration::from_secs(60), || async {
-            async_nats::connect(&self.nats_url).await.ok().map(|_| ())
+            async_nats::ConnectOptions::with_user_and_password("admin".into(), admin.clone())
+                .connect(&self.nats_url)
+                .await
+                .ok()
+                .map(|_| ())
         })
         .await;
     }
@@ -175,13 +370,14 @@ impl Infra {
     }
 }
 
-/// NATS with JetStream on file storage.
-pub(crate) fn nats_image() -> ContainerRequest<GenericImage> {
+/// NATS with JetStream on file storage, with the configuration `auth` writes.
+pub(crate) fn nats_image(auth: &NatsAuth) -> ContainerRequest<GenericImage> {
     NATS.ensure();
     GenericImage::new(NATS.name, NATS.tag)
         .with_exposed_port(4222.tcp())
         .with_wait_for(WaitFor::message_on_stderr("Server is ready"))
-        .with_cmd(["-js", "-sd", "/data"])
+        .with_mount(Mount::bind_mount(auth.dir().display().to_string(), "/conf"))
+        .with_cmd(["-c", "/conf/nats.conf"])
 }
 
 /// A Redis server with an append-only file, and `args` added to its command line.

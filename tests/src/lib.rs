@@ -9,6 +9,7 @@ pub mod held_tools;
 pub mod images;
 pub mod infra;
 pub mod live;
+pub mod logs;
 pub mod mcp_server;
 pub mod model_check;
 pub mod otlp_receiver;

@@ -5,7 +5,7 @@
 //! would reach them on theirs); so no port is mapped.
 
 use crate::images::REDIS;
-use crate::infra::{Infra, nats_image, redis_image};
+use crate::infra::{Infra, NatsAuth, nats_image, redis_image};
 use crate::wait_for;
 use countersign_runtime::config::RedisMode;
 use std::time::Duration;
@@ -27,7 +27,8 @@ impl Infra {
     /// failover loses no acknowledged write, and with two replicas the promoted master still
     /// has one to wait for.
     pub async fn start_sentinel() -> Self {
-        let nats = nats_image().start().await.expect("start nats");
+        let nats_auth = NatsAuth::new();
+        let nats = nats_image(&nats_auth).start().await.expect("start nats");
         let master = redis_image(SYNC_AT_ONCE)
             .start()
             .await
@@ -83,14 +84,24 @@ impl Infra {
         }
         let mut others: Vec<_> = replicas.into_iter().collect();
         others.extend(sentinels);
-        Self::on_deployment(nats, RedisMode::Sentinel, urls.join(","), 1, master, others).await
+        Self::on_deployment(
+            nats_auth,
+            nats,
+            RedisMode::Sentinel,
+            urls.join(","),
+            1,
+            master,
+            others,
+        )
+        .await
     }
 
     /// NATS, and a Redis Cluster of six nodes: three masters holding the slots, each with a
     /// replica promoted 2 s after its master stops answering. Made as operators make one,
     /// with `redis-cli --cluster create`.
     pub async fn start_cluster() -> Self {
-        let nats = nats_image().start().await.expect("start nats");
+        let nats_auth = NatsAuth::new();
+        let nats = nats_image(&nats_auth).start().await.expect("start nats");
         let node =
             || redis_image(&["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"]).start();
         let started = futures::future::join_all((0..6).map(|_| node())).await;
@@ -122,7 +133,16 @@ impl Infra {
         }
         let seeds: Vec<String> = addresses.iter().map(|a| format!("redis://{a}")).collect();
         let first = nodes.remove(0);
-        Self::on_deployment(nats, RedisMode::Cluster, seeds.join(","), 0, first, nodes).await
+        Self::on_deployment(
+            nats_auth,
+            nats,
+            RedisMode::Cluster,
+            seeds.join(","),
+            0,
+            first,
+            nodes,
+        )
+        .await
     }
 
     /// NATS, and one Redis server whose default user is off: only `user` with `password`
@@ -133,10 +153,12 @@ impl Infra {
             "--user", "default", "off", "--user", user, "on", &rule, "~*", "&*", "+@all",
         ])
         .start();
-        let (nats, redis) = tokio::join!(nats_image().start(), redis);
+        let nats_auth = NatsAuth::new();
+        let (nats, redis) = tokio::join!(nats_image(&nats_auth).start(), redis);
         let redis = redis.expect("start redis");
         let port = redis.get_host_port_ipv4(6379).await.unwrap();
         let mut infra = Self::on_deployment(
+            nats_auth,
             nats.expect("start nats"),
             RedisMode::Standalone,
             format!("redis://127.0.0.1:{port}"),
@@ -170,10 +192,12 @@ impl Infra {
         for file in ["server.pem", "server.key", "ca.pem"] {
             redis = redis.with_copy_to(format!("/data/{file}"), pki.read(file));
         }
-        let (nats, redis) = tokio::join!(nats_image().start(), redis.start());
+        let nats_auth = NatsAuth::new();
+        let (nats, redis) = tokio::join!(nats_image(&nats_auth).start(), redis.start());
         let redis = redis.expect("start redis");
         let port = redis.get_host_port_ipv4(6379).await.unwrap();
         let mut infra = Self::on_deployment(
+            nats_auth,
             nats.expect("start nats"),
             RedisMode::Standalone,
             format!("rediss://127.0.0.1:{port}"),
@@ -187,6 +211,7 @@ impl Infra {
     }
 
     async fn on_deployment(
+        nats_auth: NatsAuth,
         nats: ContainerAsync<GenericImage>,
         mode: RedisMode,
         redis_url: String,
@@ -206,6 +231,7 @@ impl Infra {
             nats,
             redis,
             redis_others: others,
+            nats_auth,
         }
     }
 

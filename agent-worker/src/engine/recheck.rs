@@ -15,6 +15,7 @@ use countersign_runtime::names::msg_id;
 use countersign_store::{Announcement, DecideOutcome, DecisionSource, StoreError};
 use serde_json::Value;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// What the policy now says of a decided call.
@@ -152,7 +153,9 @@ impl Engine {
     /// [`Engine::recheck`] settles it under the policy now: released, held again (the
     /// channels are told of both) or refused. Calls already decided are checked when they are
     /// about to run. One worker does this per agent version; returns how many calls it
-    /// closed.
+    /// closed. A set replaced by another while it is checked stops there: the newer set is
+    /// checked next, and a call it would not have closed stays as it is (a call decided
+    /// meanwhile is checked when it is about to run, under the policy then).
     pub async fn recheck_waiting(&self, agents: &Agents) -> Result<usize, StoreError> {
         let mut mine = HashMap::new();
         for agent in agents.iter() {
@@ -171,6 +174,13 @@ impl Engine {
             return Ok(closed);
         }
         for id in self.store.all_awaiting().await? {
+            if !std::ptr::eq(Arc::as_ptr(&self.agents()), agents) {
+                tracing::info!(
+                    closed,
+                    "the agents changed again while their waiting calls were checked; the newer ones are checked next"
+                );
+                return Ok(closed);
+            }
             let Some(run) = self.store.load(&id).await? else {
                 continue;
             };

@@ -50,7 +50,8 @@ pub(super) async fn outcome(
             None
         }
     };
-    let mut poll = tokio::time::interval(POLL);
+    // The run was just read: the first poll is one period away.
+    let mut poll = tokio::time::interval_at(started + POLL, POLL);
     poll.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut tell = tokio::time::interval_at(started + PROGRESS_EVERY, PROGRESS_EVERY);
     let mut last = None;
@@ -63,8 +64,16 @@ pub(super) async fn outcome(
             tokio::select! {
                 _ = &mut deadline => return Ok(Waited::Pending(last)),
                 _ = &mut abandoned => return Ok(Waited::Pending(last)),
-                _ = next(&mut events) => break,
-                _ = poll.tick() => break,
+                came = next(&mut events) => {
+                    if came {
+                        state.metrics.mcp_proxy_wakeup("event");
+                    }
+                    break;
+                }
+                _ = poll.tick() => {
+                    state.metrics.mcp_proxy_wakeup("poll");
+                    break;
+                }
                 _ = tell.tick(), if progress.is_some() => {
                     let (peer, token) = progress.as_ref().expect("checked by the guard");
                     let message = waiting_for(id, last.as_ref());
@@ -86,13 +95,16 @@ fn answered(run: &Run) -> bool {
     run.status.is_terminal() || mcp_proxy::result(&run.messages).is_some()
 }
 
-/// The next event, or never once there are none to watch.
-async fn next(events: &mut Option<async_nats::Subscriber>) {
+/// Whether the next event came (false: the subscription ended), or never once there are
+/// none to watch.
+async fn next(events: &mut Option<async_nats::Subscriber>) -> bool {
     match events {
         Some(subscriber) => {
-            if subscriber.next().await.is_none() {
+            let came = subscriber.next().await.is_some();
+            if !came {
                 *events = None;
             }
+            came
         }
         None => std::future::pending().await,
     }

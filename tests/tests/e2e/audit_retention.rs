@@ -48,8 +48,7 @@ async fn a_finished_runs_trail_expires_with_it_and_is_then_read_whole_from_the_a
         (app.stream_messages("AUDIT", &subject).await.len() == elements.len()).then_some(())
     })
     .await;
-    let nats = async_nats::connect(&app.infra.nats_url).await.unwrap();
-    let js = async_nats::jetstream::new(nats);
+    let js = app.infra.jetstream().await;
     js.publish(names.audit_subject(&id), elements[1].to_string().into())
         .await
         .unwrap()

@@ -266,7 +266,7 @@ async fn every_door_principal_action_and_policy_is_accepted_by_the_script_exactl
     let infra = Infra::start().await;
     let namespace = format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
     let store = Store::connect(
-        &infra.config(&namespace),
+        &infra.connections_without_login(&namespace),
         Names::new(&namespace).unwrap(),
         Metrics::default(),
     )
@@ -381,7 +381,7 @@ async fn the_script_decides_under_a_grant_only_the_calls_its_terms_name_as_store
     let infra = Infra::start().await;
     let namespace = format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
     let store = Store::connect(
-        &infra.config(&namespace),
+        &infra.connections_without_login(&namespace),
         Names::new(&namespace).unwrap(),
         Metrics::default(),
     )

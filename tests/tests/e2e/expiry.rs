@@ -259,3 +259,48 @@ async fn fifty_concurrent_conflicting_decisions_on_one_call_record_exactly_one()
             .count()
     );
 }
+
+/// The red team's eight calls expiring together: the worker that expired each was refused
+/// the expiry's `approval.decided` by the shipped NATS permissions, waited for an ack that
+/// never came, and left it to a gateway's outbox sweeper, so each expired a publish timeout
+/// later than the one before. Each is announced by the worker that expired it, when it
+/// expired it: no announcement waits for a sweeper.
+#[tokio::test]
+async fn calls_expiring_together_are_announced_by_the_worker_that_expired_them_alone() {
+    const CALLS: usize = 8;
+    let app = TestApp::builder(refund_brain)
+        .policy("timeout = \"2s\"\n")
+        .start()
+        .await;
+    let inputs: Vec<String> = (0..CALLS).map(|i| format!("Refund A-100{i}.")).collect();
+    let runs = join_all(inputs.iter().map(|input| app.start_run(input))).await;
+    join_all(runs.iter().map(|id| app.wait_status(id, "completed"))).await;
+    assert!(
+        app.tools.refunds().is_empty(),
+        "an expired refund never runs"
+    );
+
+    let worker = |series: &'static str| app.workers_metric(1, series);
+    assert_eq!(
+        worker(r#"countersign_calls_total{event="expired"}"#).await,
+        CALLS as f64
+    );
+    assert_eq!(
+        worker(r#"countersign_announcements_total{kind="approval.decided",sent="at_once"}"#).await,
+        CALLS as f64,
+        "the worker announced every expiry it recorded, at once"
+    );
+    assert_eq!(
+        worker(r#"countersign_announcements_total{kind="approval.decided",sent="late"}"#).await,
+        0.0
+    );
+    let gateway = app.gateway_metrics().await;
+    assert_eq!(
+        countersign_tests::metric_value(
+            &gateway,
+            r#"countersign_announcements_total{kind="approval.decided",sent="late"}"#
+        ),
+        None,
+        "no gateway's sweeper had an expiry to send"
+    );
+}

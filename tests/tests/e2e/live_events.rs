@@ -323,7 +323,11 @@ async fn a_client_that_does_not_read_is_cut_off_and_its_events_are_not_held_for_
 
     // 100 MiB of the model's text for it, far more than the sockets' buffers hold.
     let before = resident_bytes();
-    let nats = async_nats::connect(&app.infra.nats_url).await.unwrap();
+    // As the worker sends it.
+    let nats = app
+        .infra
+        .nats_client_as(&app.namespace, countersign_runtime::names::Service::Worker)
+        .await;
     let js = async_nats::jetstream::new(nats);
     let piece = json!({"type": "text.delta", "turn": 1, "text": "x".repeat(256 * 1024)});
     let piece = bytes::Bytes::from(piece.to_string());
@@ -411,7 +415,7 @@ async fn an_announcement_stored_twice_is_shown_and_counted_once() {
     // The outbox sends an announcement again when NATS took it but its ack was lost; past
     // JetStream's two-minute duplicate window that is a second copy. The window is shortened
     // here so that the repeat of the pause is stored without waiting for it.
-    let js = async_nats::jetstream::new(async_nats::connect(&app.infra.nats_url).await.unwrap());
+    let js = app.infra.jetstream().await;
     let mut stream = js
         .get_stream(format!("{}_LIVE", app.namespace))
         .await
@@ -569,16 +573,8 @@ async fn an_event_whose_type_holds_a_line_break_does_not_stop_the_run_s_stream()
 
     // Anything may be published on a run's live subject (a worker host, or whoever holds
     // its NATS user): a type with a line break would end the SSE field it is written in.
-    let js = async_nats::jetstream::new(async_nats::connect(&app.infra.nats_url).await.unwrap());
     let hostile = json!({"type": "text.delta\nevent: run.completed\r\ndata: {}\n", "text": "x"});
-    js.publish(
-        format!("{}.live.{run}", app.namespace),
-        hostile.to_string().into(),
-    )
-    .await
-    .unwrap()
-    .await
-    .unwrap();
+    app.publish_event(&format!("live.{run}"), &hostile).await;
 
     approve(&app, &run, paused.last().unwrap()).await;
     // A client from the start, and one that reconnects after the hostile event, both follow

@@ -473,3 +473,41 @@ async fn a_session_answers_only_the_principal_that_opened_it() {
     let (status, _) = into_session(&app, REQUESTER_KEY, &session, Method::GET, None).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }
+
+/// A proxied call learns that its run has its answer from the run's `run.*` events on NATS,
+/// which the gateway follows (the shipped permissions once refused that subscription, and
+/// every call waited for the one-second poll instead).
+#[tokio::test]
+async fn a_proxied_call_is_woken_by_its_run_s_events_on_nats_not_only_by_the_poll() {
+    let upstream = upstream().await;
+    let app = proxy(&upstream, 60).await;
+    let client = connect(&app, REQUESTER_KEY).await.unwrap();
+    for order in ["A-1", "A-2", "A-3"] {
+        let looked_up = client
+            .call_tool(call("lookup", json!({"order_id": order})))
+            .await
+            .unwrap();
+        assert!(!is_error(&looked_up), "{}", text(&looked_up));
+    }
+    let peer = client.peer().clone();
+    let refunding =
+        tokio::spawn(async move { peer.call_tool(call("refund", json!({"amount": 50}))).await });
+    let (run, digest) = held_refund(&app).await;
+    decide(&app, &run, &digest, json!({"action": "approve"})).await;
+    let refunded = tokio::time::timeout(PATIENCE, refunding)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(text(&refunded), "refunded");
+
+    let woken = countersign_tests::metric_value(
+        &app.gateway_metrics().await,
+        r#"countersign_mcp_proxy_wakeups_total{by="event"}"#,
+    );
+    assert!(
+        woken >= Some(1.0),
+        "no waiting call was woken by a run event: {woken:?}"
+    );
+    client.cancel().await.unwrap();
+}

@@ -23,7 +23,7 @@ use countersign_fake_model::FakeModel;
 use countersign_runtime::names::Names;
 use countersign_tests::app::{
     ADMIN_KEY, INTEGRATION_KEY, PATIENCE, REQUESTER_KEY, REVIEWER_KEY, gateway_config,
-    new_namespace, worker_process_config_file,
+    worker_process_config_file,
 };
 use countersign_tests::infra::Infra;
 use countersign_tests::model_check::history::{
@@ -333,7 +333,7 @@ timeout = "3s"
 
 impl<'a> Stage<'a> {
     async fn start(infra: &'a Infra, history: &'a History) -> Stage<'a> {
-        let namespace = new_namespace();
+        let namespace = infra.new_namespace().await;
         let dir = std::env::temp_dir().join(format!("countersign-model-check-{namespace}"));
         let agents = dir.join("agents");
         std::fs::create_dir_all(&agents).unwrap();
@@ -790,11 +790,11 @@ impl<'a> Stage<'a> {
         let _ = self.gateway_task.await;
         // Each AUDIT stream reserves its byte limit of the server's storage: the history's
         // streams go, so the next history starts on a NATS as empty as this one did.
-        let nats = async_nats::connect(&self.infra.nats_url).await.unwrap();
-        let js = async_nats::jetstream::new(nats);
+        let js = self.infra.jetstream().await;
         for stream in Names::new(&self.namespace).unwrap().streams() {
             let _ = js.delete_stream(&stream).await;
         }
+        self.infra.forget_namespace(&self.namespace);
         let _ = std::fs::remove_dir_all(&self.dir);
         self.obs.tools = self.tools.requests();
         self.obs.model = self.model_log.lock().unwrap().clone();

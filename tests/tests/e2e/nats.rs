@@ -1,15 +1,14 @@
 //! NATS as operators run it: a list of seed servers (a dead one skipped), services started
 //! before NATS waiting for it, streams brought back to their configuration at start,
 //! servers that require a user and password, a token, an NKey, or TLS with a client
-//! certificate, and the shipped users and permissions (`deploy/nats-server.conf`, as the
-//! local runner renders it).
+//! certificate, and the shipped users and permissions (`deploy/nats-server.conf`, as every
+//! test's servers render it).
 
 use countersign_fake_model::refund_brain;
-use countersign_local::nats_users::NatsUsers;
 use countersign_runtime::bus::Bus;
 use countersign_runtime::config::Connections;
-use countersign_runtime::names::Names;
-use countersign_tests::app::{PATIENCE, REQUESTER_KEY, TestApp, gateway_waits_for, new_namespace};
+use countersign_runtime::names::{Names, Service};
+use countersign_tests::app::{PATIENCE, REQUESTER_KEY, TestApp, gateway_waits_for};
 use countersign_tests::images::NATS;
 use countersign_tests::infra::Infra;
 use countersign_tests::pki::TestPki;
@@ -22,10 +21,8 @@ use testcontainers::{ContainerAsync, GenericImage, ImageExt};
 async fn a_gateway_started_before_nats_waits_for_it_and_skips_a_dead_seed() {
     let infra = Infra::start_restartable().await;
     infra.stop_nats().await;
-    let mut config = infra.config(&format!(
-        "t{}",
-        &uuid::Uuid::new_v4().simple().to_string()[..12]
-    ));
+    let namespace = infra.new_namespace().await;
+    let mut config = infra.connections(&namespace, Service::Gateway);
     // The first seed never answers; the client goes on to the next.
     config.nats_url = format!("nats://127.0.0.1:1,{}", infra.nats_url);
     gateway_waits_for("NATS", config, infra.start_nats()).await;
@@ -35,7 +32,7 @@ async fn a_gateway_started_before_nats_waits_for_it_and_skips_a_dead_seed() {
 async fn streams_changed_by_hand_are_brought_back_and_a_change_jetstream_cannot_make_is_refused() {
     let app = TestApp::spawn(refund_brain).await;
     let names = Names::new(&app.namespace).unwrap();
-    let js = async_nats::jetstream::new(async_nats::connect(&app.infra.nats_url).await.unwrap());
+    let js = app.infra.jetstream().await;
     let mut stream = js.get_stream(names.approvals_stream()).await.unwrap();
     let wanted = stream.info().await.unwrap().config.max_age;
     let mut drifted = stream.info().await.unwrap().config.clone();
@@ -190,19 +187,14 @@ async fn a_nats_server_that_requires_tls_and_a_client_certificate_is_reached_wit
     reached_only_with(&url, connections).await;
 }
 
-/// Publishes `subject` as `user` and waits for the server to refuse it.
-async fn refused_to_publish(url: &str, user: &str, password: &str, subject: String) {
-    let (tx, mut events) = tokio::sync::mpsc::unbounded_channel();
-    let client = async_nats::ConnectOptions::with_user_and_password(user.into(), password.into())
-        .event_callback(move |event| {
-            let tx = tx.clone();
-            async move {
-                let _ = tx.send(format!("{event:?}"));
-            }
-        })
-        .connect(url)
-        .await
-        .unwrap();
+/// Publishes `subject` as `client` (logged in as `user`, its events sent to `events`) and
+/// waits for the server to refuse it.
+async fn refused_to_publish(
+    client: &async_nats::Client,
+    events: &mut tokio::sync::mpsc::UnboundedReceiver<String>,
+    user: &str,
+    subject: String,
+) {
     client.publish(subject.clone(), "{}".into()).await.unwrap();
     client.flush().await.unwrap();
     let refusal = tokio::time::timeout(PATIENCE, async {
@@ -218,21 +210,34 @@ async fn refused_to_publish(url: &str, user: &str, password: &str, subject: Stri
     assert!(refusal.contains(&subject), "{refusal}");
 }
 
+/// A client logged in as `user`, and what the server tells it.
+async fn logged_in(
+    url: &str,
+    (user, password): (String, String),
+) -> (
+    async_nats::Client,
+    tokio::sync::mpsc::UnboundedReceiver<String>,
+) {
+    let (tx, events) = tokio::sync::mpsc::unbounded_channel();
+    let client = async_nats::ConnectOptions::with_user_and_password(user, password)
+        .event_callback(move |event| {
+            let tx = tx.clone();
+            async move {
+                let _ = tx.send(format!("{event:?}"));
+            }
+        })
+        .connect(url)
+        .await
+        .unwrap();
+    (client, events)
+}
+
 #[tokio::test]
 async fn with_the_shipped_nats_users_runs_go_through_and_no_service_publishes_what_is_the_others() {
-    let namespace = new_namespace();
-    let users = NatsUsers::random();
-    let infra = Infra::start_with_nats_config(&users.config(&namespace)).await;
-    let app = TestApp::builder(refund_brain)
-        .gateway(|c| users.log_in_gateway(&mut c.connections))
-        .worker(|c| users.log_in_worker(&mut c.connections))
-        .on(infra)
-        .namespace(namespace.clone())
-        .start()
-        .await;
+    let app = TestApp::spawn(refund_brain).await;
 
     // Everything a run does: start, pause, approval, completion; a decision left to the
-    // outbox sweepers (published by a gateway's: a worker's would be refused); and a cancel.
+    // outbox sweepers; and a cancel. (Every test runs so; a refusal fails it.)
     app.refund_cycle().await;
     let late = app.start_run("Refund A-1001 please.").await;
     let paused = app.wait_status(&late, "awaiting_approval").await;
@@ -253,7 +258,8 @@ async fn with_the_shipped_nats_users_runs_go_through_and_no_service_publishes_wh
     app.wait_status(&run, "cancelled").await;
 
     // Nobody gets in without a user; a worker cannot start a run (and so choose its
-    // requester) nor announce a decision; a gateway cannot announce what a run did.
+    // requester), cancel a call nor queue a delivery; a gateway cannot announce what a run
+    // did.
     let url = app.infra.nats_url.clone();
     assert!(
         async_nats::ConnectOptions::new()
@@ -263,27 +269,73 @@ async fn with_the_shipped_nats_users_runs_go_through_and_no_service_publishes_wh
             .is_err(),
         "a client without a user is refused"
     );
-    let admin = async_nats::ConnectOptions::with_user_and_password(
-        "admin".into(),
-        users.admin.expose().into(),
-    )
-    .connect(&url)
-    .await
-    .unwrap();
-    let js = async_nats::jetstream::new(admin);
-    let names = Names::new(&namespace).unwrap();
+    let js = app.infra.jetstream().await;
+    let names = Names::new(&app.namespace).unwrap();
     let runs_stored = || async {
         let mut stream = js.get_stream(names.runs_stream()).await.unwrap();
         stream.info().await.unwrap().state.last_sequence
     };
     let before = runs_stored().await;
-    let worker = users.worker.expose();
-    let gateway = users.gateway.expose();
-    refused_to_publish(&url, "worker", worker, names.runs_start()).await;
     let some_run = countersign_model::run::RunId::new();
-    let decided = names.approval_decided(&some_run);
-    refused_to_publish(&url, "worker", worker, decided).await;
-    let completed = names.run_completed(&some_run);
-    refused_to_publish(&url, "gateway", gateway, completed).await;
+    let login = |service| app.infra.nats_login(&app.namespace, service);
+    let (worker, mut told) = logged_in(&url, login(Service::Worker)).await;
+    for subject in [
+        names.runs_start(),
+        names.approval_cancelled(&some_run),
+        names.delivery("webhook", "ops"),
+    ] {
+        refused_to_publish(&worker, &mut told, "worker", subject).await;
+    }
+    let (gateway, mut told) = logged_in(&url, login(Service::Gateway)).await;
+    for subject in [
+        names.run_completed(&some_run),
+        names.approval_requested(&some_run),
+        names.approval_reminder(&some_run),
+    ] {
+        refused_to_publish(&gateway, &mut told, "gateway", subject).await;
+    }
     assert_eq!(runs_stored().await, before, "nothing reached RUNS");
+}
+
+/// What the red team found refused: a worker announcing the decisions it records (a
+/// deadline's expiry, a call its policy change closed), and a gateway following a run's
+/// `run.*` events for its MCP proxy. Both are let through, and taken by their streams.
+#[tokio::test]
+async fn the_shipped_users_may_do_what_the_services_do_each_announce_decisions_and_a_gateway_follows_run_events()
+ {
+    let app = TestApp::spawn(refund_brain).await;
+    let names = Names::new(&app.namespace).unwrap();
+    let run = countersign_model::run::RunId::new();
+    let login = |service| app.infra.nats_login(&app.namespace, service);
+    let url = app.infra.nats_url.clone();
+
+    let (gateway, mut gateway_told) = logged_in(&url, login(Service::Gateway)).await;
+    let mut events = gateway.subscribe(names.run_events(&run)).await.unwrap();
+    gateway.flush().await.unwrap();
+    let (worker, mut worker_told) = logged_in(&url, login(Service::Worker)).await;
+    let js = async_nats::jetstream::new(worker.clone());
+    for subject in [names.approval_decided(&run), names.run_completed(&run)] {
+        js.publish(subject.clone(), "{}".into())
+            .await
+            .unwrap()
+            .await
+            .unwrap_or_else(|e| panic!("the worker may publish {subject}: {e}"));
+    }
+    let event = tokio::time::timeout(PATIENCE, futures::StreamExt::next(&mut events))
+        .await
+        .expect("the gateway receives the run's events")
+        .unwrap();
+    assert_eq!(event.subject.as_str(), names.run_completed(&run));
+    let gateway_js = async_nats::jetstream::new(gateway.clone());
+    gateway_js
+        .publish(names.approval_decided(&run), "{}".into())
+        .await
+        .unwrap()
+        .await
+        .expect("the gateway may publish decisions too");
+    for told in [&mut gateway_told, &mut worker_told] {
+        while let Ok(event) = told.try_recv() {
+            assert!(!event.to_lowercase().contains("violation"), "{event}");
+        }
+    }
 }

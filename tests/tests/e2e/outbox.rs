@@ -112,14 +112,41 @@ async fn a_decision_recorded_by_a_gateway_that_died_before_publishing_is_announc
     }
 }
 
-#[tokio::test]
-async fn a_worker_sweeping_leaves_a_gateways_late_decision_to_a_gateway() {
-    use countersign_model::run::{RunId, RunStatus};
+/// The relays a worker's and a gateway's sweepers use, each logged in as its service.
+async fn relays(
+    app: &TestApp,
+) -> (
+    countersign_store::Store,
+    countersign_store::relay::Relay,
+    countersign_store::relay::Relay,
+) {
     use countersign_runtime::bus::Bus;
     use countersign_runtime::names::{Names, Service};
     use countersign_store::Store;
-    use countersign_store::keys::Shard;
     use countersign_store::relay::Relay;
+    let names = Names::new(&app.namespace).unwrap();
+    let store = Store::connect(&app.connections(), names.clone(), Metrics::default())
+        .await
+        .unwrap();
+    let relay = |service| {
+        let (store, names) = (store.clone(), names.clone());
+        async move {
+            let bus = Bus::connect(&app.connections_as(service), names)
+                .await
+                .unwrap();
+            Relay::new(store, bus, Metrics::default())
+        }
+    };
+    let worker = relay(Service::Worker).await;
+    let gateway = relay(Service::Gateway).await;
+    (store, worker, gateway)
+}
+
+#[tokio::test]
+async fn a_late_decision_is_published_by_a_worker_s_sweep_as_well_as_a_gateway_s() {
+    use countersign_model::run::{RunId, RunStatus};
+    use countersign_runtime::names::{Names, Service};
+    use countersign_store::keys::Shard;
 
     let app = TestApp::spawn(refund_brain).await;
     let run = app.start_run("Refund A-1001 please.").await;
@@ -128,39 +155,109 @@ async fn a_worker_sweeping_leaves_a_gateways_late_decision_to_a_gateway() {
     app.stop_gateway();
     app.approve_without_announcing(&run, "toolu_2", &paused["pending"][0]["digest"])
         .await;
-
+    let (store, worker, _) = relays(&app).await;
     let names = Names::new(&app.namespace).unwrap();
-    let store = Store::connect(&app.connections(), names.clone(), Metrics::default())
-        .await
-        .unwrap();
-    let bus = Bus::connect(&app.connections(), names.clone())
-        .await
-        .unwrap();
-    let outbox = Relay::new(store.clone(), bus, Metrics::default());
     let id = RunId::parse(&run).unwrap();
+    assert!(
+        store
+            .outbox_entries(&id)
+            .await
+            .unwrap()
+            .iter()
+            .any(|a| a.subject == names.approval_decided(&id))
+    );
+    // Both services announce decisions (a worker its expiries), so a worker's sweep
+    // publishes it once it is due, and the run goes on.
+    wait_for(
+        "a worker's sweep to publish the decision",
+        PATIENCE,
+        || async {
+            worker.sweep(Service::Worker, Shard::of(&id)).await.unwrap();
+            store
+                .outbox_entries(&id)
+                .await
+                .unwrap()
+                .is_empty()
+                .then_some(())
+        },
+    )
+    .await;
+    wait_for("the run to complete", PATIENCE, || async {
+        let status = store.load(&id).await.unwrap().unwrap().status;
+        (status == RunStatus::Completed).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_worker_sweeping_leaves_a_gateways_late_cancel_to_a_gateway() {
+    use countersign_model::audit::{AuditEntry, AuditKind};
+    use countersign_model::events::Event;
+    use countersign_model::run::{Cancellation, RunId, RunStatus};
+    use countersign_runtime::names::{Names, Service, msg_id};
+    use countersign_store::keys::Shard;
+    use countersign_store::{Announcement, CancelOutcome};
+
+    let app = TestApp::spawn(refund_brain).await;
+    let run = app.start_run("Refund A-1001 please.").await;
+    app.wait_status(&run, "awaiting_approval").await;
+    app.stop_gateway();
+    let (store, worker, gateway) = relays(&app).await;
+    let names = Names::new(&app.namespace).unwrap();
+    let id = RunId::parse(&run).unwrap();
+    // A cancel recorded as a gateway that died right after would leave it: its nudge and the
+    // held call's cancellation wait in the outbox.
+    let stored = store.load(&id).await.unwrap().unwrap();
+    let nudge = Announcement::new(
+        msg_id::cancel(&id),
+        names.runs_start(),
+        Event::RunStart {
+            run_id: id.clone(),
+            agent: stored.agent.clone(),
+            input: stored.input.clone(),
+            requested_by: stored.requested_by.clone(),
+            metadata: stored.metadata.clone(),
+        },
+    );
+    let cancel = Cancellation {
+        by: "rick".into(),
+        reason: Some("asked twice".into()),
+        at: countersign_model::now_ms(),
+    };
+    let mut entry = AuditEntry::new(&id, AuditKind::CancelRequested);
+    entry.actor = Some("rick".into());
+    let outcome = store.cancel(&id, &cancel, &entry, &nudge).await.unwrap();
+    assert!(matches!(outcome, CancelOutcome::Requested(..)));
     let waiting = || async {
-        let entries = store.outbox_entries(&id).await.unwrap();
-        entries.into_iter().map(|a| a.subject).collect::<Vec<_>>()
+        let mut subjects: Vec<String> = store
+            .outbox_entries(&id)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|a| a.subject)
+            .collect();
+        subjects.sort();
+        subjects
     };
     // Once the outbox is due, a worker's sweep publishes what both services announce (the
-    // audit element) and leaves the decision, which only gateways may announce.
+    // audit element) and leaves the cancel, which only gateways may announce.
+    let gateways_only = [names.approval_cancelled(&id), names.runs_start()];
     wait_for(
         "a worker's sweep to publish the audit element",
         PATIENCE,
         || async {
-            outbox.sweep(Service::Worker, Shard::of(&id)).await.unwrap();
-            (waiting().await == vec![names.approval_decided(&id)]).then_some(())
+            worker.sweep(Service::Worker, Shard::of(&id)).await.unwrap();
+            let left = waiting().await;
+            (!left.is_empty() && left.iter().all(|s| gateways_only.contains(s))).then_some(())
         },
     )
     .await;
-    let status = || async { store.load(&id).await.unwrap().unwrap().status };
-    assert_eq!(status().await, RunStatus::AwaitingApproval);
-    // A gateway's sweep publishes it, once due again, and the run goes on.
+    // A gateway's sweep publishes it, once due again, and the run ends cancelled.
     wait_for(
-        "a gateway's sweep to publish the decision",
+        "a gateway's sweep to publish the cancel",
         PATIENCE,
         || async {
-            outbox
+            gateway
                 .sweep(Service::Gateway, Shard::of(&id))
                 .await
                 .unwrap();
@@ -168,8 +265,9 @@ async fn a_worker_sweeping_leaves_a_gateways_late_decision_to_a_gateway() {
         },
     )
     .await;
-    wait_for("the run to complete", PATIENCE, || async {
-        (status().await == RunStatus::Completed).then_some(())
+    wait_for("the run to end cancelled", PATIENCE, || async {
+        let status = store.load(&id).await.unwrap().unwrap().status;
+        (status == RunStatus::Cancelled).then_some(())
     })
     .await;
 }

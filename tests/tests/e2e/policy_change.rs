@@ -5,6 +5,7 @@
 use countersign_fake_model::{last_results, refund_brain};
 use countersign_tests::app::{PATIENCE, TestApp};
 use countersign_tests::wait_for;
+use futures::future::join_all;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -238,6 +239,64 @@ async fn a_running_worker_loads_a_changed_agent_file_and_keeps_the_old_one_when_
     let run_id = app.start_run("Refund A-1001.").await;
     app.wait_status(&run_id, "completed").await;
     assert_eq!(app.tools.refused().len(), 3);
+}
+
+/// The red team's loosened file put back three seconds later: the worker checked the waiting
+/// calls inside its reload, under the loosened policy, each closed call's announcement
+/// waiting on NATS, and loaded the file put back only once all ten were done (45 s),
+/// releasing refunds meanwhile. Here NATS is away, so each closed call's announcement waits
+/// for as long as the test likes: the file put back takes effect at once all the same, the
+/// check of the loosened file stops there, and no refund runs without a person.
+#[tokio::test]
+async fn a_file_undoing_a_loosened_policy_is_loaded_while_the_waiting_calls_are_still_checked() {
+    const CALLS: usize = 10;
+    let app = TestApp::builder(refund_brain)
+        .on(countersign_tests::infra::Infra::start_restartable().await)
+        .worker(|c| c.agents_reload_ms = 50)
+        .start()
+        .await;
+    let inputs: Vec<String> = (0..CALLS).map(|i| format!("Refund A-100{i}.")).collect();
+    let runs = app.paused_refunds(&inputs).await;
+    let worker = |series: &'static str| app.workers_metric(1, series);
+    let reloads = || worker("countersign_agent_reloads_total{outcome=\"loaded\"}");
+
+    app.infra.stop_nats().await;
+    app.rewrite_agent(|agent| agent.replace(WHEN, "when = \"input.amount > 400.0\""));
+    wait_for("the loosened file to be loaded", PATIENCE, || async {
+        (reloads().await >= 1.0).then_some(())
+    })
+    .await;
+    app.rewrite_agent(|agent| agent.replace("when = \"input.amount > 400.0\"", WHEN));
+    wait_for("the file put back to be loaded", PATIENCE, || async {
+        (reloads().await >= 2.0).then_some(())
+    })
+    .await;
+    let superseded = worker("countersign_policy_rechecks_total{outcome=\"superseded\"}").await;
+    assert!(
+        superseded < CALLS as f64,
+        "the check under the loosened file went on after it was undone: {superseded} calls closed"
+    );
+    app.infra.start_nats().await;
+
+    // A call still waits as it was held, or (closed under the loosened file) is held again
+    // under the file put back: a person decides each, and each refund runs once, with its
+    // receipt.
+    for (run, digest) in &runs {
+        let (code, body) = app.approve(run, "toolu_2", digest).await;
+        if code == StatusCode::OK {
+            assert_eq!(body["decisions"][0]["status"], "recorded", "{body}");
+            continue;
+        }
+        assert_eq!(code, StatusCode::CONFLICT, "{body}");
+        let again = held_again(&app, run).await;
+        let (code, body) = app.approve(run, "toolu_2.r2", &again["digest"]).await;
+        assert_eq!(code, StatusCode::OK, "{body}");
+    }
+    join_all(runs.iter().map(|(id, _)| app.wait_status(id, "completed"))).await;
+    assert_eq!(app.tools.refunds().len(), CALLS);
+    assert!(app.tools.refused().is_empty(), "{:?}", app.tools.refused());
+    let released = worker("countersign_policy_rechecks_total{outcome=\"released\"}").await;
+    assert_eq!(released, 0.0);
 }
 
 /// A run paused on its refund while a worker watches the agents' folder closely.

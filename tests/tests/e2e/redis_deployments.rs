@@ -9,7 +9,7 @@
 use countersign_fake_model::refund_brain;
 use countersign_model::run::RunId;
 use countersign_runtime::metrics::Metrics;
-use countersign_runtime::names::Names;
+use countersign_runtime::names::{Names, Service};
 use countersign_store::Store;
 use countersign_tests::app::{PATIENCE, TestApp};
 use countersign_tests::infra::Infra;
@@ -120,7 +120,8 @@ async fn behind_sentinel_a_killed_master_is_replaced_and_every_run_completes_onc
 #[tokio::test]
 async fn services_log_in_as_the_configured_acl_user_and_a_wrong_password_stops_them() {
     let infra = Infra::start_with_acl_user("countersign", "acl-password-123").await;
-    let mut wrong = infra.config("tacl");
+    infra.register_namespace("tacl").await;
+    let mut wrong = infra.connections("tacl", Service::Gateway);
     wrong.redis_password = Some("not-the-password".into());
     let err = Store::connect(&wrong, Names::new("tacl").unwrap(), Metrics::default())
         .await
@@ -175,7 +176,7 @@ async fn on_a_cluster_a_killed_master_is_replaced_and_every_run_completes_once()
 async fn services_reach_a_redis_that_requires_tls_and_a_client_certificate() {
     let infra = Infra::start_with_redis_tls().await;
     // Without the client certificate the server refuses the connection.
-    let mut no_cert = infra.config("ttls");
+    let mut no_cert = infra.connections_without_login("ttls");
     no_cert.redis_tls_cert = None;
     no_cert.redis_tls_key = None;
     assert!(

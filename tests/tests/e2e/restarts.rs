@@ -2,6 +2,7 @@
 //! batch of runs: no paused run, decision or job is lost, and no refund runs twice.
 
 use countersign_fake_model::refund_brain;
+use countersign_runtime::names::Service;
 use countersign_tests::app::{TestApp, gateway_waits_for};
 use countersign_tests::infra::Infra;
 use futures::future::join_all;
@@ -52,6 +53,7 @@ async fn restarting_redis_and_nats_mid_batch_loses_nothing() {
 async fn a_gateway_started_before_redis_waits_for_it() {
     let infra = Infra::start_restartable().await;
     infra.stop_redis().await;
-    let namespace = format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
-    gateway_waits_for("Redis", infra.config(&namespace), infra.start_redis()).await;
+    let namespace = infra.new_namespace().await;
+    let connections = infra.connections(&namespace, Service::Gateway);
+    gateway_waits_for("Redis", connections, infra.start_redis()).await;
 }

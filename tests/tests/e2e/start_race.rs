@@ -8,7 +8,7 @@
 use countersign_fake_model::{FakeModel, refund_brain};
 use countersign_local::demo_tools::DemoTools;
 use countersign_runtime::bus::Bus;
-use countersign_runtime::names::Names;
+use countersign_runtime::names::{Names, Service};
 use countersign_tests::app::{REQUESTER_KEY, gateway_config, refunds_agent, worker_config};
 use countersign_tests::infra::Infra;
 use serde_json::Value;
@@ -67,12 +67,13 @@ async fn two_gateways_and_three_workers_started_at_once_on_empty_servers_are_all
         .timeout(Duration::from_secs(2))
         .build()
         .unwrap();
-    let js = async_nats::jetstream::new(async_nats::connect(&infra.nats_url).await.unwrap());
+    let js = infra.jetstream().await;
     let mut slowest = Duration::ZERO;
     let began = Instant::now();
     for round in 0..ROUNDS {
         // A namespace of its own: none of its streams, consumers or keys exist yet.
         let namespace = format!("race{}", &uuid::Uuid::new_v4().simple().to_string()[..10]);
+        infra.register_namespace(&namespace).await;
         let agents = std::env::temp_dir().join(format!("countersign-{namespace}"));
         std::fs::create_dir_all(&agents).unwrap();
         std::fs::write(
@@ -81,7 +82,7 @@ async fn two_gateways_and_three_workers_started_at_once_on_empty_servers_are_all
         )
         .unwrap();
         let gateway = gateway_config(&infra, &namespace, &agents);
-        let worker = worker_config(infra.config(&namespace), &agents);
+        let worker = worker_config(infra.connections(&namespace, Service::Worker), &agents);
         let stop = CancellationToken::new();
 
         let mut listeners = Vec::new();
@@ -153,7 +154,7 @@ async fn two_gateways_and_three_workers_started_at_once_on_empty_servers_are_all
 
 /// A stream made by hand the way the services cannot use it, before they start.
 async fn stream_by_hand(infra: &Infra, config: async_nats::jetstream::stream::Config) {
-    let js = async_nats::jetstream::new(async_nats::connect(&infra.nats_url).await.unwrap());
+    let js = infra.jetstream().await;
     js.create_stream(config).await.unwrap();
 }
 
@@ -161,6 +162,7 @@ async fn stream_by_hand(infra: &Infra, config: async_nats::jetstream::stream::Co
 async fn a_real_conflict_stops_the_start_and_says_what_differs() {
     let infra = Infra::start().await;
     let namespace = format!("c{}", &uuid::Uuid::new_v4().simple().to_string()[..10]);
+    infra.register_namespace(&namespace).await;
     let names = Names::new(&namespace).unwrap();
     // RUNS kept by limits, where the services want a work queue: JetStream cannot change it.
     stream_by_hand(
@@ -172,11 +174,14 @@ async fn a_real_conflict_stops_the_start_and_says_what_differs() {
         },
     )
     .await;
-    let err = Bus::connect(&infra.config(&namespace), names.clone())
-        .await
-        .err()
-        .expect("a retention JetStream cannot change is refused")
-        .to_string();
+    let err = Bus::connect(
+        &infra.connections(&namespace, Service::Worker),
+        names.clone(),
+    )
+    .await
+    .err()
+    .expect("a retention JetStream cannot change is refused")
+    .to_string();
     assert!(
         err.contains(&names.runs_stream()) && err.contains("retention Limits -> WorkQueue"),
         "{err}"
@@ -184,6 +189,7 @@ async fn a_real_conflict_stops_the_start_and_says_what_differs() {
 
     // Another stream holds the approval subjects: it is named.
     let other = format!("o{}", &uuid::Uuid::new_v4().simple().to_string()[..10]);
+    infra.register_namespace(&other).await;
     let names = Names::new(&other).unwrap();
     stream_by_hand(
         &infra,
@@ -194,7 +200,7 @@ async fn a_real_conflict_stops_the_start_and_says_what_differs() {
         },
     )
     .await;
-    let err = Bus::connect(&infra.config(&other), names.clone())
+    let err = Bus::connect(&infra.connections(&other, Service::Worker), names.clone())
         .await
         .err()
         .expect("subjects another stream holds are refused")
@@ -214,10 +220,14 @@ async fn consumer_taken(
 ) -> (Infra, String, Names) {
     let infra = Infra::start().await;
     let namespace = format!("w{}", &uuid::Uuid::new_v4().simple().to_string()[..10]);
+    infra.register_namespace(&namespace).await;
     let names = Names::new(&namespace).unwrap();
-    let bus = Bus::connect(&infra.config(&namespace), names.clone())
-        .await
-        .unwrap();
+    let bus = Bus::connect(
+        &infra.connections(&namespace, Service::Worker),
+        names.clone(),
+    )
+    .await
+    .unwrap();
     bus.js
         .get_stream(stream(&names))
         .await
@@ -266,7 +276,7 @@ async fn a_worker_is_not_ready_until_it_pulls_and_a_consumer_it_cannot_use_stops
     std::fs::create_dir_all(&agents).unwrap();
     let (probes, url) = listener().await;
     let worker = tokio::spawn(agent_worker::run(
-        worker_config(infra.config(&namespace), &agents),
+        worker_config(infra.connections(&namespace, Service::Worker), &agents),
         probes,
         CancellationToken::new(),
     ));
@@ -302,7 +312,7 @@ async fn thirty_connections_making_the_streams_and_consumers_at_once_all_succeed
     const ROUNDS: usize = 60;
     const AT_ONCE: usize = 30;
     let infra = Infra::start().await;
-    let js = async_nats::jetstream::new(async_nats::connect(&infra.nats_url).await.unwrap());
+    let js = infra.jetstream().await;
     let settings = countersign_runtime::bus::ConsumerSettings {
         ack_wait: Duration::from_secs(30),
         max_ack_pending: 100,
@@ -311,8 +321,9 @@ async fn thirty_connections_making_the_streams_and_consumers_at_once_all_succeed
     let mut slowest = Duration::ZERO;
     for round in 0..ROUNDS {
         let namespace = format!("m{}", &uuid::Uuid::new_v4().simple().to_string()[..10]);
+        infra.register_namespace(&namespace).await;
         let names = Names::new(&namespace).unwrap();
-        let config = infra.config(&namespace);
+        let config = infra.connections(&namespace, Service::Worker);
         // Every other round, one stream exists already with a limit changed by hand, so
         // every connection updates it at the same moment as the others.
         let drifted = round % 2 == 1;

@@ -92,7 +92,7 @@ async fn a_run_is_one_trace_from_its_request_to_its_resume() {
     app.wait_status(&run, "completed").await;
 
     // The announcements on NATS carry the trace in their headers.
-    let js = async_nats::jetstream::new(async_nats::connect(&app.infra.nats_url).await.unwrap());
+    let js = app.infra.jetstream().await;
     let approvals = js
         .get_stream(format!("{}_APPROVALS", app.namespace))
         .await
