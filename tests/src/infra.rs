@@ -45,8 +45,9 @@ pub struct NatsAuth {
     pub users: NatsUsers,
     dir: PathBuf,
     namespaces: Mutex<Vec<String>>,
-    /// The violations logged before this server started ([`crate::logs`]).
-    violations_mark: usize,
+    /// The violations logged before this server started, or before the test last took them
+    /// ([`crate::logs`]).
+    violations_mark: std::sync::atomic::AtomicUsize,
 }
 
 impl NatsAuth {
@@ -59,7 +60,7 @@ impl NatsAuth {
             users: NatsUsers::random(),
             dir,
             namespaces: Mutex::new(Vec::new()),
-            violations_mark: crate::logs::violations_logged(),
+            violations_mark: crate::logs::violations_logged().into(),
         };
         auth.write(&[]);
         auth
@@ -107,9 +108,22 @@ impl NatsAuth {
         &self.dir
     }
 
+    /// The permissions violations services logged since this server started or the last
+    /// call, which are then not held against the test: for a test that provokes one.
+    pub fn take_violations(&self) -> Vec<String> {
+        let now = crate::logs::violations_logged();
+        let mark = self
+            .violations_mark
+            .swap(now, std::sync::atomic::Ordering::SeqCst);
+        crate::logs::violations_since(mark)[..now - mark].to_vec()
+    }
+
     /// Fails the test if a service logged a permissions violation since this server started.
     fn check(&self) {
-        let violations = crate::logs::violations_since(self.violations_mark);
+        let mark = self
+            .violations_mark
+            .load(std::sync::atomic::Ordering::SeqCst);
+        let violations = crate::logs::violations_since(mark);
         assert!(
             violations.is_empty(),
             "NATS refused what a service did with the shipped permissions:\n{}",

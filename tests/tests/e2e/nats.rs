@@ -339,3 +339,37 @@ async fn the_shipped_users_may_do_what_the_services_do_each_announce_decisions_a
         }
     }
 }
+
+/// The suite's guard: a service that NATS refuses logs a warning naming the subject, and the
+/// tests' logging records it (an `Infra` dropped with one recorded fails its test; this test
+/// takes it first).
+#[tokio::test]
+async fn a_refusal_a_service_meets_is_logged_as_a_warning_and_recorded_against_the_test() {
+    assert!(
+        countersign_tests::logs::init(),
+        "the tests' logging is in place"
+    );
+    let infra = Infra::start().await;
+    let namespace = infra.new_namespace().await;
+    let names = Names::new(&namespace).unwrap();
+    let gateway = Bus::connect(
+        &infra.connections(&namespace, Service::Gateway),
+        names.clone(),
+    )
+    .await
+    .unwrap();
+    let forbidden = names.run_completed(&countersign_model::run::RunId::new());
+    gateway
+        .client
+        .publish(forbidden.clone(), "{}".into())
+        .await
+        .unwrap();
+    gateway.client.flush().await.unwrap();
+    let refused = countersign_tests::wait_for("the refusal to be recorded", PATIENCE, || async {
+        let taken = infra.nats_auth.take_violations();
+        (!taken.is_empty()).then_some(taken)
+    })
+    .await;
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert!(refused[0].contains(&forbidden), "{refused:?}");
+}
