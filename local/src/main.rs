@@ -68,11 +68,19 @@ async fn run() -> anyhow::Result<ExitCode> {
     }
 
     let agents_dir = place.dir.join("agents");
-    let provider = write_agents(
-        &root.join("examples/agents"),
-        &agents_dir,
-        &Place::addr(place.tools),
-    )?;
+    let examples = std::env::var_os("COUNTERSIGN_LOCAL_AGENTS")
+        .map_or_else(|| root.join("examples/agents"), PathBuf::from);
+    let tools_addr = Place::addr(place.tools);
+    let provider = write_agents(&examples, &agents_dir, &tools_addr)?;
+    parts.service(
+        "agents' folder",
+        follow_examples(
+            examples.clone(),
+            agents_dir.clone(),
+            tools_addr,
+            shutdown.clone(),
+        ),
+    );
     let tools = tokio::net::TcpListener::bind(Place::addr(place.tools))
         .await
         .with_context(|| format!("bind the demo tools on {}", Place::addr(place.tools)))?;
@@ -132,7 +140,7 @@ async fn run() -> anyhow::Result<ExitCode> {
     };
     let watched = match parts.race(ready).await {
         Ok(true) => {
-            print_demo(&gateway_addr, &requester_key, &key, provider);
+            print_demo(&gateway_addr, &requester_key, &key, provider, &examples);
             parts.watch().await
         }
         Ok(false) => Ok(()),
@@ -351,8 +359,20 @@ async fn wait_port(url: &str) -> anyhow::Result<()> {
 
 /// Copies the example agents, their tools at `tools`, switching the model to a real provider
 /// when its key is set.
+/// Writes the agents the runner serves into `out`, from the agent files in `examples` with
+/// the demo tools' address and the model put in; files no longer in `examples` are removed.
+/// The model used: `scripted`, `anthropic` or `openai`.
 fn write_agents(examples: &Path, out: &Path, tools: &str) -> anyhow::Result<&'static str> {
     std::fs::create_dir_all(out)?;
+    for entry in std::fs::read_dir(out)? {
+        let path = entry?.path();
+        let gone = path
+            .file_name()
+            .is_some_and(|name| !examples.join(name).exists());
+        if gone && path.extension().is_some_and(|x| x == "toml") {
+            std::fs::remove_file(&path)?;
+        }
+    }
     let provider = if std::env::var("ANTHROPIC_API_KEY").is_ok_and(|k| !k.is_empty()) {
         ("anthropic", "claude-sonnet-4-5")
     } else if std::env::var("OPENAI_API_KEY").is_ok_and(|k| !k.is_empty()) {
@@ -382,18 +402,60 @@ fn write_agents(examples: &Path, out: &Path, tools: &str) -> anyhow::Result<&'st
         } else {
             text
         };
-        std::fs::write(out.join(name), text)?;
+        let generated = format!(
+            "# Written by the local runner from {}: edit that file, not this copy.\n{text}",
+            path.display()
+        );
+        std::fs::write(out.join(name), generated)?;
     }
     Ok(provider.0)
 }
 
-fn print_demo(gateway: &str, requester_key: &str, key: &str, provider: &str) {
+/// The agent files the runner serves are written from `examples` (the folder a user edits):
+/// it is watched, and at each change the copy in `out` is written again, which the gateway and
+/// the worker then reload as they reload any agents' folder. Until `stop`.
+async fn follow_examples(
+    examples: PathBuf,
+    out: PathBuf,
+    tools: String,
+    stop: CancellationToken,
+) -> anyhow::Result<()> {
+    let mut seen = countersign_runtime::agents::fingerprint(&examples);
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return Ok(()),
+            _ = tick.tick() => {}
+        }
+        let now = countersign_runtime::agents::fingerprint(&examples);
+        if now == seen {
+            continue;
+        }
+        seen = now;
+        // A half-saved or broken file is the services' to refuse, as for any agents' folder;
+        // one that cannot be copied at all is said here, and the copy stays as it was.
+        if let Err(e) = write_agents(&examples, &out, &tools) {
+            eprintln!(
+                "countersign-local: could not copy {}: {e:#}",
+                examples.display()
+            );
+        }
+    }
+}
+
+fn print_demo(gateway: &str, requester_key: &str, key: &str, provider: &str, agents: &Path) {
     let repository = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let agents = agents
+        .canonicalize()
+        .unwrap_or_else(|_| agents.to_path_buf());
+    let agents = agents.display();
     let cli = repository.join("cli");
     let cli = cli.display();
     println!(
         r#"
 countersign is running: gateway http://{gateway}, model: {provider}. Ctrl-C stops it.
+Inbox: http://{gateway}/inbox (sign in with the key {key})
+Agents: {agents} (edit these files: each change is loaded within a second)
 
 # In another terminal: install the command line once (or run it as
 # `cargo run -q -p countersign-cli --`) and point it at this gateway with your key:

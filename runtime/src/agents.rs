@@ -150,7 +150,9 @@ impl Watcher {
 }
 
 /// A digest of the folder's `*.toml` files, names and contents; empty when it cannot be read.
-fn fingerprint(dir: &Path) -> String {
+/// What a folder's `*.toml` files hold, names and contents, as one digest: equal while
+/// nothing in them changed.
+pub fn fingerprint(dir: &Path) -> String {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return String::new();
     };

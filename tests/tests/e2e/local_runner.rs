@@ -3,8 +3,9 @@
 //! taken; a child server that dies, or a worker that fails, is reported at once and stops it
 //! with a failure; a second runner on the same ports says another one runs and how to stop it
 //! or move; the demo agent on MCP tools pauses and completes once approved, and an MCP client
-//! reaches the demo tools through the gateway. Its output, not a
-//! terminal, carries no colour codes.
+//! reaches the demo tools through the gateway; the agent files it serves are the ones its
+//! banner names, and an edit to them is loaded while it runs and kept when it starts again.
+//! Its output, not a terminal, carries no colour codes.
 
 use countersign_runtime::names::Names;
 use countersign_tests::wait_for;
@@ -32,7 +33,7 @@ struct Runner {
     offset: u16,
     gateway: String,
     stderr: Option<ChildStderr>,
-    /// Everything it printed on stdout, up to its banner.
+    /// Everything it printed on stdout, up to the end of its banner's first paragraph.
     stdout: String,
 }
 
@@ -77,15 +78,24 @@ fn runner_command(dir: &Path, offset: u16) -> Command {
 
 /// Starts a runner and waits for its banner; returns it and how long the banner took.
 async fn start(dir: &Path, offset: u16) -> (Runner, Duration) {
+    start_command(runner_command(dir, offset), offset).await
+}
+
+/// [`start`] with `command`, a [`runner_command`] of `offset` the test changed.
+async fn start_command(mut command: Command, offset: u16) -> (Runner, Duration) {
     let started = Instant::now();
-    let mut child = runner_command(dir, offset).spawn().unwrap();
+    let mut child = command.spawn().unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let mut stdout = String::new();
     let banner = tokio::time::timeout(BANNER_WITHIN, async {
+        let mut seen = false;
         while let Some(line) = lines.next_line().await.unwrap() {
             stdout.push_str(&line);
             stdout.push('\n');
             if line.contains(BANNER) {
+                seen = true;
+            } else if seen && line.is_empty() {
+                // The banner's paragraph ends here.
                 return true;
             }
         }
@@ -384,5 +394,104 @@ async fn a_worker_that_fails_inside_the_runner_is_reported_and_the_runner_exits_
         !stdout.contains(BANNER),
         "a banner with no worker:\n{stdout}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Runs one refund of the demo agent as the support desk, the model asking $129; the status
+/// the run first settles in, `awaiting_approval` or `completed`.
+async fn settled_refund(runner: &Runner) -> String {
+    let http = reqwest::Client::new();
+    let started = http
+        .post(format!("{}/v1/runs", runner.gateway))
+        .bearer_auth(REQUESTER_KEY)
+        .json(&serde_json::json!({"agent": "refunds", "input": "Refund order A-1001."}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(started.status(), 202);
+    let run: serde_json::Value = started.json().await.unwrap();
+    let url = format!(
+        "{}/v1/runs/{}",
+        runner.gateway,
+        run["run_id"].as_str().unwrap()
+    );
+    wait_for(
+        "the run to pause or end",
+        Duration::from_secs(20),
+        || async {
+            let run: serde_json::Value = http
+                .get(&url)
+                .bearer_auth(REQUESTER_KEY)
+                .send()
+                .await
+                .ok()?
+                .json()
+                .await
+                .ok()?;
+            let status = run["status"].as_str()?.to_string();
+            ["awaiting_approval", "completed"]
+                .contains(&status.as_str())
+                .then_some(status)
+        },
+    )
+    .await
+}
+
+/// The banner says where to decide and which agent files to edit; a policy edited there is
+/// in force while the runner runs, and still after it starts again on the same data folder
+/// (the runner's own copy of the agents is written from them, never the other way round).
+#[tokio::test]
+async fn the_agent_files_the_banner_names_are_the_ones_served_and_edits_to_them_last() {
+    let dir = fresh_dir();
+    let agents = dir.join("my-agents");
+    std::fs::create_dir_all(&agents).unwrap();
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/agents");
+    for entry in std::fs::read_dir(&examples).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::copy(&path, agents.join(path.file_name().unwrap())).unwrap();
+    }
+    let offset = free_offset();
+    let serving = || {
+        let mut command = runner_command(&dir, offset);
+        command.env("COUNTERSIGN_LOCAL_AGENTS", &agents);
+        command
+    };
+    let (runner, _) = start_command(serving(), offset).await;
+    let inbox = format!(
+        "Inbox: http://127.0.0.1:{}/inbox (sign in with the key {DEMO_KEY})",
+        8080 + offset
+    );
+    assert!(runner.stdout.contains(&inbox), "{}", runner.stdout);
+    let named = format!(
+        "Agents: {} (edit these files",
+        agents.canonicalize().unwrap().display()
+    );
+    assert!(runner.stdout.contains(&named), "{}", runner.stdout);
+    assert_eq!(settled_refund(&runner).await, "awaiting_approval");
+
+    // Refunds up to $500 no longer need a person: the demo's $129 runs at once, once loaded.
+    let file = agents.join("refunds.toml");
+    let policy = std::fs::read_to_string(&file).unwrap();
+    assert!(policy.contains("input.amount > 20.0"), "{policy}");
+    std::fs::write(
+        &file,
+        policy.replace("input.amount > 20.0", "input.amount > 500.0"),
+    )
+    .unwrap();
+    wait_for(
+        "the edited policy to be in force",
+        Duration::from_secs(30),
+        || async { (settled_refund(&runner).await == "completed").then_some(()) },
+    )
+    .await;
+    runner.stop().await;
+
+    let (runner, _) = start_command(serving(), offset).await;
+    assert_eq!(
+        settled_refund(&runner).await,
+        "completed",
+        "the edit was lost at the restart"
+    );
+    runner.stop().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
