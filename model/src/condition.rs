@@ -269,8 +269,10 @@ fn is_literal_list(expr: &IdedExpr) -> bool {
 }
 
 /// A condition a reviewer starts from, covering `input` and calls like it: each number at
-/// most its value, each text and truth value equal to its own. Nested values are left out
-/// (the reviewer adds what matters); an input with nothing to compare gives `true`.
+/// most its value, each code-like text (no spaces, at most 64 characters: an id, a currency)
+/// and truth value equal to its own. Prose (a reason, a message) and nested values are left
+/// out, since equal to this call's they would cover almost no other call (the reviewer adds
+/// what matters); an input with nothing to compare gives `true`.
 pub fn suggested(input: &Value) -> String {
     let mut parts = Vec::new();
     if let Value::Object(fields) = input {
@@ -280,6 +282,7 @@ pub fn suggested(input: &Value) -> String {
             }
             match value {
                 Value::Number(n) => parts.push(format!("input.{name} <= {}", cel_number(n))),
+                Value::String(text) if is_prose(text) => {}
                 Value::String(_) | Value::Bool(_) => parts.push(format!("input.{name} == {value}")),
                 _ => {}
             }
@@ -290,6 +293,11 @@ pub fn suggested(input: &Value) -> String {
     } else {
         parts.join(" && ")
     }
+}
+
+/// Text written for a person rather than a code: with spaces, or long.
+fn is_prose(text: &str) -> bool {
+    text.chars().count() > 64 || text.chars().any(char::is_whitespace)
 }
 
 /// A JSON number as a CEL double, so it compares with integers and decimals alike.
@@ -343,7 +351,10 @@ mod tests {
 
     #[test]
     fn the_suggestion_covers_its_own_call() {
-        let input = json!({"order_id": "A-1001", "amount": 42, "full": true, "lines": [1]});
+        let input = json!({
+            "order_id": "A-1001", "amount": 42, "full": true, "lines": [1],
+            "reason": "Arrived broken", "code": "x".repeat(65),
+        });
         let s = suggested(&input);
         assert_eq!(
             s,

@@ -151,7 +151,7 @@ pub(super) fn proposal(
     catalog: &Catalog,
     receipts: &Receipts,
     run: &Run,
-    p: Proposed,
+    mut p: Proposed,
     by: &Decider<'_>,
     voters: &[String],
 ) -> Result<Proposal, DecideError> {
@@ -159,8 +159,16 @@ pub(super) fn proposal(
     let mut checked_digest = None;
     let mut changes = None;
     if let (Action::Edit, Some(input), Some(pending)) = (p.action, &p.input, pending) {
-        changes = Some(checked_edit(catalog, run, pending, input)?);
-        checked_digest = Some(pending.digest.clone());
+        let changed = checked_edit(catalog, run, pending, input)?;
+        if changed.is_empty() {
+            // An edit that changes nothing runs the call as it was shown: it is an approval,
+            // and is recorded and told as one (with its note).
+            p.action = Action::Approve;
+            p.input = None;
+        } else {
+            changes = Some(changed);
+            checked_digest = Some(pending.digest.clone());
+        }
     }
     if let (Some(terms), Some(pending)) = (&p.grant, pending) {
         // Authorized first: a grant's condition is compiled and evaluated only for someone

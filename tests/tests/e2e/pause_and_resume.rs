@@ -126,6 +126,40 @@ async fn an_edited_refund_runs_with_the_reviewers_input_and_the_model_is_told() 
     assert!(content.contains("Only the lid was broken."), "{content}");
 }
 
+/// A reviewer who opens the edit form and sends it back unchanged approved the call as shown:
+/// it is recorded and told as an approval, not as "approved with changes".
+#[tokio::test]
+async fn an_edit_that_changes_nothing_is_recorded_as_an_approval() {
+    let app = TestApp::spawn(refund_brain).await;
+    let run_id = app.start_run("Refund A-1001 please.").await;
+    let paused = app.wait_status(&run_id, "awaiting_approval").await;
+    let held = &paused["pending"][0];
+    let (status, body) = app
+        .decide(
+            &run_id,
+            json!([{"call_id": "toolu_2", "digest": held["digest"], "action": "edit",
+                    "input": held["input"], "note": "Checked the photos."}]),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    app.wait_status(&run_id, "completed").await;
+    let (_, trail) = app.get(&format!("/v1/runs/{run_id}/audit")).await;
+    let decided = trail["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["entry"]["kind"] == "decided")
+        .unwrap();
+    assert_eq!(decided["entry"]["detail"]["action"], "approve", "{decided}");
+    assert_eq!(decided["entry"]["detail"]["note"], "Checked the photos.");
+    let refunds = app.tools.refunds();
+    assert_eq!(refunds.len(), 1);
+    assert_eq!(refunds[0]["amount"], held["input"]["amount"]);
+    let results = last_results(&app.model.requests()[1]);
+    let content = results[1]["content"].as_str().unwrap();
+    assert!(!content.contains("edited"), "{content}");
+}
+
 #[tokio::test]
 async fn two_held_calls_decided_in_two_requests_call_the_model_once_after_the_second() {
     let app = TestApp::spawn(|request: &serde_json::Value| match turn(request) {
