@@ -23,6 +23,7 @@ pub async fn run(gateway: &Gateway, args: PendingArgs, json: bool) -> Result<(),
         .transpose()
         .map_err(|e| CliError::Usage(format!("--where: {e}")))?;
     let mut approvals = all_pending(gateway).await?;
+    let in_all = approvals.len();
     approvals.retain(|a| {
         args.agent.as_ref().is_none_or(|agent| a["agent"] == *agent)
             && args.tool.as_ref().is_none_or(|tool| a["tool"] == *tool)
@@ -56,12 +57,37 @@ pub async fn run(gateway: &Gateway, args: PendingArgs, json: bool) -> Result<(),
             call.call_id,
         ]);
     }
-    if table.is_empty() {
+    if table.is_empty() && in_all > 0 {
+        // Said, so a misspelt agent or tool is not taken for an empty queue.
+        println!(
+            "Nothing waiting matches {}; {in_all} {} in all.",
+            filters(&args),
+            if in_all == 1 {
+                "call waits"
+            } else {
+                "calls wait"
+            }
+        );
+    } else if table.is_empty() {
         println!("Nothing is waiting for a decision.");
     } else {
         print!("{table}");
     }
     Ok(())
+}
+
+/// The filters given, as typed: `--agent billing --where 'input.amount < 50'`.
+fn filters(args: &PendingArgs) -> String {
+    [
+        ("--agent", &args.agent),
+        ("--tool", &args.tool),
+        ("--requested-by", &args.requested_by),
+        ("--where", &args.condition),
+    ]
+    .iter()
+    .filter_map(|(flag, value)| value.as_ref().map(|v| format!("{flag} {v:?}")))
+    .collect::<Vec<_>>()
+    .join(" ")
 }
 
 /// Every held call, following the gateway's cursor to the last page.

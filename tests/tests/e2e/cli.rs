@@ -158,7 +158,12 @@ async fn a_reviewer_sees_a_paused_run_in_pending_and_show_and_approves_it_with_t
     }
     assert!(row.contains("h ") && row.contains(" left"), "{row}");
     let other_agent = ok(&app, REVIEWER_KEY, "pending --agent billing").await;
-    assert_eq!(other_agent.trim(), "Nothing is waiting for a decision.");
+    // A filter that keeps nothing says so, and how much waits: a misspelt agent is not an
+    // empty queue.
+    assert_eq!(
+        other_agent.trim(),
+        "Nothing waiting matches --agent \"billing\"; 1 call waits in all."
+    );
     let by_tool = ok(&app, REVIEWER_KEY, "pending --tool issue_refund").await;
     assert!(by_tool.contains(&run), "{by_tool}");
 
