@@ -22,7 +22,10 @@ impl Engine {
                     "approvers": p.reviewers.approvers, "deciders": p.deciders,
                     "quorum": p.reviewers.quorum, "deadline": p.deadline, "turn": run.turns,
                 });
-                self.entry(&run, AuditKind::Requested, Some(p), detail)
+                let mut entry = self.entry(&run, AuditKind::Requested, Some(p), detail);
+                // The agent asks for a person, not the worker process that ran its turn.
+                entry.actor = Some(run.agent.clone());
+                entry
             })
             .collect();
         let mut announce = earlier.announce.clone();

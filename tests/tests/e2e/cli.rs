@@ -375,6 +375,14 @@ async fn an_edit_with_set_changes_only_the_named_existing_field_and_speaks_for_t
         .find(|e| e["entry"]["kind"] == "decided")
         .expect("the edit is audited");
     assert_eq!(decided["entry"]["actor"], "alice", "{done}");
+    // The request is the agent's, not the worker process's that ran its turn.
+    let requested = trail["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["entry"]["kind"] == "requested")
+        .expect("the request is audited");
+    assert_eq!(requested["entry"]["actor"], "refunds", "{requested}");
     assert_eq!(
         decided["entry"]["detail"]["changes"],
         json!([{"field": "amount", "before": 129, "after": 20}])
@@ -629,7 +637,11 @@ async fn watch_follows_a_run_that_pauses_while_it_watches_until_it_completes() {
 
     let run = app.start_run("Order A-1001 arrived broken.").await;
     let requested = everything.until(&[&run, "requested", "toolu_2"]).await;
-    assert!(requested.contains("worker"), "{requested}");
+    // Asked by the agent, not by the worker process that ran its turn.
+    assert!(
+        requested.contains("  refunds  ") && !requested.contains("worker"),
+        "{requested}"
+    );
     let mut this_run = Lines::spawn(command(
         &app,
         REVIEWER_KEY,
