@@ -276,6 +276,7 @@ async fn page(
     let mut page = Page::new(StatusCode::OK, &title);
     page.signed_in = Some((&session.principal, &session.csrf));
     page.scripts.push(LIVE);
+    page.scripts.push(next::FOCUS_NOTE);
     Ok(page.render(html! {
         (recorded)
         form #filters .filters method="get" action="/inbox" {
