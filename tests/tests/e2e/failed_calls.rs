@@ -1,16 +1,16 @@
 //! A run whose tool call failed says so wherever the run is shown, though it ends `completed`
 //! (the model answered anyway): the API's run (`failed_calls`), `run.completed`, the inbox's
-//! run page, and the command line's `runs get` and `show` (in `cli.rs`). The case of the
+//! run page and, while the run waits on another call, its queue row, and the command line's `runs get` and `show` (in `cli.rs`). The case of the
 //! demo: a refund policy loosened past what the refunds service accepts, so the $129 refund
 //! is released without a person and the service refuses it (401: no receipt). A call a person
 //! refused is not a failed call.
 
 use crate::inbox::{ALICE_KEY, Browser, add_keys};
-use countersign_fake_model::refund_brain;
+use countersign_fake_model::{anthropic_text, anthropic_tool_use, refund_brain, turn};
 use countersign_tests::app::{REQUESTER_KEY, TestApp};
 use countersign_tests::live::LiveEvents;
 use reqwest::StatusCode;
-use serde_json::json;
+use serde_json::{Value, json};
 
 /// The refund policy as the demo agent has it, and as loosened: only refunds over $400 wait.
 const WHEN: &str = "when = \"input.amount > 20.0\"";
@@ -19,7 +19,12 @@ const LOOSENED: &str = "when = \"input.amount > 400.0\"";
 /// An app whose worker runs the refund agent with its policy loosened past $400 (the gateway
 /// keeps the file as it was; it decides nothing here), and alice's key for the inbox.
 pub(super) async fn loosened_app() -> TestApp {
-    let mut app = TestApp::builder(refund_brain)
+    loosened_app_with(refund_brain).await
+}
+
+/// [`loosened_app`] with the model `brain`.
+async fn loosened_app_with(brain: fn(&Value) -> Value) -> TestApp {
+    let mut app = TestApp::builder(brain)
         .workers(0)
         .gateway(add_keys)
         .start()
@@ -102,5 +107,48 @@ async fn a_run_whose_refund_a_reviewer_rejected_has_no_failed_call() {
     assert_eq!(
         (&told["is_error"], &told["outcome"]),
         (&json!(true), &json!("rejected"))
+    );
+}
+
+/// Two refunds asked together: $129, which the loosened policy lets through and the service
+/// refuses, and $450, which waits for a person.
+fn one_refused_one_held(request: &Value) -> Value {
+    let refund = |order: &str, amount: u32| json!({"order_id": order, "amount": amount, "reason": "arrived broken"});
+    match turn(request) {
+        0 => anthropic_tool_use(
+            "I will refund both orders.",
+            &[
+                ("toolu_1", "issue_refund", refund("A-1001", 129)),
+                ("toolu_2", "issue_refund", refund("A-1002", 450)),
+            ],
+        ),
+        _ => anthropic_text("Done."),
+    }
+}
+
+#[tokio::test]
+async fn a_run_waiting_on_one_refund_after_its_other_failed_says_so_in_the_api_and_on_its_queue_row()
+ {
+    let app = loosened_app_with(one_refused_one_held).await;
+    let run_id = app.start_run("Refund both orders.").await;
+    let paused = app.wait_status(&run_id, "awaiting_approval").await;
+    assert_eq!(paused["pending"][0]["call_id"], "toolu_2", "{paused}");
+    let failed = &paused["failed_calls"];
+    assert_eq!(failed.as_array().map(Vec::len), Some(1), "{paused}");
+    assert_eq!(failed[0]["call_id"], "toolu_1");
+
+    let alice = Browser::signed_in(&app, ALICE_KEY).await;
+    let queue = alice.get("/inbox").await;
+    assert!(
+        queue.html.contains(&format!("data-run=\"{run_id}\"")),
+        "{}",
+        queue.html
+    );
+    let link =
+        format!("<a class=\"failed\" href=\"/inbox/runs/{run_id}#failed-calls\">1 call failed</a>");
+    assert!(
+        queue.html.contains(&link),
+        "{link:?} missing: {}",
+        queue.html
     );
 }
