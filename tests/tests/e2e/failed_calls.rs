@@ -92,7 +92,10 @@ async fn a_refund_its_tool_refused_is_a_failed_call_of_the_completed_run_in_the_
 
 #[tokio::test]
 async fn a_run_whose_refund_a_reviewer_rejected_has_no_failed_call() {
-    let app = TestApp::spawn(refund_brain).await;
+    let app = TestApp::builder(refund_brain)
+        .gateway(add_keys)
+        .start()
+        .await;
     let run_id = app.start_run("Refund A-1001 please.").await;
     let paused = app.wait_status(&run_id, "awaiting_approval").await;
     let digest = &paused["pending"][0]["digest"];
@@ -108,6 +111,18 @@ async fn a_run_whose_refund_a_reviewer_rejected_has_no_failed_call() {
         (&told["is_error"], &told["outcome"]),
         (&json!(true), &json!("rejected"))
     );
+    // Its page says the refund was rejected, not that it failed.
+    let alice = Browser::signed_in(&app, ALICE_KEY).await;
+    let page = alice.get(&format!("/inbox/runs/{run_id}")).await;
+    assert!(
+        page.html
+            .contains("<strong>issue_refund</strong> was rejected:"),
+        "{}",
+        page.html
+    );
+    for unsaid in ["id=\"failed-calls\"", "call failed", " failed:"] {
+        assert!(!page.html.contains(unsaid), "{unsaid:?}: {}", page.html);
+    }
 }
 
 /// Two refunds asked together: $129, which the loosened policy lets through and the service
