@@ -599,6 +599,7 @@ mod tests {
             event: Event::RunCompleted {
                 run_id: RunId::parse(run).unwrap(),
                 answer: REFUND_ANSWER.into(),
+                failed_calls: Vec::new(),
             },
         }
     }

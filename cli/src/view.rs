@@ -3,7 +3,7 @@
 
 use countersign_model::audit::AuditEntry;
 use countersign_model::grant::{Grant, GrantStatus, GrantUse};
-use countersign_model::run::{Cancellation, Decision, HeldCall, Message, Role};
+use countersign_model::run::{Cancellation, Decision, FailedCall, HeldCall, Message, Role};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -21,6 +21,9 @@ pub struct RunView {
     pub pending: Vec<HeldView>,
     pub answer: Option<String>,
     pub error: Option<String>,
+    /// The run's calls that failed; absent from a gateway that does not say.
+    #[serde(default)]
+    pub failed_calls: Vec<FailedCall>,
     pub cancel: Option<Cancellation>,
     #[serde(default)]
     pub messages: Vec<Message>,

@@ -1,6 +1,6 @@
 //! Messages on NATS. Each is JSON with a `type` and a `version` field.
 
-use crate::run::{Action, HeldCall, Run, RunId};
+use crate::run::{Action, FailedCall, HeldCall, Run, RunId};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -166,8 +166,16 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         channels: Vec<String>,
     },
+    /// The run ended with the model's answer. `failed_calls` are its calls that failed
+    /// ([`Run::failed_calls`], from the stored results): the model answered anyway, so a run
+    /// can complete without doing what it was asked.
     #[serde(rename = "run.completed")]
-    RunCompleted { run_id: RunId, answer: String },
+    RunCompleted {
+        run_id: RunId,
+        answer: String,
+        #[serde(default)]
+        failed_calls: Vec<FailedCall>,
+    },
     #[serde(rename = "run.failed")]
     RunFailed { run_id: RunId, error: String },
     #[serde(rename = "run.cancelled")]
@@ -351,6 +359,7 @@ mod tests {
         let e = Envelope::new(Event::RunCompleted {
             run_id: RunId::parse("run_1").unwrap(),
             answer: "done".into(),
+            failed_calls: Vec::new(),
         });
         let v = serde_json::to_value(&e).unwrap();
         assert_eq!(v["type"], "run.completed");
@@ -417,6 +426,7 @@ mod tests {
         let mut done = Event::RunCompleted {
             run_id: RunId::parse("run_1").unwrap(),
             answer: "a".repeat(100),
+            failed_calls: Vec::new(),
         };
         assert!(!done.fit(10));
     }

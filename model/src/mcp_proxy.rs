@@ -109,6 +109,7 @@ mod tests {
                 tool_use_id: CALL_ID.into(),
                 content: "refunded".into(),
                 is_error: false,
+                outcome: None,
                 images: Vec::new(),
             }],
         });

@@ -20,7 +20,7 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 
 /// A run's id: `run_` and a UUIDv7, so ids sort by creation time.
@@ -141,6 +141,11 @@ pub enum Block {
         content: String,
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         is_error: bool,
+        /// What happened to the call (kept with the run; the providers' adapters do not send
+        /// it): it tells a call that failed from one a person or a deadline refused, which
+        /// the model is told as an error too. Absent from results stored before it was kept.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        outcome: Option<CallOutcome>,
         /// Images the tool answered with besides its text (an MCP tool's image blocks); each
         /// provider's adapter passes them on in its own format.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -204,6 +209,48 @@ pub enum CallOutcome {
     Expired,
     /// The run was cancelled before it started; nothing ran.
     Cancelled,
+}
+
+impl CallOutcome {
+    /// Whether the call was let through (by its policy or a person) and did not do what it
+    /// was asked: its tool answered an error or could not be reached, its input did not fit,
+    /// or its outcome is unknown. A call a person or a deadline refused, or that a cancel
+    /// stopped, did not fail: it was not to run.
+    pub fn is_failure(self) -> bool {
+        matches!(self, Self::Failed | Self::Unknown)
+    }
+}
+
+/// A call of a run that failed (see [`CallOutcome::is_failure`]), as [`Run::failed_calls`]
+/// finds it among the run's stored results.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FailedCall {
+    /// The id the model gave the call (what its result answers).
+    pub call_id: String,
+    pub tool: String,
+    /// `failed`, or `unknown` for a call started whose result was lost.
+    pub outcome: CallOutcome,
+    /// The start of what the model was told, at most [`FailedCall::ERROR_CHARS`] characters.
+    pub error: String,
+}
+
+impl FailedCall {
+    /// How much of a failed call's result [`Run::failed_calls`] keeps (the run's messages
+    /// hold it whole).
+    pub const ERROR_CHARS: usize = 500;
+
+    fn new(call_id: &str, tool: &str, outcome: CallOutcome, content: &str) -> Self {
+        let error = match content.char_indices().nth(Self::ERROR_CHARS) {
+            Some((at, _)) => format!("{}…", &content[..at]),
+            None => content.to_string(),
+        };
+        Self {
+            call_id: call_id.to_string(),
+            tool: tool.to_string(),
+            outcome,
+            error,
+        }
+    }
 }
 
 /// A call's result as it goes back to the model.
@@ -485,6 +532,50 @@ impl Run {
         self.paused_turn.iter().filter_map(|c| c.held.as_ref())
     }
 
+    /// The run's calls that failed, in the order they were asked, derived from the results
+    /// the run stores (the one record of them): each result the model was told as an error
+    /// whose outcome [is a failure](CallOutcome::is_failure), in the conversation and in the
+    /// turn it is paused on. A result stored before outcomes were kept counts when it is an
+    /// error. A run that ends `completed` may have failed calls: the model answered anyway.
+    pub fn failed_calls(&self) -> Vec<FailedCall> {
+        let mut failed = Vec::new();
+        // A result answers a call of the assistant message just before it.
+        let mut asked: HashMap<&str, &str> = HashMap::new();
+        for message in &self.messages {
+            if message.role == Role::Assistant {
+                asked.clear();
+            }
+            for block in &message.content {
+                match block {
+                    Block::ToolUse { id, name, .. } => {
+                        asked.insert(id, name);
+                    }
+                    Block::ToolResult {
+                        tool_use_id,
+                        content,
+                        is_error: true,
+                        outcome,
+                        ..
+                    } if outcome.is_none_or(CallOutcome::is_failure) => {
+                        let tool = asked.get(tool_use_id.as_str()).copied().unwrap_or_default();
+                        let outcome = outcome.unwrap_or(CallOutcome::Failed);
+                        failed.push(FailedCall::new(tool_use_id, tool, outcome, content));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        for call in &self.paused_turn {
+            if let Some(result) = call.result.as_ref().filter(|r| r.is_error)
+                && result.outcome.is_failure()
+            {
+                let (id, tool) = (call.model_id(), call.tool.as_str());
+                failed.push(FailedCall::new(id, tool, result.outcome, &result.content));
+            }
+        }
+        failed
+    }
+
     /// The assistant's words in the turn it is paused on.
     pub fn paused_turn_text(&self) -> String {
         match self.messages.last() {
@@ -731,11 +822,61 @@ mod tests {
     }
 
     #[test]
+    fn failed_calls_are_the_results_told_as_errors_that_no_person_refused() {
+        let result = |id: &str, outcome: Option<CallOutcome>, is_error| Block::ToolResult {
+            tool_use_id: id.into(),
+            content: format!("{id} said"),
+            is_error,
+            outcome,
+            images: Vec::new(),
+        };
+        let (mut run, _) = answered(new_run(), &["c1", "c2"]);
+        run.messages.push(Message {
+            role: Role::User,
+            content: vec![
+                result("c1", Some(CallOutcome::Executed), false),
+                result("c2", Some(CallOutcome::Failed), true),
+            ],
+        });
+        // The same model id again in a later turn: it answers that turn's call.
+        let (mut run, mut turn) = answered(run, &["c1", "c3", "c4"]);
+        run.messages.push(Message {
+            role: Role::User,
+            content: vec![
+                result("c1", Some(CallOutcome::Rejected), true),
+                result("c3", Some(CallOutcome::Expired), true),
+                result("c4", None, true),
+            ],
+        });
+        turn[0].result = Some(CallResult {
+            outcome: CallOutcome::Unknown,
+            ..CallResult::failed("x".repeat(600))
+        });
+        run.paused_turn = turn;
+        let failed = run.failed_calls();
+        let said: Vec<(&str, &str, CallOutcome)> = failed
+            .iter()
+            .map(|f| (f.call_id.as_str(), f.tool.as_str(), f.outcome))
+            .collect();
+        assert_eq!(
+            said,
+            [
+                ("c2", "issue_refund", CallOutcome::Failed),
+                ("c4", "issue_refund", CallOutcome::Failed),
+                ("c1", "issue_refund", CallOutcome::Unknown),
+            ]
+        );
+        assert_eq!(failed[0].error, "c2 said");
+        assert_eq!(failed[2].error.chars().count(), FailedCall::ERROR_CHARS + 1);
+    }
+
+    #[test]
     fn blocks_use_the_anthropic_shape() {
         let b = Block::ToolResult {
             tool_use_id: "t1".into(),
             content: "ok".into(),
             is_error: false,
+            outcome: None,
             images: Vec::new(),
         };
         assert_eq!(

@@ -222,6 +222,7 @@ impl Engine {
                 Event::RunCompleted {
                     run_id: id.clone(),
                     answer: run.answer.clone().unwrap_or_default(),
+                    failed_calls: run.failed_calls(),
                 },
             ),
             _ => (

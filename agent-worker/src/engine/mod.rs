@@ -512,6 +512,7 @@ fn results_message(calls: &[TurnCall]) -> Message {
                     tool_use_id: c.model_id().to_string(),
                     content: result.content,
                     is_error: result.is_error,
+                    outcome: Some(result.outcome),
                     images: result.images,
                 }
             })

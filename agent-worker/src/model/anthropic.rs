@@ -180,6 +180,10 @@ fn to_anthropic(message: &Message) -> Value {
         .iter()
         .zip(out["content"].as_array_mut().unwrap())
     {
+        // Ours, kept with the run: the API knows no such field.
+        if let Some(fields) = wire.as_object_mut() {
+            fields.remove("outcome");
+        }
         if let Block::ToolResult {
             content, images, ..
         } = block

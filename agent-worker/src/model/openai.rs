@@ -390,6 +390,7 @@ data: [DONE]
                 tool_use_id: "call_1".into(),
                 content: "[image image/png]".into(),
                 is_error: false,
+                outcome: None,
                 images: vec![Image {
                     media_type: "image/png".into(),
                     data: "iVBORw0KGgo=".into(),

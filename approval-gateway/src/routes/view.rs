@@ -3,7 +3,7 @@
 use crate::time::rfc3339;
 use countersign_model::agent::Catalog;
 use countersign_model::edit;
-use countersign_model::run::{Cancellation, Decision, HeldCall, Message, Run};
+use countersign_model::run::{Cancellation, Decision, FailedCall, HeldCall, Message, Run};
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -22,6 +22,10 @@ pub(super) struct RunView {
     pub(super) pending: Vec<HeldView>,
     pub(super) answer: Option<String>,
     pub(super) error: Option<String>,
+    /// The calls that failed (a tool answered an error, could not be reached, or a call's
+    /// outcome is unknown), derived from the run's stored results: a `completed` run may have
+    /// some, the model having answered anyway.
+    pub(super) failed_calls: Vec<FailedCall>,
     /// Who asked to cancel the run, why and when, once someone has.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) cancel: Option<Cancellation>,
@@ -76,6 +80,7 @@ impl RunView {
             .collect();
         Self {
             text: run.paused_turn_text(),
+            failed_calls: run.failed_calls(),
             run_id: run.run_id.to_string(),
             agent: run.agent,
             agent_version: run.agent_version,

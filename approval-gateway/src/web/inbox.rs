@@ -4,9 +4,9 @@
 //!
 //! Each row is meant to be decided from: the summary, the requester's own words, the input's
 //! values, how long it has waited, the time left (highlighted when short), a short run id,
-//! and an Approve button (a plain form, as the request page's, with a confirmation when the
-//! script runs). Each row has a checkbox, and the form above the list approves the rows
-//! selected, or rejects them with one reason (see `super::batch`); "select all" selects every
+//! how many of the run's calls failed (linking to them on the run's page), and an Approve
+//! button (a plain form, as the request page's, with a confirmation when the script runs).
+//! Each row has a checkbox, and the form above the list approves the rows selected, or rejects them with one reason (see `super::batch`); "select all" selects every
 //! row the filter lets through. While anything is selected the list is not refreshed, so what
 //! is sent is what the page shows. The script adds the keyboard: j/k to move, Enter to open, a/e/r to approve
 //! (after a confirmation), edit or reject, x to select, ? for help; it keeps the count in the heading and
@@ -104,6 +104,11 @@ fn render_list(lines: &[Line], csrf: &str) -> Markup {
                             " · " (waited(line.paused_at, now))
                             " · " (line.agent) " · " (line.tool)
                             " · run " span.run-id title=(line.run_id) { "…" (short_run_id(&line.run_id)) }
+                            @if line.failed > 0 {
+                                " · " a.failed href=(format!("/inbox/runs/{}#failed-calls", line.run_id)) {
+                                    (super::run_page::calls_failed(line.failed))
+                                }
+                            }
                         }
                     }
                     form.row-approve method="post" action=(path) {
@@ -276,6 +281,7 @@ async fn page(
     let mut page = Page::new(StatusCode::OK, &title);
     page.signed_in = Some((&session.principal, &session.csrf));
     page.scripts.push(LIVE);
+    page.scripts.push(next::FOCUS_NOTE);
     Ok(page.render(html! {
         (recorded)
         form #filters .filters method="get" action="/inbox" {

@@ -193,7 +193,8 @@ li.grant h2{margin:.2em 0 .4em}.grant-id,code.condition{font-family:ui-monospace
 form.revoke{display:flex;flex-wrap:wrap;gap:.3em 1em;align-items:end}form.revoke label{flex:1 1 100%;margin:.3em 0 0}form.revoke input{flex:1 1 12em;width:auto}form.revoke button{margin:0}
 textarea.condition{font-family:ui-monospace,monospace;font-size:.9em}
 label.check{font-weight:400}
-.recorded{background:#e8f3ec;border:1px solid #a9d3b7;border-radius:8px;padding:.7em 1em;margin:.8em 0}
+section.failed-calls{border-left:5px solid #b42318}.failed{color:#b42318;font-weight:500}
+.recorded{background:#e8f3ec;border:1px solid #a9d3b7;border-radius:8px;padding:.7em 1em;margin:.8em 0;scroll-margin-top:50vh}
 @media (max-width:40em){
 nav.actions{position:fixed;top:auto;bottom:0;left:0;right:0;margin:0;padding:.5em .6em;border-bottom:0;border-top:1px solid #d9dce3;box-shadow:0 -2px 8px rgba(0,0,0,.1)}
 body:has(nav.actions){padding-bottom:6em}

@@ -61,6 +61,10 @@ pub(super) struct Line {
     pub(super) requested_by: String,
     pub(super) deadline: Option<i64>,
     pub(super) paused_at: i64,
+    /// How many of the run's calls failed so far ([`Run::failed_calls`]).
+    ///
+    /// [`Run::failed_calls`]: countersign_model::run::Run::failed_calls
+    pub(super) failed: usize,
 }
 
 /// The calls `principal` may approve now, nearest deadline first (none last), then oldest.
@@ -80,6 +84,7 @@ pub(super) async fn waiting(
             let Some((run, calls)) = runs::awaiting_decision(state, &at.run_id).await? else {
                 continue;
             };
+            let failed = run.failed_calls().len();
             for call in calls {
                 let may = authority::actions_for(principal, &call, RunFacts::of(&run));
                 if !may.contains(&Action::Approve) || !filters.keeps(&run.agent, &call.tool) {
@@ -97,6 +102,7 @@ pub(super) async fn waiting(
                     requested_by: run.requested_by.clone().unwrap_or_else(|| "unknown".into()),
                     deadline: call.deadline,
                     paused_at: at.since_ms,
+                    failed,
                 });
             }
         }

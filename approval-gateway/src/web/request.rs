@@ -155,6 +155,7 @@ fn render(
         page.scripts.push(LIVE);
     }
     page.scripts.push(super::live_view::SCRIPT);
+    page.scripts.push(next::FOCUS_NOTE);
     let schema = view.schema(state);
     let forms = Forms {
         csrf: Some(&session.csrf),

@@ -15,7 +15,8 @@ use axum::http::StatusCode;
 use countersign_model::audit::{AuditEntry, AuditKind};
 use countersign_model::now_ms;
 use countersign_model::run::{
-    Action, Block, Decision, HeldCall, Message, Recheck, Role, Run, RunStatus, TurnCall,
+    Action, Block, CallOutcome, Decision, HeldCall, Message, Recheck, Role, Run, RunStatus,
+    TurnCall,
 };
 use countersign_store::RefusalCode;
 use maud::{Markup, html};
@@ -403,10 +404,10 @@ pub(crate) fn conversation(messages: &[Message]) -> Markup {
                             p { "Asked to run " strong { (name) } ":" }
                             pre { (pretty(input)) }
                         }
-                        Block::ToolResult { tool_use_id, content, is_error, .. } => {
+                        Block::ToolResult { tool_use_id, content, is_error, outcome, .. } => {
                             p {
                                 strong { (tools.get(tool_use_id.as_str()).copied().unwrap_or("A tool")) }
-                                @if *is_error { " failed:" } @else { " answered:" }
+                                (result_words(*is_error, *outcome))
                             }
                             pre { (laid_out(content)) }
                         }
@@ -414,6 +415,19 @@ pub(crate) fn conversation(messages: &[Message]) -> Markup {
                 }
             }
         }
+    }
+}
+
+/// How a result is introduced: a call refused by a person, a deadline or a cancel did not
+/// fail (it was not to run), though the model is told it as an error.
+fn result_words(is_error: bool, outcome: Option<CallOutcome>) -> &'static str {
+    match (is_error, outcome) {
+        (false, _) => " answered:",
+        (true, Some(CallOutcome::Rejected)) => " was rejected:",
+        (true, Some(CallOutcome::Expired)) => " expired undecided:",
+        (true, Some(CallOutcome::Cancelled)) => " did not run (the run was cancelled):",
+        (true, Some(CallOutcome::Unknown)) => " has an unknown outcome:",
+        (true, _) => " failed:",
     }
 }
 
@@ -439,6 +453,7 @@ mod tests {
                         tool_use_id: "call_0".into(),
                         content: answer.into(),
                         is_error: false,
+                        outcome: None,
                         images: Vec::new(),
                     }],
                 },
@@ -468,6 +483,7 @@ mod tests {
                     tool_use_id: "t1".into(),
                     content: "{\"note\": \"<img src=x onerror=alert(1)>\"}".into(),
                     is_error: false,
+                    outcome: None,
                     images: Vec::new(),
                 }],
             },

@@ -1,4 +1,6 @@
-//! `GET /inbox/runs/{run_id}`: a run's conversation, its requests and how each ended, and
+//! `GET /inbox/runs/{run_id}`: a run's status and the calls of it that failed (a run can end
+//! `completed` with a refund its tool refused: the model answered anyway), its conversation,
+//! its requests and how each ended, and
 //! its audit trail as the API serves it (`GET /v1/runs/{run_id}/audit`): every entry of the
 //! hash chain, whether the chain verifies, and the latest refused decisions.
 
@@ -14,6 +16,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::get;
 use countersign_model::audit::{AuditEntry, verify};
+use countersign_model::run::CallOutcome;
 use maud::html;
 use serde_json::Value;
 
@@ -44,6 +47,7 @@ async fn show(
         // Pages are for people; a receipt is a bearer token for the call's tool.
         .map(AuditEntry::without_receipt)
         .collect();
+    let failed = run.failed_calls();
     let title = format!("Run {}", run.run_id);
     let mut page = Page::new(StatusCode::OK, &title);
     page.signed_in = Some((&session.principal, &session.csrf));
@@ -52,6 +56,10 @@ async fn show(
         section {
             dl {
                 dt { "Status" } dd.status { (run.status.as_str().replace('_', " ")) }
+                @if !failed.is_empty() {
+                    dt { "Failed calls" }
+                    dd.failed-count { a href="#failed-calls" { (calls_failed(failed.len())) } }
+                }
                 dt { "Agent" } dd { (run.agent) " (version " (run.agent_version) ")" }
                 dt { "Asked by" } dd { (run.requested_by.as_deref().unwrap_or("unknown")) }
                 dt { "Started" } dd { (readable(run.created_at)) }
@@ -59,6 +67,21 @@ async fn show(
             }
             @if let Some(answer) = &run.answer { h2 { "Answer" } pre { (answer) } }
             @if let Some(error) = &run.error { h2 { "Error" } pre { (error) } }
+        }
+        @if !failed.is_empty() {
+            section #failed-calls .failed-calls {
+                h2 { (calls_failed(failed.len())) }
+                p { "The agent was told each failed; what it did next is in the conversation below." }
+                ul {
+                    @for f in &failed {
+                        li data-call=(f.call_id) {
+                            strong { (f.tool) } " (" code { (f.call_id) } ") "
+                            @if f.outcome == CallOutcome::Unknown { "outcome unknown: " } @else { "failed: " }
+                            span.error-text { (f.error) }
+                        }
+                    }
+                }
+            }
         }
         @if run.held_calls().next().is_some() {
             section.waiting {
@@ -114,6 +137,14 @@ async fn show(
             }
         }
     }))
+}
+
+/// "1 call failed", "2 calls failed".
+pub(super) fn calls_failed(count: usize) -> String {
+    match count {
+        1 => "1 call failed".into(),
+        n => format!("{n} calls failed"),
+    }
 }
 
 /// An entry's kind as a word (`cancel requested`).

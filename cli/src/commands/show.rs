@@ -6,7 +6,7 @@ use crate::client::Gateway;
 use crate::error::CliError;
 use crate::render::{clip, fields, indent, moment, print_json, time_left};
 use crate::view::{HeldView, RunView, read};
-use countersign_model::run::{Action, Block, Decision, Message};
+use countersign_model::run::{Action, Block, CallOutcome, Decision, Message};
 use std::collections::HashMap;
 
 pub async fn run(gateway: &Gateway, run: &str, json: bool) -> Result<(), CliError> {
@@ -56,9 +56,33 @@ pub fn overview(run: &RunView) -> String {
         ("updated", run.updated_at.clone()),
         ("waiting", waiting),
         ("cancel", cancel),
+        ("failed calls", failed_count(run)),
         ("answer", run.answer.clone().unwrap_or_default()),
         ("error", run.error.clone().unwrap_or_default()),
-    ])
+    ]) + &failed_lines(run)
+}
+
+/// How many calls failed, the count [`overview`] shows; empty when none did.
+fn failed_count(run: &RunView) -> String {
+    match run.failed_calls.len() {
+        0 => String::new(),
+        n => format!("{n}, listed below (the agent was told)"),
+    }
+}
+
+/// Each failed call in a line: its tool, id, and what it answered.
+fn failed_lines(run: &RunView) -> String {
+    run.failed_calls
+        .iter()
+        .map(|call| {
+            let how = match call.outcome {
+                CallOutcome::Unknown => "outcome unknown",
+                _ => "failed",
+            };
+            let error = clip(&call.error, 200);
+            format!("Call {} ({}) {how}: {error}\n", call.call_id, call.tool)
+        })
+        .collect()
 }
 
 fn call_block(run_id: &str, pending: &HeldView) -> String {
@@ -187,6 +211,7 @@ mod tests {
                     tool_use_id: "c1".into(),
                     content: "{\"status\": \"delivered\"}".into(),
                     is_error: false,
+                    outcome: None,
                     images: Vec::new(),
                 }],
             },

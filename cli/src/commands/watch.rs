@@ -196,7 +196,26 @@ fn summary(kind: &str, data: &Value) -> String {
             s("decided_by"),
             s("door")
         ),
-        "run.completed" => s("answer"),
+        "run.completed" => {
+            // A run completes when the model answers, also after a call of it failed.
+            let failed: Vec<String> = data["failed_calls"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|c| {
+                    let text = |key: &str| c[key].as_str().unwrap_or_default().to_string();
+                    format!("{} {}", text("call_id"), text("tool"))
+                })
+                .collect();
+            match failed.len() {
+                0 => s("answer"),
+                n => format!(
+                    "{} ({n} failed call(s): {})",
+                    s("answer"),
+                    failed.join(", ")
+                ),
+            }
+        }
         "run.failed" => s("error"),
         "run.cancelled" => format!("by {}", s("cancelled_by")),
         "stream.cut" => "reading too slowly; connecting again".to_string(),
@@ -300,4 +319,23 @@ fn print_element(run: &str, element: &Value, json: bool) {
         .filter(|cell| !cell.is_empty())
         .collect();
     println!("{}", line.join("  "));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_completed_run_says_which_of_its_calls_failed() {
+        let done = json!({"answer": "All done.", "failed_calls": []});
+        assert_eq!(summary("run.completed", &done), "All done.");
+        let failed = json!({"answer": "I could not refund it.", "failed_calls": [
+            {"call_id": "toolu_2", "tool": "issue_refund", "outcome": "failed", "error": "401"},
+        ]});
+        assert_eq!(
+            summary("run.completed", &failed),
+            "I could not refund it. (1 failed call(s): toolu_2 issue_refund)"
+        );
+    }
 }

@@ -666,6 +666,113 @@ async fn work_through_two_requests(name: &str, screen: Screen) {
 }
 
 #[tokio::test]
+async fn on_a_desktop_after_an_edit_and_a_rejection_the_next_request_opens_at_the_focused_recorded_note_not_at_its_own_forms()
+ {
+    decide_by_forms_then_land_on_the_note("after_forms_desktop", Screen::Desktop).await;
+}
+
+#[tokio::test]
+async fn on_a_phone_after_an_edit_and_a_rejection_the_next_request_opens_at_the_focused_recorded_note_not_at_its_own_forms()
+ {
+    decide_by_forms_then_land_on_the_note("after_forms_phone", Screen::Phone).await;
+}
+
+/// Three refunds wait; on `screen` the reviewer edits the first, then rejects the next. Each
+/// form posts to its own fragment (`#edit`, `#reject`); the page each decision leads to (the
+/// next request) shows the note of what was recorded, in view and focused, and neither of its
+/// own edit and reject forms: a reviewer does not land in another call's form thinking it is
+/// the one just sent.
+async fn decide_by_forms_then_land_on_the_note(name: &str, screen: Screen) {
+    let app = TestApp::spawn(refund_brain).await;
+    let mut runs = Vec::new();
+    for asked in [
+        "Refund A-1001 please.",
+        "Refund A-1001 again.",
+        "Refund A-1001 once more.",
+    ] {
+        let run_id = app.start_run(asked).await;
+        let (call_id, _) = held_call(&app, &run_id).await;
+        runs.push((run_id, call_id));
+    }
+    let browser = Browser::start(name, screen).await;
+    sign_in(&browser, &app, REVIEWER_KEY).await;
+    open_request(&browser, &app, &runs[0].0, &runs[0].1).await;
+
+    send_edit(&browser, "49").await;
+    assert_recorded(&browser, "approved with changes by rita").await;
+    let after_edit = assert_at_the_note(&browser, "edit").await;
+    browser.screenshot("after-edit").await;
+
+    browser
+        .fill(
+            "form#reject textarea[name=reason]",
+            "The order was never paid.",
+        )
+        .await;
+    browser.click("form#reject button[type=submit]").await;
+    browser
+        .wait_until(
+            "the page after the rejection",
+            &format!(
+                "return location.pathname !== {after_edit:?} && document.readyState === 'complete'"
+            ),
+        )
+        .await;
+    assert_recorded(&browser, "rejected by rita").await;
+    assert_at_the_note(&browser, "reject").await;
+    browser.screenshot("after-reject").await;
+
+    // One run edited, one rejected, the third still waiting: each form decided its own call.
+    let mut actions = Vec::new();
+    for (run_id, _) in &runs {
+        let decided = decisions(&app, run_id).await;
+        let said: Vec<&str> = decided
+            .iter()
+            .map(|d| d["detail"]["action"].as_str().unwrap_or_default())
+            .collect();
+        actions.push(said.join(","));
+    }
+    actions.sort();
+    assert_eq!(actions, ["", "edit", "reject"]);
+}
+
+/// Asserts that the page the browser shows after a decision sent from the `form` form opened
+/// at the note of what was recorded: named by the address's fragment, wholly on the screen,
+/// focused, and no edit or reject form of the request shown on the screen; its path.
+async fn assert_at_the_note(browser: &Browser, form: &str) -> String {
+    let at = browser
+        .wait_until(
+            "the page loaded with its note",
+            "const note = document.querySelector('p.recorded'); \
+             if (!note || document.readyState !== 'complete') return null; \
+             const r = e => e.getBoundingClientRect(); \
+             const bar = document.querySelector('nav.actions'); \
+             const bottom = bar && getComputedStyle(bar).position === 'fixed' ? r(bar).top : innerHeight; \
+             const shown = e => r(e).bottom > 0 && r(e).top < bottom; \
+             return [location.hash, r(note).top >= 0 && r(note).bottom <= bottom, \
+               document.activeElement === note, \
+               [...document.querySelectorAll('form#edit, form#reject')].filter(shown).map(f => f.id), \
+               location.pathname, [r(note).top, r(note).bottom, bottom, scrollY]];",
+        )
+        .await;
+    assert_eq!(at[0], "#recorded", "after the {form} form: {at}");
+    assert_eq!(
+        at[1], true,
+        "after the {form} form, the note is on the screen: {at}"
+    );
+    assert_eq!(
+        at[2], true,
+        "after the {form} form, the note has the focus: {at}"
+    );
+    assert_eq!(
+        at[3],
+        serde_json::json!([]),
+        "after the {form} form, no form of the next request is on the screen: {at}"
+    );
+    at[4].as_str().unwrap().to_string()
+}
+
+#[tokio::test]
 async fn the_queue_tells_requests_apart_counts_them_and_is_worked_from_the_keyboard_with_a_confirmation()
  {
     let app = TestApp::spawn(refund_brain).await;

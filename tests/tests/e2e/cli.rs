@@ -226,6 +226,32 @@ fn lookup_then_refund(request: &Value) -> Value {
 }
 
 #[tokio::test]
+async fn runs_get_and_show_say_which_call_of_a_completed_run_failed_and_what_its_tool_answered() {
+    let app = crate::failed_calls::loosened_app().await;
+    let run = crate::failed_calls::refused_refund(&app).await;
+    for command in ["runs get", "show"] {
+        let out = ok(&app, REVIEWER_KEY, &format!("{command} {run}")).await;
+        let field = |name: &str| {
+            out.lines()
+                .find_map(|l| l.strip_prefix(name))
+                .map(|rest| rest.trim().to_string())
+        };
+        assert_eq!(field("status").as_deref(), Some("completed"), "{out}");
+        assert_eq!(
+            field("failed calls").as_deref(),
+            Some("1, listed below (the agent was told)"),
+            "{command}: {out}"
+        );
+        assert!(
+            out.contains(
+                "Call toolu_2 (issue_refund) failed: The tool issue_refund answered HTTP 401"
+            ),
+            "{command}: {out}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn show_lists_the_tool_results_the_agent_had_seen_before_the_call() {
     let app = TestApp::spawn(lookup_then_refund).await;
     let run = paused_run(&app).await;

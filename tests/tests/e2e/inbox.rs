@@ -538,7 +538,7 @@ async fn approving_from_the_request_page_completes_the_run_and_the_next_page_and
     let next = done.location.clone().unwrap_or_default();
     assert_eq!(
         next,
-        format!("/inbox?recorded_run={run_id}&recorded_call=toolu_2")
+        format!("/inbox?recorded_run={run_id}&recorded_call=toolu_2#recorded")
     );
     assert_shows(
         &opened.alice.get(&next).await,

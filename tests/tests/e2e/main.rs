@@ -15,6 +15,7 @@ mod email;
 mod error_shape;
 mod escalation;
 mod expiry;
+mod failed_calls;
 mod forged_events;
 mod grants;
 mod inbox;
