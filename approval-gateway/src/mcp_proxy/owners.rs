@@ -64,13 +64,18 @@ pub(crate) async fn admit(
     }
     let ending = request.method() == Method::DELETE;
     let response = next.run(request).await;
-    if ending
-        && response.status().is_success()
-        && let Err(e) = state.store.unbind_mcp_session(&hash).await
-    {
+    if !ending || !response.status().is_success() {
+        return response;
+    }
+    if let Err(e) = state.store.unbind_mcp_session(&hash).await {
         tracing::warn!(error = %e, "an ended MCP session's binding is left to expire");
     }
-    response
+    // rmcp answers an ended session 202, once it is closed; the official Python SDK takes
+    // anything but 200 or 204 for a failed termination and says so to its user.
+    match response.status() {
+        StatusCode::ACCEPTED => StatusCode::NO_CONTENT.into_response(),
+        _ => response,
+    }
 }
 
 /// `response` once the session it opens, if any, is bound to `caller`'s principal.

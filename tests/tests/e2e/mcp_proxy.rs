@@ -468,8 +468,10 @@ async fn a_session_answers_only_the_principal_that_opened_it() {
         into_session(&app, REQUESTER_KEY, &session, Method::POST, Some(lookup)).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     // Its owner ends it; then it is gone for everyone.
+    // Answered 204 as a session really ended: clients (the official Python SDK) take a 202
+    // for a termination that failed.
     let (status, body) = into_session(&app, REQUESTER_KEY, &session, Method::DELETE, None).await;
-    assert!(status.is_success(), "{status} {body}");
+    assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
     let (status, _) = into_session(&app, REQUESTER_KEY, &session, Method::GET, None).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }
