@@ -1,4 +1,4 @@
-//! Logging and traces. Logs: `RUST_LOG` filters (default `info`); `LOG_FORMAT=json` gives one
+//! Logging and traces. Logs: `RUST_LOG` filters (default [`DEFAULT_FILTER`]); `LOG_FORMAT=json` gives one
 //! JSON object a line; the text lines are coloured only on a terminal and when `NO_COLOR` is
 //! unset or empty. Traces: when `OTEL_EXPORTER_OTLP_ENDPOINT` (or
 //! `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) is set, the services' spans are exported over OTLP/HTTP
@@ -79,10 +79,16 @@ pub enum Endpoint {
     Url(String),
 }
 
+/// The log filter without `RUST_LOG`: `info`, but for the MCP SDK (rmcp), whose `info`
+/// lines (every session opened and served, with `Debug` dumps of its messages) would be a third
+/// of what an operator reads.
+pub const DEFAULT_FILTER: &str = "info,rmcp=warn";
+
 /// Logging, and traces to `endpoint` if there is one. A second call (tests, the local runner)
 /// keeps the first subscriber and exports nothing of its own.
 pub fn init_with(service: &str, endpoint: Option<Endpoint>) -> Telemetry {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER));
     let logs = if std::env::var("LOG_FORMAT").as_deref() == Ok("json") {
         tracing_subscriber::fmt::layer()
             .json()

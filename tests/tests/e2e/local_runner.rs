@@ -35,6 +35,8 @@ struct Runner {
     stderr: Option<ChildStderr>,
     /// Everything it printed on stdout, up to the end of its banner's first paragraph.
     stdout: String,
+    /// What it printed on stdout after that (its logs), as it prints it.
+    after_banner: std::sync::Arc<std::sync::Mutex<String>>,
 }
 
 /// Ports offsets whose five ports (see `countersign_local::place`) are free now, so this test
@@ -110,6 +112,7 @@ async fn start_command(mut command: Command, offset: u16) -> (Runner, Duration) 
         gateway: format!("http://127.0.0.1:{}", 8080 + offset),
         stderr,
         stdout,
+        after_banner: Default::default(),
     };
     if banner != Ok(true) {
         let _ = runner.child.start_kill();
@@ -120,7 +123,14 @@ async fn start_command(mut command: Command, offset: u16) -> (Runner, Duration) 
         );
     }
     // The rest of stdout is drained so the runner never blocks on a full pipe.
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let after_banner = runner.after_banner.clone();
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            let mut kept = after_banner.lock().unwrap();
+            kept.push_str(&line);
+            kept.push('\n');
+        }
+    });
     (runner, took)
 }
 
@@ -207,7 +217,11 @@ async fn the_local_runner_started_again_and_again_on_a_fresh_folder_takes_a_run_
 #[tokio::test]
 async fn the_demo_agent_on_mcp_tools_pauses_and_completes_once_approved() {
     let dir = fresh_dir();
-    let (runner, _) = start(&dir, free_offset()).await;
+    let offset = free_offset();
+    // With the logging a newcomer gets: no RUST_LOG.
+    let mut command = runner_command(&dir, offset);
+    command.env_remove("RUST_LOG");
+    let (runner, _) = start_command(command, offset).await;
     let run_id = runner.run_a_refund("refunds-mcp").await;
     let http = reqwest::Client::new();
     let url = format!("{}/v1/runs/{run_id}", runner.gateway);
@@ -268,6 +282,11 @@ async fn the_demo_agent_on_mcp_tools_pauses_and_completes_once_approved() {
     assert_ne!(answer.is_error, Some(true), "{answer:?}");
     assert!(format!("{answer:?}").contains("delivered"), "{answer:?}");
     client.cancel().await.unwrap();
+    // The MCP SDK's own `info` lines (each session, with dumps of its messages) are not
+    // among the runner's logs.
+    let logs = runner.after_banner.lock().unwrap().clone();
+    assert!(!logs.is_empty(), "the runner logs at info");
+    assert!(!logs.lines().any(|line| line.contains(" rmcp::")), "{logs}");
     runner.stop().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
