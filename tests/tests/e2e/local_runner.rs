@@ -284,8 +284,15 @@ async fn the_demo_agent_on_mcp_tools_pauses_and_completes_once_approved() {
     client.cancel().await.unwrap();
     // The MCP SDK's own `info` lines (each session, with dumps of its messages) are not
     // among the runner's logs.
-    let logs = runner.after_banner.lock().unwrap().clone();
-    assert!(!logs.is_empty(), "the runner logs at info");
+    let logs = wait_for(
+        "the runner's info lines",
+        Duration::from_secs(20),
+        || async {
+            let logs = runner.after_banner.lock().unwrap().clone();
+            logs.contains("paused for approval").then_some(logs)
+        },
+    )
+    .await;
     assert!(!logs.lines().any(|line| line.contains(" rmcp::")), "{logs}");
     runner.stop().await;
     let _ = std::fs::remove_dir_all(&dir);
