@@ -56,7 +56,17 @@ pub(crate) fn router(
                 .merge(crate::web::router(stop))
                 .route_layer(from_fn_with_state(state.clone(), same_origin::check)),
         )
-        .fallback(|| async { ApiError::not_found("no such route") })
+        // A person who mistyped an inbox address gets a page, with the way back; anyone
+        // else the API's JSON.
+        .fallback(|uri: Uri| async move {
+            let path = uri.path();
+            if path == "/inbox" || path.starts_with("/inbox/") {
+                let missing = ApiError::not_found("There is no such page in the inbox.");
+                crate::web::layout::PageError(missing).into_response()
+            } else {
+                ApiError::not_found("no such route").into_response()
+            }
+        })
         // After the merges: it applies to the routes present when it is called.
         .method_not_allowed_fallback(|method: Method, uri: Uri| async move {
             ApiError::method_not_allowed(format!("{method} is not allowed on {}", uri.path()))

@@ -219,7 +219,11 @@ impl IntoResponse for PageError {
         } else {
             "That did not work"
         };
-        message(self.0.status, title, &self.0.message)
+        // A page of the inbox that cannot be shown keeps the way back to the queue.
+        Page::new(self.0.status, title).render(html! {
+            p { (self.0.message) }
+            p { a href="/inbox" { "Back to the queue" } }
+        })
     }
 }
 

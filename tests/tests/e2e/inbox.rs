@@ -945,3 +945,25 @@ async fn a_run_pages_live_events_need_a_session_and_carry_on_after_the_last_even
     tokio::time::timeout(PATIENCE, read).await.unwrap();
     assert_eq!(ids[0], "4", "{ids:?}");
 }
+
+/// A mistyped inbox address, or a run that is not there, is a page with the inbox's header and
+/// the way back to the queue, not the API's JSON; the API's unknown routes stay JSON.
+#[tokio::test]
+async fn a_page_that_is_not_there_keeps_the_header_and_the_way_back_to_the_queue() {
+    let app = app().await;
+    let alice = Browser::signed_in(&app, ALICE_KEY).await;
+    for path in ["/inbox/nope", "/inbox/runs/run_nope"] {
+        let page = alice.get(path).await;
+        assert_eq!(page.status, StatusCode::NOT_FOUND, "{path}");
+        for part in ["<header>", "href=\"/inbox\"", ">Back to the queue</a>"] {
+            assert!(
+                page.html.contains(part),
+                "{path}: {part} missing from {}",
+                page.html
+            );
+        }
+    }
+    let (status, body) = app.get("/v1/nope").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(body["error"]["code"], "not_found", "{body}");
+}
