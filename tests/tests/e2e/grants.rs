@@ -27,12 +27,23 @@ pub(super) async fn start(
     order: &str,
     requested_by: Option<&str>,
 ) -> String {
+    start_with(app, REQUESTER_KEY, amount, order, requested_by).await
+}
+
+/// Starts a refund of `amount` on `order` with `key`, for `requested_by` if given; its id.
+pub(super) async fn start_with(
+    app: &TestApp,
+    key: &str,
+    amount: u32,
+    order: &str,
+    requested_by: Option<&str>,
+) -> String {
     let mut body = json!({"agent": "refunds", "input": format!("refund {amount} {order}")});
     if let Some(who) = requested_by {
         body["requested_by"] = json!(who);
     }
     let (status, run) = app
-        .request(Method::POST, "/v1/runs", Some(REQUESTER_KEY), Some(body))
+        .request(Method::POST, "/v1/runs", Some(key), Some(body))
         .await;
     assert_eq!(status, StatusCode::ACCEPTED, "{run}");
     run["run_id"].as_str().unwrap().to_string()

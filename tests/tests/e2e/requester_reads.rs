@@ -4,7 +4,7 @@
 //! `GET /v1/runs/{id}` (`authority::may_read`), so a key that may not read a run does not
 //! learn what it waits on through a listing either.
 
-use super::grants::{grant, held, refund_asked, terms};
+use super::grants::{grant, held, refund_asked, start_with, terms};
 use approval_gateway::config::{ApiKey, Role};
 use countersign_tests::app::{READER_KEY, REQUESTER_KEY, REVIEWER_KEY, TestApp};
 use reqwest::{Method, StatusCode};
@@ -12,25 +12,6 @@ use serde_json::{Value, json};
 
 /// A requester key that speaks for nobody but its own principal, `rhea`.
 const RHEA_KEY: &str = "test-rhea-requester-key-0123456789";
-
-/// Starts a refund of `amount` on `order` with `key`, for `requested_by` if given.
-async fn start_with(
-    app: &TestApp,
-    key: &str,
-    amount: u32,
-    order: &str,
-    requested_by: Option<&str>,
-) -> String {
-    let mut body = json!({"agent": "refunds", "input": format!("refund {amount} {order}")});
-    if let Some(who) = requested_by {
-        body["requested_by"] = json!(who);
-    }
-    let (status, run) = app
-        .request(Method::POST, "/v1/runs", Some(key), Some(body))
-        .await;
-    assert_eq!(status, StatusCode::ACCEPTED, "{run}");
-    run["run_id"].as_str().unwrap().to_string()
-}
 
 /// The run ids of the held calls `key` lists.
 async fn listed_runs(app: &TestApp, key: &str) -> Vec<Value> {
