@@ -77,6 +77,9 @@ pub enum Command {
     /// Follow runs as things happen to them, until interrupted
     Watch(WatchArgs),
     /// Approve a call and let a standing grant approve later calls like it
+    #[command(
+        override_usage = "countersign grant (RUN CALL --digest D | --from FILE|-) --when CEL --uses N --for SPAN [OPTIONS]"
+    )]
     Grant(GrantArgs),
     /// Standing grants, newest first, or one grant with the calls it approved
     Grants(GrantsArgs),
@@ -233,7 +236,19 @@ pub struct EditArgs {
 #[derive(Args)]
 pub struct GrantArgs {
     #[command(flatten)]
-    pub call: Decide,
+    pub shown: Option<Shown>,
+    /// Approve the one call of this `countersign pending --json` output (a file, or - for
+    /// standard input), quoting the digest it lists for the call
+    #[arg(
+        long,
+        value_name = "FILE|-",
+        conflicts_with = "Shown",
+        required_unless_present = "Shown"
+    )]
+    pub from: Option<String>,
+    /// The person deciding, when the key may speak for others
+    #[arg(long)]
+    pub decided_by: Option<String>,
     /// The calls it covers: a CEL condition on their input that this call meets, e.g.
     /// 'input.amount <= 50.0'
     #[arg(long = "when", value_name = "CEL")]

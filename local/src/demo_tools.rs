@@ -173,20 +173,25 @@ impl DemoTools {
     }
 }
 
+/// The demo's orders: one per README example, each with its amount and what went wrong (which
+/// the scripted model reads to decide its refund).
 fn orders() -> HashMap<&'static str, Value> {
-    HashMap::from([
-        (
-            "A-1001",
-            json!({"order_id": "A-1001", "status": "delivered", "amount": 129.0,
-                   "payments": [{"method": "card", "amount": 129.0}],
-                   "note": "customer reports the item arrived broken"}),
-        ),
-        (
-            "A-1002",
-            json!({"order_id": "A-1002", "status": "delivered", "amount": 15.5,
-                   "payments": [{"method": "card", "amount": 15.5}]}),
-        ),
-    ])
+    [
+        ("A-1001", json!(129), "arrived broken"),
+        ("A-1002", json!(15.5), "arrived late"),
+        ("A-1003", json!(30), "the wrong size was sent"),
+        ("A-1004", json!(45), "arrived late"),
+        ("A-1005", json!(80), "arrived damaged"),
+        ("A-1006", json!(60), "never arrived"),
+    ]
+    .into_iter()
+    .map(|(id, amount, problem)| {
+        let order = json!({"order_id": id, "status": "delivered", "amount": amount,
+                           "payments": [{"method": "card", "amount": amount}],
+                           "problem": problem});
+        (id, order)
+    })
+    .collect()
 }
 
 /// A request as the ledger sees it, however it came (HTTP or MCP).

@@ -457,26 +457,21 @@ countersign is running: gateway http://{gateway}, model: {provider}. Ctrl-C stop
 Inbox: http://{gateway}/inbox (sign in with the key {key})
 Agents: {agents} (edit these files: each change is loaded within a second)
 
-# In another terminal: install the command line once (or run it as
-# `cargo run -q -p countersign-cli --`) and point it at this gateway with your key:
-cargo install --path {cli}
+# Try it in another terminal (README.md, "Run it", says what each step shows). Install the
+# command line and point it at this gateway with your key:
+cargo install --path {cli}     # or run it as `cargo run -q -p countersign-cli --`
 export COUNTERSIGN_URL=http://{gateway} COUNTERSIGN_API_KEY={key}
 
-# 1. The support desk starts a run of the refund agent (it prints the run's id):
+# The support desk starts a run of the refund agent with its own key (nobody may approve
+# their own request); it pauses before the refund:
 RUN=$(COUNTERSIGN_API_KEY={requester_key} countersign runs start refunds \
   --input 'Order A-1001 arrived broken. Please refund it.')
-
-# 2. It pauses before the refund. See what waits, then the request as a reviewer sees it:
-#    what the agent said, the call's summary, reason, exact input and digest:
 countersign pending
 countersign show $RUN
 
-# 3. Approve the refund: run the `decide:` line `show` printed under the call, which quotes
-#    the call's id and the digest you were shown; a call that changed since is refused,
-#    never approved unseen.
-
-# 4. Follow the run live to its end (from its start: the agent's words as the model wrote
-#    them, each call, the pause, your decision, the resume), and check its audit trail:
+# Approve it (the listing quotes the digest you were shown, as the `decide:` line `show`
+# printed does), follow the run to its end and check its audit trail:
+countersign pending --where 'input.order_id == "A-1001"' --json | countersign approve --from -
 countersign watch --run $RUN
 countersign audit $RUN --verify
 "#

@@ -118,7 +118,7 @@ async fn get_order_answers_the_order_as_structured_content_and_as_text() {
     assert_eq!(found.is_error, Some(false));
     let order = found.structured_content.clone().unwrap();
     assert_eq!(order["order_id"], "A-1001");
-    assert_eq!(order["amount"], json!(129.0));
+    assert_eq!(order["amount"], json!(129));
     assert_eq!(serde_json::from_str::<Value>(text(&found)).unwrap(), order);
 
     let missing = client

@@ -1,11 +1,13 @@
 //! Standing grants: `countersign grant RUN CALL --digest D --when CEL --uses N --for SPAN`
-//! approves the call and lets a grant approve later calls like it (`POST /v1/grants`);
+//! approves the call and lets a grant approve later calls like it (`POST /v1/grants`); with
+//! `--from` instead of the call, the one call a `pending --json` listing names;
 //! `grants` lists them, `grants ID` shows one with the calls it approved, and `revoke ID`
 //! ends one. The condition is compiled here first, so a typo is a usage error and nothing is
 //! sent; whether it covers the call, and what the policy allows, the gateway decides.
 
 use super::decide::digest;
-use crate::args::{GrantArgs, GrantsArgs};
+use super::listed;
+use crate::args::{Decide, GrantArgs, GrantsArgs};
 use crate::client::Gateway;
 use crate::error::CliError;
 use crate::render::{Table, clip, fields, indent, moment, print_json, time_left};
@@ -17,13 +19,31 @@ use serde_json::{Value, json};
 pub async fn grant(gateway: &Gateway, args: GrantArgs, json: bool) -> Result<(), CliError> {
     let condition =
         Condition::compile(&args.condition).map_err(|e| CliError::Usage(format!("--when: {e}")))?;
-    let shown = &args.call.shown;
+    let (run, call, digest) = match (args.shown, &args.from) {
+        (Some(shown), _) => {
+            let decide = Decide {
+                shown,
+                decided_by: None,
+            };
+            let quoted = digest(&decide)?.to_string();
+            (decide.shown.run, decide.shown.call, quoted)
+        }
+        (None, Some(from)) => {
+            let one = listed::one(from)?;
+            (one.run_id, one.call_id, one.digest)
+        }
+        (None, None) => {
+            return Err(CliError::Usage(
+                "name the call (RUN CALL --digest D) or a listing of one call (--from FILE)".into(),
+            ));
+        }
+    };
     let mut body = json!({
-        "run_id": shown.run, "call_id": shown.call, "digest": digest(&args.call)?,
+        "run_id": run, "call_id": call, "digest": digest,
         "condition": condition.source(), "max_uses": args.uses,
         "expires_in": args.expires_in, "same_requester": args.same_requester,
     });
-    if let Some(by) = &args.call.decided_by {
+    if let Some(by) = &args.decided_by {
         body["decided_by"] = by.clone().into();
     }
     let answer = gateway.post(gateway.url(&["v1", "grants"]), &body).await?;
@@ -36,23 +56,20 @@ pub async fn grant(gateway: &Gateway, args: GrantArgs, json: bool) -> Result<(),
         Some(made) => {
             let made: GrantView = read(made.clone())?;
             println!(
-                "{by} approved call {} and made grant {}:",
-                shown.call, made.grant.id
+                "{by} approved call {call} of run {run} and made grant {}:",
+                made.grant.id
             );
             print!("{}", indent(&terms(&made.grant)));
         }
         None if answer.get("quorum").is_some() => println!(
             "{by}'s approval of call {} is counted: {} of {} needed; the grant is made once \
              they all approve it with the same terms",
-            shown.call, answer["approvals"], answer["quorum"]
+            call, answer["approvals"], answer["quorum"]
         ),
         None => println!("{}", answer["message"].as_str().unwrap_or_default()),
     }
     if answer["resumes"] == true {
-        println!(
-            "Every call of the turn is decided: run {} resumes.",
-            shown.run
-        );
+        println!("Every call of the turn is decided: run {run} resumes.");
     }
     Ok(())
 }

@@ -17,10 +17,10 @@ const MAX_BATCH: usize = 100;
 
 /// A call as the listing gives it; whatever else it says is not needed to decide it.
 #[derive(Deserialize)]
-struct Listed {
-    run_id: String,
-    call_id: String,
-    digest: String,
+pub(super) struct Listed {
+    pub(super) run_id: String,
+    pub(super) call_id: String,
+    pub(super) digest: String,
 }
 
 /// What `pending --json` prints.
@@ -49,6 +49,18 @@ fn read_listing(from: &str) -> Result<Vec<Listed>, CliError> {
         ))
     })?;
     Ok(listing.approvals)
+}
+
+/// The one call of the listing in `from`: a grant is made from one call the person saw.
+pub(super) fn one(from: &str) -> Result<Listed, CliError> {
+    let mut listed = read_listing(from)?;
+    match listed.len() {
+        1 => Ok(listed.remove(0)),
+        n => Err(CliError::Usage(format!(
+            "a grant is made from one call, and the listing names {n}: narrow `countersign \
+             pending` (--agent, --tool, --where) to the call meant; nothing was sent"
+        ))),
+    }
 }
 
 /// Sends `decision` (its action and reason) on each listed call, quoting its listed digest,

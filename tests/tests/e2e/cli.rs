@@ -888,9 +888,24 @@ async fn a_grant_made_from_the_terminal_approves_later_calls_until_it_is_revoked
     .failed(2, &["--for"]);
     assert_eq!(app.get_run_status(&run).await, "awaiting_approval");
 
-    let made = ok(&app, REVIEWER_KEY, &grant("input.amount <= 200.0")).await;
+    // From a listing, as `pending --json | grant --from -`: only one call may be meant.
+    let listing = ok(&app, REVIEWER_KEY, "pending --json").await;
+    let mut two: Value = serde_json::from_str(&listing).unwrap();
+    let one = two["approvals"][0].clone();
+    two["approvals"].as_array_mut().unwrap().push(one);
+    let from = "grant --from - --when 'input.amount <= 200.0' --uses 5 --for 1h";
+    fed(&app, REVIEWER_KEY, from, &two.to_string())
+        .await
+        .failed(2, &["names 2", "nothing was sent"]);
+    assert_eq!(app.get_run_status(&run).await, "awaiting_approval");
+
+    let made = fed(&app, REVIEWER_KEY, from, &listing).await;
+    assert_eq!(made.code, 0, "{}", made.err);
+    let made = made.out;
     assert!(
-        made.contains("rita approved call toolu_2 and made grant grt_"),
+        made.contains(&format!(
+            "rita approved call toolu_2 of run {run} and made grant grt_"
+        )),
         "{made}"
     );
     for part in [

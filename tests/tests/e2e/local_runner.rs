@@ -28,10 +28,10 @@ const DEMO_KEY: &str = "local-demo-key-0000";
 const BANNER: &str = "countersign is running";
 
 /// A runner started on its own ports and data folder.
-struct Runner {
+pub(super) struct Runner {
     child: Child,
     offset: u16,
-    gateway: String,
+    pub(super) gateway: String,
     stderr: Option<ChildStderr>,
     /// Everything it printed on stdout, up to the end of its banner's first paragraph.
     stdout: String,
@@ -41,7 +41,7 @@ struct Runner {
 
 /// Ports offsets whose five ports (see `countersign_local::place`) are free now, so this test
 /// stays clear of other tests and of a runner someone has open.
-fn free_offset() -> u16 {
+pub(super) fn free_offset() -> u16 {
     loop {
         let offset = 1000 + (uuid::Uuid::new_v4().as_u128() % 150) as u16 * 100;
         let free = [8080, 9090, 9100, 14222, 16379]
@@ -53,7 +53,7 @@ fn free_offset() -> u16 {
     }
 }
 
-fn fresh_dir() -> PathBuf {
+pub(super) fn fresh_dir() -> PathBuf {
     let dir = std::env::temp_dir().join(format!("countersign-local-{}", uuid::Uuid::new_v4()));
     std::fs::create_dir_all(&dir).unwrap();
     dir
@@ -79,7 +79,7 @@ fn runner_command(dir: &Path, offset: u16) -> Command {
 }
 
 /// Starts a runner and waits for its banner; returns it and how long the banner took.
-async fn start(dir: &Path, offset: u16) -> (Runner, Duration) {
+pub(super) async fn start(dir: &Path, offset: u16) -> (Runner, Duration) {
     start_command(runner_command(dir, offset), offset).await
 }
 
@@ -145,7 +145,7 @@ impl Runner {
     }
 
     /// Stops the runner as Ctrl-C does and checks that it stopped cleanly.
-    async fn stop(mut self) {
+    pub(super) async fn stop(mut self) {
         let pid = rustix::process::Pid::from_raw(self.child.id().unwrap() as i32).unwrap();
         rustix::process::kill_process(pid, rustix::process::Signal::INT).unwrap();
         let (status, stderr) = tokio::time::timeout(Duration::from_secs(30), self.ended())

@@ -37,6 +37,7 @@ mod pause_and_resume;
 mod policy_change;
 mod probes;
 mod providers_and_tools;
+mod readme;
 mod receipt_replay;
 mod receipts;
 mod redis_deployments;
