@@ -1,5 +1,7 @@
 //! The API's errors: each decides its status code and says what is wrong, as
-//! `{"error": {"code", "message", "details"?}}`. Internal failures never leak their cause.
+//! `{"error": {"code", "message", "refusal"?, "details"?}}` (`refusal`: for a refused decision,
+//! its exact `RefusalCode`, where `code` is the broader, stable class). Internal failures
+//! never leak their cause.
 //!
 //! This is the one place where a domain's error becomes an HTTP answer: the `From` impls
 //! below are the table of status codes and `code` strings (the domains themselves know
@@ -19,6 +21,8 @@ pub(crate) struct ApiError {
     pub(crate) code: &'static str,
     pub(crate) message: String,
     pub(crate) details: Option<Value>,
+    /// A refused decision's exact code, as the decision script and the metric name it.
+    pub(crate) refusal: Option<&'static str>,
     /// Seconds the client should wait before trying again (`Retry-After`).
     pub(crate) retry_after: Option<u64>,
 }
@@ -30,6 +34,7 @@ impl ApiError {
             code,
             message: message.into(),
             details: None,
+            refusal: None,
             retry_after: None,
         }
     }
@@ -124,6 +129,9 @@ impl ApiError {
     /// What the answer's `error` holds: `{code, message, details?}`.
     pub(crate) fn body(&self) -> Value {
         let mut error = json!({"code": self.code, "message": self.message});
+        if let Some(refusal) = self.refusal {
+            error["refusal"] = refusal.into();
+        }
         if let Some(details) = &self.details {
             error["details"] = details.clone();
         }
@@ -205,13 +213,14 @@ impl From<DecideError> for ApiError {
             }
             DecideError::Backend(cause) => Self::unavailable(cause),
             DecideError::Refused {
+                code,
                 status,
                 api_code,
                 message,
                 recorded,
-                ..
             } => {
-                let error = Self::new(status, api_code, message);
+                let mut error = Self::new(status, api_code, message);
+                error.refusal = Some(code.as_str());
                 match recorded {
                     // Whoever is refused sees the decision that stands, never its receipt.
                     Some(decision) if !decision.expired => error.with_details(json!({

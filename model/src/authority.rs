@@ -34,6 +34,7 @@
 //! it is limited to ([`may_read_grant`]).
 
 use crate::grant::Grant;
+use crate::refusal::RefusalCode;
 use crate::run::{Action, HeldCall, Run};
 use serde::{Deserialize, Serialize};
 
@@ -91,21 +92,6 @@ impl<'a> RunFacts<'a> {
     }
 }
 
-/// Why the rule refuses: each is a refusal code of the decision script too.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Refused {
-    /// The principal's role does not decide.
-    RoleMayNotDecide,
-    /// The call names approvers and the principal is not among them.
-    NotApprover,
-    /// The requester may not approve or edit their own run's call.
-    OwnRequest,
-    /// A call that needs several approvals cannot be edited.
-    EditWithQuorum,
-    /// The run is being cancelled.
-    RunCancelled,
-}
-
 /// Every action, in the order surfaces offer them.
 pub const ALL_ACTIONS: [Action; 3] = [Action::Approve, Action::Reject, Action::Edit];
 
@@ -115,17 +101,17 @@ pub fn may_decide(
     action: Action,
     call: &HeldCall,
     run: RunFacts<'_>,
-) -> Result<(), Refused> {
+) -> Result<(), RefusalCode> {
     if run.cancelling {
-        return Err(Refused::RunCancelled);
+        return Err(RefusalCode::RunCancelled);
     }
     if !who.role.decides() {
-        return Err(Refused::RoleMayNotDecide);
+        return Err(RefusalCode::RoleMayNotDecide);
     }
     if let Some(deciders) = &call.deciders
         && !deciders.iter().any(|p| p == who.id)
     {
-        return Err(Refused::NotApprover);
+        return Err(RefusalCode::NotApprover);
     }
     action_allowed(action, call, run.requested_by == Some(who.id))
 }
@@ -199,12 +185,12 @@ pub fn may_revoke(who: Principal<'_>, grant: &Grant, deciders: Option<&[String]>
 }
 
 /// The part of the rule that depends on the action: self-approval and quorum.
-fn action_allowed(action: Action, call: &HeldCall, own_run: bool) -> Result<(), Refused> {
+fn action_allowed(action: Action, call: &HeldCall, own_run: bool) -> Result<(), RefusalCode> {
     if action != Action::Reject && own_run && !call.reviewers.allow_self_approval {
-        return Err(Refused::OwnRequest);
+        return Err(RefusalCode::OwnRequest);
     }
     if action == Action::Edit && call.reviewers.quorum > 1 {
-        return Err(Refused::EditWithQuorum);
+        return Err(RefusalCode::EditWithQuorum);
     }
     Ok(())
 }
@@ -346,7 +332,7 @@ mod tests {
         for role in [Role::Reader, Role::Requester] {
             assert_eq!(
                 may_decide(who("bob", role), Action::Reject, &open, RUN),
-                Err(Refused::RoleMayNotDecide)
+                Err(RefusalCode::RoleMayNotDecide)
             );
         }
     }
@@ -356,11 +342,11 @@ mod tests {
         let listed = call(Some(&["alice"]), 1, false);
         assert_eq!(
             may_decide(who("bob", Role::Admin), Action::Approve, &listed, RUN),
-            Err(Refused::NotApprover)
+            Err(RefusalCode::NotApprover)
         );
         assert_eq!(
             may_decide(who("alice", Role::Reader), Action::Approve, &listed, RUN),
-            Err(Refused::RoleMayNotDecide)
+            Err(RefusalCode::RoleMayNotDecide)
         );
         assert!(may_decide(who("alice", Role::Reviewer), Action::Approve, &listed, RUN).is_ok());
     }
@@ -386,7 +372,7 @@ mod tests {
         assert!(offered(&quorum, cancelling).is_empty());
         assert_eq!(
             may_decide(who("bob", Role::Admin), Action::Reject, &quorum, cancelling),
-            Err(Refused::RunCancelled)
+            Err(RefusalCode::RunCancelled)
         );
     }
 }

@@ -19,6 +19,7 @@ pub mod mcp;
 pub mod mcp_proxy;
 pub mod people;
 pub mod policy;
+pub mod refusal;
 pub mod replay;
 pub mod run;
 pub mod script;

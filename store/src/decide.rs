@@ -5,6 +5,7 @@ use crate::script::{self, Argv};
 use countersign_model::audit::AuditEntry;
 use countersign_model::events::Event;
 use countersign_model::grant::Grant;
+pub use countersign_model::refusal::RefusalCode;
 use countersign_model::run::{Decision, RunId};
 use countersign_runtime::names::msg_id;
 use serde::{Deserialize, Serialize};
@@ -97,47 +98,6 @@ pub struct CallDecided {
     /// script recorded the approval that carries its terms).
     #[serde(skip)]
     pub grant: Option<countersign_model::grant::Grant>,
-}
-
-/// Why the script refused a request; nothing was recorded.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RefusalCode {
-    /// The call was decided otherwise, or by someone else (detail: the recorded decision).
-    Decided,
-    /// The run is not paused (detail: its status).
-    NotWaiting,
-    /// No such call is held in the run's current turn.
-    NoCall,
-    /// The digest is not the held call's (detail: the current one).
-    StaleDigest,
-    /// The deadline passed (detail: when, in ms).
-    PastDeadline,
-    /// The principal is not among the call's deciders (detail: them, as JSON).
-    NotApprover,
-    /// The requester may not approve or edit their own run.
-    OwnRequest,
-    /// A call that needs several approvals cannot be edited (detail: the quorum).
-    EditWithQuorum,
-    /// The edit was not checked against this call's schema (the call was not held when it
-    /// was checked).
-    EditUnchecked,
-    /// The email link was used already.
-    LinkUsed,
-    /// The principal's role does not decide held calls.
-    RoleMayNotDecide,
-    /// Someone asked to cancel the run (detail: its status).
-    RunCancelled,
-    /// The standing grant was made by fewer people than the call's quorum (detail: the
-    /// quorum).
-    GrantShort,
-    /// The standing grant is not about this call as stored: another agent, tool, policy
-    /// version or requester (detail: which).
-    GrantMismatch,
-    /// The receipt does not name who the decision would (another approval of the quorum came
-    /// first, detail: who it would), or the decision lets the call run without one: sign
-    /// again and retry.
-    ReceiptStale,
 }
 
 /// A refused decision, as kept in the run's capped list of refusals.

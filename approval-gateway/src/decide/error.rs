@@ -1,6 +1,8 @@
-//! Why a decision was not recorded: for each refusal of the decision script, the words a
-//! reviewer reads and the status and code the API answers with, side by side, so a new
-//! refusal is one arm here (and its code in `lua/decide.lua` and `RefusalCode`).
+//! Why a decision was not recorded: for each refusal (`RefusalCode`, the one name the script,
+//! the metric and the API's `error.refusal` share), the status and broader code the API
+//! answers with and its message, and the sentence a person reads on a page or in a channel,
+//! side by side, so a new refusal is one arm in each function here (and its code in
+//! `lua/decide.lua` and `RefusalCode`).
 
 use crate::time::rfc3339;
 use axum::http::StatusCode;
@@ -46,6 +48,34 @@ impl From<countersign_store::StoreError> for DecideError {
     fn from(e: countersign_store::StoreError) -> Self {
         Self::Backend(e.to_string())
     }
+}
+
+/// What a person is told when their own decision is refused, on any page or channel, where
+/// the request in front of them is "this request" (the API's message names the principal and
+/// the call instead, for clients and logs); None for a refusal a person's click cannot meet,
+/// which is told in the API's words.
+pub(crate) fn told(code: RefusalCode) -> Option<&'static str> {
+    Some(match code {
+        RefusalCode::NotApprover => "you are not among the approvers of this request",
+        RefusalCode::OwnRequest => {
+            "you asked for this run, so you may reject this request but not approve or edit it"
+        }
+        RefusalCode::RoleMayNotDecide => "your role in countersign does not decide requests",
+        RefusalCode::EditWithQuorum => {
+            "this request needs several approvals, so it cannot be edited: approve or reject it"
+        }
+        RefusalCode::RunCancelled => "this run was cancelled; nothing in it can be decided",
+        RefusalCode::Decided | RefusalCode::PastDeadline | RefusalCode::NotWaiting => {
+            "this request can no longer be decided"
+        }
+        RefusalCode::StaleDigest => "this request changed since it was shown",
+        RefusalCode::LinkUsed => "this link was already used or has expired",
+        RefusalCode::NoCall
+        | RefusalCode::EditUnchecked
+        | RefusalCode::GrantShort
+        | RefusalCode::GrantMismatch
+        | RefusalCode::ReceiptStale => return None,
+    })
 }
 
 impl DecideError {

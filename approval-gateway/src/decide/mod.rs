@@ -15,7 +15,7 @@ mod input;
 mod proposal;
 
 pub(crate) use batch::{MAX_BATCH, RunDecided, decide_batch};
-pub(crate) use error::DecideError;
+pub(crate) use error::{DecideError, told};
 pub(crate) use input::{Decider, MAX_TEXT, Proposed};
 
 use crate::state::AppState;
@@ -173,9 +173,7 @@ async fn record_once(
             Ok((calls, queued))
         }
         DecideOutcome::Refused(refusal) => {
-            let code = serde_json::to_value(refusal.code).unwrap_or_default();
-            let code = code.as_str().unwrap_or("refused");
-            state.metrics.decision(by.door, code);
+            state.metrics.decision(by.door, refusal.code.as_str());
             Err(DecideError::refused(
                 run.run_id.as_str(),
                 by.principal,

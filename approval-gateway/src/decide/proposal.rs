@@ -8,7 +8,7 @@ use super::input::{Decider, Proposed};
 use crate::receipts::{DecidedBy, Receipts};
 use countersign_model::agent::Catalog;
 use countersign_model::audit::{AuditEntry, AuditKind};
-use countersign_model::authority::{self, Principal, Refused, RunFacts};
+use countersign_model::authority::{self, Principal, RunFacts};
 use countersign_model::condition::{Condition, ConditionError};
 use countersign_model::digest::{MAX_EXACT_INTEGER, inexact_integer, sha256_hex};
 use countersign_model::edit::{self, FieldChange};
@@ -119,22 +119,15 @@ fn authorized(run: &Run, pending: &HeldCall, by: &Decider<'_>) -> Result<(), Dec
     else {
         return Ok(());
     };
-    let (code, detail) = match refused {
-        Refused::RoleMayNotDecide => (RefusalCode::RoleMayNotDecide, String::new()),
-        Refused::NotApprover => (
-            RefusalCode::NotApprover,
-            serde_json::to_string(&pending.deciders).unwrap_or_default(),
-        ),
-        Refused::OwnRequest => (RefusalCode::OwnRequest, String::new()),
-        Refused::EditWithQuorum => (
-            RefusalCode::EditWithQuorum,
-            pending.reviewers.quorum.to_string(),
-        ),
-        Refused::RunCancelled => (RefusalCode::RunCancelled, run.status.as_str().to_string()),
+    let detail = match refused {
+        RefusalCode::NotApprover => serde_json::to_string(&pending.deciders).unwrap_or_default(),
+        RefusalCode::EditWithQuorum => pending.reviewers.quorum.to_string(),
+        RefusalCode::RunCancelled => run.status.as_str().to_string(),
+        _ => String::new(),
     };
     let refusal = Refusal {
         call_id: pending.call_id.clone(),
-        code,
+        code: refused,
         detail,
     };
     Err(DecideError::refused(

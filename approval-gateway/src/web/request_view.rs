@@ -7,7 +7,7 @@
 //! audit trail (its `requested` entry keeps what reviewers were shown), so the page still
 //! says what it was after the run moved on.
 
-use crate::decide::DecideError;
+use crate::decide::{DecideError, told};
 use crate::error::ApiError;
 use crate::state::AppState;
 use crate::time::{readable, time_left};
@@ -284,31 +284,15 @@ pub(crate) fn refusal_words(e: &DecideError) -> (Option<StatusCode>, String) {
              below as it is now: check it and decide again."
                 .into(),
         ),
-        DecideError::Refused {
-            code: RefusalCode::Decided | RefusalCode::PastDeadline | RefusalCode::NotWaiting,
-            ..
-        } => (
-            None,
-            "Nothing was recorded: this request can no longer be decided.".into(),
-        ),
-        DecideError::Refused {
-            code: RefusalCode::NotApprover,
-            ..
-        } => (
-            None,
-            "Nothing was recorded: you are not among the approvers of this request.".into(),
-        ),
-        DecideError::Refused {
-            code: RefusalCode::OwnRequest,
-            ..
-        } => (
-            None,
-            "Nothing was recorded: you asked for this run, so you may reject it but not approve it."
-                .into(),
-        ),
+        DecideError::Refused { code, .. } if let Some(told) = told(*code) => {
+            (None, format!("Nothing was recorded: {told}."))
+        }
         DecideError::InvalidEdit { errors, .. } => (
             Some(StatusCode::UNPROCESSABLE_ENTITY),
-            format!("The changed input does not fit the tool: {}", errors.join("; ")),
+            format!(
+                "The changed input does not fit the tool: {}",
+                errors.join("; ")
+            ),
         ),
         other => (None, format!("Nothing was recorded: {other}.")),
     }

@@ -232,7 +232,10 @@ async fn email_reaches_only_people_whose_role_decides_and_a_link_is_checked_agai
     let at = |link: &str| link.replacen(&app.gateway_url, &url, 1);
     let (status, html) = post_form(&app, &at(&alice_links[0]), &[]).await;
     assert_eq!(status, StatusCode::FORBIDDEN, "{html}");
-    assert!(html.contains("does not hold a role that decides"), "{html}");
+    assert!(
+        html.contains("your role in countersign does not decide"),
+        "{html}"
+    );
     nothing_decided(&app, &run_id).await;
 
     // bob's link still decides.

@@ -29,8 +29,11 @@ async fn the_gateway_and_a_worker_count_and_time_what_they_did() {
     let run = app.start_run("Refund A-1001 please.").await;
     let paused = app.wait_status(&run, "awaiting_approval").await;
     let stale = json!([{"call_id": "toolu_2", "digest": format!("sha256:{}", "0".repeat(64)), "action": "approve"}]);
-    let (status, _) = app.decide(&run, stale).await;
+    let (status, body) = app.decide(&run, stale).await;
     assert_eq!(status, 409);
+    // One name for the refusal: the API's `refusal` is the metric's `outcome` below.
+    assert_eq!(body["error"]["code"], "stale_digest", "{body}");
+    assert_eq!(body["error"]["refusal"], "stale_digest", "{body}");
     let (status, _) = app
         .approve(&run, "toolu_2", &paused["pending"][0]["digest"])
         .await;

@@ -88,6 +88,9 @@ async fn people_outside_the_approvers_and_keys_speaking_for_strangers_are_refuse
 
     let (status, body) = app.decide_as("carol", &run_id, approve(&digest)).await;
     assert_eq!(status, 403, "{body}");
+    // The stable class, and the exact reason by the name the script and the refusals use.
+    assert_eq!(body["error"]["code"], "not_an_approver", "{body}");
+    assert_eq!(body["error"]["refusal"], "not_approver", "{body}");
     assert!(
         body["error"]["message"]
             .as_str()

@@ -12,7 +12,7 @@ use super::blocks::{self, Target};
 use super::{api, signature};
 use crate::auth::error::AuthError;
 use crate::config::SlackConfig;
-use crate::decide::{self, Decider, Proposed};
+use crate::decide::{self, Decider, Proposed, told};
 use crate::error::ApiError;
 use crate::state::AppState;
 use axum::body::Bytes;
@@ -21,9 +21,10 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
-use countersign_model::authority::{self, Principal, Refused, RunFacts};
+use countersign_model::authority::{self, Principal, RunFacts};
 use countersign_model::condition;
 use countersign_model::grant::GrantTerms;
+use countersign_model::refusal::RefusalCode;
 use countersign_model::run::Action;
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -284,26 +285,9 @@ async fn view_submission(state: &AppState, payload: &Value, principal: Option<St
 }
 
 /// Why a click was not let through, for the person who clicked.
-fn refused_words(refused: Refused, principal: &str) -> String {
-    match refused {
-        Refused::RoleMayNotDecide => format!(
-            "{principal}, your role in countersign does not decide requests, so you cannot decide this one."
-        ),
-        Refused::NotApprover => {
-            format!("{principal}, you are not among the approvers of this request.")
-        }
-        Refused::OwnRequest => {
-            "You asked for this run, so you may reject this request but not approve or edit it."
-                .to_string()
-        }
-        Refused::EditWithQuorum => {
-            "This request needs several approvals, so it cannot be edited: approve or reject it."
-                .to_string()
-        }
-        Refused::RunCancelled => {
-            "This run was cancelled; nothing in it can be decided.".to_string()
-        }
-    }
+fn refused_words(refused: RefusalCode, principal: &str) -> String {
+    let told = told(refused).unwrap_or("this request cannot be decided by you");
+    format!("{principal}, {told}.")
 }
 
 /// Refuses a payload from another workspace or app than the configured ones: a Slack user id
