@@ -289,3 +289,45 @@ pub struct WatchArgs {
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(100..))]
     pub interval_ms: u64,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// Every usage line, the top one's and each subcommand's, as `--help` and a usage error
+    /// print it.
+    fn usages(command: &mut clap::Command, out: &mut Vec<String>) {
+        out.push(command.render_usage().to_string());
+        for sub in command.get_subcommands_mut() {
+            usages(sub, out);
+        }
+    }
+
+    #[test]
+    fn the_grammar_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    /// The gateway and the key can come from the environment or the config file, so no usage
+    /// line may say they must be typed (they once did, as required flags).
+    #[test]
+    fn no_usage_line_asks_for_the_url_or_the_api_key() {
+        let mut cli = Cli::command();
+        cli.build();
+        let mut lines = Vec::new();
+        usages(&mut cli, &mut lines);
+        assert!(lines.len() > 10, "{lines:?}");
+        for line in &lines {
+            assert!(
+                !line.contains("--url") && !line.contains("--api-key"),
+                "{line}"
+            );
+        }
+        for global in ["url", "api_key"] {
+            let arg = cli.get_arguments().find(|a| a.get_id() == global).unwrap();
+            assert!(!arg.is_required_set(), "--{global} is required");
+        }
+        assert!(Cli::try_parse_from(["countersign", "pending"]).is_ok());
+    }
+}

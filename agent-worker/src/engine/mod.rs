@@ -322,6 +322,7 @@ impl Engine {
                 system: &def.system,
                 messages: &run.messages,
                 tools: &def.tools,
+                metadata: &run.metadata,
             };
             if let Some(decided) = resumed_from.take() {
                 self.metrics.resumed_after(now_ms() - decided);

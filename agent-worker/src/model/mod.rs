@@ -25,6 +25,9 @@ pub struct ModelRequest<'a> {
     pub system: &'a str,
     pub messages: &'a [Message],
     pub tools: &'a [ToolDef],
+    /// The run's metadata, where an `mcp_client` run keeps the call its model asks for;
+    /// language models are not sent it.
+    pub metadata: &'a serde_json::Value,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -119,7 +122,9 @@ impl Model {
                 Ok(blocks)
             }
             // A run that does not hold a call cannot become one by trying again.
-            Self::McpClient => mcp_proxy::answer(req.messages).map_err(ModelError::Fatal),
+            Self::McpClient => {
+                mcp_proxy::answer(req.metadata, req.messages).map_err(ModelError::Fatal)
+            }
         }
     }
 }
@@ -265,6 +270,7 @@ mod tests {
             system: "You refund orders.",
             messages: &messages,
             tools: &[],
+            metadata: &serde_json::Value::Null,
         };
         let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel();
         let answer = model

@@ -5,7 +5,7 @@
 //! names them to tools.
 
 use super::wait::Waited;
-use countersign_model::mcp_proxy::{self, CALL_ID};
+use countersign_model::mcp_proxy;
 use countersign_model::run::{Run, RunId, RunStatus};
 use countersign_receipt::mcp::{META_CALL_ID, META_RUN_ID};
 use rmcp::model::{CallToolResult, ContentBlock, MetaObject};
@@ -21,20 +21,22 @@ pub(super) fn of(id: &RunId, tool: &str, waited: Waited) -> CallToolResult {
             return still_waiting(id, tool, &format!("the run is {status}"));
         }
     };
-    about(result, id)
+    about(result, id, tool)
 }
 
 /// A call that has no outcome yet, for a reason that is not a person.
 pub(super) fn still_waiting(id: &RunId, tool: &str, why: &str) -> CallToolResult {
+    let call = mcp_proxy::call_id(tool);
     about(
         text(
             format!(
-                "The call {CALL_ID} of {tool} (run {id}) has no outcome yet: {why}. Call {tool} \
+                "The call {call} of {tool} (run {id}) has no outcome yet: {why}. Call {tool} \
                  again with the same arguments to get its outcome; it will not run twice."
             ),
             true,
         ),
         id,
+        tool,
     )
 }
 
@@ -70,7 +72,8 @@ fn finished(run: &Run, tool: &str) -> CallToolResult {
 /// The call waits for a person: why, and until when.
 fn held(run: &Run, tool: &str) -> CallToolResult {
     let id = &run.run_id;
-    let call = run.held_calls().find(|c| c.call_id == CALL_ID);
+    let call_id = mcp_proxy::call_id(tool);
+    let call = run.held_calls().find(|c| c.call_id == call_id);
     let reason = call.map_or("its policy holds it", |c| c.reason.as_str());
     let deadline = call
         .and_then(|c| c.deadline)
@@ -79,7 +82,7 @@ fn held(run: &Run, tool: &str) -> CallToolResult {
         .unwrap_or_default();
     text(
         format!(
-            "The call {CALL_ID} of {tool} (run {id}) waits for a person's decision: {reason}. \
+            "The call {call_id} of {tool} (run {id}) waits for a person's decision: {reason}. \
              Nothing has run. A person must decide{deadline}; then call {tool} again with the \
              same arguments to get the outcome (it will not run twice)."
         ),
@@ -95,11 +98,11 @@ fn text(content: String, is_error: bool) -> CallToolResult {
     }
 }
 
-/// `result`, naming the run and call it is about in its `_meta`.
-fn about(mut result: CallToolResult, id: &RunId) -> CallToolResult {
+/// `result`, naming the run and the call of `tool` it is about in its `_meta`.
+fn about(mut result: CallToolResult, id: &RunId, tool: &str) -> CallToolResult {
     let mut meta = Map::new();
     meta.insert(META_RUN_ID.into(), Value::from(id.to_string()));
-    meta.insert(META_CALL_ID.into(), Value::from(CALL_ID));
+    meta.insert(META_CALL_ID.into(), Value::from(mcp_proxy::call_id(tool)));
     result.meta = Some(MetaObject(meta));
     result
 }

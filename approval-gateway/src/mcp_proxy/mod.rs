@@ -206,9 +206,9 @@ impl Proxy {
         };
         let new = NewRun {
             agent: &self.agent,
-            input: call.input(),
+            input: call.request(),
             requested_by: caller.principal.clone(),
-            metadata: json!({"mcp": {"session": session, "client": client}}),
+            metadata: json!({"mcp": {"session": session, "client": client, "call": call}}),
             idempotency: Some(idempotency),
         };
         let (run_id, _) = runs::start(&self.state, new).await?;

@@ -90,7 +90,7 @@ async fn countersign(app: &TestApp, key: &str, line: &str) -> Outcome {
 }
 
 /// Runs a command that must succeed, and gives its output.
-async fn ok(app: &TestApp, key: &str, line: &str) -> String {
+pub(super) async fn ok(app: &TestApp, key: &str, line: &str) -> String {
     let done = countersign(app, key, line).await;
     assert_eq!(done.code, 0, "countersign {line} failed: {}", done.err);
     done.out

@@ -3,8 +3,12 @@
 //! a test MCP server whose `lookup` is read-only (a trusted server: it runs at once) and whose
 //! `refund` the agent's policy holds.
 
+use super::inbox::Browser;
+use countersign_receipt::mcp::META_CALL_ID;
 use countersign_receipt::mcp::{META_RECEIPT, META_RUN_ID};
-use countersign_tests::app::{ADMIN_KEY, PATIENCE, READER_KEY, REQUESTER_KEY, TestApp};
+use countersign_tests::app::{
+    ADMIN_KEY, PATIENCE, READER_KEY, REQUESTER_KEY, REVIEWER_KEY, TestApp,
+};
 use countersign_tests::mcp_server::{McpServer, TestAnswer, TestTool};
 use countersign_tests::wait_for;
 use reqwest::{Method, StatusCode};
@@ -22,6 +26,8 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 
 const AGENT: &str = "shopfront";
+/// The id of a refund's call: named after its tool, the same for every refund's run.
+const REFUND_CALL: &str = "mcp_refund";
 
 /// The upstream MCP server: a read-only lookup and a refund.
 async fn upstream() -> McpServer {
@@ -136,7 +142,7 @@ async fn held_refund(app: &TestApp) -> (String, Value) {
 
 async fn decide(app: &TestApp, run: &str, digest: &Value, decision: Value) {
     let mut decision = decision;
-    decision["call_id"] = json!("mcp_call");
+    decision["call_id"] = json!(REFUND_CALL);
     decision["digest"] = digest.clone();
     let (status, body) = app.decide(run, json!([decision])).await;
     assert_eq!(status, StatusCode::OK, "{body}");
@@ -215,6 +221,71 @@ async fn a_lookup_answers_at_once_and_a_held_refund_answers_once_a_person_approv
     client.cancel().await.unwrap();
 }
 
+/// A reviewer reads what a held call asked as a sentence naming its tool, not the JSON of the
+/// call (whose input is shown as the call's), wherever the run's request shows: the API's
+/// conversation, `countersign show`, the inbox's queue and request page. The call itself is
+/// named after its tool, there and in the answer's `_meta`.
+#[tokio::test]
+async fn a_held_call_is_asked_in_a_sentence_and_its_call_is_named_after_its_tool() {
+    let upstream = upstream().await;
+    let app = proxy(&upstream, 60).await;
+    let client = connect(&app, REQUESTER_KEY).await.unwrap();
+    let peer = client.peer().clone();
+    let refunding =
+        tokio::spawn(async move { peer.call_tool(call("refund", json!({"amount": 50}))).await });
+    let (run, digest) = held_refund(&app).await;
+    let asked = "An MCP client called refund.";
+    let raw = r#"{"tool""#;
+
+    let (_, shown) = app.get(&format!("/v1/runs/{run}")).await;
+    assert_eq!(shown["messages"][0]["content"][0]["text"], asked, "{shown}");
+    assert_eq!(shown["pending"][0]["call_id"], REFUND_CALL, "{shown}");
+    assert_eq!(
+        shown["pending"][0]["input"],
+        json!({"amount": 50}),
+        "{shown}"
+    );
+    assert_eq!(
+        shown["metadata"]["mcp"]["call"],
+        json!({"tool": "refund", "arguments": {"amount": 50}}),
+        "the call, kept as data"
+    );
+
+    let show = super::cli::ok(&app, REVIEWER_KEY, &format!("show {run}")).await;
+    assert!(show.contains(asked), "{show}");
+    assert!(
+        show.contains(&format!("Call {REFUND_CALL} (refund)")),
+        "{show}"
+    );
+    assert!(!show.contains(raw), "{show}");
+
+    let rita = Browser::signed_in(&app, REVIEWER_KEY).await;
+    for path in [
+        "/inbox".to_string(),
+        format!("/inbox/runs/{run}/calls/{REFUND_CALL}"),
+    ] {
+        let page = rita.get(&path).await;
+        assert_eq!(page.status, StatusCode::OK, "{path}: {}", page.html);
+        assert!(page.html.contains(asked), "{path}: {}", page.html);
+        assert!(
+            !page.html.contains("&quot;tool&quot;"),
+            "{path}: {}",
+            page.html
+        );
+        assert!(!page.html.contains(raw), "{path}: {}", page.html);
+    }
+
+    decide(&app, &run, &digest, json!({"action": "approve"})).await;
+    let refunded = tokio::time::timeout(PATIENCE, refunding)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(text(&refunded), "refunded");
+    assert_eq!(upstream.calls()[0].meta[META_CALL_ID], REFUND_CALL);
+    client.cancel().await.unwrap();
+}
+
 #[tokio::test]
 async fn a_rejected_refund_answers_the_reviewer_s_reason() {
     let upstream = upstream().await;
@@ -260,7 +331,8 @@ async fn a_call_that_outwaits_the_proxy_names_its_run_and_the_same_call_later_ge
     let meta = waiting.meta.as_ref().expect("the answer names its run");
     let run = meta.0[META_RUN_ID].as_str().unwrap().to_string();
     assert!(text(&waiting).contains(&run), "{}", text(&waiting));
-    assert!(text(&waiting).contains("mcp_call"), "{}", text(&waiting));
+    assert!(text(&waiting).contains(REFUND_CALL), "{}", text(&waiting));
+    assert_eq!(meta.0[META_CALL_ID], REFUND_CALL);
     assert!(
         text(&waiting).contains("same arguments"),
         "{}",
