@@ -11,14 +11,14 @@ use axum::response::Json;
 use axum::routing::get;
 use countersign_runtime::bus::Bus;
 use countersign_runtime::health::{Consumers, Readiness};
-use countersign_store::Store;
+use countersign_store::WorkerStore;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 #[derive(Clone)]
 struct Probes {
-    store: Store,
+    store: WorkerStore,
     bus: Bus,
     consumers: Consumers,
 }
@@ -26,7 +26,7 @@ struct Probes {
 /// Serves the probes, and `metrics` when given, on `listener` until `shutdown`.
 pub async fn serve(
     listener: TcpListener,
-    store: Store,
+    store: WorkerStore,
     bus: Bus,
     consumers: Consumers,
     metrics: Option<Router>,

@@ -158,7 +158,9 @@ pub async fn run(
         Duration::from_millis(config.agents_reload_ms),
     );
     let metrics = Metrics::default();
-    let store = Store::connect_waiting(&config.connections, names.clone(), metrics.clone()).await?;
+    let store = Store::connect_waiting(&config.connections, names.clone(), metrics.clone())
+        .await?
+        .worker();
     let bus = Bus::connect(&config.connections, names.clone()).await?;
     let consumers = Consumers::default();
     let mut served = metrics_http::Placed::new(
@@ -209,8 +211,7 @@ pub async fn run(
     info!(worker_id = %config.worker_id, agents = catalog.iter().count(), "worker started");
 
     let outbox = tokio::spawn(
-        Relay::new(store.clone(), bus.clone(), metrics)
-            .run_sweeper(Service::Worker, shutdown.clone()),
+        Relay::new(&store, bus.clone(), metrics).run_sweeper(Service::Worker, shutdown.clone()),
     );
     let (loaded, to_check) = watch::channel(engine.agents());
     let rechecker = tokio::spawn(recheck(engine.clone(), to_check, shutdown.clone()));

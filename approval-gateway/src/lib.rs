@@ -82,7 +82,9 @@ pub async fn run(
     let catalog = countersign_runtime::agents::load_dir(&config.agents_dir, &mcp).await?;
     config.check_channels(&catalog)?;
     let metrics = Metrics::default();
-    let store = Store::connect_waiting(&config.connections, names.clone(), metrics.clone()).await?;
+    let store = Store::connect_waiting(&config.connections, names.clone(), metrics.clone())
+        .await?
+        .gateway();
     let bus = Bus::connect(&config.connections, names).await?;
     let watcher = Watcher::new(
         &config.agents_dir,

@@ -11,7 +11,7 @@ use countersign_runtime::bus::Bus;
 use countersign_runtime::health::Consumers;
 use countersign_runtime::metrics::Metrics;
 use countersign_store::relay::Relay;
-use countersign_store::{Store, StoreError};
+use countersign_store::{GatewayStore, StoreError};
 use lettre::transport::smtp::authentication::Credentials;
 use lettre::{AsyncSmtpTransport, Tokio1Executor};
 use std::collections::HashMap;
@@ -22,7 +22,7 @@ pub(crate) type Mailer = AsyncSmtpTransport<Tokio1Executor>;
 
 #[derive(Clone)]
 pub(crate) struct AppState {
-    pub(crate) store: Store,
+    pub(crate) store: GatewayStore,
     pub(crate) bus: Bus,
     /// Publishes what the scripts queued.
     pub(crate) outbox: Relay,
@@ -48,7 +48,7 @@ pub(crate) struct AppState {
 
 impl AppState {
     pub(crate) fn new(
-        store: Store,
+        store: GatewayStore,
         bus: Bus,
         catalog: Catalog,
         config: Config,
@@ -65,7 +65,7 @@ impl AppState {
                     .collect(),
             ),
             live_streams: Arc::default(),
-            outbox: Relay::new(store.clone(), bus.clone(), metrics.clone()),
+            outbox: Relay::new(&store, bus.clone(), metrics.clone()),
             metrics,
             consumers: Consumers::default(),
             store,

@@ -128,7 +128,7 @@ pub enum DecideOutcome {
 
 impl Store {
     /// Checks and records the decisions of one request atomically (see `lua/decide.lua`).
-    pub async fn decide(
+    pub(crate) async fn decide(
         &self,
         id: &RunId,
         request: &DecideRequest<'_>,

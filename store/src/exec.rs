@@ -2,7 +2,7 @@
 //! so a call never runs twice silently, and none starts once the run's lease is lost or its
 //! cancel accepted.
 
-use super::{Store, StoreError, from_json, to_json};
+use super::{StoreError, WorkerStore, from_json, to_json};
 use crate::script;
 use countersign_model::run::{CallResult, RunId};
 
@@ -25,7 +25,7 @@ pub enum Execution {
     Finished(CallResult),
 }
 
-impl Store {
+impl WorkerStore {
     /// Marks a call as started by the attempt `token` of `owner`, who holds the run's lease,
     /// or says what an earlier attempt left. A reply lost on the way (a Redis restart) is asked
     /// for again with the same token, so losing it does not make this attempt's own call look

@@ -3,7 +3,7 @@
 //! once. All their keys share one Cluster slot, so counting a use and revoking are atomic
 //! against each other (`lua/grant_*.lua`).
 
-use super::{Store, StoreError, from_json, to_json};
+use super::{GatewayStore, Store, StoreError, from_json, to_json};
 use crate::script;
 use countersign_model::grant::{Grant, GrantUse, Revocation};
 use std::time::Duration;
@@ -23,84 +23,6 @@ pub enum UseOutcome {
 }
 
 impl Store {
-    /// Makes `grant` (its `created_at` and `expires_at` set on Redis's clock, `expires_in`
-    /// from now), or answers it as it stands if it was made before; true if made now.
-    pub async fn create_grant(
-        &self,
-        grant: &Grant,
-        expires_in: Duration,
-    ) -> Result<(Grant, bool), StoreError> {
-        let args = script::GrantCreate {
-            id: &grant.id,
-            def: &to_json(grant)?,
-            expires_in_ms: expires_in.as_millis() as u64,
-            keep_ms: KEEP_ENDED.as_millis() as u64,
-        };
-        let reply: Vec<String> = script::GRANT_CREATE
-            .invocation(None, &args)
-            .key(self.keys.grant_key(&grant.id))
-            .key(self.keys.grant_uses_key(&grant.id))
-            .key(self.keys.grants_key())
-            .key(self.keys.grants_for_key(&grant.agent, &grant.tool))
-            .invoke_async(&mut self.conn.clone())
-            .await?;
-        Ok((read_grant(&reply[1..])?, reply[0] == "created"))
-    }
-
-    /// Counts a use of grant `id` by `used` (a held call), if the grant still stands.
-    pub async fn use_grant(&self, id: &str, used: &GrantUse) -> Result<UseOutcome, StoreError> {
-        let args = script::GrantUse {
-            use_key: &use_key(used),
-            use_json: &to_json(used)?,
-        };
-        let reply: Vec<String> = script::GRANT_USE
-            .invocation(None, &args)
-            .key(self.keys.grant_key(id))
-            .key(self.keys.grant_uses_key(id))
-            .invoke_async(&mut self.conn.clone())
-            .await?;
-        Ok(match reply[0].as_str() {
-            "ok" => UseOutcome::Counted,
-            "again" => UseOutcome::Again,
-            _ => UseOutcome::Ended,
-        })
-    }
-
-    /// Gives back the use `used` took, its decision having been refused.
-    pub async fn release_grant_use(&self, id: &str, used: &GrantUse) -> Result<(), StoreError> {
-        let args = script::GrantRelease {
-            use_key: &use_key(used),
-        };
-        let _: i64 = script::GRANT_RELEASE
-            .invocation(None, &args)
-            .key(self.keys.grant_key(id))
-            .key(self.keys.grant_uses_key(id))
-            .invoke_async(&mut self.conn.clone())
-            .await?;
-        Ok(())
-    }
-
-    /// Revokes grant `id`; the grant as it now stands (revoked before, it keeps that
-    /// revocation) and whether this revoked it, or None if there is no such grant.
-    pub async fn revoke_grant(
-        &self,
-        id: &str,
-        revocation: &Revocation,
-    ) -> Result<Option<(Grant, bool)>, StoreError> {
-        let args = script::GrantRevoke {
-            revocation: &to_json(revocation)?,
-        };
-        let reply: Vec<String> = script::GRANT_REVOKE
-            .invocation(None, &args)
-            .key(self.keys.grant_key(id))
-            .invoke_async(&mut self.conn.clone())
-            .await?;
-        match reply[0].as_str() {
-            "missing" => Ok(None),
-            now => Ok(Some((read_grant(&reply[1..])?, now == "revoked"))),
-        }
-    }
-
     /// The grant `id` as it stands, if it is kept.
     pub async fn grant(&self, id: &str) -> Result<Option<Grant>, StoreError> {
         Ok(self.grants(&[id.to_string()]).await?.pop())
@@ -183,4 +105,84 @@ fn read_grant(fields: &[String]) -> Result<Grant, StoreError> {
         r => Some(from_json(r)?),
     };
     Ok(grant)
+}
+
+impl GatewayStore {
+    /// Makes `grant` (its `created_at` and `expires_at` set on Redis's clock, `expires_in`
+    /// from now), or answers it as it stands if it was made before; true if made now.
+    pub async fn create_grant(
+        &self,
+        grant: &Grant,
+        expires_in: Duration,
+    ) -> Result<(Grant, bool), StoreError> {
+        let args = script::GrantCreate {
+            id: &grant.id,
+            def: &to_json(grant)?,
+            expires_in_ms: expires_in.as_millis() as u64,
+            keep_ms: KEEP_ENDED.as_millis() as u64,
+        };
+        let reply: Vec<String> = script::GRANT_CREATE
+            .invocation(None, &args)
+            .key(self.keys.grant_key(&grant.id))
+            .key(self.keys.grant_uses_key(&grant.id))
+            .key(self.keys.grants_key())
+            .key(self.keys.grants_for_key(&grant.agent, &grant.tool))
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok((read_grant(&reply[1..])?, reply[0] == "created"))
+    }
+
+    /// Counts a use of grant `id` by `used` (a held call), if the grant still stands.
+    pub async fn use_grant(&self, id: &str, used: &GrantUse) -> Result<UseOutcome, StoreError> {
+        let args = script::GrantUse {
+            use_key: &use_key(used),
+            use_json: &to_json(used)?,
+        };
+        let reply: Vec<String> = script::GRANT_USE
+            .invocation(None, &args)
+            .key(self.keys.grant_key(id))
+            .key(self.keys.grant_uses_key(id))
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(match reply[0].as_str() {
+            "ok" => UseOutcome::Counted,
+            "again" => UseOutcome::Again,
+            _ => UseOutcome::Ended,
+        })
+    }
+
+    /// Gives back the use `used` took, its decision having been refused.
+    pub async fn release_grant_use(&self, id: &str, used: &GrantUse) -> Result<(), StoreError> {
+        let args = script::GrantRelease {
+            use_key: &use_key(used),
+        };
+        let _: i64 = script::GRANT_RELEASE
+            .invocation(None, &args)
+            .key(self.keys.grant_key(id))
+            .key(self.keys.grant_uses_key(id))
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(())
+    }
+
+    /// Revokes grant `id`; the grant as it now stands (revoked before, it keeps that
+    /// revocation) and whether this revoked it, or None if there is no such grant.
+    pub async fn revoke_grant(
+        &self,
+        id: &str,
+        revocation: &Revocation,
+    ) -> Result<Option<(Grant, bool)>, StoreError> {
+        let args = script::GrantRevoke {
+            revocation: &to_json(revocation)?,
+        };
+        let reply: Vec<String> = script::GRANT_REVOKE
+            .invocation(None, &args)
+            .key(self.keys.grant_key(id))
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        match reply[0].as_str() {
+            "missing" => Ok(None),
+            now => Ok(Some((read_grant(&reply[1..])?, now == "revoked"))),
+        }
+    }
 }

@@ -2,7 +2,7 @@
 //! through; it lives outside the runs' slots, so readers re-check each run's status. It is
 //! split into [`Shard`]s like every deployment-wide index; a page merges theirs.
 
-use super::{Store, StoreError};
+use super::{Store, StoreError, WorkerStore};
 use crate::keys::Shard;
 use crate::script;
 use countersign_model::now_ms;
@@ -18,60 +18,6 @@ pub struct Awaiting {
 }
 
 impl Store {
-    /// A run resumes: out of the paused-runs index, and the timers of its held calls (given
-    /// as `(call_id, digest)`) gone, so decided calls do not wait in the sweepers' sets until
-    /// their deadline.
-    pub async fn resumed(&self, id: &RunId, calls: &[(&str, &str)]) -> Result<(), StoreError> {
-        let shard = Shard::of(id);
-        let mut script = script::INBOX_RESUMED.invocation(None, &script::Mark { run: id.as_str() });
-        script
-            .key(self.keys.awaiting_key(shard))
-            .key(self.keys.deadlines_key(shard))
-            .key(self.keys.reminders_key(shard));
-        for (call_id, digest) in calls {
-            script.arg(super::timers::member(id, call_id, digest));
-        }
-        let _: i64 = script.invoke_async(&mut self.conn.clone()).await?;
-        Ok(())
-    }
-
-    /// Adds or removes a run in the index of paused runs.
-    pub async fn index_awaiting(&self, id: &RunId, awaiting: bool) -> Result<(), StoreError> {
-        let mut cmd = if awaiting {
-            let mut c = redis::cmd("ZADD");
-            c.arg(self.keys.awaiting_key(Shard::of(id))).arg(now_ms());
-            c
-        } else {
-            let mut c = redis::cmd("ZREM");
-            c.arg(self.keys.awaiting_key(Shard::of(id)));
-            c
-        };
-        let _: i64 = cmd
-            .arg(id.as_str())
-            .query_async(&mut self.conn.clone())
-            .await?;
-        Ok(())
-    }
-    /// Whether `worker` is the first to take on checking the calls that wait under earlier
-    /// versions of `agent` than `version`: one worker does it per version, for `ttl`.
-    pub async fn take_recheck(
-        &self,
-        agent: &str,
-        version: &str,
-        worker: &str,
-        ttl: std::time::Duration,
-    ) -> Result<bool, StoreError> {
-        let set: Option<String> = redis::cmd("SET")
-            .arg(self.keys.recheck_key(agent, version))
-            .arg(worker)
-            .arg("NX")
-            .arg("PX")
-            .arg(ttl.as_millis() as u64)
-            .query_async(&mut self.conn.clone())
-            .await?;
-        Ok(set.is_some())
-    }
-
     /// At most `limit` runs of the paused index strictly after `after` (from the start when
     /// `None`), oldest first, runs that paused in the same millisecond in order of id, as
     /// Redis keeps them. Only that slice is read, however many runs wait. Some may have moved
@@ -163,5 +109,62 @@ impl Store {
             }
         }
         Ok(page)
+    }
+}
+
+impl WorkerStore {
+    /// A run resumes: out of the paused-runs index, and the timers of its held calls (given
+    /// as `(call_id, digest)`) gone, so decided calls do not wait in the sweepers' sets until
+    /// their deadline.
+    pub async fn resumed(&self, id: &RunId, calls: &[(&str, &str)]) -> Result<(), StoreError> {
+        let shard = Shard::of(id);
+        let mut script = script::INBOX_RESUMED.invocation(None, &script::Mark { run: id.as_str() });
+        script
+            .key(self.keys.awaiting_key(shard))
+            .key(self.keys.deadlines_key(shard))
+            .key(self.keys.reminders_key(shard));
+        for (call_id, digest) in calls {
+            script.arg(super::timers::member(id, call_id, digest));
+        }
+        let _: i64 = script.invoke_async(&mut self.conn.clone()).await?;
+        Ok(())
+    }
+
+    /// Adds or removes a run in the index of paused runs.
+    pub async fn index_awaiting(&self, id: &RunId, awaiting: bool) -> Result<(), StoreError> {
+        let mut cmd = if awaiting {
+            let mut c = redis::cmd("ZADD");
+            c.arg(self.keys.awaiting_key(Shard::of(id))).arg(now_ms());
+            c
+        } else {
+            let mut c = redis::cmd("ZREM");
+            c.arg(self.keys.awaiting_key(Shard::of(id)));
+            c
+        };
+        let _: i64 = cmd
+            .arg(id.as_str())
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(())
+    }
+
+    /// Whether `worker` is the first to take on checking the calls that wait under earlier
+    /// versions of `agent` than `version`: one worker does it per version, for `ttl`.
+    pub async fn take_recheck(
+        &self,
+        agent: &str,
+        version: &str,
+        worker: &str,
+        ttl: std::time::Duration,
+    ) -> Result<bool, StoreError> {
+        let set: Option<String> = redis::cmd("SET")
+            .arg(self.keys.recheck_key(agent, version))
+            .arg(worker)
+            .arg("NX")
+            .arg("PX")
+            .arg(ttl.as_millis() as u64)
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(set.is_some())
     }
 }

@@ -35,6 +35,7 @@ mod connection;
 mod decide;
 mod exec;
 mod grants;
+mod handles;
 mod inbox;
 pub mod keys;
 mod outbox;
@@ -51,6 +52,7 @@ pub use decide::{
 };
 pub use exec::{ExecBegin, Execution};
 pub use grants::{KEEP_ENDED, UseOutcome};
+pub use handles::{Closing, GatewayStore, WorkerStore};
 pub use inbox::Awaiting;
 pub use records::IdempotencyRecord;
 pub use timers::{Due, DueTimer, Timer};
@@ -247,28 +249,37 @@ impl Store {
         Ok(())
     }
 
-    /// Stores a new queued run; false if a run with this id exists already.
-    pub async fn create(&self, run: &Run) -> Result<bool, StoreError> {
-        let doc = to_json(run)?;
-        let args = script::Create {
-            doc: &doc,
-            requested_by: run.requested_by.as_deref().unwrap_or_default(),
-            agent: &run.agent,
-        };
-        let created: i64 = script::CREATE
-            .invocation(None, &args)
-            .key(self.keys.run_key(&run.run_id))
-            .invoke_async(&mut self.conn.clone())
-            .await?;
-        Ok(created == 1)
-    }
-
     /// Redis's clock in milliseconds: the one leases and deadlines are compared with.
     pub async fn time_ms(&self) -> Result<i64, StoreError> {
         let (secs, micros): (i64, i64) = redis::cmd("TIME")
             .query_async(&mut self.conn.clone())
             .await?;
         Ok(secs * 1000 + micros / 1000)
+    }
+    /// The run with the version it was read at, for [`Store::escalate`]. The status and the
+    /// cancellation are the hash's, which the scripts keep.
+    pub async fn load_versioned(&self, id: &RunId) -> Result<Option<(Run, String)>, StoreError> {
+        type Fields = (
+            Option<String>,
+            Option<String>,
+            Option<String>,
+            Option<String>,
+            Option<String>,
+        );
+        let (status, doc, version, cancel, head): Fields = redis::cmd("HMGET")
+            .arg(self.keys.run_key(id))
+            .arg("status")
+            .arg("doc")
+            .arg("version")
+            .arg("cancel")
+            .arg("audit_head")
+            .query_async(&mut self.conn.clone())
+            .await?;
+        let (Some(status), Some(doc), Some(version)) = (status, doc, version) else {
+            return Ok(None);
+        };
+        self.heads.saw(id, head.as_deref().unwrap_or_default());
+        Ok(Some((read_run(&status, &doc, cancel.as_deref())?, version)))
     }
 
     /// The run with its authoritative status, if it exists.
@@ -284,73 +295,6 @@ impl Store {
         raw.into_iter()
             .map(|(k, v)| Ok((k, from_json(&v)?)))
             .collect()
-    }
-
-    pub async fn claim(
-        &self,
-        id: &RunId,
-        owner: &str,
-        lease: Duration,
-    ) -> Result<Claim, StoreError> {
-        let args = script::Lease {
-            owner,
-            lease_ms: lease.as_millis() as i64,
-        };
-        let reply: Vec<String> = script::CLAIM
-            .invocation(None, &args)
-            .key(self.keys.run_key(id))
-            .key(self.keys.decisions_key(id))
-            .invoke_async(&mut self.conn.clone())
-            .await?;
-        let status = || {
-            RunStatus::parse(&reply[1])
-                .ok_or_else(|| StoreError::Corrupt(format!("unknown status {:?}", reply[1])))
-        };
-        Ok(match reply[0].as_str() {
-            "claimed" => {
-                let [_, status, _, doc, cancel, head, decisions @ ..] = reply.as_slice() else {
-                    return Err(StoreError::Corrupt(format!("claim replied {reply:?}")));
-                };
-                self.heads.saw(id, head);
-                let run = read_run(status, doc, (!cancel.is_empty()).then_some(cancel))?;
-                let decisions = decisions
-                    .chunks(2)
-                    .map(|pair| match pair {
-                        [call, decision] => Ok((call.clone(), from_json(decision)?)),
-                        _ => Err(StoreError::Corrupt("odd decisions reply".into())),
-                    })
-                    .collect::<Result<_, StoreError>>()?;
-                Claim::Claimed(Box::new(Claimed { run, decisions }))
-            }
-            "busy" => Claim::Busy(Duration::from_millis(reply[2].parse().unwrap_or(0))),
-            "waiting" => Claim::Waiting,
-            "finished" => Claim::Finished(status()?),
-            _ => Claim::Missing,
-        })
-    }
-
-    /// Extends the caller's lease; false if it no longer holds it.
-    pub async fn renew(
-        &self,
-        id: &RunId,
-        owner: &str,
-        lease: Duration,
-    ) -> Result<bool, StoreError> {
-        self.lease(id, owner, lease.as_millis() as i64).await
-    }
-
-    /// Gives the lease up so another worker can take the run at once (after a retryable error).
-    pub async fn release(&self, id: &RunId, owner: &str) -> Result<bool, StoreError> {
-        self.lease(id, owner, 0).await
-    }
-
-    async fn lease(&self, id: &RunId, owner: &str, lease_ms: i64) -> Result<bool, StoreError> {
-        let ok: i64 = script::LEASE
-            .invocation(None, &script::Lease { owner, lease_ms })
-            .key(self.keys.run_key(id))
-            .invoke_async(&mut self.conn.clone())
-            .await?;
-        Ok(ok == 1)
     }
 
     /// A script on one run: all its keys, the common arguments and `args`, after marking the
@@ -418,135 +362,6 @@ impl Store {
         }
     }
 
-    /// Writes the run as the lease holder, with the audit entries of what changed and the
-    /// announcements others must hear of, in one step. A pause is listed in the paused-runs
-    /// index just before, in the step that marks its outbox, so a run seen paused is always
-    /// found in the inbox (which re-checks each run's status, so a listing whose save failed
-    /// shows nothing).
-    pub async fn save(
-        &self,
-        run: &Run,
-        owner: &str,
-        lease: Duration,
-        how: Save,
-        audits: &[AuditEntry],
-        announce: &[Announcement],
-    ) -> Result<Vec<Announcement>, StoreError> {
-        let held: Vec<(&str, String)> = match how {
-            Save::Pause => run
-                .held_calls()
-                .map(|p| Ok((p.call_id.as_str(), to_json(&p.terms(run.turns))?)))
-                .collect::<Result<_, StoreError>>()?,
-            _ => Vec::new(),
-        };
-        let ttl = match how {
-            Save::Finish { retention, .. } => retention.as_secs().max(1),
-            _ => 0,
-        };
-        let (start_token, starts) = match &how {
-            Save::Turn { token } => {
-                let starts: Vec<&str> = run
-                    .paused_turn
-                    .iter()
-                    .filter(|c| c.runs_now())
-                    .map(|c| c.call_id.as_str())
-                    .collect();
-                (token.as_str(), starts.join(" "))
-            }
-            _ => ("", String::new()),
-        };
-        let doc = to_json(run)?;
-        let args = script::Save {
-            owner,
-            lease_ms: lease.as_millis() as i64,
-            status: how.status().as_str(),
-            doc: &doc,
-            ttl_secs: ttl,
-            turn: run.turns,
-            start_token,
-            starts: &starts,
-        };
-        let (status, detail, queued) = self
-            .on_run_marked(
-                &script::SAVE,
-                &run.run_id,
-                matches!(how, Save::Pause),
-                &args,
-                |script, chain| {
-                    script.arg(held.len());
-                    for (call_id, terms) in &held {
-                        script::HeldTerms { call_id, terms }.push(script);
-                    }
-                    chain.args(script, audits);
-                    announce_args(script, announce);
-                    Ok(())
-                },
-            )
-            .await?;
-        match status.as_str() {
-            "ok" => Ok(queued),
-            "cancel" => Err(StoreError::Cancelled),
-            _ => Err(StoreError::LostLease(detail)),
-        }
-    }
-
-    /// Asks a run to stop (see `lua/cancel.lua`): marks it with `cancel`, audits the request
-    /// and queues `nudge`, the message that brings a worker to finish it.
-    pub async fn cancel(
-        &self,
-        id: &RunId,
-        cancel: &countersign_model::run::Cancellation,
-        audit: &AuditEntry,
-        nudge: &Announcement,
-    ) -> Result<CancelOutcome, StoreError> {
-        let cancellation = to_json(cancel)?;
-        let cancelled = event(Event::ApprovalCancelled {
-            run_id: id.clone(),
-            call_id: String::new(),
-            cancelled_by: cancel.by.clone(),
-            channels: Vec::new(),
-        });
-        let args = script::Cancel {
-            cancellation: &cancellation,
-            cancelled_subject: &self.names.approval_cancelled(id),
-            cancelled_id_prefix: &msg_id::cancelled(id, ""),
-            cancelled_event: &cancelled,
-        };
-        let (status, detail, queued) = self
-            .on_run(&script::CANCEL, id, &args, |script, chain| {
-                chain.args(script, std::slice::from_ref(audit));
-                announce_args(script, std::slice::from_ref(nudge));
-                Ok(())
-            })
-            .await?;
-        let parsed = || {
-            RunStatus::parse(&detail)
-                .ok_or_else(|| StoreError::Corrupt(format!("unknown status {detail:?}")))
-        };
-        Ok(match status.as_str() {
-            "requested" => CancelOutcome::Requested(parsed()?, queued),
-            "finished" => CancelOutcome::Finished(parsed()?),
-            _ => CancelOutcome::NoRun,
-        })
-    }
-
-    /// Appends an entry to the run's audit chain (and, through the outbox, the global log);
-    /// nothing if the run is gone.
-    pub async fn audit(&self, entry: &AuditEntry) -> Result<Vec<Announcement>, StoreError> {
-        let (_, _, queued) = self
-            .on_run(
-                &script::AUDIT_APPEND,
-                &entry.run_id,
-                &NoArgs,
-                |script, chain| {
-                    chain.args(script, std::slice::from_ref(entry));
-                    Ok(())
-                },
-            )
-            .await?;
-        Ok(queued)
-    }
-
     /// The latest refused decisions on a run, newest first.
     pub async fn refusals(&self, id: &RunId) -> Result<Vec<serde_json::Value>, StoreError> {
         let raw: Vec<String> = redis::cmd("LRANGE")
@@ -580,86 +395,6 @@ impl Store {
             .map(|r| from_json(r))
             .collect::<Result<_, _>>()
             .map(Some)
-    }
-
-    /// The run with the version it was read at, for [`Store::escalate`]. The status and the
-    /// cancellation are the hash's, which the scripts keep.
-    pub async fn load_versioned(&self, id: &RunId) -> Result<Option<(Run, String)>, StoreError> {
-        type Fields = (
-            Option<String>,
-            Option<String>,
-            Option<String>,
-            Option<String>,
-            Option<String>,
-        );
-        let (status, doc, version, cancel, head): Fields = redis::cmd("HMGET")
-            .arg(self.keys.run_key(id))
-            .arg("status")
-            .arg("doc")
-            .arg("version")
-            .arg("cancel")
-            .arg("audit_head")
-            .query_async(&mut self.conn.clone())
-            .await?;
-        let (Some(status), Some(doc), Some(version)) = (status, doc, version) else {
-            return Ok(None);
-        };
-        self.heads.saw(id, head.as_deref().unwrap_or_default());
-        Ok(Some((read_run(&status, &doc, cancel.as_deref())?, version)))
-    }
-
-    /// Escalates a held call of a paused run unchanged since `version` and still undecided:
-    /// its document and held call are rewritten, with the audit entry and the announcement.
-    /// None if the run moved on meanwhile.
-    pub async fn escalate(
-        &self,
-        run: &Run,
-        version: &str,
-        call_id: &str,
-        held: &DecisionTerms,
-        audit: &AuditEntry,
-        announce: &Announcement,
-    ) -> Result<Option<Vec<Announcement>>, StoreError> {
-        let doc = to_json(run)?;
-        let terms = to_json(held)?;
-        let args = script::Escalate {
-            version,
-            call_id,
-            doc: &doc,
-            terms: &terms,
-        };
-        let (status, _, queued) = self
-            .on_run(&script::ESCALATE, &run.run_id, &args, |script, chain| {
-                chain.args(script, std::slice::from_ref(audit));
-                announce_args(script, std::slice::from_ref(announce));
-                Ok(())
-            })
-            .await?;
-        Ok((status == "ok").then_some(queued))
-    }
-
-    /// Reminds once about a call still held undecided in the run's current turn: the audit
-    /// entry and the announcement, or nothing if it moved on or was reminded already.
-    pub async fn remind(
-        &self,
-        id: &RunId,
-        call_id: &str,
-        audit: &AuditEntry,
-        announce: &Announcement,
-    ) -> Result<Vec<Announcement>, StoreError> {
-        let (_, _, queued) = self
-            .on_run(
-                &script::REMIND,
-                id,
-                &script::Remind { call_id },
-                |script, chain| {
-                    chain.args(script, std::slice::from_ref(audit));
-                    announce_args(script, std::slice::from_ref(announce));
-                    Ok(())
-                },
-            )
-            .await?;
-        Ok(queued)
     }
 }
 
@@ -770,4 +505,274 @@ fn to_json<T: serde::Serialize>(value: &T) -> Result<String, StoreError> {
 
 fn from_json<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, StoreError> {
     serde_json::from_str(text).map_err(|e| StoreError::Corrupt(e.to_string()))
+}
+
+impl GatewayStore {
+    /// Stores a new queued run; false if a run with this id exists already.
+    pub async fn create(&self, run: &Run) -> Result<bool, StoreError> {
+        let doc = to_json(run)?;
+        let args = script::Create {
+            doc: &doc,
+            requested_by: run.requested_by.as_deref().unwrap_or_default(),
+            agent: &run.agent,
+        };
+        let created: i64 = script::CREATE
+            .invocation(None, &args)
+            .key(self.keys.run_key(&run.run_id))
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(created == 1)
+    }
+
+    /// Asks a run to stop (see `lua/cancel.lua`): marks it with `cancel`, audits the request
+    /// and queues `nudge`, the message that brings a worker to finish it.
+    pub async fn cancel(
+        &self,
+        id: &RunId,
+        cancel: &countersign_model::run::Cancellation,
+        audit: &AuditEntry,
+        nudge: &Announcement,
+    ) -> Result<CancelOutcome, StoreError> {
+        let cancellation = to_json(cancel)?;
+        let cancelled = event(Event::ApprovalCancelled {
+            run_id: id.clone(),
+            call_id: String::new(),
+            cancelled_by: cancel.by.clone(),
+            channels: Vec::new(),
+        });
+        let args = script::Cancel {
+            cancellation: &cancellation,
+            cancelled_subject: &self.names.approval_cancelled(id),
+            cancelled_id_prefix: &msg_id::cancelled(id, ""),
+            cancelled_event: &cancelled,
+        };
+        let (status, detail, queued) = self
+            .on_run(&script::CANCEL, id, &args, |script, chain| {
+                chain.args(script, std::slice::from_ref(audit));
+                announce_args(script, std::slice::from_ref(nudge));
+                Ok(())
+            })
+            .await?;
+        let parsed = || {
+            RunStatus::parse(&detail)
+                .ok_or_else(|| StoreError::Corrupt(format!("unknown status {detail:?}")))
+        };
+        Ok(match status.as_str() {
+            "requested" => CancelOutcome::Requested(parsed()?, queued),
+            "finished" => CancelOutcome::Finished(parsed()?),
+            _ => CancelOutcome::NoRun,
+        })
+    }
+
+    /// Appends an entry to the run's audit chain (and, through the outbox, the global log);
+    /// nothing if the run is gone.
+    pub async fn audit(&self, entry: &AuditEntry) -> Result<Vec<Announcement>, StoreError> {
+        let (_, _, queued) = self
+            .on_run(
+                &script::AUDIT_APPEND,
+                &entry.run_id,
+                &NoArgs,
+                |script, chain| {
+                    chain.args(script, std::slice::from_ref(entry));
+                    Ok(())
+                },
+            )
+            .await?;
+        Ok(queued)
+    }
+}
+
+impl WorkerStore {
+    pub async fn claim(
+        &self,
+        id: &RunId,
+        owner: &str,
+        lease: Duration,
+    ) -> Result<Claim, StoreError> {
+        let args = script::Lease {
+            owner,
+            lease_ms: lease.as_millis() as i64,
+        };
+        let reply: Vec<String> = script::CLAIM
+            .invocation(None, &args)
+            .key(self.keys.run_key(id))
+            .key(self.keys.decisions_key(id))
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        let status = || {
+            RunStatus::parse(&reply[1])
+                .ok_or_else(|| StoreError::Corrupt(format!("unknown status {:?}", reply[1])))
+        };
+        Ok(match reply[0].as_str() {
+            "claimed" => {
+                let [_, status, _, doc, cancel, head, decisions @ ..] = reply.as_slice() else {
+                    return Err(StoreError::Corrupt(format!("claim replied {reply:?}")));
+                };
+                self.heads.saw(id, head);
+                let run = read_run(status, doc, (!cancel.is_empty()).then_some(cancel))?;
+                let decisions = decisions
+                    .chunks(2)
+                    .map(|pair| match pair {
+                        [call, decision] => Ok((call.clone(), from_json(decision)?)),
+                        _ => Err(StoreError::Corrupt("odd decisions reply".into())),
+                    })
+                    .collect::<Result<_, StoreError>>()?;
+                Claim::Claimed(Box::new(Claimed { run, decisions }))
+            }
+            "busy" => Claim::Busy(Duration::from_millis(reply[2].parse().unwrap_or(0))),
+            "waiting" => Claim::Waiting,
+            "finished" => Claim::Finished(status()?),
+            _ => Claim::Missing,
+        })
+    }
+
+    /// Extends the caller's lease; false if it no longer holds it.
+    pub async fn renew(
+        &self,
+        id: &RunId,
+        owner: &str,
+        lease: Duration,
+    ) -> Result<bool, StoreError> {
+        self.lease(id, owner, lease.as_millis() as i64).await
+    }
+
+    /// Gives the lease up so another worker can take the run at once (after a retryable error).
+    pub async fn release(&self, id: &RunId, owner: &str) -> Result<bool, StoreError> {
+        self.lease(id, owner, 0).await
+    }
+
+    async fn lease(&self, id: &RunId, owner: &str, lease_ms: i64) -> Result<bool, StoreError> {
+        let ok: i64 = script::LEASE
+            .invocation(None, &script::Lease { owner, lease_ms })
+            .key(self.keys.run_key(id))
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(ok == 1)
+    }
+
+    /// Writes the run as the lease holder, with the audit entries of what changed and the
+    /// announcements others must hear of, in one step. A pause is listed in the paused-runs
+    /// index just before, in the step that marks its outbox, so a run seen paused is always
+    /// found in the inbox (which re-checks each run's status, so a listing whose save failed
+    /// shows nothing).
+    pub async fn save(
+        &self,
+        run: &Run,
+        owner: &str,
+        lease: Duration,
+        how: Save,
+        audits: &[AuditEntry],
+        announce: &[Announcement],
+    ) -> Result<Vec<Announcement>, StoreError> {
+        let held: Vec<(&str, String)> = match how {
+            Save::Pause => run
+                .held_calls()
+                .map(|p| Ok((p.call_id.as_str(), to_json(&p.terms(run.turns))?)))
+                .collect::<Result<_, StoreError>>()?,
+            _ => Vec::new(),
+        };
+        let ttl = match how {
+            Save::Finish { retention, .. } => retention.as_secs().max(1),
+            _ => 0,
+        };
+        let (start_token, starts) = match &how {
+            Save::Turn { token } => {
+                let starts: Vec<&str> = run
+                    .paused_turn
+                    .iter()
+                    .filter(|c| c.runs_now())
+                    .map(|c| c.call_id.as_str())
+                    .collect();
+                (token.as_str(), starts.join(" "))
+            }
+            _ => ("", String::new()),
+        };
+        let doc = to_json(run)?;
+        let args = script::Save {
+            owner,
+            lease_ms: lease.as_millis() as i64,
+            status: how.status().as_str(),
+            doc: &doc,
+            ttl_secs: ttl,
+            turn: run.turns,
+            start_token,
+            starts: &starts,
+        };
+        let (status, detail, queued) = self
+            .on_run_marked(
+                &script::SAVE,
+                &run.run_id,
+                matches!(how, Save::Pause),
+                &args,
+                |script, chain| {
+                    script.arg(held.len());
+                    for (call_id, terms) in &held {
+                        script::HeldTerms { call_id, terms }.push(script);
+                    }
+                    chain.args(script, audits);
+                    announce_args(script, announce);
+                    Ok(())
+                },
+            )
+            .await?;
+        match status.as_str() {
+            "ok" => Ok(queued),
+            "cancel" => Err(StoreError::Cancelled),
+            _ => Err(StoreError::LostLease(detail)),
+        }
+    }
+
+    /// Escalates a held call of a paused run unchanged since `version` and still undecided:
+    /// its document and held call are rewritten, with the audit entry and the announcement.
+    /// None if the run moved on meanwhile.
+    pub async fn escalate(
+        &self,
+        run: &Run,
+        version: &str,
+        call_id: &str,
+        held: &DecisionTerms,
+        audit: &AuditEntry,
+        announce: &Announcement,
+    ) -> Result<Option<Vec<Announcement>>, StoreError> {
+        let doc = to_json(run)?;
+        let terms = to_json(held)?;
+        let args = script::Escalate {
+            version,
+            call_id,
+            doc: &doc,
+            terms: &terms,
+        };
+        let (status, _, queued) = self
+            .on_run(&script::ESCALATE, &run.run_id, &args, |script, chain| {
+                chain.args(script, std::slice::from_ref(audit));
+                announce_args(script, std::slice::from_ref(announce));
+                Ok(())
+            })
+            .await?;
+        Ok((status == "ok").then_some(queued))
+    }
+
+    /// Reminds once about a call still held undecided in the run's current turn: the audit
+    /// entry and the announcement, or nothing if it moved on or was reminded already.
+    pub async fn remind(
+        &self,
+        id: &RunId,
+        call_id: &str,
+        audit: &AuditEntry,
+        announce: &Announcement,
+    ) -> Result<Vec<Announcement>, StoreError> {
+        let (_, _, queued) = self
+            .on_run(
+                &script::REMIND,
+                id,
+                &script::Remind { call_id },
+                |script, chain| {
+                    chain.args(script, std::slice::from_ref(audit));
+                    announce_args(script, std::slice::from_ref(announce));
+                    Ok(())
+                },
+            )
+            .await?;
+        Ok(queued)
+    }
 }

@@ -3,11 +3,11 @@
 //! from within the TTL; the key expires with the TTL too, so nothing is left once everyone
 //! has gone. A hint for reviewers, never a lock: nothing is decided by it.
 
-use super::{Store, StoreError};
+use super::{GatewayStore, StoreError};
 use countersign_model::run::RunId;
 use std::time::Duration;
 
-impl Store {
+impl GatewayStore {
     /// Notes `principal` looking at `run`'s `call_id` now and returns the others who did
     /// within `ttl`, in name order.
     pub async fn present(

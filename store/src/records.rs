@@ -2,28 +2,12 @@
 //! call is, email link tokens (in the run's slot: the decision script spends them),
 //! idempotency keys of started runs (with the hash of the request that started each), and the `webhook-id`s of signed requests.
 
-use super::{Store, StoreError};
+use super::{GatewayStore, Store, StoreError};
 use countersign_model::run::RunId;
 use std::collections::HashMap;
 use std::time::Duration;
 
 impl Store {
-    /// Remembers where a channel's message about a call is.
-    pub async fn set_channel_ref(
-        &self,
-        id: &RunId,
-        call_id: &str,
-        channel: &str,
-        reference: &str,
-    ) -> Result<(), StoreError> {
-        let _: i64 = redis::cmd("HSET")
-            .arg(self.keys.refs_key(id))
-            .arg(format!("{call_id}|{channel}"))
-            .arg(reference)
-            .query_async(&mut self.conn.clone())
-            .await?;
-        Ok(())
-    }
     pub async fn channel_ref(
         &self,
         id: &RunId,
@@ -67,23 +51,6 @@ impl Store {
             .collect()
     }
 
-    /// Stores what a single-use link token may do, under the token's hash, for `ttl`.
-    pub async fn put_link_token(
-        &self,
-        run: &RunId,
-        token_hash: &str,
-        grant: &str,
-        ttl: Duration,
-    ) -> Result<(), StoreError> {
-        let _: () = redis::cmd("SET")
-            .arg(self.keys.link_token_key(run, token_hash))
-            .arg(grant)
-            .arg("PX")
-            .arg(ttl.as_millis().max(1) as u64)
-            .query_async(&mut self.conn.clone())
-            .await?;
-        Ok(())
-    }
     /// What a link token may do, without using it up (the decision script spends it: a
     /// spent token reads `spent:` and its grant until it expires).
     pub async fn peek_link_token(
@@ -93,45 +60,6 @@ impl Store {
     ) -> Result<Option<String>, StoreError> {
         Ok(redis::cmd("GET")
             .arg(self.keys.link_token_key(run, token_hash))
-            .query_async(&mut self.conn.clone())
-            .await?)
-    }
-    /// Binds an idempotency key to a run id and the hash of the request that started it,
-    /// unless the key is bound already; returns what it was bound to before, if anything.
-    pub async fn bind_idempotency_key(
-        &self,
-        key_digest: &str,
-        run: &RunId,
-        request_hash: &str,
-        ttl: Duration,
-    ) -> Result<Option<IdempotencyRecord>, StoreError> {
-        let previous: Option<String> = redis::cmd("SET")
-            .arg(self.keys.idempotency_key(key_digest))
-            .arg(format!("{run} {request_hash}"))
-            .arg("NX")
-            .arg("GET")
-            .arg("EX")
-            .arg(ttl.as_secs().max(1))
-            .query_async(&mut self.conn.clone())
-            .await?;
-        previous.map(|p| IdempotencyRecord::parse(&p)).transpose()
-    }
-    /// Remembers a signed request's `webhook-id` (per sender) with the hash of its body, for
-    /// `ttl`; returns the body hash it was first seen with, if it was seen before.
-    pub async fn remember_webhook_id(
-        &self,
-        sender: &str,
-        webhook_id: &str,
-        body_hash: &str,
-        ttl: Duration,
-    ) -> Result<Option<String>, StoreError> {
-        Ok(redis::cmd("SET")
-            .arg(self.keys.webhook_id_key(sender, webhook_id))
-            .arg(body_hash)
-            .arg("NX")
-            .arg("GET")
-            .arg("EX")
-            .arg(ttl.as_secs().max(1))
             .query_async(&mut self.conn.clone())
             .await?)
     }
@@ -166,5 +94,83 @@ impl IdempotencyRecord {
         self.request_hash
             .as_deref()
             .is_none_or(|h| h == request_hash)
+    }
+}
+
+impl GatewayStore {
+    /// Remembers where a channel's message about a call is.
+    pub async fn set_channel_ref(
+        &self,
+        id: &RunId,
+        call_id: &str,
+        channel: &str,
+        reference: &str,
+    ) -> Result<(), StoreError> {
+        let _: i64 = redis::cmd("HSET")
+            .arg(self.keys.refs_key(id))
+            .arg(format!("{call_id}|{channel}"))
+            .arg(reference)
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(())
+    }
+
+    /// Stores what a single-use link token may do, under the token's hash, for `ttl`.
+    pub async fn put_link_token(
+        &self,
+        run: &RunId,
+        token_hash: &str,
+        grant: &str,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        let _: () = redis::cmd("SET")
+            .arg(self.keys.link_token_key(run, token_hash))
+            .arg(grant)
+            .arg("PX")
+            .arg(ttl.as_millis().max(1) as u64)
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(())
+    }
+
+    /// Binds an idempotency key to a run id and the hash of the request that started it,
+    /// unless the key is bound already; returns what it was bound to before, if anything.
+    pub async fn bind_idempotency_key(
+        &self,
+        key_digest: &str,
+        run: &RunId,
+        request_hash: &str,
+        ttl: Duration,
+    ) -> Result<Option<IdempotencyRecord>, StoreError> {
+        let previous: Option<String> = redis::cmd("SET")
+            .arg(self.keys.idempotency_key(key_digest))
+            .arg(format!("{run} {request_hash}"))
+            .arg("NX")
+            .arg("GET")
+            .arg("EX")
+            .arg(ttl.as_secs().max(1))
+            .query_async(&mut self.conn.clone())
+            .await?;
+        previous.map(|p| IdempotencyRecord::parse(&p)).transpose()
+    }
+
+    /// Remembers a signed request's `webhook-id` (per sender) with the hash of its body, for
+    /// `ttl`; returns the body hash it was first seen with, if it was seen before.
+    pub async fn remember_webhook_id(
+        &self,
+        sender: &str,
+        webhook_id: &str,
+        body_hash: &str,
+        ttl: Duration,
+    ) -> Result<Option<String>, StoreError> {
+        Ok(redis::cmd("SET")
+            .arg(self.keys.webhook_id_key(sender, webhook_id))
+            .arg(body_hash)
+            .arg("NX")
+            .arg("GET")
+            .arg("EX")
+            .arg(ttl.as_secs().max(1))
+            .query_async(&mut self.conn.clone())
+            .await?)
     }
 }

@@ -49,9 +49,9 @@ pub struct Relay {
 }
 
 impl Relay {
-    pub fn new(store: Store, bus: Bus, metrics: Metrics) -> Self {
+    pub fn new(store: &Store, bus: Bus, metrics: Metrics) -> Self {
         Self {
-            store,
+            store: store.clone(),
             bus,
             metrics,
         }

@@ -3,10 +3,10 @@
 //! is. Each is stored under the SHA-256 of its secret, so a copy of Redis signs nobody in, and
 //! each expires on its own.
 
-use super::{Store, StoreError};
+use super::{GatewayStore, StoreError};
 use std::time::Duration;
 
-impl Store {
+impl GatewayStore {
     /// Stores a session of `principal` (`value`, JSON) under its cookie's hash for `ttl`,
     /// and lists it among theirs (the list lasts as long as their newest session).
     pub async fn put_session(

@@ -3,7 +3,7 @@
 //! only by the sweeper holding the shard's short lease, so a sweep costs what is due, however
 //! many calls wait and however many workers sweep.
 
-use super::{Store, StoreError};
+use super::{StoreError, WorkerStore};
 use crate::keys::Shard;
 use crate::script;
 use countersign_model::run::RunId;
@@ -37,7 +37,7 @@ pub struct DueTimer {
     pub digest: String,
 }
 
-impl Store {
+impl WorkerStore {
     /// Puts held calls' timers where the sweepers look. Idempotent: a member already there
     /// gets the new time.
     pub async fn schedule(

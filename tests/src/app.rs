@@ -844,7 +844,12 @@ impl TestApp {
                 receipt_for: if signed { "rita".into() } else { String::new() },
             }],
         };
-        let outcome = store.decide(&run_id, &request).await.unwrap();
+        let outcome = store
+            .clone()
+            .gateway()
+            .decide(&run_id, &request)
+            .await
+            .unwrap();
         assert!(
             matches!(outcome, DecideOutcome::Decided { .. }),
             "{outcome:?}"

@@ -38,8 +38,7 @@ use countersign_runtime::trace_context;
 use countersign_runtime::work::{Outcome, Source};
 use countersign_store::relay::Relay;
 use countersign_store::{
-    Announcement, Claim, Claimed, DecideOutcome, DecideRequest, DecisionSource, Proposal, Save,
-    Store, StoreError,
+    Announcement, Claim, Claimed, Closing, DecideOutcome, Proposal, Save, StoreError, WorkerStore,
 };
 use serde_json::Value;
 use std::sync::Arc;
@@ -99,7 +98,7 @@ pub struct EngineSettings {
 }
 
 pub struct Engine {
-    store: Store,
+    store: WorkerStore,
     bus: Bus,
     outbox: Relay,
     /// The agents as last loaded; see [`Engine::agents`].
@@ -112,7 +111,7 @@ pub struct Engine {
 
 impl Engine {
     pub fn new(
-        store: Store,
+        store: WorkerStore,
         bus: Bus,
         agents: Arc<Agents>,
         people: Directory,
@@ -120,7 +119,7 @@ impl Engine {
         metrics: Metrics,
     ) -> Self {
         Self {
-            outbox: Relay::new(store.clone(), bus.clone(), metrics.clone()),
+            outbox: Relay::new(&store, bus.clone(), metrics.clone()),
             metrics,
             store,
             bus,
@@ -418,32 +417,19 @@ impl Engine {
         (call_id, digest): (&str, &str),
         (actor, reason): (&str, &str),
         entry: AuditEntry,
-        by: DecisionSource,
+        by: Closing,
     ) -> Result<DecideOutcome, StoreError> {
-        let door = match by {
-            DecisionSource::Deadline => "deadline",
-            _ => "policy",
-        };
         let at = self.store.time_ms().await?;
-        let mut decision = Decision::closing(call_id, digest, actor, door, reason, at);
-        decision.expired = by == DecisionSource::Deadline;
-        decision.superseded = by == DecisionSource::Policy;
-        let request = DecideRequest {
-            principal: actor,
-            door,
-            by,
-            link: None,
-            role_decides: true,
-            receipts: false,
-            grant: None,
-            proposals: vec![Proposal {
-                decision,
-                checked_digest: None,
-                entry,
-                receipt_for: String::new(),
-            }],
+        let mut decision = Decision::closing(call_id, digest, actor, by.door(), reason, at);
+        decision.expired = by == Closing::Deadline;
+        decision.superseded = by == Closing::Policy;
+        let proposal = Proposal {
+            decision,
+            checked_digest: None,
+            entry,
+            receipt_for: String::new(),
         };
-        self.store.decide(run, &request).await
+        self.store.close(run, by, actor, vec![proposal]).await
     }
 
     /// Publishes what a script queued; what fails waits in the outbox for a sweeper.

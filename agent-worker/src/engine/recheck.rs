@@ -12,7 +12,7 @@ use countersign_model::events::Event;
 use countersign_model::policy::Gate;
 use countersign_model::run::{CallResult, Decision, HeldCall, Recheck, Run, RunStatus, TurnCall};
 use countersign_runtime::names::msg_id;
-use countersign_store::{Announcement, DecideOutcome, DecisionSource, StoreError};
+use countersign_store::{Announcement, Closing, DecideOutcome, StoreError};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -221,7 +221,7 @@ impl Engine {
                 (&held.call_id, &held.digest),
                 (POLICY_CHANGE, &reason),
                 entry,
-                DecisionSource::Policy,
+                Closing::Policy,
             )
             .await?;
         match closed {

@@ -14,7 +14,7 @@ use countersign_model::events::Event;
 use countersign_model::run::{HeldCall, Run};
 use countersign_runtime::names::msg_id;
 use countersign_store::keys::Shard;
-use countersign_store::{Announcement, DecideOutcome, DecisionSource, DueTimer, StoreError, Timer};
+use countersign_store::{Announcement, Closing, DecideOutcome, DueTimer, StoreError, Timer};
 use std::time::Duration;
 use tracing::{info, warn};
 
@@ -193,7 +193,7 @@ impl Engine {
                 (&due.call_id, &due.digest),
                 (SYSTEM_ACTOR, reason),
                 entry,
-                DecisionSource::Deadline,
+                Closing::Deadline,
             )
             .await?;
         match closed {

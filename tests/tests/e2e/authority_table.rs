@@ -168,10 +168,11 @@ async fn paused(store: &Store, call: &HeldCall, policy: Policy) -> RunId {
         Some(REQUESTER.into()),
         json!({}),
     );
-    assert!(store.create(&run).await.unwrap());
+    let (gateway, worker) = (store.clone().gateway(), store.clone().worker());
+    assert!(gateway.create(&run).await.unwrap());
     let lease = Duration::from_secs(30);
     assert!(matches!(
-        store.claim(&id, "table", lease).await.unwrap(),
+        worker.claim(&id, "table", lease).await.unwrap(),
         Claim::Claimed(_)
     ));
     run.turns = 1;
@@ -183,7 +184,7 @@ async fn paused(store: &Store, call: &HeldCall, policy: Policy) -> RunId {
         result: None,
         held: Some(call.clone()),
     }];
-    store
+    worker
         .save(&run, "table", lease, Save::Pause, &[], &[])
         .await
         .unwrap();
@@ -203,7 +204,7 @@ async fn paused(store: &Store, call: &HeldCall, policy: Policy) -> RunId {
                 reason: None,
             },
         );
-        store.cancel(&id, &cancel, &entry, &nudge).await.unwrap();
+        gateway.cancel(&id, &cancel, &entry, &nudge).await.unwrap();
     }
     id
 }
@@ -253,7 +254,7 @@ async fn script_accepts(
             receipt_for: String::new(),
         }],
     };
-    match store.decide(id, &request).await.unwrap() {
+    match store.clone().gateway().decide(id, &request).await.unwrap() {
         DecideOutcome::Decided { .. } => true,
         DecideOutcome::Refused(_) => false,
         other => panic!("the script answered {other:?}"),
@@ -370,7 +371,7 @@ async fn decided_under(store: &Store, id: &RunId, call: &HeldCall, grant: &Grant
             receipt_for: String::new(),
         }],
     };
-    store.decide(id, &request).await.unwrap()
+    store.clone().gateway().decide(id, &request).await.unwrap()
 }
 
 /// A grant reaches the script from whatever the gateway was told of the call (an event on

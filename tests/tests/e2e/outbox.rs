@@ -134,7 +134,7 @@ async fn relays(
             let bus = Bus::connect(&app.connections_as(service), names)
                 .await
                 .unwrap();
-            Relay::new(store, bus, Metrics::default())
+            Relay::new(&store, bus, Metrics::default())
         }
     };
     let worker = relay(Service::Worker).await;
@@ -226,7 +226,12 @@ async fn a_worker_sweeping_leaves_a_gateways_late_cancel_to_a_gateway() {
     };
     let mut entry = AuditEntry::new(&id, AuditKind::CancelRequested);
     entry.actor = Some("rick".into());
-    let outcome = store.cancel(&id, &cancel, &entry, &nudge).await.unwrap();
+    let outcome = store
+        .clone()
+        .gateway()
+        .cancel(&id, &cancel, &entry, &nudge)
+        .await
+        .unwrap();
     assert!(matches!(outcome, CancelOutcome::Requested(..)));
     let waiting = || async {
         let mut subjects: Vec<String> = store

@@ -113,7 +113,11 @@ async fn behind_sentinel_a_killed_master_is_replaced_and_every_run_completes_onc
     )
     .await
     .unwrap();
-    let err = store.index_awaiting(&RunId::new(), true).await.unwrap_err();
+    let err = store
+        .worker()
+        .index_awaiting(&RunId::new(), true)
+        .await
+        .unwrap_err();
     assert!(err.to_string().contains("not replicated"), "{err}");
 }
 

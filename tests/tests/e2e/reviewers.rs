@@ -221,7 +221,7 @@ async fn entries_appended_by_processes_with_a_stale_view_of_the_chain_still_link
     for (store, actor) in [(&a, "a1"), (&b, "b1"), (&a, "a2"), (&a, "a3"), (&b, "b2")] {
         let mut entry = AuditEntry::new(&id, AuditKind::Notified);
         entry.actor = Some(actor.to_string());
-        store.audit(&entry).await.unwrap();
+        store.clone().gateway().audit(&entry).await.unwrap();
     }
     let trail = audit(&app, &run_id).await;
     assert_eq!(trail["verified"], true, "{trail}");

@@ -119,7 +119,7 @@ async fn an_attempt_that_lost_the_reply_to_its_own_mark_may_still_make_its_call(
     // The first ask marks the call; asking again with the same token (its reply was lost)
     // still lets this attempt call; another attempt finds it interrupted.
     let begin = |owner: &'static str, token: &'static str| {
-        let store = store.clone();
+        let store = store.clone().worker();
         let run = run.clone();
         async move { store.exec_begin(&run, owner, "toolu_2", token).await }
     };
