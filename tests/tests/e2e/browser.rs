@@ -591,7 +591,8 @@ async fn a_runs_page_shows_its_status_what_waits_and_its_audit_trail_as_they_are
 const REFUND_WHEN: &str = "when = \"input.amount > 20.0\"";
 
 #[tokio::test]
-async fn a_runs_page_tells_a_policy_change_that_closes_a_waiting_call_in_plain_words() {
+async fn a_runs_page_tells_a_policy_change_that_closes_a_waiting_call_and_a_call_to_check_in_plain_words()
+ {
     let app = TestApp::builder(refund_brain)
         .worker(|c| c.agents_reload_ms = 50)
         .start()
@@ -618,6 +619,20 @@ async fn a_runs_page_tells_a_policy_change_that_closes_a_waiting_call_in_plain_w
     // Asked again: the page's list of what waits names the new call.
     browser
         .find("section.waiting a[href$='/calls/toolu_2.r2']")
+        .await;
+    // A call whose outcome a crash lost, as a worker tells the run's followers of it.
+    let attention = serde_json::json!({
+        "type": "run.attention", "version": 1, "run_id": run_id, "call_id": "toolu_1",
+        "tool": "get_order", "input": {"order_id": "A-1001"},
+        "reason": "The outcome of this get_order call is unknown.",
+    });
+    app.publish_event(&format!("live.{run_id}"), &attention)
+        .await;
+    browser
+        .wait_for_text(
+            "#live",
+            "get_order (toolu_1) needs a person to look: The outcome of this get_order call is unknown.",
+        )
         .await;
     let lines = browser
         .eval(
