@@ -450,18 +450,19 @@ fn approve_then_hold(run_id: &str, call_id: &str, digest: &str) -> String {
            decide.open('POST', '/v1/runs/{run_id}/decisions', false); \
            decide.setRequestHeader('Authorization', 'Bearer {REVIEWER_KEY}'); \
            decide.setRequestHeader('Content-Type', 'application/json'); \
-           decide.send({body:?}); \
+           decide.send({body}); \
            window.countersignDecided = decide.status; \
            const follow = new XMLHttpRequest(); \
            follow.open('GET', document.getElementById('live').getAttribute('data-events'), false); \
            follow.send(); \
          }}, 0); return true",
-        body = decisions.to_string()
+        // The body as a JavaScript string: JSON's string literal is one.
+        body = Value::String(decisions.to_string())
     )
 }
 
-/// Waits until an answer from the gateway has come back to the page, after whatever the page
-/// itself had asked before.
+/// Waits for the gateway's answer to one more request of the page's, sent after those the
+/// page's own scripts had sent: the gateway answers those at once, so theirs are back by then.
 async fn round_trip(browser: &Browser) {
     let script = "const done = arguments[arguments.length - 1]; \
         fetch(location.pathname, {cache: 'no-store'}).then(() => setTimeout(() => done(true), 0));";
