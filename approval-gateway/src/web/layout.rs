@@ -98,8 +98,11 @@ pub(crate) fn message(status: StatusCode, title: &str, text: &str) -> Response {
     Page::new(status, title).render(html! { p { (text) } })
 }
 
-/// Readable from 320 px up; forms stack on narrow screens; no web fonts.
+/// Readable from 320 px up; forms stack on narrow screens; no web fonts. `[hidden]` comes
+/// first and wins over every `display` below: the scripts hide with the attribute, and a rule
+/// such as `a.action{display:inline-block}` would otherwise show what they hid.
 const STYLE: &str = "
+[hidden]{display:none!important}
 *{box-sizing:border-box}
 body{margin:0;font:16px/1.5 system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;color:#1d2330;background:#f5f6f8}
 header{display:flex;justify-content:space-between;align-items:center;gap:.5em;padding:.6em 1em;background:#1d2330;color:#fff}

@@ -10,6 +10,7 @@
 use super::allow_similar;
 use super::forms::{self, FieldErrors, Forms, Typed};
 use super::layout::{Page, PageError};
+use super::live_view::refreshed;
 use super::next::{self, Recorded};
 use super::request_view::{CallView, refusal_words};
 use super::session::Session;
@@ -43,19 +44,28 @@ pub(super) fn router() -> Router<AppState> {
 
 /// Every few seconds, and at once when the run's live events say something happened, asks
 /// whether the call is still open; once it is not, says how it ended
-/// in the action bar's live region (beside the buttons, announced to screen readers) and
-/// disables the forms, leaving what was typed in place. Keeps the presence note current, and
-/// says under the edit form what its fields change (`amount: 129 → 50`).
+/// in the action bar's live region (beside the buttons, announced to screen readers), hides
+/// the bar's buttons and links and disables the forms below, leaving what was typed in place.
+/// Keeps the presence note current, and says under the edit form what its fields change
+/// (`amount: 129 → 50`).
+///
+/// One question at a time: a burst of events (a run that resumes and ends at once, or a page
+/// that catches up on them) asks once more after the answer in flight rather than once per
+/// event, and the page is marked decided once, so its notes are never written twice.
 const LIVE: &str = r#"
 (function () {
   var main = document.querySelector('main');
   var shown = main.getAttribute('data-digest');
   var status = document.getElementById('status');
   if (!status || !document.querySelector('form.decide')) return;
+  var asking = false, again = false, settled = false;
   var timer = setInterval(check, 2500);
   // The run's live events (the live section's script) say at once that something happened.
   document.addEventListener('countersign:run-changed', check);
   function check() {
+    if (settled) return;
+    if (asking) { again = true; return; }
+    asking = true;
     fetch(location.pathname + '/state', {credentials: 'same-origin', cache: 'no-store'})
       .then(function (r) { return r.ok ? r.json() : null; })
       .then(function (s) {
@@ -65,25 +75,35 @@ const LIVE: &str = r#"
           if (presence.textContent !== text) presence.textContent = text;
         }
         if (!s || (s.open && s.digest === shown)) return;
-        clearInterval(timer);
-        document.removeEventListener('countersign:run-changed', check);
-        var note = document.createElement('p');
-        note.className = 'outcome';
-        note.textContent = s.open
+        settle(s.open
           ? 'This request changed since this page was opened. Reload the page to see it as it is now.'
-          : s.outcome;
-        status.replaceChildren(note);
-        document.querySelectorAll('form.decide input, form.decide textarea, form.decide select, form.decide button')
-          .forEach(function (el) { el.disabled = true; });
-        document.querySelectorAll('nav.actions a.action').forEach(function (a) { a.hidden = true; });
-        document.querySelectorAll('form.decide').forEach(function (f) {
-          var again = document.createElement('p');
-          again.className = 'outcome';
-          again.textContent = note.textContent;
-          f.insertBefore(again, f.firstChild);
-        });
+          : s.outcome);
       })
-      .catch(function () {});
+      .catch(function () {})
+      .then(function () {
+        asking = false;
+        if (again) { again = false; check(); }
+      });
+  }
+  function settle(said) {
+    settled = true;
+    clearInterval(timer);
+    document.removeEventListener('countersign:run-changed', check);
+    var note = document.createElement('p');
+    note.className = 'outcome';
+    note.textContent = said;
+    status.replaceChildren(note);
+    // The bar keeps only the note: its Approve and the links to the forms below are gone.
+    document.querySelectorAll('nav.actions .buttons').forEach(function (b) { b.hidden = true; });
+    document.querySelectorAll('form.decide input, form.decide textarea, form.decide select, form.decide button')
+      .forEach(function (el) { el.disabled = true; });
+    document.querySelectorAll('form.decide').forEach(function (f) {
+      if (f.closest('nav.actions')) return;
+      var copy = document.createElement('p');
+      copy.className = 'outcome';
+      copy.textContent = said;
+      f.insertBefore(copy, f.firstChild);
+    });
   }
 })();
 (function () {
@@ -178,10 +198,12 @@ fn render(
     };
     page.render(html! {
         (recorded)
+        // With the forms, the page's script says in the bar when the call is decided; without,
+        // the live section's script brings `said` up to date, as it does the facts.
         @if view.open.is_some() && !actions.is_empty() {
             (forms.bar(html! { @if let Some(o) = &offer { (o.link()) } }, said))
-        } @else { (said) }
-        (view.facts(true))
+        } @else { (refreshed("status", said)) }
+        (refreshed("facts", view.facts(true)))
         @if view.open.is_some() {
             (forms.below(html! {
                 @if let Some(o) = &offer { (o.render(&session.csrf, &view.digest, typed, errors)) }

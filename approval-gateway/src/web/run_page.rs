@@ -5,6 +5,7 @@
 //! hash chain, whether the chain verifies, and the latest refused decisions.
 
 use super::layout::{Page, PageError};
+use super::live_view::refreshed;
 use super::request_view::{conversation, decided};
 use super::session::Session;
 use crate::error::ApiError;
@@ -52,7 +53,7 @@ async fn show(
     let mut page = Page::new(StatusCode::OK, &title);
     page.signed_in = Some((&session.principal, &session.csrf));
     page.scripts.push(super::live_view::SCRIPT);
-    Ok(page.render(html! {
+    let now = html! {
         section {
             dl {
                 dt { "Status" } dd.status { (run.status.as_str().replace('_', " ")) }
@@ -96,7 +97,8 @@ async fn show(
                 }
             }
         }
-        (super::live_view::section(run.run_id.as_str()))
+    };
+    let record = html! {
         section.conversation {
             h2 { "Conversation" }
             (conversation(&run.messages))
@@ -136,6 +138,12 @@ async fn show(
                 }
             }
         }
+    };
+    // The live section stays as the page has it; the rest follows the run as it moves on.
+    Ok(page.render(html! {
+        (refreshed("now", now))
+        (super::live_view::section(run.run_id.as_str()))
+        (refreshed("record", record))
     }))
 }
 

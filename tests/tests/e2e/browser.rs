@@ -385,7 +385,7 @@ async fn a_request_decided_in_slack_while_its_page_is_open_shows_as_decided_with
     assert_eq!(status, 200);
     // The decision as it happened, through the channel it came from.
     browser
-        .wait_for_text("#live", "approve by alice (slack)")
+        .wait_for_text("#live", "approved by alice (slack)")
         .await;
     // Said in the action bar's live region, beside the buttons it disables.
     browser
@@ -426,12 +426,236 @@ async fn a_runs_page_shows_it_live_through_a_decision_made_elsewhere_to_its_end_
     let (status, body) = app.approve(&run_id, &call_id, &Value::String(digest)).await;
     assert_eq!(status, 200, "{body}");
     browser
-        .wait_for_text("#live", "approve by rita (api)")
+        .wait_for_text("#live", "approved by rita (api)")
         .await;
     browser.wait_for_text("#live", "All done.").await;
     browser.wait_for_text("#live .live-state", "ended").await;
     assert_not_reloaded(&browser).await;
     browser.screenshot("live").await;
+}
+
+/// A script that has the page approve `call_id` through the API (as rita, with her key), then
+/// holds the page's scripts until the run has ended, as a busy phone does: the run's events
+/// then reach the page together, one after the other. Synchronous requests do both, the
+/// second for the run's live events, a stream that ends with the run; what the API answered
+/// is left in `countersignDecided`. Both are done in the page, so that nothing the test does
+/// waits on the page while it is held.
+fn approve_then_hold(run_id: &str, call_id: &str, digest: &str) -> String {
+    let decisions = serde_json::json!({
+        "decisions": [{"call_id": call_id, "digest": digest, "action": "approve"}]
+    });
+    format!(
+        "setTimeout(() => {{ \
+           const decide = new XMLHttpRequest(); \
+           decide.open('POST', '/v1/runs/{run_id}/decisions', false); \
+           decide.setRequestHeader('Authorization', 'Bearer {REVIEWER_KEY}'); \
+           decide.setRequestHeader('Content-Type', 'application/json'); \
+           decide.send({body}); \
+           window.countersignDecided = decide.status; \
+           const follow = new XMLHttpRequest(); \
+           follow.open('GET', document.getElementById('live').getAttribute('data-events'), false); \
+           follow.send(); \
+         }}, 0); return true",
+        // The body as a JavaScript string: JSON's string literal is one.
+        body = Value::String(decisions.to_string())
+    )
+}
+
+/// Waits for the gateway's answer to one more request of the page's, sent after those the
+/// page's own scripts had sent: the gateway answers those at once, so theirs are back by then.
+async fn round_trip(browser: &Browser) {
+    let script = "const done = arguments[arguments.length - 1]; \
+        fetch(location.pathname, {cache: 'no-store'}).then(() => setTimeout(() => done(true), 0));";
+    browser
+        .client
+        .execute_async(script, Vec::new())
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn on_a_phone_a_request_decided_elsewhere_says_so_once_however_many_events_arrive_and_its_bar_offers_nothing()
+ {
+    let (app, run_id, browser) =
+        a_paused_request_open("decided_elsewhere_phone", Screen::Phone).await;
+    let (call_id, digest) = held_call(&app, &run_id).await;
+    browser.wait_for_text("#live", "Paused for a person").await;
+    mark(&browser).await;
+
+    // Decided through the API while the page is held: the decision, the resumption, the
+    // refund's result and the end reach it at once, each asking about the call.
+    browser
+        .eval(&approve_then_hold(&run_id, &call_id, &digest))
+        .await;
+    app.wait_status(&run_id, "completed").await;
+    let decided = browser.eval("return window.countersignDecided").await;
+    assert_eq!(decided, 200, "the API's answer to the decision");
+    browser
+        .wait_for_text("nav.actions #status p.outcome", "rita")
+        .await;
+    browser.wait_for_text("#live .live-state", "ended").await;
+    round_trip(&browser).await;
+
+    let shown = browser
+        .eval(
+            "const bar = document.querySelector('nav.actions'); \
+             return [bar.querySelectorAll('p.outcome').length, \
+               [...document.querySelectorAll('form.decide')].filter(f => !bar.contains(f)) \
+                 .map(f => f.querySelectorAll('p.outcome').length), \
+               bar.getBoundingClientRect().height, innerHeight, \
+               [...document.querySelectorAll('form.decide button')].filter(b => !b.disabled).length];",
+        )
+        .await;
+    assert_eq!(shown[0], 1, "the bar says it once: {shown}");
+    let below = shown[1].as_array().unwrap();
+    assert!(
+        below.len() >= 2 && below.iter().all(|notes| notes == 1),
+        "each form below (edit, reject, …) says it once: {shown}"
+    );
+    let (bar, height) = (shown[2].as_f64().unwrap(), shown[3].as_f64().unwrap());
+    assert!(
+        bar * 5.0 < height,
+        "the fixed bar stays small: {bar} px of {height}"
+    );
+    assert_eq!(shown[4], 0, "no button of the page can decide any more");
+    // The bar's Approve and its links to the forms are gone, not merely disabled.
+    let offered = browser
+        .client
+        .find_all(fantoccini::Locator::Css(
+            "nav.actions a, nav.actions button",
+        ))
+        .await
+        .unwrap();
+    assert!(!offered.is_empty());
+    for element in offered {
+        let what = element.text().await.unwrap();
+        assert!(
+            !element.is_displayed().await.unwrap(),
+            "{what:?} is still shown"
+        );
+    }
+    // The facts follow too: the deadline no longer counts down.
+    browser
+        .wait_until(
+            "the facts of a decided request",
+            "return !document.querySelector('section.request .left') \
+               && document.querySelector('section.request dl.facts').innerText.includes('deadline')",
+        )
+        .await;
+    assert_not_reloaded(&browser).await;
+    browser.screenshot("decided").await;
+}
+
+#[tokio::test]
+async fn a_runs_page_shows_its_status_what_waits_and_its_audit_trail_as_they_are_when_the_run_ends_without_a_reload()
+ {
+    let app = TestApp::spawn(refund_brain).await;
+    let run_id = app.start_run("Refund A-1001 please.").await;
+    let (call_id, digest) = held_call(&app, &run_id).await;
+    let browser = Browser::start("run_page_follows", Screen::Desktop).await;
+    sign_in(&browser, &app, REVIEWER_KEY).await;
+    browser
+        .goto(&format!("{}/inbox/runs/{run_id}", app.gateway_url))
+        .await;
+    browser.wait_for_text("#live", "Paused for a person").await;
+    browser
+        .wait_for_text("dd.status", "awaiting approval")
+        .await;
+    browser.find("section.waiting").await;
+    mark(&browser).await;
+
+    let (status, body) = app.approve(&run_id, &call_id, &Value::String(digest)).await;
+    assert_eq!(status, 200, "{body}");
+    app.wait_status(&run_id, "completed").await;
+    browser.wait_for_text("dd.status", "completed").await;
+    browser
+        .wait_for_text("section.audit ol.audit", "decided")
+        .await;
+    browser
+        .wait_for_text("section.audit ol.audit", "completed")
+        .await;
+    browser
+        .wait_until(
+            "nothing to wait for",
+            "return !document.querySelector('section.waiting')",
+        )
+        .await;
+    // The live log the page wrote stays as it was.
+    browser
+        .wait_for_text("#live", "approved by rita (api)")
+        .await;
+    assert_not_reloaded(&browser).await;
+    browser.screenshot("ended").await;
+}
+
+/// The refund policy as the demo agent has it, which a test tightens.
+const REFUND_WHEN: &str = "when = \"input.amount > 20.0\"";
+
+#[tokio::test]
+async fn a_runs_page_tells_a_policy_change_that_closes_a_waiting_call_and_a_call_to_check_in_plain_words()
+ {
+    let app = TestApp::builder(refund_brain)
+        .worker(|c| c.agents_reload_ms = 50)
+        .start()
+        .await;
+    let run_id = app.start_run("Refund A-1001 please.").await;
+    held_call(&app, &run_id).await;
+    let browser = Browser::start("live_policy_change", Screen::Desktop).await;
+    sign_in(&browser, &app, REVIEWER_KEY).await;
+    browser
+        .goto(&format!("{}/inbox/runs/{run_id}", app.gateway_url))
+        .await;
+    browser.wait_for_text("#live", "Paused for a person").await;
+
+    app.rewrite_agent(|agent| agent.replace(REFUND_WHEN, &format!("{REFUND_WHEN}\nquorum = 2")));
+    browser
+        .wait_for_text(
+            "#live",
+            "toolu_2: closed: its policy changed, so it is checked again",
+        )
+        .await;
+    browser
+        .wait_for_text("#live", "asked again as toolu_2.r2")
+        .await;
+    // Asked again: the page's list of what waits names the new call.
+    browser
+        .find("section.waiting a[href$='/calls/toolu_2.r2']")
+        .await;
+    // A call whose outcome a crash lost, as a worker tells the run's followers of it.
+    let attention = serde_json::json!({
+        "type": "run.attention", "version": 1, "run_id": run_id, "call_id": "toolu_1",
+        "tool": "get_order", "input": {"order_id": "A-1001"},
+        "reason": "The outcome of this get_order call is unknown.",
+    });
+    app.publish_event(&format!("live.{run_id}"), &attention)
+        .await;
+    browser
+        .wait_for_text(
+            "#live",
+            "get_order (toolu_1) needs a person to look: The outcome of this get_order call is unknown.",
+        )
+        .await;
+    let lines = browser
+        .eval(
+            "return [...document.querySelectorAll('#live-log p.happening')].map(p => p.innerText)",
+        )
+        .await;
+    for line in lines.as_array().unwrap() {
+        let line = line.as_str().unwrap();
+        assert!(
+            !line
+                .split_whitespace()
+                .any(|word| ["run.", "approval.", "tool."]
+                    .iter()
+                    .any(|kind| word.starts_with(kind))),
+            "an event's name, not words: {line:?}"
+        );
+        assert!(
+            !line.contains("reject"),
+            "a change is no rejection: {line:?}"
+        );
+    }
+    browser.screenshot("policy-changed").await;
 }
 
 #[tokio::test]
