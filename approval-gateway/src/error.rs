@@ -224,9 +224,9 @@ impl From<DecideError> for ApiError {
                 match recorded {
                     // Whoever is refused sees the decision that stands, never its receipt.
                     Some(decision) if !decision.expired => error.with_details(json!({
-                        "decision": crate::routes::decision_view(
+                        "decision": crate::view::decision_view(
                             &decision,
-                            crate::routes::Receipts::Withheld,
+                            crate::view::Receipts::Withheld,
                         ),
                     })),
                     _ => error,

@@ -1,20 +1,12 @@
 //! approval-gateway: the HTTP face of countersign. Starts runs, shows them, and records
 //! reviewers' decisions atomically before announcing them to the workers.
 //!
-//! Data flows one way, from the edges in:
-//!
-//! - `routes/`: the API's inbound HTTP, thin; `server`: the listener and its limits.
-//! - `auth/`: who is calling (API keys, signed senders) and the extractors that say so.
-//! - `decide/`: a proposed decision, checked and recorded; the only way in for every channel.
-//! - `runs`: a run started (stored, then announced) or cancelled.
-//! - `mcp_proxy`: the MCP server an `mcp_client` agent is at `/mcp/{agent}`, a run per call.
-//! - `receipts`: the countersignature receipts of approved calls, and their keys.
-//! - `deliveries`: approval events, fanned out to deliveries, sent to their channels.
-//! - `channels/`: one module per channel behind the contract in `channels::delivery`; Slack
-//!   and email keep their inbound endpoints with them.
-//! - `web/`: the reviewers' inbox pages, and the layout, request view and forms the email
-//!   link pages share with them.
-//! - `state`, `config`, `error`, `time`: what they all share, depending on nothing above.
+//! Its rooms, and which may import which, are in ARCHITECTURE.md ("The gateway's rooms"),
+//! held by `tests/rooms.rs`: `doors/` (every inbound way a person or a client acts: the API,
+//! the inbox, email links, Slack, the MCP proxy), `pages/` (what a reviewer is shown),
+//! the verbs below them (`decide/`, `grants`, `runs`, `live/`, `replay`, `receipts`), the
+//! outbound side (`deliveries/`, `channels/`, `mail`), and the frame they share (`state`,
+//! `error`, `server`, `view`, `config`, `time`, `auth/`).
 
 #![warn(unreachable_pub)]
 
@@ -23,21 +15,22 @@ pub(crate) mod channels;
 pub mod config;
 pub(crate) mod decide;
 pub(crate) mod deliveries;
+pub(crate) mod doors;
 pub(crate) mod error;
 pub(crate) mod grants;
 pub(crate) mod live;
-pub(crate) mod mcp_proxy;
+pub(crate) mod mail;
+pub(crate) mod pages;
 pub(crate) mod receipts;
 pub(crate) mod replay;
-pub(crate) mod routes;
 pub(crate) mod runs;
 pub(crate) mod server;
 pub(crate) mod state;
 pub(crate) mod time;
-pub(crate) mod web;
+pub(crate) mod view;
 
 /// Slack's request signing, for clients and tests that call the interactivity endpoint.
-pub use channels::slack;
+pub use doors::slack;
 
 use config::Config;
 use countersign_runtime::agents::Watcher;
@@ -119,7 +112,7 @@ pub async fn run(
         stop.clone(),
     )
     .await?;
-    let app = routes::router(state.clone(), served.route.take(), &stop)?;
+    let app = doors::router(state.clone(), served.route.take(), &stop)?;
     tracing::info!(addr = %listener.local_addr()?, "gateway listening");
     server::serve(listener, app, &state.config, stop.clone()).await;
     stop.cancel();

@@ -41,7 +41,7 @@ pub(crate) struct AppState {
     /// Signs approved calls' receipts; the keys tools verify them with.
     pub(crate) receipts: Arc<Receipts>,
     /// The live events streams open on this gateway, against their caps.
-    pub(crate) live_streams: Arc<crate::live::Streams>,
+    pub(crate) live_streams: Arc<crate::live::streams::Streams>,
     /// API keys by the SHA-256 of the key, so lookups do not compare secrets byte by byte.
     keys: Arc<HashMap<String, ApiKey>>,
 }

@@ -31,6 +31,15 @@ pub(crate) enum DeliveryError {
     GiveUp(String),
 }
 
+impl From<crate::mail::MailError> for DeliveryError {
+    fn from(e: crate::mail::MailError) -> Self {
+        match e {
+            crate::mail::MailError::Retry(why) => Self::Retry(why),
+            crate::mail::MailError::GiveUp(why) => Self::GiveUp(why),
+        }
+    }
+}
+
 impl From<countersign_store::StoreError> for DeliveryError {
     fn from(e: countersign_store::StoreError) -> Self {
         Self::Retry(e.to_string())

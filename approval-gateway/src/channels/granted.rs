@@ -4,8 +4,8 @@
 //! entry of its audit trail), and who made the grant from the grant.
 
 use crate::channels::delivery::DeliveryError;
+use crate::pages::request_view::CallView;
 use crate::state::AppState;
-use crate::web::request_view::CallView;
 use countersign_model::run::RunId;
 
 pub(crate) struct Granted {

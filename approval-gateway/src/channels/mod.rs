@@ -1,10 +1,9 @@
-//! Where people are asked and told: one module per channel, behind the contract in
-//! `delivery`. Slack and email each keep their inbound side (Slack's interactivity endpoint,
-//! email's link pages) in their own folder, since it shares their message formats and tokens
-//! and nothing else does.
+//! Where people are asked and told, outbound only: one module per channel, behind the
+//! contract in `delivery`. What comes back (Slack's clicks, email's link pages) comes in
+//! through its door (`crate::doors`).
 
 pub(crate) mod delivery;
 pub(crate) mod email;
 pub(crate) mod granted;
-pub mod slack;
+pub(crate) mod slack;
 pub(crate) mod webhook;

@@ -5,10 +5,10 @@
 
 use super::grant::{Grant, new_token};
 use super::message::{Notice, Request};
-use super::send::send;
 use crate::channels::delivery::{Ask, Deliver, DeliveryError, Ending};
 use crate::channels::granted::Granted;
 use crate::config::{EmailConfig, Person};
+use crate::mail::send;
 use crate::state::AppState;
 use countersign_model::agent::Channel;
 use countersign_model::authority::{self, Principal, RunFacts};
@@ -140,7 +140,8 @@ impl<'a> Email<'a> {
             request.text(),
             request.html(),
         )
-        .await
+        .await?;
+        Ok(())
     }
 
     /// One stored single-use link per action.

@@ -9,16 +9,16 @@ use serde::{Deserialize, Serialize};
 
 /// What one link token lets one person do.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub(super) struct Grant {
-    pub(super) run_id: RunId,
-    pub(super) call_id: String,
-    pub(super) digest: String,
-    pub(super) principal: String,
-    pub(super) action: Action,
+pub(crate) struct Grant {
+    pub(crate) run_id: RunId,
+    pub(crate) call_id: String,
+    pub(crate) digest: String,
+    pub(crate) principal: String,
+    pub(crate) action: Action,
 }
 
 /// A fresh token for a run's link: the run id, then 244 random bits from two UUIDv4s as hex.
-pub(super) fn new_token(run: &RunId) -> String {
+pub(crate) fn new_token(run: &RunId) -> String {
     format!(
         "{run}.{}{}",
         uuid::Uuid::new_v4().simple(),
@@ -27,7 +27,7 @@ pub(super) fn new_token(run: &RunId) -> String {
 }
 
 /// The run a link token belongs to, and the hash its grant is stored under.
-pub(super) fn parse_token(token: &str) -> Option<(RunId, String)> {
+pub(crate) fn parse_token(token: &str) -> Option<(RunId, String)> {
     let (run, _) = token.split_once('.')?;
     Some((RunId::parse(run)?, sha256_hex(token)))
 }

@@ -1,16 +1,12 @@
 //! Email approvals. Each reviewer of a held call gets an email with one link per action
 //! (approve, reject, edit; the run's requester gets only reject unless the policy lets them
 //! approve their own request). Each link carries its own random single-use token (see
-//! `grant`), and opening it only shows a confirmation page whose form decides (`pages`):
-//! mail scanners open every link.
+//! `grant`), and opening it only shows a confirmation page whose form decides (the email door,
+//! `crate::doors::email`): mail scanners open every link. Mail leaves through `crate::mail`.
 
 mod deliver;
-mod grant;
+pub(crate) mod grant;
 mod html;
 mod message;
-mod pages;
-mod send;
 
 pub(crate) use deliver::Email;
-pub(crate) use pages::router;
-pub(crate) use send::send;

@@ -1,13 +1,10 @@
-//! Slack: approval requests are posted to channels (`slack:#channel`) with Approve, Reject
-//! and Edit buttons (`deliver`, with the messages built in `blocks`); clicks and modal
-//! submissions come back to `POST /slack/interactions` (`interactions`), signed by Slack
-//! (`signature`), and every decision, from any channel, updates the message.
+//! Slack, outbound: approval requests are posted to channels (`slack:#channel`) with Approve,
+//! Reject and Edit buttons (`deliver`, with the messages built in `blocks`), and every
+//! decision, from any channel, updates the message. Clicks come back through the Slack door
+//! (`crate::doors::slack`).
 
-mod api;
-mod blocks;
+pub(crate) mod api;
+pub(crate) mod blocks;
 mod deliver;
-mod interactions;
-pub mod signature;
 
 pub(crate) use deliver::Slack;
-pub(crate) use interactions::router;

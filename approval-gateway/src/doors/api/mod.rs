@@ -1,0 +1,31 @@
+//! The HTTP API, one router per file.
+
+mod approvals;
+mod audit;
+mod decisions;
+mod events;
+mod grants;
+mod health;
+mod jwks;
+mod replay;
+mod runs;
+mod sessions;
+
+use crate::state::AppState;
+use axum::Router;
+use tokio_util::sync::CancellationToken;
+
+/// The API's routes; `stop` ends the live events streams.
+pub(super) fn router(stop: &CancellationToken) -> Router<AppState> {
+    Router::new()
+        .merge(runs::router())
+        .merge(events::router(stop.clone()))
+        .merge(decisions::router())
+        .merge(grants::router())
+        .merge(audit::router())
+        .merge(replay::router())
+        .merge(approvals::router())
+        .merge(sessions::router())
+        .merge(health::router())
+        .merge(jwks::router())
+}

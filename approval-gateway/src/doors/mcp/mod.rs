@@ -1,0 +1,218 @@
+//! The MCP server an `mcp_client` agent is to the clients that connect to `/mcp/{agent}`
+//! (rmcp's server side, Streamable HTTP): it lists the tools the agent's MCP servers listed,
+//! as they described them, and turns each `tools/call` into a run of one call
+//! (`countersign_model::mcp_proxy`), started as `POST /v1/runs` starts runs, with the caller's
+//! key's principal as the requester. The worker runs it like any run, so the policy, held
+//! calls, channels, deadlines, receipts, audit and the execution record all apply; the call is
+//! answered with the run's outcome once it has one (`wait`), or, past `[mcp] wait_secs`, with
+//! an error result that says a person must decide and that the same call again gets the
+//! outcome.
+//!
+//! The same call again is the same run: the run's idempotency key is made of the caller, the
+//! MCP session (when the client's protocol version has sessions), the tool and the RFC 8785
+//! digest of the arguments, so a repeat after the decision is answered from the run and
+//! never runs the upstream tool a second time.
+//!
+//! A session answers only the principal that opened it ([`owners`]): a request naming
+//! another's session is answered as one naming no session the gateway knows.
+
+mod answer;
+pub(crate) mod owners;
+pub(super) mod route;
+mod wait;
+
+use crate::auth::Caller;
+use crate::runs::{self, Idempotency, NewRun, RunError};
+use crate::state::AppState;
+use countersign_model::agent::Agent;
+use countersign_model::digest::{canonical_json, sha256_hex};
+use countersign_model::mcp_proxy::ProxyCall;
+use countersign_model::run::RunId;
+use rmcp::ServerHandler;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ErrorData, Implementation,
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// The MCP server of one `mcp_client` agent.
+#[derive(Clone)]
+struct Proxy {
+    state: AppState,
+    agent: Arc<Agent>,
+    /// Its tools as `tools/list` answers them.
+    tools: Arc<Vec<Tool>>,
+    /// The gateway's stop: a call waiting for its run is answered at once.
+    stop: CancellationToken,
+}
+
+/// The Streamable HTTP service of `agent` (an `mcp_client` agent); `stop` ends its sessions,
+/// streams and waits. Requests reach it authenticated (`route`), with the [`Caller`] in
+/// their extensions.
+pub(crate) fn service(
+    state: &AppState,
+    agent: Arc<Agent>,
+    stop: CancellationToken,
+) -> anyhow::Result<StreamableHttpService<impl ServerHandler + 'static, LocalSessionManager>> {
+    let tools = agent
+        .def
+        .tools
+        .iter()
+        .filter_map(|t| t.discovered.as_ref())
+        .map(|found| {
+            let json = serde_json::to_value(found).expect("tools serialize");
+            serde_json::from_value(json).map_err(|e| {
+                anyhow::anyhow!(
+                    "agent {:?}: tool {:?} cannot be listed: {e}",
+                    agent.def.name,
+                    found.name
+                )
+            })
+        })
+        .collect::<anyhow::Result<Vec<Tool>>>()?;
+    let config = StreamableHttpServerConfig::default()
+        // Every request must hold a countersign key, checked before rmcp sees it, and a page
+        // a DNS rebinding attack runs has none; the Host check rmcp defaults to (loopback
+        // names only) would refuse the gateway's own public name.
+        .disable_allowed_hosts()
+        .with_max_request_body_bytes(state.config.max_body_bytes)
+        .with_cancellation_token(stop.child_token());
+    let proxy = Proxy {
+        state: state.clone(),
+        agent,
+        tools: Arc::new(tools),
+        stop,
+    };
+    Ok(StreamableHttpService::new(
+        move || Ok(proxy.clone()),
+        Default::default(),
+        config,
+    ))
+}
+
+impl ServerHandler for Proxy {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new(
+                format!("countersign/{}", self.agent.def.name),
+                env!("CARGO_PKG_VERSION"),
+            ))
+            .with_instructions(
+                "Calls of these tools go through countersign: a call its policy holds waits for \
+                 a person's decision. If the answer says the call still waits, call the tool \
+                 again with the same arguments later to get its outcome.",
+            )
+    }
+
+    async fn list_tools(
+        &self,
+        _: Option<PaginatedRequestParams>,
+        _: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(self.tools.to_vec()))
+    }
+
+    #[tracing::instrument(skip_all, fields(agent = %self.agent.def.name, tool = %request.name, run_id = tracing::field::Empty))]
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let parts = context.extensions.get::<axum::http::request::Parts>();
+        let Some(caller) = parts.and_then(|p| p.extensions.get::<Caller>()) else {
+            return Err(ErrorData::internal_error("the request has no caller", None));
+        };
+        let session = parts
+            .and_then(|p| p.headers.get(owners::SESSION_HEADER))
+            .and_then(|v| v.to_str().ok());
+        let call = ProxyCall {
+            tool: request.name.to_string(),
+            arguments: Value::Object(request.arguments.unwrap_or_default()),
+        };
+        if self.agent.tool(&call.tool).is_none() {
+            return Err(ErrorData::invalid_params(
+                format!("no tool {:?}", call.tool),
+                None,
+            ));
+        }
+        if let Err(problems) = self.agent.validate_input(&call.tool, &call.arguments) {
+            return Ok(answer::refused(&format!(
+                "The arguments do not fit the input schema of {}: {}. Nothing ran.",
+                call.tool,
+                problems.join("; ")
+            ))
+            .into());
+        }
+        let client = context
+            .client_info()
+            .map(|i| json!({"name": i.name, "version": i.version}));
+        let run_id = self
+            .start(caller, session, client, &call)
+            .await
+            .map_err(|e| ErrorData::internal_error(format!("cannot start the run: {e}"), None))?;
+        tracing::Span::current().record("run_id", run_id.as_str());
+        let progress = context
+            .meta
+            .get_progress_token()
+            .map(|token| (context.peer.clone(), token));
+        // Waiting ends early when the client cancels its request or the gateway stops.
+        let abandoned = async {
+            tokio::select! {
+                _ = context.ct.cancelled() => {}
+                _ = self.stop.cancelled() => {}
+            }
+        };
+        let wait = Duration::from_secs(self.state.config.mcp.wait_secs);
+        let waited = wait::outcome(&self.state, &run_id, wait, progress, abandoned).await;
+        let result: CallToolResult = match waited {
+            Ok(waited) => answer::of(&run_id, &call.tool, waited),
+            Err(e) => answer::still_waiting(
+                &run_id,
+                &call.tool,
+                &format!("its state could not be read ({e})"),
+            ),
+        };
+        Ok(result.into())
+    }
+}
+
+impl Proxy {
+    /// Starts the call's run, or finds the run the same call started before.
+    async fn start(
+        &self,
+        caller: &Caller,
+        session: Option<&str>,
+        client: Option<Value>,
+        call: &ProxyCall,
+    ) -> Result<RunId, RunError> {
+        let agent = &self.agent.def.name;
+        // What makes two calls the same call: who, in which session, which tool, with what.
+        let same = json!({
+            "agent": agent,
+            "session": session,
+            "tool": call.tool,
+            "arguments": sha256_hex(canonical_json(&call.arguments)),
+        });
+        let same = canonical_json(&same);
+        let idempotency = Idempotency {
+            // Scoped to the caller, as POST /v1/runs scopes its keys.
+            key_digest: sha256_hex(format!("{}\nmcp:{same}", caller.principal)),
+            request_hash: sha256_hex(&same),
+        };
+        let new = NewRun {
+            agent: &self.agent,
+            input: call.request(),
+            requested_by: caller.principal.clone(),
+            metadata: json!({"mcp": {"session": session, "client": client, "call": call}}),
+            idempotency: Some(idempotency),
+        };
+        let (run_id, _) = runs::start(&self.state, new).await?;
+        Ok(run_id)
+    }
+}
