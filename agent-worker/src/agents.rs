@@ -1,6 +1,6 @@
 //! Agents ready to run: each definition with its model client and compiled policies.
 
-use crate::model::Model;
+use crate::llm::Model;
 use countersign_model::agent::{Agent, Catalog};
 use countersign_model::policy::Policy;
 use countersign_runtime::mcp::McpClients;

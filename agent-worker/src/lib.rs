@@ -1,13 +1,13 @@
 //! agent-worker: consumes run jobs and decisions from NATS JetStream and drives agents'
 //! tool loops, pausing before calls a person must approve.
 
-pub mod agents;
+mod agents;
 pub mod config;
-pub mod consumer;
-pub mod engine;
-pub mod health;
-pub mod model;
-pub mod tools;
+mod consumer;
+mod engine;
+mod health;
+mod llm;
+mod tools;
 
 use agents::Agents;
 use config::Config;

@@ -4,7 +4,7 @@
 
 use crate::wire::{self, Streamed};
 use axum::body::Bytes;
-use countersign_model::script::Script;
+use countersign_model::scripted::Script;
 use serde::Deserialize;
 use serde_json::Value;
 use std::borrow::Cow;

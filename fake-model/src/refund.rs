@@ -3,7 +3,7 @@
 //! person, being over 20), then a final answer.
 
 use crate::wire::{anthropic_message, turn};
-use countersign_model::script::Script;
+use countersign_model::scripted::Script;
 use serde_json::Value;
 use std::sync::LazyLock;
 

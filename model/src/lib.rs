@@ -22,7 +22,7 @@ pub mod policy;
 pub mod refusal;
 pub mod replay;
 pub mod run;
-pub mod script;
+pub mod scripted;
 pub mod span;
 pub mod sse;
 

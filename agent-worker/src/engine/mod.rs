@@ -24,7 +24,7 @@ mod shadow;
 mod timers;
 
 use crate::agents::{Agents, RunnableAgent};
-use crate::model::{ModelError, ModelRequest};
+use crate::llm::{ModelError, ModelRequest};
 use countersign_model::audit::{AuditEntry, AuditKind};
 use countersign_model::live::LiveEvent;
 use countersign_model::now_ms;

@@ -14,7 +14,7 @@ mod openai;
 use countersign_model::agent::{Agent, Provider, ToolDef};
 use countersign_model::mcp_proxy;
 use countersign_model::run::{Block, Message};
-use countersign_model::script::Script;
+use countersign_model::scripted::Script;
 use countersign_model::sse;
 use countersign_runtime::redact::redact_error;
 use tokio::sync::mpsc::UnboundedSender;

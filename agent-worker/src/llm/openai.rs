@@ -247,8 +247,8 @@ fn to_openai(message: &Message) -> Vec<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::Model;
-    use crate::model::tests::{ask, at, serve_stream};
+    use crate::llm::Model;
+    use crate::llm::tests::{ask, at, serve_stream};
     use countersign_fake_model::{FakeModel, openai_answer, turn};
     use countersign_model::run::Image;
 
