@@ -1,7 +1,8 @@
 //! Gateway configuration: defaults, then a TOML file (`--config` or `COUNTERSIGN_CONFIG`),
 //! then the environment variables named beside the fields (`#[env]`), then `validate()`.
 
-use countersign_model::agent::{Catalog, Channel};
+use countersign_model::agent::Catalog;
+use countersign_model::approval::Channel;
 pub use countersign_model::authority::Role;
 pub use countersign_model::people::Person;
 use countersign_runtime::config::{Connections, Settings, config_path_from_args, process_env};

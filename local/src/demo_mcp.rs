@@ -7,7 +7,7 @@
 //! The tools' names, descriptions and input schemas are those of the demo agent's own file,
 //! `examples/agents/refunds.toml`, read from it, so the two cannot drift apart.
 
-use crate::demo_tools::{DemoVerifier, Outcome, Request, Service};
+use crate::demo_ledger::{DemoVerifier, Outcome, Request, Service};
 use countersign_receipt::mcp::{META_IDEMPOTENCY_KEY, META_RECEIPT, META_RECEIPT_REFUSED};
 use rmcp::ServerHandler;
 use rmcp::model::{

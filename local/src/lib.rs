@@ -4,6 +4,7 @@
 //! NATS users it starts NATS with (`nats_users`).
 
 pub mod demo_agent;
+pub mod demo_ledger;
 pub mod demo_mcp;
 pub mod demo_tools;
 pub mod nats_users;

@@ -2,11 +2,11 @@
 //! approval policy. Both services load the same directory: the worker to run agents, the
 //! gateway to refuse unknown agents and to check reviewers' edits against tool schemas.
 
+use crate::approval::{ApprovalDef, Channel, OnExpiry, Reviewers};
 use crate::digest::{canonical_json, sha256_hex};
 use crate::edit;
 use crate::input_problem::InputProblem;
 use crate::mcp::{self, McpServerDef, McpTool};
-use crate::span::Span;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -264,250 +264,6 @@ fn default_tool_timeout_ms() -> u64 {
     30_000
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ApprovalMode {
-    Never,
-    Always,
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum ApprovalDef {
-    Mode(ApprovalMode),
-    Rule(Box<ApprovalRule>),
-}
-
-impl ApprovalDef {
-    /// Who may decide the calls it holds, how many must approve, and where to ask.
-    pub fn reviewers(&self) -> Reviewers {
-        match self {
-            ApprovalDef::Mode(_) => Reviewers::default(),
-            ApprovalDef::Rule(rule) => Reviewers {
-                approvers: rule.approvers.clone(),
-                quorum: rule.quorum,
-                channels: rule.channels.iter().map(Channel::to_string).collect(),
-                allow_self_approval: rule.allow_self_approval,
-                on_expiry: rule.on_expiry,
-                escalate_to: rule.escalate_to.clone(),
-            },
-        }
-    }
-}
-
-impl Default for ApprovalDef {
-    fn default() -> Self {
-        Self::Mode(ApprovalMode::Always)
-    }
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ApprovalRule {
-    /// CEL over `input` (the call's arguments) and `metadata` (the run's), or `always`/`never`.
-    #[serde(default = "always")]
-    pub when: String,
-    /// Why a person is asked, a template (`{{ cel expr }}` parts are filled in).
-    #[serde(default)]
-    pub reason: Option<String>,
-    /// What the call would do, in plain words, a template like `reason`.
-    #[serde(default)]
-    pub summary: Option<String>,
-    /// Who may decide: principal ids and `role:NAME` entries. Empty means anyone whose key
-    /// may decide.
-    #[serde(default)]
-    pub approvers: Vec<String>,
-    /// How many distinct people must approve; any rejection rejects. Default 1.
-    #[serde(default = "one")]
-    pub quorum: u32,
-    /// Where to ask: `slack:#channel`, `email:address`, `webhook:name`.
-    #[serde(default)]
-    pub channels: Vec<Channel>,
-    /// Whether the person who requested the run may approve it. Default false.
-    #[serde(default)]
-    pub allow_self_approval: bool,
-    /// How long a person has to decide (`90s`, `30m`, `24h`, `7d`); then the call expires
-    /// and does not run. Default: the worker's `default_approval_timeout_secs`.
-    #[serde(default)]
-    pub timeout: Option<Span>,
-    /// What the deadline does: `reject` (default; the call expires) or `escalate` (the
-    /// `escalate_to` approvers are asked too and the deadline is extended once; then reject).
-    #[serde(default)]
-    pub on_expiry: OnExpiry,
-    /// Who is added to the approvers on escalation: principal ids and `role:NAME` entries.
-    #[serde(default)]
-    pub escalate_to: Vec<String>,
-    /// How long before the deadline to remind the approvers (`10m`, `1h`); default none.
-    #[serde(default)]
-    pub remind_before: Option<Span>,
-    /// Whether a reviewer may approve calls like one in advance (a standing grant). Default
-    /// true.
-    #[serde(default = "yes")]
-    pub grants: bool,
-    /// The most uses a grant may have. Default 100.
-    #[serde(default = "default_grant_max_uses")]
-    pub grant_max_uses: u32,
-    /// The longest a grant may last (`8h`, `7d`). Default 24h; never more than 30 days.
-    #[serde(default)]
-    pub grant_max_duration: Option<Span>,
-}
-
-fn yes() -> bool {
-    true
-}
-
-fn default_grant_max_uses() -> u32 {
-    100
-}
-
-/// How long a grant may last when the policy does not say.
-const DEFAULT_GRANT_MAX_SECS: u64 = 86400;
-
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum OnExpiry {
-    #[default]
-    Reject,
-    Escalate,
-}
-
-fn always() -> String {
-    "always".into()
-}
-
-impl ApprovalRule {
-    /// Every call held, for anyone whose key may decide, with the defaults of an empty
-    /// `[tools.approval]`.
-    pub fn held() -> Self {
-        Self {
-            when: always(),
-            reason: None,
-            summary: None,
-            approvers: Vec::new(),
-            quorum: 1,
-            channels: Vec::new(),
-            allow_self_approval: false,
-            timeout: None,
-            on_expiry: OnExpiry::Reject,
-            escalate_to: Vec::new(),
-            remind_before: None,
-            grants: true,
-            grant_max_uses: default_grant_max_uses(),
-            grant_max_duration: None,
-        }
-    }
-}
-
-fn one() -> u32 {
-    1
-}
-
-/// Who may decide a held call, how many must approve, and where to ask: the part of a
-/// tool's policy that travels with each held call.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Reviewers {
-    #[serde(default)]
-    pub approvers: Vec<String>,
-    #[serde(default = "one")]
-    pub quorum: u32,
-    #[serde(default)]
-    pub channels: Vec<String>,
-    #[serde(default)]
-    pub allow_self_approval: bool,
-    #[serde(default)]
-    pub on_expiry: OnExpiry,
-    #[serde(default)]
-    pub escalate_to: Vec<String>,
-}
-
-impl Default for Reviewers {
-    fn default() -> Self {
-        Self {
-            approvers: Vec::new(),
-            quorum: 1,
-            channels: Vec::new(),
-            allow_self_approval: false,
-            on_expiry: OnExpiry::Reject,
-            escalate_to: Vec::new(),
-        }
-    }
-}
-
-/// Where a held call is sent, parsed once when the agent file is loaded. On the wire and in
-/// stored data it is the string the policy wrote (`slack:#channel`, `email:address` or
-/// `email:approvers`, `webhook:name`), so events and runs carry it unchanged.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "String")]
-pub enum Channel {
-    /// A Slack channel, `#name` or an id.
-    Slack(String),
-    /// A person's address, or `approvers`: everyone with an address who may decide.
-    Email(String),
-    /// A configured webhook, by name.
-    Webhook(String),
-}
-
-impl Channel {
-    /// `slack`, `email` or `webhook`.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Channel::Slack(_) => "slack",
-            Channel::Email(_) => "email",
-            Channel::Webhook(_) => "webhook",
-        }
-    }
-
-    /// What follows the kind: the Slack channel, the address, the webhook's name.
-    pub fn target(&self) -> &str {
-        match self {
-            Channel::Slack(t) | Channel::Email(t) | Channel::Webhook(t) => t,
-        }
-    }
-
-    /// Whether the channel shows each call on its own (Slack, email) rather than getting
-    /// every event whole (webhooks).
-    pub fn per_call(&self) -> bool {
-        !matches!(self, Channel::Webhook(_))
-    }
-}
-
-impl std::str::FromStr for Channel {
-    type Err = String;
-
-    fn from_str(text: &str) -> Result<Self, String> {
-        let parsed = match text.split_once(':') {
-            Some((_, "")) | None => None,
-            Some(("slack", t)) => Some(Channel::Slack(t.to_string())),
-            Some(("email", t)) => Some(Channel::Email(t.to_string())),
-            Some(("webhook", t)) => Some(Channel::Webhook(t.to_string())),
-            Some(_) => None,
-        };
-        parsed.ok_or_else(|| {
-            format!("channel {text:?} is not slack:#channel, email:address or webhook:name")
-        })
-    }
-}
-
-impl TryFrom<String> for Channel {
-    type Error = String;
-
-    fn try_from(text: String) -> Result<Self, String> {
-        text.parse()
-    }
-}
-
-impl From<Channel> for String {
-    fn from(channel: Channel) -> String {
-        channel.to_string()
-    }
-}
-
-impl std::fmt::Display for Channel {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}:{}", self.kind(), self.target())
-    }
-}
-
 impl ToolDef {
     /// The tool's own approval timeout, if its policy sets one.
     pub fn approval_timeout(&self) -> Option<std::time::Duration> {
@@ -531,20 +287,7 @@ impl ToolDef {
 
     /// What the policy allows of standing grants on this tool's calls.
     pub fn grant_limits(&self) -> crate::grant::GrantLimits {
-        let default = ApprovalRule::held();
-        let rule = match &self.approval {
-            ApprovalDef::Rule(rule) => rule,
-            ApprovalDef::Mode(_) => &default,
-        };
-        crate::grant::GrantLimits {
-            allowed: rule.grants,
-            max_uses: rule.grant_max_uses,
-            max_duration_secs: rule
-                .grant_max_duration
-                .as_ref()
-                .map_or(DEFAULT_GRANT_MAX_SECS, |d| d.duration.as_secs())
-                .min(crate::grant::MAX_DURATION_SECS),
-        }
+        self.approval.grant_limits()
     }
 
     /// How long before its deadline a held call's approvers are reminded, if at all.
@@ -767,6 +510,7 @@ impl Catalog {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::approval::ApprovalMode;
 
     const REFUNDS: &str = r#"
 name = "refunds"
@@ -832,29 +576,6 @@ channels = ["slack:#refunds", "webhook:ops"]
             .validate_input("issue_refund", &serde_json::json!({"amount": "lots"}))
             .unwrap_err();
         assert_eq!(errors, ["amount: must be a number"]);
-    }
-
-    #[test]
-    fn a_channel_reads_and_writes_as_the_string_the_policy_wrote() {
-        for text in [
-            "slack:#refunds",
-            "email:approvers",
-            "email:a@b.c",
-            "webhook:ops:1",
-        ] {
-            let channel: Channel = text.parse().unwrap();
-            assert_eq!(channel.to_string(), text);
-            let json = serde_json::to_string(&channel).unwrap();
-            assert_eq!(json, format!("{text:?}"));
-            assert_eq!(serde_json::from_str::<Channel>(&json).unwrap(), channel);
-        }
-        assert_eq!(
-            "slack:#x".parse::<Channel>(),
-            Ok(Channel::Slack("#x".into()))
-        );
-        for bad in ["sms:123", "slack:", "slack", ""] {
-            assert!(bad.parse::<Channel>().is_err(), "{bad}");
-        }
     }
 
     #[test]

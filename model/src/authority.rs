@@ -198,7 +198,7 @@ fn action_allowed(action: Action, call: &HeldCall, own_run: bool) -> Result<(), 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::Reviewers;
+    use crate::approval::Reviewers;
 
     #[test]
     fn a_requester_reads_only_the_runs_of_those_it_speaks_for() {

@@ -6,6 +6,7 @@
 //! No I/O: the command line depends on this crate alone.
 
 pub mod agent;
+pub mod approval;
 pub mod audit;
 pub mod authority;
 pub mod condition;

@@ -3,7 +3,7 @@
 //! and how a `tools/call` result reads to the model and to reviewers. Talking to the servers
 //! is the runtime's part; this is the pure rest.
 
-use crate::agent::{ApprovalDef, ApprovalMode, ApprovalRule};
+use crate::approval::{ApprovalDef, ApprovalMode, ApprovalRule};
 use crate::run::Image;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

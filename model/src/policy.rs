@@ -3,7 +3,7 @@
 //! `{{ expr }}` parts are CEL too. A policy that cannot be evaluated asks a person: when in
 //! doubt the call waits rather than runs.
 
-use crate::agent::{ApprovalDef, ApprovalMode};
+use crate::approval::{ApprovalDef, ApprovalMode};
 use cel::{Context, Env, Program, Value as Cel};
 use serde_json::Value;
 use std::sync::Arc;

@@ -291,7 +291,7 @@ pub struct HeldCall {
     pub reason: String,
     /// Who may decide it, how many must approve, and where to ask.
     #[serde(flatten)]
-    pub reviewers: crate::agent::Reviewers,
+    pub reviewers: crate::approval::Reviewers,
     /// The principals the approver list named when the call was held (roles resolved to the
     /// people holding them); absent when anyone may decide. The decision script checks this.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -352,7 +352,7 @@ impl HeldCall {
             quorum: self.reviewers.quorum,
             self_ok: self.reviewers.allow_self_approval,
             deadline: self.deadline,
-            escalates: self.reviewers.on_expiry == crate::agent::OnExpiry::Escalate
+            escalates: self.reviewers.on_expiry == crate::approval::OnExpiry::Escalate
                 && !self.escalated,
             channels: self.reviewers.channels.clone(),
         }

@@ -2,17 +2,18 @@
 //! person, or run at once), and, once the held ones are decided, turned into the results the
 //! model is told, in plain words.
 
+use super::hold::Asked;
 use super::recheck::Verdict;
 use super::{Engine, Resumed, StepError, Unsaved, results_message};
 use crate::agents::RunnableAgent;
 use crate::tools::ToolCall;
 use countersign_model::agent::ToolDef;
 use countersign_model::audit::{AuditEntry, AuditKind};
-use countersign_model::digest::{MAX_EXACT_INTEGER, call_digest, inexact_integer};
+use countersign_model::digest::{MAX_EXACT_INTEGER, inexact_integer};
 use countersign_model::edit;
 use countersign_model::live::{Disposition, LiveEvent};
 use countersign_model::policy::Gate;
-use countersign_model::run::{Action, CallOutcome, CallResult, Decision, HeldCall, Run, TurnCall};
+use countersign_model::run::{Action, CallOutcome, CallResult, Decision, Run, TurnCall};
 use countersign_store::StoreError;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -38,14 +39,6 @@ fn unholdable(tool: &str, input: &Value, held: usize) -> Option<String> {
         ));
     }
     None
-}
-
-/// A call the policy asks a person about, and what to tell them.
-pub(super) struct Asked<'a> {
-    pub call_id: &'a str,
-    pub input: &'a Value,
-    pub reason: String,
-    pub summary: String,
 }
 
 impl Engine {
@@ -199,45 +192,6 @@ impl Engine {
         let mut entry = self.entry(run, AuditKind::Executed, call.held.as_ref(), detail);
         entry.call_id = Some(call.call_id.clone());
         entry
-    }
-
-    /// The call as held for a person under `tool`'s policy now; its deadline is the policy's
-    /// timeout from `now`, but never after `not_after`.
-    pub(super) fn hold(
-        &self,
-        run: &Run,
-        tool: &ToolDef,
-        asked: Asked<'_>,
-        now: i64,
-        not_after: Option<i64>,
-    ) -> HeldCall {
-        let deadline = now + self.approval_timeout(tool).as_millis() as i64;
-        let deadline = not_after.map_or(deadline, |limit| deadline.min(limit));
-        let reviewers = tool.reviewers();
-        let policy_version = tool.policy_version();
-        HeldCall {
-            call_id: asked.call_id.to_string(),
-            tool: tool.name.clone(),
-            digest: call_digest(
-                run.run_id.as_str(),
-                &tool.name,
-                asked.input,
-                &policy_version,
-            ),
-            policy_version,
-            input: asked.input.clone(),
-            summary: asked.summary,
-            reason: asked.reason,
-            deciders: self.people.resolve(&reviewers.approvers),
-            reviewers,
-            deadline: Some(deadline),
-            remind_at: tool
-                .remind_before()
-                .map(|before| deadline - before.as_millis() as i64)
-                .filter(|at| *at > now),
-            escalated: false,
-            recheck: None,
-        }
     }
 
     /// Turns each decision of the held turn into a result, the audit entries of the calls it

@@ -10,6 +10,7 @@
 //! and published from there (see [`countersign_store::relay`]).
 //!
 //! Here: claiming and the turn loop. `calls`: what becomes of each call of a turn.
+//! `hold`: a call held for a person, new or asked about again.
 //! `recheck`: a decided call whose policy changed since it was held. `shadow`: a candidate
 //! policy watched next to the live one.
 //! `execute`: the execution record. `ending`: pausing and finishing. `timers`: reminders,
@@ -18,6 +19,7 @@
 mod calls;
 mod ending;
 mod execute;
+mod hold;
 mod live;
 mod recheck;
 mod shadow;

@@ -3,7 +3,7 @@
 //! tool's schema and policy, and an MCP tool's definition) is part of its digest, so a
 //! decision never covers a call under a policy nobody checked it against.
 
-use super::calls::Asked;
+use super::hold::Asked;
 use super::{Engine, StepError, Unsaved};
 use crate::agents::{Agents, RunnableAgent};
 use countersign_model::agent::ToolDef;

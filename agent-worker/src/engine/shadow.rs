@@ -4,7 +4,8 @@
 
 use super::{Engine, Unsaved};
 use crate::agents::RunnableAgent;
-use countersign_model::agent::{Reviewers, ToolDef};
+use countersign_model::agent::ToolDef;
+use countersign_model::approval::Reviewers;
 use countersign_model::audit::AuditKind;
 use countersign_model::events::Event;
 use countersign_model::policy::Gate;

@@ -8,7 +8,8 @@
 //! loses nothing.
 
 use super::{Engine, StepError};
-use countersign_model::agent::{OnExpiry, ToolDef};
+use countersign_model::agent::ToolDef;
+use countersign_model::approval::OnExpiry;
 use countersign_model::audit::{AuditEntry, AuditKind};
 use countersign_model::events::Event;
 use countersign_model::run::{HeldCall, Run};

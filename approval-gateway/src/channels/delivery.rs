@@ -2,7 +2,7 @@
 //! the DELIVERIES work queue, how a delivery fails, and the verbs a channel that shows each
 //! call on its own (Slack, email) answers. Webhooks have no verbs: they forward the event whole.
 
-use countersign_model::agent::Channel;
+use countersign_model::approval::Channel;
 use countersign_model::events::{Envelope, Evidence};
 use countersign_model::run::{Action, HeldCall, RunId};
 use serde::{Deserialize, Serialize};

@@ -6,7 +6,7 @@ use crate::channels::delivery::Delivery;
 use crate::grants;
 use crate::state::AppState;
 use async_nats::jetstream::Message;
-use countersign_model::agent::Channel;
+use countersign_model::approval::Channel;
 use countersign_model::events::{Envelope, Event};
 use countersign_model::run::{Run, RunId, RunStatus};
 use countersign_runtime::work::Outcome;

@@ -8,7 +8,7 @@ use crate::channels::slack::Slack;
 use crate::channels::webhook;
 use crate::state::AppState;
 use async_nats::jetstream::Message;
-use countersign_model::agent::Channel;
+use countersign_model::approval::Channel;
 use countersign_model::audit::{AuditEntry, AuditKind};
 use countersign_model::events::Event;
 use countersign_runtime::work::Outcome;

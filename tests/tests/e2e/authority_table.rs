@@ -7,7 +7,7 @@
 //! shared surface offers (`offered`) exactly what someone may do.
 
 use approval_gateway::config::{ApiKey, Config, Person, Role};
-use countersign_model::agent::Reviewers;
+use countersign_model::approval::Reviewers;
 use countersign_model::audit::{AuditEntry, AuditKind};
 use countersign_model::authority::{self, ALL_ACTIONS, Principal, RunFacts};
 use countersign_model::grant::Grant;

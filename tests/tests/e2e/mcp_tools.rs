@@ -4,7 +4,8 @@
 //! the server does.
 
 use countersign_fake_model::{last_results, refund_brain};
-use countersign_model::agent::{ApprovalDef, ApprovalMode, Catalog};
+use countersign_model::agent::Catalog;
+use countersign_model::approval::{ApprovalDef, ApprovalMode};
 use countersign_model::mcp::McpServerDef;
 use countersign_runtime::mcp::McpClients;
 use countersign_tests::app::{PATIENCE, TestApp};

@@ -10,7 +10,7 @@ use crate::channels::granted::Granted;
 use crate::config::{EmailConfig, Person};
 use crate::mail::send;
 use crate::state::AppState;
-use countersign_model::agent::Channel;
+use countersign_model::approval::Channel;
 use countersign_model::authority::{self, Principal, RunFacts};
 use countersign_model::digest::sha256_hex;
 use countersign_model::run::{Action, RunId};

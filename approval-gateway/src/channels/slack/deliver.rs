@@ -15,7 +15,7 @@ use crate::channels::delivery::{Ask, Deliver, DeliveryError, Ending};
 use crate::channels::granted::Granted;
 use crate::config::SlackConfig;
 use crate::state::AppState;
-use countersign_model::agent::Channel;
+use countersign_model::approval::Channel;
 use countersign_model::grant::{Grant, GrantLimits};
 use countersign_model::run::{Action, HeldCall, RunId};
 use serde_json::{Value, json};

@@ -1,0 +1,58 @@
+//! Holding a call for a person: its digest, deadline, reminder and who may decide, under its
+//! tool's policy now. Both a turn's new calls (`calls`) and a decided call its changed policy
+//! asks about again (`recheck`) are held this way.
+
+use super::Engine;
+use countersign_model::agent::ToolDef;
+use countersign_model::digest::call_digest;
+use countersign_model::run::{HeldCall, Run};
+use serde_json::Value;
+
+/// A call the policy asks a person about, and what to tell them.
+pub(super) struct Asked<'a> {
+    pub call_id: &'a str,
+    pub input: &'a Value,
+    pub reason: String,
+    pub summary: String,
+}
+
+impl Engine {
+    /// The call as held for a person under `tool`'s policy now; its deadline is the policy's
+    /// timeout from `now`, but never after `not_after`.
+    pub(super) fn hold(
+        &self,
+        run: &Run,
+        tool: &ToolDef,
+        asked: Asked<'_>,
+        now: i64,
+        not_after: Option<i64>,
+    ) -> HeldCall {
+        let deadline = now + self.approval_timeout(tool).as_millis() as i64;
+        let deadline = not_after.map_or(deadline, |limit| deadline.min(limit));
+        let reviewers = tool.reviewers();
+        let policy_version = tool.policy_version();
+        HeldCall {
+            call_id: asked.call_id.to_string(),
+            tool: tool.name.clone(),
+            digest: call_digest(
+                run.run_id.as_str(),
+                &tool.name,
+                asked.input,
+                &policy_version,
+            ),
+            policy_version,
+            input: asked.input.clone(),
+            summary: asked.summary,
+            reason: asked.reason,
+            deciders: self.people.resolve(&reviewers.approvers),
+            reviewers,
+            deadline: Some(deadline),
+            remind_at: tool
+                .remind_before()
+                .map(|before| deadline - before.as_millis() as i64)
+                .filter(|at| *at > now),
+            escalated: false,
+            recheck: None,
+        }
+    }
+}
