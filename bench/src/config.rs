@@ -185,7 +185,7 @@ mod tests {
     use super::*;
 
     fn parse(args: &[&str]) -> anyhow::Result<Options> {
-        match Options::parse(args.iter().map(|s| s.to_string()))? {
+        match Options::parse(args.iter().map(std::string::ToString::to_string))? {
             Command::Run(o) => Ok(*o),
             Command::Help => bail!("help"),
         }

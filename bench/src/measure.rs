@@ -122,7 +122,7 @@ impl Machine {
         let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
         let mem_kib = status_value(&meminfo, "MemTotal").unwrap_or(0);
         Self {
-            cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
+            cpus: std::thread::available_parallelism().map_or(0, std::num::NonZero::get),
             memory_gib: (mem_kib as f64 / 1024.0 / 1024.0 * 10.0).round() / 10.0,
             kernel: read_trimmed("/proc/sys/kernel/osrelease"),
             load_average: load_average(),

@@ -14,7 +14,7 @@ use std::path::PathBuf;
                   pending, a decision of `--from` refused); 2 usage or configuration error; 3 the gateway refused the request; \
                   4 the gateway could not be reached or did not answer as a gateway does."
 )]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(flatten)]
     pub global: Global,
     #[command(subcommand)]
@@ -22,7 +22,7 @@ pub struct Cli {
 }
 
 #[derive(Args)]
-pub struct Global {
+pub(crate) struct Global {
     /// The gateway's base URL [default: the config file's `url`, else http://127.0.0.1:8080]
     #[arg(long, global = true, env = "COUNTERSIGN_URL")]
     pub url: Option<String>,
@@ -44,7 +44,7 @@ pub struct Global {
 }
 
 #[derive(Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Start, read and cancel runs
     #[command(subcommand)]
     Runs(RunsCommand),
@@ -108,7 +108,7 @@ pub enum Command {
 }
 
 #[derive(Subcommand)]
-pub enum PolicyCommand {
+pub(crate) enum PolicyCommand {
     /// Sort an agent's recorded calls, and those waiting now, by its live policies and by a
     /// candidate file's: per tool, how many would newly be held, newly released or held by
     /// other approvers; the approvals a day each approver group would be asked for; examples;
@@ -126,7 +126,7 @@ pub enum PolicyCommand {
 }
 
 #[derive(Subcommand)]
-pub enum RunsCommand {
+pub(crate) enum RunsCommand {
     /// Start a run of an agent
     Start {
         /// The agent's name
@@ -160,7 +160,7 @@ pub enum RunsCommand {
 }
 
 #[derive(Args)]
-pub struct PendingArgs {
+pub(crate) struct PendingArgs {
     /// Only this agent's calls
     #[arg(long)]
     pub agent: Option<String>,
@@ -177,7 +177,7 @@ pub struct PendingArgs {
 
 /// One call, and what it was shown as.
 #[derive(Args)]
-pub struct Shown {
+pub(crate) struct Shown {
     /// The run's id
     pub run: String,
     /// The call's id, as `countersign show RUN` lists it
@@ -190,7 +190,7 @@ pub struct Shown {
 
 /// The call a decision is about, and who decides.
 #[derive(Args)]
-pub struct Decide {
+pub(crate) struct Decide {
     #[command(flatten)]
     pub shown: Shown,
     /// The person deciding, when the key may speak for others
@@ -200,7 +200,7 @@ pub struct Decide {
 
 /// The call an approval or rejection is about, or a listing of calls to decide each.
 #[derive(Args)]
-pub struct Chosen {
+pub(crate) struct Chosen {
     #[command(flatten)]
     pub shown: Option<Shown>,
     /// Decide each call of this `countersign pending --json` output (a file, or - for standard
@@ -218,7 +218,7 @@ pub struct Chosen {
 }
 
 #[derive(Args)]
-pub struct EditArgs {
+pub(crate) struct EditArgs {
     #[command(flatten)]
     pub call: Decide,
     /// The whole new input, as JSON
@@ -234,7 +234,7 @@ pub struct EditArgs {
 }
 
 #[derive(Args)]
-pub struct GrantArgs {
+pub(crate) struct GrantArgs {
     #[command(flatten)]
     pub shown: Option<Shown>,
     /// Approve the one call of this `countersign pending --json` output (a file, or - for
@@ -265,7 +265,7 @@ pub struct GrantArgs {
 }
 
 #[derive(Args)]
-pub struct GrantsArgs {
+pub(crate) struct GrantsArgs {
     /// One grant's id: its terms and every call it approved
     pub grant: Option<String>,
     /// Only grants that still approve calls
@@ -280,7 +280,7 @@ pub struct GrantsArgs {
 }
 
 #[derive(Args)]
-pub struct WatchArgs {
+pub(crate) struct WatchArgs {
     /// Follow only this run, live (the model's text as it is written), and stop when it ends
     #[arg(long)]
     pub run: Option<String>,

@@ -8,7 +8,7 @@ use reqwest::{Method, RequestBuilder, Url};
 use serde_json::Value;
 use std::time::Duration;
 
-pub struct Gateway {
+pub(crate) struct Gateway {
     http: reqwest::Client,
     /// For streams, which last as long as what they follow: no overall timeout, but one
     /// between reads, which the gateway's heartbeats keep from passing on a quiet stream.
@@ -18,7 +18,7 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    pub fn new(config: &Config) -> Result<Self, CliError> {
+    pub(crate) fn new(config: &Config) -> Result<Self, CliError> {
         let base = Url::parse(&config.url)
             .ok()
             .filter(|u| matches!(u.scheme(), "http" | "https"))
@@ -48,7 +48,7 @@ impl Gateway {
 
     /// The URL of the API path made of `segments`, each escaped as one path segment (so a
     /// run id typed with a `/` or `?` names no other route).
-    pub fn url(&self, segments: &[&str]) -> Url {
+    pub(crate) fn url(&self, segments: &[&str]) -> Url {
         let mut url = self.base.clone();
         url.path_segments_mut()
             .expect("http URLs have paths")
@@ -57,19 +57,19 @@ impl Gateway {
         url
     }
 
-    pub async fn get(&self, url: Url) -> Result<Value, CliError> {
+    pub(crate) async fn get(&self, url: Url) -> Result<Value, CliError> {
         self.send(self.request(Method::GET, url)).await
     }
 
-    pub async fn post(&self, url: Url, body: &Value) -> Result<Value, CliError> {
+    pub(crate) async fn post(&self, url: Url, body: &Value) -> Result<Value, CliError> {
         self.send(self.request(Method::POST, url).json(body)).await
     }
 
-    pub fn request(&self, method: Method, url: Url) -> RequestBuilder {
+    pub(crate) fn request(&self, method: Method, url: Url) -> RequestBuilder {
         self.http.request(method, url).bearer_auth(&self.api_key)
     }
 
-    pub async fn send(&self, request: RequestBuilder) -> Result<Value, CliError> {
+    pub(crate) async fn send(&self, request: RequestBuilder) -> Result<Value, CliError> {
         let response = request
             .send()
             .await
@@ -93,7 +93,7 @@ impl Gateway {
 
     /// The server-sent events at `url` from after `last_event_id`: the answer to read them
     /// from, or None when the gateway says there is nothing more to follow (204).
-    pub async fn events(
+    pub(crate) async fn events(
         &self,
         url: Url,
         last_event_id: Option<&str>,

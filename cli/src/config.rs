@@ -12,9 +12,9 @@ use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
 /// The gateway the local runner and a default gateway listen on.
-pub const DEFAULT_URL: &str = "http://127.0.0.1:8080";
+pub(crate) const DEFAULT_URL: &str = "http://127.0.0.1:8080";
 
-pub struct Config {
+pub(crate) struct Config {
     pub url: String,
     pub api_key: String,
 }
@@ -27,7 +27,7 @@ struct File {
 }
 
 impl Config {
-    pub fn resolve(global: &Global) -> Result<Self, CliError> {
+    pub(crate) fn resolve(global: &Global) -> Result<Self, CliError> {
         let file = match &global.config {
             Some(path) => read(path)?,
             None => match default_path().filter(|p| p.exists()) {

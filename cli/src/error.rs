@@ -6,7 +6,7 @@ use std::fmt;
 use std::process::ExitCode;
 
 #[derive(Debug)]
-pub enum CliError {
+pub(crate) enum CliError {
     /// A check the command makes did not hold: a broken audit chain, a call that is not
     /// pending. Exit 1.
     Failed(String),
@@ -21,7 +21,7 @@ pub enum CliError {
 
 /// The gateway's error answer, `{"error": {"code", "message", "details"?}}`.
 #[derive(Debug)]
-pub struct Refusal {
+pub(crate) struct Refusal {
     pub status: u16,
     pub code: String,
     pub message: String,
@@ -31,7 +31,7 @@ pub struct Refusal {
 }
 
 impl CliError {
-    pub fn exit_code(&self) -> ExitCode {
+    pub(crate) fn exit_code(&self) -> ExitCode {
         ExitCode::from(match self {
             Self::Failed(_) => 1,
             Self::Usage(_) => 2,

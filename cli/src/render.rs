@@ -5,22 +5,22 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 /// A table with a header row, each column as wide as its widest cell, two spaces apart.
-pub struct Table {
+pub(crate) struct Table {
     rows: Vec<Vec<String>>,
 }
 
 impl Table {
-    pub fn new(header: &[&str]) -> Self {
+    pub(crate) fn new(header: &[&str]) -> Self {
         Self {
-            rows: vec![header.iter().map(|h| h.to_string()).collect()],
+            rows: vec![header.iter().map(std::string::ToString::to_string).collect()],
         }
     }
 
-    pub fn row(&mut self, cells: Vec<String>) {
+    pub(crate) fn row(&mut self, cells: Vec<String>) {
         self.rows.push(cells);
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.rows.len() == 1
     }
 }
@@ -50,7 +50,7 @@ impl std::fmt::Display for Table {
 }
 
 /// Labelled values, one a line, the values lined up; empty values are left out.
-pub fn fields(pairs: &[(&str, String)]) -> String {
+pub(crate) fn fields(pairs: &[(&str, String)]) -> String {
     let width = pairs
         .iter()
         .map(|(l, _)| l.chars().count())
@@ -64,12 +64,12 @@ pub fn fields(pairs: &[(&str, String)]) -> String {
 }
 
 /// Every line of `text` two spaces in (and each line ending in a newline).
-pub fn indent(text: &str) -> String {
+pub(crate) fn indent(text: &str) -> String {
     text.lines().map(|line| format!("  {line}\n")).collect()
 }
 
 /// `text` on one line and at most `max` characters, cut with an ellipsis.
-pub fn clip(text: &str, max: usize) -> String {
+pub(crate) fn clip(text: &str, max: usize) -> String {
     let line = text.split_whitespace().collect::<Vec<_>>().join(" ");
     if line.chars().count() <= max {
         return line;
@@ -80,21 +80,21 @@ pub fn clip(text: &str, max: usize) -> String {
 }
 
 /// Milliseconds since the epoch as `2026-12-01 03:50:12 UTC`.
-pub fn moment(ms: i64) -> String {
+pub(crate) fn moment(ms: i64) -> String {
     DateTime::<Utc>::from_timestamp_millis(ms)
         .map(|t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string())
         .unwrap_or_else(|| ms.to_string())
 }
 
 /// An RFC 3339 moment from the API, in milliseconds since the epoch.
-pub fn parse_moment(text: &str) -> Option<i64> {
+pub(crate) fn parse_moment(text: &str) -> Option<i64> {
     DateTime::parse_from_rfc3339(text)
         .ok()
         .map(|t| t.timestamp_millis())
 }
 
 /// How long until `deadline` (ms): `3h 20m left`, or `expired` once it has passed.
-pub fn time_left(deadline: i64) -> String {
+pub(crate) fn time_left(deadline: i64) -> String {
     let left = deadline - countersign_model::now_ms();
     if left <= 0 {
         "expired".to_string()
@@ -104,7 +104,7 @@ pub fn time_left(deadline: i64) -> String {
 }
 
 /// How long something has waited since `since` (ms): `waiting 12m 5s`.
-pub fn waiting(since: i64) -> String {
+pub(crate) fn waiting(since: i64) -> String {
     format!(
         "waiting {}",
         span((countersign_model::now_ms() - since).max(0))
@@ -124,7 +124,7 @@ fn span(ms: i64) -> String {
 }
 
 /// The gateway's JSON for `--json`, indented.
-pub fn print_json(value: &Value) {
+pub(crate) fn print_json(value: &Value) {
     println!(
         "{}",
         serde_json::to_string_pretty(value).expect("JSON values print")

@@ -9,7 +9,7 @@ use serde_json::Value;
 
 /// `GET /v1/runs/{run_id}`.
 #[derive(Deserialize)]
-pub struct RunView {
+pub(crate) struct RunView {
     pub run_id: String,
     pub agent: String,
     pub status: String,
@@ -33,7 +33,7 @@ pub struct RunView {
 
 impl RunView {
     /// What the user asked: the conversation's first message.
-    pub fn request(&self) -> String {
+    pub(crate) fn request(&self) -> String {
         self.messages
             .first()
             .filter(|m| m.role == Role::User)
@@ -44,7 +44,7 @@ impl RunView {
 
 /// A call of the paused turn, and its decision once there is one.
 #[derive(Deserialize)]
-pub struct HeldView {
+pub(crate) struct HeldView {
     #[serde(flatten)]
     pub call: HeldCall,
     /// The input fields an edit may change; absent from a gateway that does not say.
@@ -54,7 +54,7 @@ pub struct HeldView {
 
 /// One entry of `GET /v1/approvals`.
 #[derive(Deserialize)]
-pub struct Approval {
+pub(crate) struct Approval {
     pub run_id: String,
     pub agent: String,
     pub requested_by: Option<String>,
@@ -67,7 +67,7 @@ pub struct Approval {
 
 /// A grant of `GET /v1/grants` and `GET /v1/grants/{id}` (which lists its uses too).
 #[derive(Deserialize)]
-pub struct GrantView {
+pub(crate) struct GrantView {
     #[serde(flatten)]
     pub grant: Grant,
     pub status: GrantStatus,
@@ -77,7 +77,7 @@ pub struct GrantView {
 
 /// `GET /v1/runs/{run_id}/audit`.
 #[derive(Deserialize)]
-pub struct Trail {
+pub(crate) struct Trail {
     pub verified: bool,
     pub broken_at: Option<usize>,
     /// The chain's elements, `{prev, hash, entry}`, kept as values: verifying hashes the
@@ -89,14 +89,14 @@ pub struct Trail {
 
 impl Trail {
     /// The entry of a chain element, if it reads as one.
-    pub fn entry(element: &Value) -> Option<AuditEntry> {
+    pub(crate) fn entry(element: &Value) -> Option<AuditEntry> {
         serde_json::from_value(element["entry"].clone()).ok()
     }
 }
 
 /// Reads an answer into the type a table shows; an answer of another shape is not a
 /// gateway's.
-pub fn read<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, crate::error::CliError> {
+pub(crate) fn read<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, crate::error::CliError> {
     serde_json::from_value(value).map_err(|e| {
         crate::error::CliError::Unreachable(format!("the gateway's answer was not understood: {e}"))
     })

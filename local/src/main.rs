@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 const AFTER_FAILURE: Duration = Duration::from_millis(500);
 
 #[tokio::main]
-pub async fn main() -> ExitCode {
+pub(crate) async fn main() -> ExitCode {
     let _telemetry = countersign_runtime::telemetry::init("countersign-local");
     match run().await {
         Ok(code) => code,

@@ -228,7 +228,7 @@ mod tests {
             condition: "true".into(),
             requester: requester.map(str::to_string),
             max_uses: 1,
-            granted_by: by.iter().map(|s| s.to_string()).collect(),
+            granted_by: by.iter().map(std::string::ToString::to_string).collect(),
             channel: "api".into(),
             run_id: "run_1".into(),
             call_id: "c1".into(),
@@ -301,7 +301,7 @@ mod tests {
                 allow_self_approval: self_ok,
                 ..Reviewers::default()
             },
-            deciders: deciders.map(|d| d.iter().map(|s| s.to_string()).collect()),
+            deciders: deciders.map(|d| d.iter().map(std::string::ToString::to_string).collect()),
             deadline: None,
             remind_at: None,
             escalated: false,

@@ -245,7 +245,7 @@ summary = "Refund ${{{{ input.amount }}}} for order {{{{ input.order_id }}}}"
         let p = refund_policy("input.missing > 1");
         match p.gate(&json!({"amount": 1}), &json!({})) {
             Gate::Ask { reason, .. } => {
-                assert!(reason.contains("could not be evaluated"), "{reason}")
+                assert!(reason.contains("could not be evaluated"), "{reason}");
             }
             Gate::Run => panic!("a broken condition must not let the call run"),
         }

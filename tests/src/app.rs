@@ -42,7 +42,7 @@ pub fn people() -> Vec<Person> {
         .iter()
         .map(|(id, roles)| Person {
             id: id.to_string(),
-            roles: roles.iter().map(|r| r.to_string()).collect(),
+            roles: roles.iter().map(std::string::ToString::to_string).collect(),
             slack_user: Some(format!("U_{}", id.to_uppercase())),
             email: Some(format!("{id}@example.com")),
             // rick starts runs with a requester key and reviews as a person (finance).

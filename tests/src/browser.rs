@@ -57,7 +57,7 @@ impl Screen {
 
     fn capabilities(self, profile: &Path) -> Capabilities {
         let (width, height) = self.size();
-        let mut args: Vec<String> = FLAGS.iter().map(|f| f.to_string()).collect();
+        let mut args: Vec<String> = FLAGS.iter().map(std::string::ToString::to_string).collect();
         args.push(format!("--user-data-dir={}", profile.display()));
         args.push(format!("--window-size={width},{height}"));
         let mut options = json!({ "args": args });

@@ -48,7 +48,7 @@ impl HeldTools {
         let (open, opened) = watch::channel(false);
         let log = Arc::new(Mutex::new(Vec::new()));
         let shared = Shared {
-            held: Arc::new(held.iter().map(|p| p.to_string()).collect()),
+            held: Arc::new(held.iter().map(std::string::ToString::to_string).collect()),
             log: log.clone(),
             open: opened,
         };

@@ -193,7 +193,7 @@ impl ServerHandler for Handler {
                 tool: tool.clone(),
                 arguments: request.arguments.unwrap_or_default(),
                 meta: context.meta.0.0.clone(),
-            })
+            });
         });
         let mut held = self.shared.held.subscribe();
         tokio::select! {

@@ -15,7 +15,7 @@ use countersign_model::audit::{AuditEntry, AuditKind, verify};
 use countersign_receipt::KeySet;
 use serde_json::Value;
 
-pub async fn run(gateway: &Gateway, run: &str, check: bool, json: bool) -> Result<(), CliError> {
+pub(super) async fn run(gateway: &Gateway, run: &str, check: bool, json: bool) -> Result<(), CliError> {
     let answer = gateway
         .get(gateway.url(&["v1", "runs", run, "audit"]))
         .await?;
@@ -129,7 +129,7 @@ fn print_refusals(refusals: &[Value]) {
 }
 
 /// An entry as the cells after `#`: when, what, the call, who, the channel and its detail.
-pub fn entry_cells(entry: &AuditEntry) -> Vec<String> {
+pub(super) fn entry_cells(entry: &AuditEntry) -> Vec<String> {
     let kind = serde_json::to_value(entry.kind).unwrap_or_default();
     vec![
         moment(entry.at),

@@ -13,11 +13,11 @@ use crate::view::{HeldView, RunView, read};
 use countersign_model::edit;
 use serde_json::{Value, json};
 
-pub async fn approve(gateway: &Gateway, call: Chosen, json: bool) -> Result<(), CliError> {
+pub(super) async fn approve(gateway: &Gateway, call: Chosen, json: bool) -> Result<(), CliError> {
     send_chosen(gateway, call, json!({"action": "approve"}), json).await
 }
 
-pub async fn reject(
+pub(super) async fn reject(
     gateway: &Gateway,
     call: Chosen,
     reason: Option<String>,
@@ -54,7 +54,7 @@ async fn send_chosen(
     }
 }
 
-pub async fn edit(gateway: &Gateway, args: EditArgs, json: bool) -> Result<(), CliError> {
+pub(super) async fn edit(gateway: &Gateway, args: EditArgs, json: bool) -> Result<(), CliError> {
     let note = required(
         args.note,
         "--note",

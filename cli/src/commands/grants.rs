@@ -16,7 +16,7 @@ use countersign_model::condition::Condition;
 use countersign_model::grant::{Grant, GrantStatus};
 use serde_json::{Value, json};
 
-pub async fn grant(gateway: &Gateway, args: GrantArgs, json: bool) -> Result<(), CliError> {
+pub(super) async fn grant(gateway: &Gateway, args: GrantArgs, json: bool) -> Result<(), CliError> {
     let condition =
         Condition::compile(&args.condition).map_err(|e| CliError::Usage(format!("--when: {e}")))?;
     let (run, call, digest) = match (args.shown, &args.from) {
@@ -74,7 +74,7 @@ pub async fn grant(gateway: &Gateway, args: GrantArgs, json: bool) -> Result<(),
     Ok(())
 }
 
-pub async fn list(gateway: &Gateway, args: GrantsArgs, json: bool) -> Result<(), CliError> {
+pub(super) async fn list(gateway: &Gateway, args: GrantsArgs, json: bool) -> Result<(), CliError> {
     if let Some(id) = &args.grant {
         return show(gateway, id, json).await;
     }
@@ -169,7 +169,7 @@ async fn show(gateway: &Gateway, id: &str, json: bool) -> Result<(), CliError> {
     Ok(())
 }
 
-pub async fn revoke(
+pub(super) async fn revoke(
     gateway: &Gateway,
     id: &str,
     reason: Option<String>,

@@ -65,7 +65,7 @@ pub(super) fn one(from: &str) -> Result<Listed, CliError> {
 
 /// Sends `decision` (its action and reason) on each listed call, quoting its listed digest,
 /// and prints what became of each; any refused makes it fail (exit 1), listing them.
-pub async fn send(
+pub(super) async fn send(
     gateway: &Gateway,
     from: &str,
     decision: Value,

@@ -15,7 +15,7 @@ use crate::client::Gateway;
 use crate::config::Config;
 use crate::error::CliError;
 
-pub async fn run(cli: Cli) -> Result<(), CliError> {
+pub(crate) async fn run(cli: Cli) -> Result<(), CliError> {
     let gateway = Gateway::new(&Config::resolve(&cli.global)?)?;
     let json = cli.global.json;
     match cli.command {

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 /// The most calls the gateway gives in one page.
 const PAGE: &str = "500";
 
-pub async fn run(gateway: &Gateway, args: PendingArgs, json: bool) -> Result<(), CliError> {
+pub(super) async fn run(gateway: &Gateway, args: PendingArgs, json: bool) -> Result<(), CliError> {
     // Checked before anything is asked: a condition that does not compile is a usage error.
     let condition = args
         .condition

@@ -9,7 +9,7 @@ use crate::view::{RunView, read};
 use reqwest::Method;
 use serde_json::{Value, json};
 
-pub async fn run(gateway: &Gateway, command: RunsCommand, json: bool) -> Result<(), CliError> {
+pub(super) async fn run(gateway: &Gateway, command: RunsCommand, json: bool) -> Result<(), CliError> {
     match command {
         RunsCommand::Start {
             agent,
@@ -65,7 +65,7 @@ pub async fn run(gateway: &Gateway, command: RunsCommand, json: bool) -> Result<
 }
 
 /// A flag's JSON object, or a usage error naming the flag.
-pub fn json_object(flag: &str, text: &str) -> Result<Value, CliError> {
+pub(super) fn json_object(flag: &str, text: &str) -> Result<Value, CliError> {
     match serde_json::from_str::<Value>(text) {
         Ok(value) if value.is_object() => Ok(value),
         Ok(_) => Err(CliError::Usage(format!("{flag} must be a JSON object"))),

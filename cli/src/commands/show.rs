@@ -9,7 +9,7 @@ use crate::view::{HeldView, RunView, read};
 use countersign_model::run::{Action, Block, CallOutcome, Decision, Message};
 use std::collections::HashMap;
 
-pub async fn run(gateway: &Gateway, run: &str, json: bool) -> Result<(), CliError> {
+pub(super) async fn run(gateway: &Gateway, run: &str, json: bool) -> Result<(), CliError> {
     let answer = gateway.get(gateway.url(&["v1", "runs", run])).await?;
     if json {
         print_json(&answer);
@@ -31,7 +31,7 @@ pub async fn run(gateway: &Gateway, run: &str, json: bool) -> Result<(), CliErro
 }
 
 /// The run's status and outcome, for `show` and `runs get`.
-pub fn overview(run: &RunView) -> String {
+pub(super) fn overview(run: &RunView) -> String {
     let undecided = run.pending.iter().filter(|p| p.decision.is_none()).count();
     let waiting = if run.status == "awaiting_approval" && undecided > 0 {
         format!("{undecided} call(s) waiting for a decision")
@@ -147,7 +147,7 @@ fn describe(decision: &Decision) -> String {
             decision
                 .input
                 .as_ref()
-                .map(|i| i.to_string())
+                .map(std::string::ToString::to_string)
                 .unwrap_or_default(),
             decision.note.as_deref().unwrap_or_default()
         ),

@@ -25,7 +25,7 @@ use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-pub async fn run(gateway: &Gateway, args: WatchArgs, json: bool) -> Result<(), CliError> {
+pub(super) async fn run(gateway: &Gateway, args: WatchArgs, json: bool) -> Result<(), CliError> {
     tokio::select! {
         // Interrupting is how a watch ends; it is not a failure.
         _ = tokio::signal::ctrl_c() => Ok(()),

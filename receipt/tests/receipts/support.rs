@@ -4,13 +4,13 @@ use countersign_receipt::{Claims, Jwks, KeySet, SeenJtis, Signer, Verifier, inpu
 use serde_json::Value;
 use std::time::Duration;
 
-pub const ISSUER: &str = "https://countersign.example.com";
+pub(crate) const ISSUER: &str = "https://countersign.example.com";
 /// The tool service's name: receipts' `aud`.
-pub const AUDIENCE: &str = "refunds";
+pub(crate) const AUDIENCE: &str = "refunds";
 /// The tool's name in the agent's definition: receipts' `tool`.
-pub const TOOL: &str = "issue_refund";
+pub(crate) const TOOL: &str = "issue_refund";
 
-pub fn now() -> i64 {
+pub(crate) fn now() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -18,10 +18,10 @@ pub fn now() -> i64 {
 }
 
 /// The `Idempotency-Key` of the call [`claims`] names, as a worker sends it.
-pub const KEY: &str = "run_1:1:toolu_2";
+pub(crate) const KEY: &str = "run_1:1:toolu_2";
 
 /// Issued at a fixed second of today, so two made apart compare equal.
-pub fn claims(input: &Value, jti: &str) -> Claims {
+pub(crate) fn claims(input: &Value, jti: &str) -> Claims {
     let issued = now() / 86_400 * 86_400;
     Claims {
         iss: ISSUER.into(),
@@ -41,23 +41,23 @@ pub fn claims(input: &Value, jti: &str) -> Claims {
     }
 }
 
-pub fn set(signers: &[&Signer]) -> KeySet {
+pub(crate) fn set(signers: &[&Signer]) -> KeySet {
     KeySet {
         keys: signers.iter().map(|s| s.public().clone()).collect(),
     }
 }
 
 /// A verifier for this tool service, with an in-memory replay store.
-pub fn verifier(keys: Jwks) -> Verifier {
+pub(crate) fn verifier(keys: Jwks) -> Verifier {
     Verifier::new(keys, ISSUER, AUDIENCE, SeenJtis::default())
 }
 
-pub fn body(input: &Value) -> Vec<u8> {
+pub(crate) fn body(input: &Value) -> Vec<u8> {
     serde_json::to_vec(input).unwrap()
 }
 
 /// Polls `check` until it returns `Some`, or panics naming `what` after 10 s.
-pub async fn wait_for<T, Fut>(what: &str, mut check: impl FnMut() -> Fut) -> T
+pub(crate) async fn wait_for<T, Fut>(what: &str, mut check: impl FnMut() -> Fut) -> T
 where
     Fut: Future<Output = Option<T>>,
 {

@@ -182,7 +182,7 @@ pub fn check(obs: &Observations) -> Vec<Violation> {
             invariant,
             run: run.map(str::to_string),
             what,
-        })
+        });
     };
     for (run, status) in &obs.unfinished {
         let id = obs.run_ids[*run].as_deref();

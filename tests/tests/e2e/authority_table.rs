@@ -145,7 +145,7 @@ fn held_call(policy: Policy) -> HeldCall {
                 LISTED
                     .iter()
                     .chain([&ESCALATED_TO])
-                    .map(|s| s.to_string())
+                    .map(std::string::ToString::to_string)
                     .collect(),
             ),
         },

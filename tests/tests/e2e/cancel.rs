@@ -137,7 +137,7 @@ async fn only_the_requester_or_an_admin_may_cancel() {
                 role: Role::Requester,
                 principal: "ria".into(),
                 speaks_for: Vec::new(),
-            })
+            });
         })
         .start()
         .await;

@@ -134,7 +134,7 @@ async fn slow_clients_are_cut_off_after_their_timeouts_while_the_api_keeps_answe
         );
         match slow {
             Slow::Silent | Slow::Headers => {
-                assert!(cut.answer.is_empty(), "{slow:?} got {:?}", cut.answer)
+                assert!(cut.answer.is_empty(), "{slow:?} got {:?}", cut.answer);
             }
             Slow::Body => {
                 assert!(

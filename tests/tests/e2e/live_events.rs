@@ -220,7 +220,7 @@ async fn only_those_who_may_read_the_run_follow_it_and_a_bad_last_event_id_is_re
                 role: Role::Requester,
                 principal: "mallory".into(),
                 speaks_for: Vec::new(),
-            })
+            });
         })
         .start()
         .await;
@@ -393,7 +393,7 @@ async fn clients_following_at_once_through_two_gateways_see_the_same_events() {
     }
     let paused = clients[0].until("approval.requested").await;
     approve(&app, &run, paused.last().unwrap()).await;
-    let seen = futures::future::join_all(clients.iter_mut().map(|c| c.to_end())).await;
+    let seen = futures::future::join_all(clients.iter_mut().map(countersign_tests::live::LiveEvents::to_end)).await;
     let mut first = paused;
     first.extend(seen[0].clone());
     assert_refund_run(&first);

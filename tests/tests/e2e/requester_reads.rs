@@ -50,7 +50,7 @@ async fn a_requester_key_lists_only_the_held_calls_and_grants_of_runs_it_may_rea
                 role: Role::Requester,
                 principal: "rhea".into(),
                 speaks_for: Vec::new(),
-            })
+            });
         })
         .start()
         .await;
