@@ -28,6 +28,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -138,6 +139,52 @@ fn check_roles(catalog: &Catalog, people: &Directory) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Starts the reload of the agents as their files change and, after each, the check of the
+/// calls waiting under a changed policy; gives back (recheck, reload).
+fn watch_agents(
+    engine: &Arc<Engine>,
+    watcher: Watcher,
+    mcp: McpClients,
+    people: Directory,
+    shutdown: &CancellationToken,
+) -> (JoinHandle<()>, JoinHandle<()>) {
+    let (loaded, to_check) = watch::channel(engine.agents());
+    let rechecker = tokio::spawn(recheck(engine.clone(), to_check, shutdown.clone()));
+    let reloader = tokio::spawn(reload(
+        engine.clone(),
+        watcher,
+        mcp,
+        people,
+        loaded,
+        shutdown.clone(),
+    ));
+    (rechecker, reloader)
+}
+
+/// The engine's settings, as the config gives them.
+fn engine_settings(config: &Config) -> EngineSettings {
+    EngineSettings {
+        owner: config.worker_id.clone(),
+        lease: config.lease(),
+        max_attempts: config.max_attempts,
+        retention: Duration::from_secs(config.retention_secs),
+        approval_timeout: Duration::from_secs(config.default_approval_timeout_secs),
+    }
+}
+
+/// How the work loop pulls `runs.start` and the decisions, as the config gives it.
+fn work_settings(config: &Config) -> work::Settings {
+    work::Settings {
+        consumer: ConsumerSettings {
+            ack_wait: Duration::from_secs(config.ack_wait_secs),
+            max_ack_pending: 10_000,
+        },
+        in_progress: InProgress::Extend,
+        concurrency: config.concurrency,
+        grace: Duration::from_secs(config.shutdown_grace_secs),
+    }
+}
+
 /// Runs a worker until `shutdown` is cancelled, then stops pulling, gives in-flight runs
 /// `shutdown_grace_secs` to reach a durable point, and hands back the rest (their messages
 /// are redelivered and their leases lapse). `/livez` and `/readyz` are served on `health`.
@@ -183,26 +230,12 @@ pub async fn run(
         bus.clone(),
         agents,
         people.clone(),
-        EngineSettings {
-            owner: config.worker_id.clone(),
-            lease: config.lease(),
-            max_attempts: config.max_attempts,
-            retention: Duration::from_secs(config.retention_secs),
-            approval_timeout: Duration::from_secs(config.default_approval_timeout_secs),
-        },
+        engine_settings(&config),
         metrics.clone(),
     ));
     let work = WorkLoop::pull(
         bus.clone(),
-        work::Settings {
-            consumer: ConsumerSettings {
-                ack_wait: Duration::from_secs(config.ack_wait_secs),
-                max_ack_pending: 10_000,
-            },
-            in_progress: InProgress::Extend,
-            concurrency: config.concurrency,
-            grace: Duration::from_secs(config.shutdown_grace_secs),
-        },
+        work_settings(&config),
         consumers,
         metrics.clone(),
         engine.clone(),
@@ -213,16 +246,7 @@ pub async fn run(
     let outbox = tokio::spawn(
         Relay::new(&store, bus.clone(), metrics).run_sweeper(Service::Worker, shutdown.clone()),
     );
-    let (loaded, to_check) = watch::channel(engine.agents());
-    let rechecker = tokio::spawn(recheck(engine.clone(), to_check, shutdown.clone()));
-    let reloader = tokio::spawn(reload(
-        engine.clone(),
-        watcher,
-        mcp,
-        people,
-        loaded,
-        shutdown.clone(),
-    ));
+    let (rechecker, reloader) = watch_agents(&engine, watcher, mcp, people, &shutdown);
     let sweeper = tokio::spawn(sweep(
         engine.clone(),
         Duration::from_millis(config.sweep_interval_ms),

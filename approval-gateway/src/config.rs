@@ -374,6 +374,37 @@ impl Config {
                 && self.live_max_streams_per_run > 0,
             "live_max_streams, live_max_streams_per_principal and live_max_streams_per_run must be at least 1"
         );
+        self.validate_keys_and_names()?;
+        anyhow::ensure!(
+            self.inbox.session_ttl_secs > 0 && self.inbox.sign_in_link_ttl_secs > 0,
+            "inbox.session_ttl_secs and inbox.sign_in_link_ttl_secs must be above 0"
+        );
+        if let Some(url) = self.public_base_url() {
+            anyhow::ensure!(
+                url.starts_with("https://") || url.starts_with("http://"),
+                "the public base URL {url:?} must start with https:// or http://"
+            );
+        }
+        anyhow::ensure!(self.mcp.wait_secs >= 1, "mcp.wait_secs must be at least 1");
+        anyhow::ensure!(
+            self.delivery_max_attempts >= 1,
+            "delivery_max_attempts must be at least 1"
+        );
+        self.validate_unique()?;
+        if let Some(email) = &self.email {
+            email
+                .from
+                .parse::<lettre::message::Mailbox>()
+                .map_err(|e| {
+                    anyhow::anyhow!("email.from {:?} is not an address: {e}", email.from)
+                })?;
+        }
+        Ok(())
+    }
+
+    /// Checks the metrics token, the API keys (long enough, with a principal) and that
+    /// webhook names are plain.
+    fn validate_keys_and_names(&self) -> anyhow::Result<()> {
         countersign_runtime::metrics_http::check_token(self.metrics_token.as_ref())?;
         for key in &self.api_keys {
             anyhow::ensure!(
@@ -394,21 +425,11 @@ impl Config {
                 hook.name
             );
         }
-        anyhow::ensure!(
-            self.inbox.session_ttl_secs > 0 && self.inbox.sign_in_link_ttl_secs > 0,
-            "inbox.session_ttl_secs and inbox.sign_in_link_ttl_secs must be above 0"
-        );
-        if let Some(url) = self.public_base_url() {
-            anyhow::ensure!(
-                url.starts_with("https://") || url.starts_with("http://"),
-                "the public base URL {url:?} must start with https:// or http://"
-            );
-        }
-        anyhow::ensure!(self.mcp.wait_secs >= 1, "mcp.wait_secs must be at least 1");
-        anyhow::ensure!(
-            self.delivery_max_attempts >= 1,
-            "delivery_max_attempts must be at least 1"
-        );
+        Ok(())
+    }
+
+    /// Checks that no person, webhook or signed sender is configured twice.
+    fn validate_unique(&self) -> anyhow::Result<()> {
         let mut ids = std::collections::HashSet::new();
         for person in &self.people {
             anyhow::ensure!(
@@ -427,14 +448,6 @@ impl Config {
                 names.insert(name),
                 "signed sender {name:?} is configured twice"
             );
-        }
-        if let Some(email) = &self.email {
-            email
-                .from
-                .parse::<lettre::message::Mailbox>()
-                .map_err(|e| {
-                    anyhow::anyhow!("email.from {:?} is not an address: {e}", email.from)
-                })?;
         }
         Ok(())
     }

@@ -40,18 +40,7 @@ async fn run() -> anyhow::Result<ExitCode> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let place = Place::from_env(&root)?;
     let mut connections = Connections::from_env(&countersign_runtime::config::process_env)?;
-    let mut ports = vec![
-        (place.gateway, "the gateway"),
-        (place.worker, "the worker's probes"),
-        (place.tools, "the demo tools"),
-    ];
-    if std::env::var("NATS_URL").is_err() {
-        ports.push((place.nats, "NATS"));
-    }
-    if std::env::var("REDIS_URL").is_err() {
-        ports.push((place.redis, "Redis"));
-    }
-    place.check_free(&ports)?;
+    check_ports(&place)?;
     let _claim = place.claim()?;
 
     let shutdown = CancellationToken::new();
@@ -68,39 +57,10 @@ async fn run() -> anyhow::Result<ExitCode> {
     }
 
     let agents_dir = place.dir.join("agents");
-    let examples = std::env::var_os("COUNTERSIGN_LOCAL_AGENTS")
-        .map_or_else(|| root.join("examples/agents"), PathBuf::from);
-    let tools_addr = Place::addr(place.tools);
-    let provider = write_agents(&examples, &agents_dir, &tools_addr)?;
-    parts.service(
-        "agents' folder",
-        follow_examples(
-            examples.clone(),
-            agents_dir.clone(),
-            tools_addr,
-            shutdown.clone(),
-        ),
-    );
-    let tools = tokio::net::TcpListener::bind(Place::addr(place.tools))
-        .await
-        .with_context(|| format!("bind the demo tools on {}", Place::addr(place.tools)))?;
+    let (examples, provider) = agents_folder(&root, &place, &agents_dir, &mut parts, &shutdown)?;
     let gateway_addr = Place::addr(place.gateway);
     let gateway_url = format!("http://{gateway_addr}");
-    // The refunds service checks refunds' receipts against this gateway, as a tool would.
-    // The receipts it ran are kept in the data folder, so they stay spent across restarts.
-    let countersigned = Countersigned {
-        jwks_url: format!("{gateway_url}/.well-known/jwks.json"),
-        issuer: gateway_url.clone(),
-        replay_file: place.dir.join("receipts-run.jsonl"),
-    };
-    let (_, tools) = DemoTools::serve_watched(tools, Some(countersigned))?;
-    let stop_tools = shutdown.clone();
-    parts.service("demo tools", async move {
-        tokio::select! {
-            served = tools => Ok(served??),
-            _ = stop_tools.cancelled() => Ok(()),
-        }
-    });
+    start_demo_tools(&place, &gateway_url, &mut parts, &shutdown).await?;
 
     let (mut gateway, mut worker, requester_key, key) = configs(connections, agents_dir)?;
     gateway.receipts.key_file = Some(receipt_key(&place.dir)?);
@@ -149,16 +109,92 @@ async fn run() -> anyhow::Result<ExitCode> {
     if let Err(stopped) = watched {
         return Ok(failed(parts, stopped).await);
     }
-    // Ctrl-C: everything stops in order; a part that fails on the way is said.
+    // Ctrl-C: everything stops in order.
+    Ok(stop_all(parts, grace).await)
+}
+
+/// Refuses to start when a port this runner needs is taken (NATS's and Redis's only when
+/// it starts them).
+fn check_ports(place: &Place) -> anyhow::Result<()> {
+    let mut ports = vec![
+        (place.gateway, "the gateway"),
+        (place.worker, "the worker's probes"),
+        (place.tools, "the demo tools"),
+    ];
+    if std::env::var("NATS_URL").is_err() {
+        ports.push((place.nats, "NATS"));
+    }
+    if std::env::var("REDIS_URL").is_err() {
+        ports.push((place.redis, "Redis"));
+    }
+    place.check_free(&ports)
+}
+
+/// Writes the example agents into the data folder, pointed at the demo tools, and follows
+/// the examples as they change; gives back the examples' folder and the model provider.
+fn agents_folder(
+    root: &Path,
+    place: &Place,
+    agents_dir: &Path,
+    parts: &mut Parts,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<(PathBuf, &'static str)> {
+    let examples = std::env::var_os("COUNTERSIGN_LOCAL_AGENTS")
+        .map_or_else(|| root.join("examples/agents"), PathBuf::from);
+    let tools_addr = Place::addr(place.tools);
+    let provider = write_agents(&examples, agents_dir, &tools_addr)?;
+    parts.service(
+        "agents' folder",
+        follow_examples(
+            examples.clone(),
+            agents_dir.to_path_buf(),
+            tools_addr,
+            shutdown.clone(),
+        ),
+    );
+    Ok((examples, provider))
+}
+
+/// Starts the demo tools, whose refunds service checks receipts against the gateway at
+/// `gateway_url`.
+async fn start_demo_tools(
+    place: &Place,
+    gateway_url: &str,
+    parts: &mut Parts,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<()> {
+    let tools = tokio::net::TcpListener::bind(Place::addr(place.tools))
+        .await
+        .with_context(|| format!("bind the demo tools on {}", Place::addr(place.tools)))?;
+    // The refunds service checks refunds' receipts against this gateway, as a tool would.
+    // The receipts it ran are kept in the data folder, so they stay spent across restarts.
+    let countersigned = Countersigned {
+        jwks_url: format!("{gateway_url}/.well-known/jwks.json"),
+        issuer: gateway_url.to_string(),
+        replay_file: place.dir.join("receipts-run.jsonl"),
+    };
+    let (_, tools) = DemoTools::serve_watched(tools, Some(countersigned))?;
+    let stop_tools = shutdown.clone();
+    parts.service("demo tools", async move {
+        tokio::select! {
+            served = tools => Ok(served??),
+            _ = stop_tools.cancelled() => Ok(()),
+        }
+    });
+    Ok(())
+}
+
+/// Stops every part in order after Ctrl-C; a part that fails on the way is said.
+async fn stop_all(parts: Parts, grace: Duration) -> ExitCode {
     let failures = parts.stop(grace).await;
     for stopped in &failures {
         eprintln!("countersign-local: {stopped}");
     }
-    Ok(if failures.is_empty() {
+    if failures.is_empty() {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
-    })
+    }
 }
 
 /// Says at once which part stopped and why, stops the rest, and fails.

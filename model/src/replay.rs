@@ -212,6 +212,20 @@ pub fn replay(
         live: per_day(asked_live),
         candidate: per_day(asked_candidate),
     };
+    let now = waiting_now(&candidate_side, candidate, waiting);
+    Ok(Report {
+        agent: live.def.name.clone(),
+        calls: recorded.len(),
+        tools,
+        approvals_per_day: forecast,
+        examples,
+        waiting: now,
+    })
+}
+
+/// What would become of the calls waiting now under `candidate`: refused, released, held
+/// again under a changed policy, or unchanged.
+fn waiting_now(candidate_side: &Side<'_>, candidate: &Agent, waiting: &[Waiting]) -> WaitingReport {
     let mut now = WaitingReport::default();
     for call in waiting {
         let held = &call.held;
@@ -233,14 +247,7 @@ pub fn replay(
             }
         }
     }
-    Ok(Report {
-        agent: live.def.name.clone(),
-        calls: recorded.len(),
-        tools,
-        approvals_per_day: forecast,
-        examples,
-        waiting: now,
-    })
+    now
 }
 
 #[cfg(test)]

@@ -89,6 +89,8 @@ struct Inner {
 }
 
 impl Default for Metrics {
+    // Long because it is one table: every metric is made and registered, with its name and
+    // help text, in one place, so the list of what is exported reads top to bottom.
     fn default() -> Self {
         let mut inner = Inner {
             registry: Registry::with_prefix("countersign"),

@@ -62,91 +62,9 @@ impl Connection {
         let response_timeout =
             RESPONSE_TIMEOUT + Duration::from_millis(wait.map_or(0, |(_, ms)| ms));
         let route = match connections.redis_mode {
-            RedisMode::Standalone => {
-                let [url] = urls.as_slice() else {
-                    return Err(config_error(
-                        "standalone Redis takes one URL; set redis_mode for a cluster or Sentinels",
-                    ));
-                };
-                let info = url.into_connection_info()?;
-                let mut settings = info.redis_settings().clone();
-                if let Some(user) = &connections.redis_username {
-                    settings = settings.set_username(user);
-                }
-                if let Some(password) = &connections.redis_password {
-                    settings = settings.set_password(password.expose());
-                }
-                let info = info.set_redis_settings(settings);
-                let client = match certificates(connections)? {
-                    Some(certs) => redis::Client::build_with_tls(info, certs)?,
-                    None => redis::Client::open(info)?,
-                };
-                let config = redis::aio::ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(CONNECT_TIMEOUT))
-                    .set_response_timeout(Some(response_timeout))
-                    // One quick retry of a lost connection, not the default six with growing
-                    // pauses (about 9 s): each later command tries to reconnect again.
-                    .set_number_of_retries(1)
-                    .set_min_delay(Duration::from_millis(100))
-                    .set_max_delay(Duration::from_millis(100));
-                Route::Single(client.get_connection_manager_with_config(config).await?)
-            }
-            RedisMode::Sentinel => {
-                let infos = urls
-                    .iter()
-                    .map(|u| u.into_connection_info())
-                    .collect::<RedisResult<Vec<_>>>()?;
-                let mut builder = SentinelClientBuilder::new(
-                    infos.iter().map(|i| i.addr().clone()),
-                    &connections.redis_master_name,
-                    SentinelServerType::Master,
-                )?;
-                // The Sentinels' own user and password are the URLs'.
-                let sentinel_auth = infos[0].redis_settings();
-                if let Some(user) = sentinel_auth.username() {
-                    builder = builder.set_client_to_sentinel_username(user);
-                }
-                if let Some(password) = sentinel_auth.password() {
-                    builder = builder.set_client_to_sentinel_password(password);
-                }
-                if let Some(user) = &connections.redis_username {
-                    builder = builder.set_client_to_redis_username(user);
-                }
-                if let Some(password) = &connections.redis_password {
-                    builder = builder.set_client_to_redis_password(password.expose());
-                }
-                if urls.iter().any(|u| u.starts_with("rediss://")) {
-                    builder = builder
-                        .set_client_to_sentinel_tls_mode(TlsMode::Secure)
-                        .set_client_to_redis_tls_mode(TlsMode::Secure);
-                }
-                if let Some(certs) = certificates(connections)? {
-                    builder = builder
-                        .set_client_to_sentinel_certificates(certs.clone())
-                        .set_client_to_redis_certificates(certs);
-                }
-                Route::Sentinel(Arc::new(
-                    SentinelMaster::connect(builder.build()?, response_timeout).await?,
-                ))
-            }
-            RedisMode::Cluster => {
-                let mut builder = ClusterClientBuilder::new(urls)
-                    .connection_timeout(CONNECT_TIMEOUT)
-                    .response_timeout(response_timeout)
-                    .retries(2)
-                    .min_retry_wait(50)
-                    .max_retry_wait(200);
-                if let Some(user) = &connections.redis_username {
-                    builder = builder.username(user);
-                }
-                if let Some(password) = &connections.redis_password {
-                    builder = builder.password(password.expose());
-                }
-                if let Some(certs) = certificates(connections)? {
-                    builder = builder.certs(certs);
-                }
-                Route::Cluster(builder.build()?.get_async_connection().await?)
-            }
+            RedisMode::Standalone => standalone(connections, &urls, response_timeout).await?,
+            RedisMode::Sentinel => sentinel(connections, &urls, response_timeout).await?,
+            RedisMode::Cluster => cluster(connections, urls, response_timeout).await?,
         };
         Ok(Self {
             route,
@@ -183,6 +101,114 @@ impl Connection {
         }
         Ok(())
     }
+}
+
+/// Connects to one Redis server through a connection manager that reconnects.
+async fn standalone(
+    connections: &Connections,
+    urls: &[&str],
+    response_timeout: Duration,
+) -> RedisResult<Route> {
+    let [url] = urls else {
+        return Err(config_error(
+            "standalone Redis takes one URL; set redis_mode for a cluster or Sentinels",
+        ));
+    };
+    let info = url.into_connection_info()?;
+    let mut settings = info.redis_settings().clone();
+    if let Some(user) = &connections.redis_username {
+        settings = settings.set_username(user);
+    }
+    if let Some(password) = &connections.redis_password {
+        settings = settings.set_password(password.expose());
+    }
+    let info = info.set_redis_settings(settings);
+    let client = match certificates(connections)? {
+        Some(certs) => redis::Client::build_with_tls(info, certs)?,
+        None => redis::Client::open(info)?,
+    };
+    let config = redis::aio::ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(CONNECT_TIMEOUT))
+        .set_response_timeout(Some(response_timeout))
+        // One quick retry of a lost connection, not the default six with growing
+        // pauses (about 9 s): each later command tries to reconnect again.
+        .set_number_of_retries(1)
+        .set_min_delay(Duration::from_millis(100))
+        .set_max_delay(Duration::from_millis(100));
+    Ok(Route::Single(
+        client.get_connection_manager_with_config(config).await?,
+    ))
+}
+
+/// Connects to the master the Sentinels name, with the Sentinels' and the master's own
+/// credentials and TLS.
+async fn sentinel(
+    connections: &Connections,
+    urls: &[&str],
+    response_timeout: Duration,
+) -> RedisResult<Route> {
+    let infos = urls
+        .iter()
+        .map(|u| u.into_connection_info())
+        .collect::<RedisResult<Vec<_>>>()?;
+    let mut builder = SentinelClientBuilder::new(
+        infos.iter().map(|i| i.addr().clone()),
+        &connections.redis_master_name,
+        SentinelServerType::Master,
+    )?;
+    // The Sentinels' own user and password are the URLs'.
+    let sentinel_auth = infos[0].redis_settings();
+    if let Some(user) = sentinel_auth.username() {
+        builder = builder.set_client_to_sentinel_username(user);
+    }
+    if let Some(password) = sentinel_auth.password() {
+        builder = builder.set_client_to_sentinel_password(password);
+    }
+    if let Some(user) = &connections.redis_username {
+        builder = builder.set_client_to_redis_username(user);
+    }
+    if let Some(password) = &connections.redis_password {
+        builder = builder.set_client_to_redis_password(password.expose());
+    }
+    if urls.iter().any(|u| u.starts_with("rediss://")) {
+        builder = builder
+            .set_client_to_sentinel_tls_mode(TlsMode::Secure)
+            .set_client_to_redis_tls_mode(TlsMode::Secure);
+    }
+    if let Some(certs) = certificates(connections)? {
+        builder = builder
+            .set_client_to_sentinel_certificates(certs.clone())
+            .set_client_to_redis_certificates(certs);
+    }
+    Ok(Route::Sentinel(Arc::new(
+        SentinelMaster::connect(builder.build()?, response_timeout).await?,
+    )))
+}
+
+/// Connects to a Redis cluster through the seed URLs.
+async fn cluster(
+    connections: &Connections,
+    urls: Vec<&str>,
+    response_timeout: Duration,
+) -> RedisResult<Route> {
+    let mut builder = ClusterClientBuilder::new(urls)
+        .connection_timeout(CONNECT_TIMEOUT)
+        .response_timeout(response_timeout)
+        .retries(2)
+        .min_retry_wait(50)
+        .max_retry_wait(200);
+    if let Some(user) = &connections.redis_username {
+        builder = builder.username(user);
+    }
+    if let Some(password) = &connections.redis_password {
+        builder = builder.password(password.expose());
+    }
+    if let Some(certs) = certificates(connections)? {
+        builder = builder.certs(certs);
+    }
+    Ok(Route::Cluster(
+        builder.build()?.get_async_connection().await?,
+    ))
 }
 
 impl ConnectionLike for Connection {

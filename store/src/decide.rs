@@ -1,6 +1,6 @@
 //! Deciding held calls through `lua/decide.lua`, the one place a decision becomes true.
 
-use super::{Announcement, Store, StoreError, event, from_json, to_json};
+use super::{Announcement, Chain, Store, StoreError, event, from_json, to_json};
 use crate::script::{self, Argv};
 use countersign_model::audit::AuditEntry;
 use countersign_model::events::Event;
@@ -8,6 +8,7 @@ use countersign_model::grant::Grant;
 pub use countersign_model::refusal::RefusalCode;
 use countersign_model::run::{Decision, RunId};
 use countersign_runtime::names::msg_id;
+use redis::ScriptInvocation;
 use serde::{Deserialize, Serialize};
 
 /// One decision of a request, with its audit entry.
@@ -157,45 +158,7 @@ impl Store {
                 }
                 script.arg(request.proposals.len());
                 for p in &request.proposals {
-                    let d = &p.decision;
-                    let action = serde_json::to_value(d.action)
-                        .map_err(|e| StoreError::Corrupt(e.to_string()))?;
-                    let audit = chain.link(&p.entry);
-                    let decided = event(Event::ApprovalDecided {
-                        run_id: id.clone(),
-                        call_id: d.call_id.clone(),
-                        action: d.action,
-                        decided_by: d.decided_by.clone(),
-                        door: d.door.clone(),
-                        all_decided: false,
-                        channels: Vec::new(),
-                        under_grant: d.under_grant.clone(),
-                        superseded: d.superseded,
-                    });
-                    let expired = event(Event::ApprovalExpired {
-                        run_id: id.clone(),
-                        call_id: d.call_id.clone(),
-                        deadline: 0,
-                        channels: Vec::new(),
-                    });
-                    script::Proposed {
-                        call_id: &d.call_id,
-                        digest: &d.digest,
-                        action: action.as_str().unwrap_or_default(),
-                        json: &to_json(d)?,
-                        fingerprint: &d.fingerprint,
-                        checked: p.checked_digest.as_deref().unwrap_or_default(),
-                        receipt_for: &p.receipt_for,
-                        entry: &audit.entry,
-                        sha: &audit.sha,
-                        prev_guess: &audit.prev_guess,
-                        link: &audit.link,
-                        decided_id: &msg_id::decided(id, &d.call_id),
-                        expired_id: &msg_id::expired(id, &d.call_id),
-                        decided_event: &decided,
-                        expired_event: &expired,
-                    }
-                    .push(script);
+                    push_proposal(script, chain, id, p)?;
                 }
                 Ok(())
             })
@@ -212,4 +175,53 @@ impl Store {
             other => return Err(StoreError::Corrupt(format!("decide replied {other:?}"))),
         })
     }
+}
+
+/// Adds one proposed decision to the script's arguments: the decision, its audit entry
+/// linked into the chain, and the events it announces once decided or expired.
+fn push_proposal(
+    script: &mut ScriptInvocation<'_>,
+    chain: &mut Chain,
+    id: &RunId,
+    p: &Proposal,
+) -> Result<(), StoreError> {
+    let d = &p.decision;
+    let action = serde_json::to_value(d.action).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    let audit = chain.link(&p.entry);
+    let decided = event(Event::ApprovalDecided {
+        run_id: id.clone(),
+        call_id: d.call_id.clone(),
+        action: d.action,
+        decided_by: d.decided_by.clone(),
+        door: d.door.clone(),
+        all_decided: false,
+        channels: Vec::new(),
+        under_grant: d.under_grant.clone(),
+        superseded: d.superseded,
+    });
+    let expired = event(Event::ApprovalExpired {
+        run_id: id.clone(),
+        call_id: d.call_id.clone(),
+        deadline: 0,
+        channels: Vec::new(),
+    });
+    script::Proposed {
+        call_id: &d.call_id,
+        digest: &d.digest,
+        action: action.as_str().unwrap_or_default(),
+        json: &to_json(d)?,
+        fingerprint: &d.fingerprint,
+        checked: p.checked_digest.as_deref().unwrap_or_default(),
+        receipt_for: &p.receipt_for,
+        entry: &audit.entry,
+        sha: &audit.sha,
+        prev_guess: &audit.prev_guess,
+        link: &audit.link,
+        decided_id: &msg_id::decided(id, &d.call_id),
+        expired_id: &msg_id::expired(id, &d.call_id),
+        decided_event: &decided,
+        expired_event: &expired,
+    }
+    .push(script);
+    Ok(())
 }

@@ -266,7 +266,6 @@ impl Engine {
         unsaved: &mut Unsaved,
     ) -> Result<(), StepError> {
         let Claimed { mut run, decisions } = claimed;
-        let id = &run.run_id.clone();
         if run.cancel.is_some() {
             return Err(StoreError::Cancelled.into());
         }
@@ -290,25 +289,10 @@ impl Engine {
                 None => return Ok(()),
             }
         } else if !run.paused_turn.is_empty() {
-            let held: Vec<(&str, &str)> = run
-                .held_calls()
-                .map(|p| (p.call_id.as_str(), p.digest.as_str()))
-                .collect();
-            self.store.resumed(id, &held).await?;
-            info!(turn = run.turns, "resuming");
-            let resumed = LiveEvent::RunResumed {
-                run_id: id.clone(),
-                turn: run.turns,
-            };
-            self.live(id, resumed).await;
-            match self
-                .resume_turn(&mut run, agent, &decisions, unsaved)
-                .await?
-            {
+            match self.resume(&mut run, agent, &decisions, unsaved).await? {
                 Resumed::Turn { last_decided } => resumed_from = Some(last_decided),
                 Resumed::HeldAgain => return self.pause(run, unsaved).await,
             }
-            self.metrics.run("resumed");
         }
         loop {
             let max_turns = agent.agent.def.max_turns;
@@ -316,39 +300,10 @@ impl Engine {
                 let error = format!("the agent used all {max_turns} turns without a final answer");
                 return self.finish(run, Err(error), unsaved).await;
             }
-            let def = &agent.agent.def;
-            let request = ModelRequest {
-                model: &def.model.name,
-                max_tokens: def.model.max_tokens,
-                system: &def.system,
-                messages: &run.messages,
-                tools: &def.tools,
-                metadata: &run.metadata,
-            };
             if let Some(decided) = resumed_from.take() {
                 self.metrics.resumed_after(now_ms() - decided);
             }
-            let turn = run.turns + 1;
-            self.live(
-                id,
-                LiveEvent::TurnStarted {
-                    run_id: id.clone(),
-                    turn,
-                },
-            )
-            .await;
-            let started = std::time::Instant::now();
-            // The text goes out as it comes, while the model is still writing; the senders
-            // go with the call, so the text's publishing ends with it.
-            let (deltas, text) = tokio::sync::mpsc::unbounded_channel();
-            let call = async move { agent.model.complete(&self.http, &request, &deltas).await };
-            let (completion, ()) = tokio::join!(
-                call.instrument(tracing::info_span!("model.call", model = %def.model.name, turn)),
-                self.live_text(id, turn, text)
-            );
-            self.metrics
-                .model_call(def.model.provider.as_str(), started.elapsed());
-            let blocks = match completion {
+            let blocks = match self.ask_model(&run, agent).await {
                 Ok(blocks) => blocks,
                 Err(e @ ModelError::Retryable(_)) if attempt < self.settings.max_attempts => {
                     return Err(StepError::Model(e));
@@ -370,20 +325,89 @@ impl Engine {
             run.paused_turn = self.gate(&run, agent, calls, unsaved).await?;
             let marked = run.paused_turn.iter().any(TurnCall::runs_now);
             if marked {
-                // The turn is stored before any of its calls runs, and the calls to run are
-                // marked started in the same step: a worker that takes over finds these calls
-                // and their execution records, not the model's next answer.
-                let token = uuid::Uuid::new_v4().simple().to_string();
-                let Unsaved { audits, announce } = unsaved;
-                self.save(&mut run, Save::Turn { token }, audits, announce)
-                    .await?;
-                *unsaved = Unsaved::default();
+                self.store_turn(&mut run, unsaved).await?;
             }
             match self.play_turn(run, agent, marked, unsaved).await? {
                 Some(next) => run = next,
                 None => return Ok(()),
             }
         }
+    }
+
+    /// Takes up a paused run from its decisions: says it resumed (to the store and the live
+    /// stream) and plays what was decided of its stored turn.
+    async fn resume(
+        &self,
+        run: &mut Run,
+        agent: &RunnableAgent,
+        decisions: &std::collections::HashMap<String, Decision>,
+        unsaved: &mut Unsaved,
+    ) -> Result<Resumed, StepError> {
+        let id = &run.run_id.clone();
+        let held: Vec<(&str, &str)> = run
+            .held_calls()
+            .map(|p| (p.call_id.as_str(), p.digest.as_str()))
+            .collect();
+        self.store.resumed(id, &held).await?;
+        info!(turn = run.turns, "resuming");
+        let resumed = LiveEvent::RunResumed {
+            run_id: id.clone(),
+            turn: run.turns,
+        };
+        self.live(id, resumed).await;
+        let resumed = self.resume_turn(run, agent, decisions, unsaved).await?;
+        if let Resumed::Turn { .. } = resumed {
+            self.metrics.run("resumed");
+        }
+        Ok(resumed)
+    }
+
+    /// Asks the model for the run's next turn, publishing its text live as it comes and
+    /// timing the call.
+    async fn ask_model(&self, run: &Run, agent: &RunnableAgent) -> Result<Vec<Block>, ModelError> {
+        let id = &run.run_id;
+        let def = &agent.agent.def;
+        let request = ModelRequest {
+            model: &def.model.name,
+            max_tokens: def.model.max_tokens,
+            system: &def.system,
+            messages: &run.messages,
+            tools: &def.tools,
+            metadata: &run.metadata,
+        };
+        let turn = run.turns + 1;
+        self.live(
+            id,
+            LiveEvent::TurnStarted {
+                run_id: id.clone(),
+                turn,
+            },
+        )
+        .await;
+        let started = std::time::Instant::now();
+        // The text goes out as it comes, while the model is still writing; the senders
+        // go with the call, so the text's publishing ends with it.
+        let (deltas, text) = tokio::sync::mpsc::unbounded_channel();
+        let call = async move { agent.model.complete(&self.http, &request, &deltas).await };
+        let (completion, ()) = tokio::join!(
+            call.instrument(tracing::info_span!("model.call", model = %def.model.name, turn)),
+            self.live_text(id, turn, text)
+        );
+        self.metrics
+            .model_call(def.model.provider.as_str(), started.elapsed());
+        completion
+    }
+
+    /// Stores the turn before any of its calls runs, with the calls to run marked started in
+    /// the same step: a worker that takes over finds these calls and their execution records,
+    /// not the model's next answer. The drive's unsaved entries go with it.
+    async fn store_turn(&self, run: &mut Run, unsaved: &mut Unsaved) -> Result<(), StepError> {
+        let token = uuid::Uuid::new_v4().simple().to_string();
+        let Unsaved { audits, announce } = unsaved;
+        self.save(run, Save::Turn { token }, audits, announce)
+            .await?;
+        *unsaved = Unsaved::default();
+        Ok(())
     }
 
     /// Plays the turn in `run.paused_turn`: runs its free calls (`marked` started when the

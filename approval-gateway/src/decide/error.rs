@@ -79,6 +79,9 @@ pub(crate) fn told(code: RefusalCode) -> Option<&'static str> {
 }
 
 impl DecideError {
+    // Long because it is one table: an arm per refusal code of the decision script, each
+    // giving the status, the API's code and the message said for it. Split up, a reader would
+    // lose the one place where every refusal is seen next to the others.
     /// A refusal of the decision script, said for `principal` deciding on run `run_id`.
     pub(super) fn refused(run_id: &str, principal: &str, refusal: Refusal) -> Self {
         let call = refusal.call_id.as_str();

@@ -5,7 +5,7 @@
 
 use super::error::DecideError;
 use super::input::{Decider, Proposed};
-use crate::receipts::{DecidedBy, Receipts};
+use crate::receipts::{DecidedBy, Issued, Receipts};
 use countersign_model::agent::Catalog;
 use countersign_model::audit::{AuditEntry, AuditKind};
 use countersign_model::authority::{self, Principal, RunFacts};
@@ -149,20 +149,7 @@ pub(super) fn proposal(
     voters: &[String],
 ) -> Result<Proposal, DecideError> {
     let pending = run.held_calls().find(|c| c.call_id == p.call_id);
-    let mut checked_digest = None;
-    let mut changes = None;
-    if let (Action::Edit, Some(input), Some(pending)) = (p.action, &p.input, pending) {
-        let changed = checked_edit(catalog, run, pending, input)?;
-        if changed.is_empty() {
-            // An edit that changes nothing runs the call as it was shown: it is an approval,
-            // and is recorded and told as one (with its note).
-            p.action = Action::Approve;
-            p.input = None;
-        } else {
-            changes = Some(changed);
-            checked_digest = Some(pending.digest.clone());
-        }
-    }
+    let (changes, checked_digest) = settle_edit(catalog, run, pending, &mut p)?;
     if let (Some(terms), Some(pending)) = (&p.grant, pending) {
         // Authorized first: a grant's condition is compiled and evaluated only for someone
         // who may approve the call (as this copy of the run holds it; the script checks
@@ -170,7 +157,7 @@ pub(super) fn proposal(
         authorized(run, pending, by)?;
         check_grant(catalog, run, pending, terms)?;
     }
-    let digest = p.digest.unwrap_or_default();
+    let digest = p.digest.take().unwrap_or_default();
     let mut entry = AuditEntry::new(&run.run_id, AuditKind::Decided);
     entry.call_id = Some(p.call_id.clone());
     entry.actor = Some(by.principal.to_string());
@@ -198,29 +185,9 @@ pub(super) fn proposal(
     if let Some(grant) = by.grant {
         entry.detail["under_grant"] = json!(grant.id);
     }
-    let mut receipt_for = Vec::new();
-    let mut receipt = None;
-    if let (Some(held), Some(runs_with)) = (pending, p.input.as_ref().or(pending.map(|c| &c.input)))
-        && p.action != Action::Reject
-    {
-        receipt_for = match by.grant {
-            Some(grant) => grant.granted_by.clone(),
-            None => deciders_if_final(held.reviewers.quorum, voters, by.principal),
-        };
-        if !receipt_for.is_empty() {
-            let agent = catalog.get(&run.agent);
-            let tool = agent.as_ref().and_then(|a| a.tool(&held.tool));
-            let decided_by = DecidedBy {
-                names: receipt_for.clone(),
-                grant: by.grant.map(|g| g.id.as_str()),
-            };
-            receipt = receipts.issue(run, held, tool, p.action, runs_with, decided_by);
-        }
-    }
+    let (receipt, receipt_for) = issue_receipt(catalog, receipts, run, pending, &p, by, voters);
     if let Some(issued) = &receipt {
         entry.detail["receipt"] = json!({"jti": issued.jti, "kid": issued.kid});
-    } else {
-        receipt_for.clear();
     }
     Ok(Proposal {
         decision: Decision {
@@ -244,6 +211,67 @@ pub(super) fn proposal(
         entry,
         receipt_for: receipt_for.join(", "),
     })
+}
+
+/// Checks an edit against its tool's schema: gives back its changes and the digest they
+/// were checked against, or turns an edit that changes nothing into an approval.
+fn settle_edit(
+    catalog: &Catalog,
+    run: &Run,
+    pending: Option<&HeldCall>,
+    p: &mut Proposed,
+) -> Result<(Option<Vec<FieldChange>>, Option<String>), DecideError> {
+    let mut checked_digest = None;
+    let mut changes = None;
+    if let (Action::Edit, Some(input), Some(pending)) = (p.action, &p.input, pending) {
+        let changed = checked_edit(catalog, run, pending, input)?;
+        if changed.is_empty() {
+            // An edit that changes nothing runs the call as it was shown: it is an approval,
+            // and is recorded and told as one (with its note).
+            p.action = Action::Approve;
+            p.input = None;
+        } else {
+            changes = Some(changed);
+            checked_digest = Some(pending.digest.clone());
+        }
+    }
+    Ok((changes, checked_digest))
+}
+
+/// The receipt the decision lets its call run with, and whom it names: none for a
+/// rejection, while more approvals are needed, or when no receipt is signed.
+fn issue_receipt(
+    catalog: &Catalog,
+    receipts: &Receipts,
+    run: &Run,
+    pending: Option<&HeldCall>,
+    p: &Proposed,
+    by: &Decider<'_>,
+    voters: &[String],
+) -> (Option<Issued>, Vec<String>) {
+    let mut receipt_for = Vec::new();
+    let mut receipt = None;
+    if let (Some(held), Some(runs_with)) = (pending, p.input.as_ref().or(pending.map(|c| &c.input)))
+        && p.action != Action::Reject
+    {
+        receipt_for = match by.grant {
+            Some(grant) => grant.granted_by.clone(),
+            None => deciders_if_final(held.reviewers.quorum, voters, by.principal),
+        };
+        if !receipt_for.is_empty() {
+            let agent = catalog.get(&run.agent);
+            let tool = agent.as_ref().and_then(|a| a.tool(&held.tool));
+            let decided_by = DecidedBy {
+                names: receipt_for.clone(),
+                grant: by.grant.map(|g| g.id.as_str()),
+            };
+            receipt = receipts.issue(run, held, tool, p.action, runs_with, decided_by);
+        }
+    }
+    if receipt.is_none() {
+        receipt_for.clear();
+    }
+    (receipt, receipt_for)
 }
 
 /// Everyone a decision by `principal` would name, sorted, if it completes the call's

@@ -83,6 +83,12 @@ pub(super) async fn fan_out(state: &AppState, msg: &Message) -> Outcome {
             return Outcome::Ack;
         }
     }
+    queue_deliveries(state, msg, &envelope).await
+}
+
+/// Queues the event's deliveries: one per channel target, and per call on channels that
+/// show each call on its own.
+async fn queue_deliveries(state: &AppState, msg: &Message, envelope: &Envelope) -> Outcome {
     // The event's own message id (or stream position) makes each delivery's id stable when
     // this message is redelivered.
     let event_id = msg

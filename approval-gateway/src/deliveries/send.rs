@@ -11,6 +11,7 @@ use async_nats::jetstream::Message;
 use countersign_model::approval::Channel;
 use countersign_model::audit::{AuditEntry, AuditKind};
 use countersign_model::events::Event;
+use countersign_model::run::RunId;
 use countersign_runtime::work::Outcome;
 use std::time::Duration;
 use tracing::warn;
@@ -58,6 +59,9 @@ async fn to_channel(state: &AppState, delivery: &Delivery) -> Result<(), Deliver
 /// Tells a channel that shows each call on its own what the event means for the call of
 /// this delivery.
 async fn tell(to: &impl Deliver, delivery: &Delivery) -> Result<(), DeliveryError> {
+    if let Some((run_id, call_id, ending)) = ending_of(&delivery.event.event) {
+        return to.ended(run_id, call_id, ending).await;
+    }
     let call_id = delivery.call_id.as_deref().unwrap_or_default();
     match &delivery.event.event {
         Event::ApprovalRequested {
@@ -102,12 +106,19 @@ async fn tell(to: &impl Deliver, delivery: &Delivery) -> Result<(), DeliveryErro
             };
             to.remind(&ask, *escalated).await
         }
+        _ => Ok(()),
+    }
+}
+
+/// How the call an event is about ended, for the events that end one.
+fn ending_of(event: &Event) -> Option<(&RunId, &str, Ending<'_>)> {
+    match event {
         Event::ApprovalDecided {
             run_id,
             call_id,
             superseded: true,
             ..
-        } => to.ended(run_id, call_id, Ending::Superseded).await,
+        } => Some((run_id, call_id.as_str(), Ending::Superseded)),
         Event::ApprovalDecided {
             run_id,
             call_id,
@@ -121,7 +132,7 @@ async fn tell(to: &impl Deliver, delivery: &Delivery) -> Result<(), DeliveryErro
                 by: decided_by,
                 under_grant: under_grant.as_deref(),
             };
-            to.ended(run_id, call_id, ending).await
+            Some((run_id, call_id.as_str(), ending))
         }
         Event::ApprovalExpired {
             run_id,
@@ -132,7 +143,7 @@ async fn tell(to: &impl Deliver, delivery: &Delivery) -> Result<(), DeliveryErro
             let ending = Ending::Expired {
                 deadline: *deadline,
             };
-            to.ended(run_id, call_id, ending).await
+            Some((run_id, call_id.as_str(), ending))
         }
         Event::ApprovalCancelled {
             run_id,
@@ -141,9 +152,9 @@ async fn tell(to: &impl Deliver, delivery: &Delivery) -> Result<(), DeliveryErro
             ..
         } => {
             let ending = Ending::Cancelled { by: cancelled_by };
-            to.ended(run_id, call_id, ending).await
+            Some((run_id, call_id.as_str(), ending))
         }
-        _ => Ok(()),
+        _ => None,
     }
 }
 

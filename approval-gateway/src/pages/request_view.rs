@@ -63,37 +63,7 @@ impl CallView {
         };
         let decision = state.store.decisions(&run.run_id).await?.remove(call_id);
         if let Some(call) = run.held_calls().find(|p| p.call_id == call_id) {
-            let outcome = match &decision {
-                Some(d) => Some(decided(d)),
-                None if run.status != RunStatus::AwaitingApproval || run.cancel.is_some() => {
-                    Some(moved_on(&run))
-                }
-                None => None,
-            };
-            return Ok(Some(Self {
-                run_id: run.run_id.to_string(),
-                call_id: call_id.to_string(),
-                agent: run.agent.clone(),
-                requested_by: run.requested_by.clone(),
-                tool: call.tool.clone(),
-                input: call.input.clone(),
-                digest: call.digest.clone(),
-                summary: call.summary.clone(),
-                reason: call.reason.clone(),
-                said: run.paused_turn_text(),
-                asked: run.input.clone(),
-                deadline: call.deadline,
-                open: outcome.is_none().then(|| call.clone()),
-                recheck: call.recheck.clone(),
-                ran: run
-                    .paused_turn
-                    .iter()
-                    .filter(|c| c.result.is_some())
-                    .cloned()
-                    .collect(),
-                messages: run.messages.clone(),
-                outcome,
-            }));
+            return Ok(Some(Self::of_held(&run, call, decision.as_ref())));
         }
         // No longer held: what reviewers were shown is in the trail's `requested` entry.
         let trail = entries_of(state, &run, call_id).await?;
@@ -147,6 +117,42 @@ impl CallView {
             open: None,
             outcome: Some(outcome),
         }))
+    }
+
+    /// A call still held, as its run has it; `decision` is its decision if it has one (the
+    /// run has not moved on from it yet).
+    fn of_held(run: &Run, call: &HeldCall, decision: Option<&Decision>) -> Self {
+        let outcome = match decision {
+            Some(d) => Some(decided(d)),
+            None if run.status != RunStatus::AwaitingApproval || run.cancel.is_some() => {
+                Some(moved_on(run))
+            }
+            None => None,
+        };
+        Self {
+            run_id: run.run_id.to_string(),
+            call_id: call.call_id.clone(),
+            agent: run.agent.clone(),
+            requested_by: run.requested_by.clone(),
+            tool: call.tool.clone(),
+            input: call.input.clone(),
+            digest: call.digest.clone(),
+            summary: call.summary.clone(),
+            reason: call.reason.clone(),
+            said: run.paused_turn_text(),
+            asked: run.input.clone(),
+            deadline: call.deadline,
+            open: outcome.is_none().then(|| call.clone()),
+            recheck: call.recheck.clone(),
+            ran: run
+                .paused_turn
+                .iter()
+                .filter(|c| c.result.is_some())
+                .cloned()
+                .collect(),
+            messages: run.messages.clone(),
+            outcome,
+        }
     }
 
     /// The schema of the call's tool, as its agent defines it now.

@@ -134,6 +134,38 @@ impl<'a> Slack<'a> {
             blocks::deadline(call)
         )
     }
+
+    /// Who decided the call, how and when, in the message's words; with the standing grant
+    /// an approval made, if it made one.
+    async fn decided_words(
+        &self,
+        run_id: &RunId,
+        call_id: &str,
+        action: Action,
+        by: &str,
+        when: &str,
+    ) -> Result<String, DeliveryError> {
+        let verb = match action {
+            Action::Approve => "Approved",
+            Action::Edit => "Approved with edits",
+            Action::Reject => "Rejected",
+        };
+        let by = blocks::escaped(by, blocks::NAME_CHARS);
+        let decided = format!("{verb} by {by} at {when}.");
+        // An approval may have made a standing grant (made before the approval was
+        // announced): the message says what it now lets through.
+        let made = match action {
+            Action::Approve => {
+                let id = Grant::id_for(run_id.as_str(), call_id);
+                self.state.store.grant(&id).await?
+            }
+            _ => None,
+        };
+        Ok(match made {
+            Some(grant) => format!("{decided} {}", blocks::grant_made(&grant)),
+            None => decided,
+        })
+    }
 }
 
 impl Deliver for Slack<'_> {
@@ -231,26 +263,8 @@ impl Deliver for Slack<'_> {
                 outcome
             }
             Ending::Decided { action, by, .. } => {
-                let verb = match action {
-                    Action::Approve => "Approved",
-                    Action::Edit => "Approved with edits",
-                    Action::Reject => "Rejected",
-                };
-                let by = blocks::escaped(by, blocks::NAME_CHARS);
-                let decided = format!("{verb} by {by} at {when}.");
-                // An approval may have made a standing grant (made before the approval was
-                // announced): the message says what it now lets through.
-                let made = match action {
-                    Action::Approve => {
-                        let id = Grant::id_for(run_id.as_str(), call_id);
-                        self.state.store.grant(&id).await?
-                    }
-                    _ => None,
-                };
-                match made {
-                    Some(grant) => format!("{decided} {}", blocks::grant_made(&grant)),
-                    None => decided,
-                }
+                self.decided_words(run_id, call_id, action, by, &when)
+                    .await?
             }
             Ending::Expired { deadline } => format!(
                 "Expired: nobody decided by {}, so it did not run.",

@@ -117,6 +117,25 @@ impl Offer<'_> {
         html! { a.action href="#allow" { "Approve and allow similar…" } }
     }
 
+    /// What the grant does, and, for a call that needs several approvals, that each
+    /// approver must allow similar calls with the same terms.
+    fn explained(&self) -> Markup {
+        html! {
+            p {
+                "Approves this call, and approves without asking anyone later " code { (self.tool) }
+                " calls of this agent whose input satisfies the condition, up to the uses \
+                 and for the time you set. You can revoke it on the "
+                a href=(grants_page::PATH) { "grants page" } "."
+            }
+            @if self.quorum > 1 {
+                p.notice {
+                    "This call needs " (self.quorum) " approvals: the grant is made once each \
+                     of them allows similar calls with the same terms."
+                }
+            }
+        }
+    }
+
     /// The form, showing what was typed when it comes back with `errors`, else what is
     /// proposed.
     pub(super) fn render(
@@ -153,18 +172,7 @@ impl Offer<'_> {
                 input type="hidden" name="csrf" value=(csrf);
                 input type="hidden" name="digest" value=(digest);
                 input type="hidden" name="action" value=(ACTION);
-                p {
-                    "Approves this call, and approves without asking anyone later " code { (self.tool) }
-                    " calls of this agent whose input satisfies the condition, up to the uses \
-                     and for the time you set. You can revoke it on the "
-                    a href=(grants_page::PATH) { "grants page" } "."
-                }
-                @if self.quorum > 1 {
-                    p.notice {
-                        "This call needs " (self.quorum) " approvals: the grant is made once each \
-                         of them allows similar calls with the same terms."
-                    }
-                }
+                (self.explained())
                 @if let Some(errors) = errors.get(ERRORS) {
                     @for e in errors { p.error role="alert" { (e) } }
                 }

@@ -92,25 +92,7 @@ async fn submit(
     }
     // A reason typed before choosing Approve is not part of the approval.
     let reason = reason.filter(|_| action == Action::Reject);
-    let mut decisions = Vec::new();
-    for (name, value) in &pairs {
-        if name != PICK {
-            continue;
-        }
-        let Some((run_id, digest, call_id)) = read_pick(value) else {
-            return Err(ApiError::bad_request(format!("{value:?} names no call")).into());
-        };
-        let proposed = Proposed {
-            call_id,
-            digest: Some(digest),
-            action,
-            input: None,
-            note: None,
-            reason: reason.clone(),
-            grant: None,
-        };
-        decisions.push((run_id, proposed));
-    }
+    let decisions = picked(&pairs, action, reason.as_deref())?;
     if decisions.is_empty() {
         return Ok(unsent("Select the requests to decide first."));
     }
@@ -132,6 +114,46 @@ async fn submit(
         Err(DecideError::BadInput(message)) => return Ok(unsent(&message)),
         Err(other) => return Err(other.into()),
     };
+    results_page(&state, &session, &filters, runs, action).await
+}
+
+/// The decisions the selected rows (`PICK` fields) ask for, each with `action` and, for a
+/// rejection, its `reason`.
+fn picked(
+    pairs: &[(String, String)],
+    action: Action,
+    reason: Option<&str>,
+) -> Result<Vec<(String, Proposed)>, ApiError> {
+    let mut decisions = Vec::new();
+    for (name, value) in pairs {
+        if name != PICK {
+            continue;
+        }
+        let Some((run_id, digest, call_id)) = read_pick(value) else {
+            return Err(ApiError::bad_request(format!("{value:?} names no call")));
+        };
+        let proposed = Proposed {
+            call_id,
+            digest: Some(digest),
+            action,
+            input: None,
+            note: None,
+            reason: reason.map(str::to_string),
+            grant: None,
+        };
+        decisions.push((run_id, proposed));
+    }
+    Ok(decisions)
+}
+
+/// The page saying what became of each selected call, with its summary.
+async fn results_page(
+    state: &AppState,
+    session: &Session,
+    filters: &Filters,
+    runs: Vec<RunDecided>,
+    action: Action,
+) -> Result<Response, PageError> {
     let done = match action {
         Action::Reject => "Rejected",
         _ => "Approved",
@@ -144,7 +166,7 @@ async fn submit(
     let title = format!("{done} {recorded} of {}", outcomes.len());
     let mut shown = Vec::with_capacity(outcomes.len());
     for o in outcomes {
-        let view = CallView::load(&state, &o.run_id, &o.call_id).await?;
+        let view = CallView::load(state, &o.run_id, &o.call_id).await?;
         let summary = view.map_or_else(|| o.call_id.clone(), |v| v.summary);
         shown.push((o, summary));
     }

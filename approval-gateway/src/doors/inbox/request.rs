@@ -11,7 +11,7 @@ use super::CHANNEL;
 use super::allow_similar;
 use super::live_view::refreshed;
 use super::next::{self, Recorded};
-use crate::decide::{self, Decider};
+use crate::decide::{self, DecideError, Decider};
 use crate::error::ApiError;
 use crate::pages::form_fields;
 use crate::pages::forms::{self, FieldErrors, Forms, Typed};
@@ -143,18 +143,7 @@ fn render(
     errors: &FieldErrors,
     recorded: Markup,
 ) -> Response {
-    let actions = match &view.open {
-        // A call is open only while its run waits and nobody asked to cancel it.
-        Some(call) => authority::actions_for(
-            session.principal(),
-            call,
-            RunFacts {
-                requested_by: view.requested_by.as_deref(),
-                cancelling: false,
-            },
-        ),
-        None => Vec::new(),
-    };
+    let actions = actions_of(session, view);
     let offer = allow_similar::offer(state, view, &actions);
     // Without the form, what was wrong with its terms (sent by hand) is said above the others.
     let errors = &match offer {
@@ -213,6 +202,38 @@ fn render(
         (view.evidence())
         (super::live_view::section(&view.run_id))
     })
+}
+
+/// What the reviewer may do with the call: nothing once it is no longer open.
+fn actions_of(session: &Session, view: &CallView) -> Vec<Action> {
+    match &view.open {
+        // A call is open only while its run waits and nobody asked to cancel it.
+        Some(call) => authority::actions_for(
+            session.principal(),
+            call,
+            RunFacts {
+                requested_by: view.requested_by.as_deref(),
+                cancelling: false,
+            },
+        ),
+        None => Vec::new(),
+    }
+}
+
+/// A refused decision as the page shows it: its status, its words, and the field they go
+/// beside (the allow-similar form's terms when the refusal is about them).
+fn refusal_shown(refused: DecideError, with_grant: bool) -> (StatusCode, String, &'static str) {
+    match with_grant {
+        true => match allow_similar::refused(refused) {
+            (status, message, true) => (status, message, allow_similar::ERRORS),
+            (status, message, false) => (status, message, "form"),
+        },
+        false => {
+            let (status, message) = refusal_words(&refused);
+            let status = status.unwrap_or_else(|| ApiError::from(refused).status);
+            (status, message, "form")
+        }
+    }
 }
 
 /// How long a reviewer counts as looking at a request after their page last asked: a few
@@ -335,17 +356,7 @@ async fn submit(
         }
         (Err(e), _) => e,
     };
-    let (status, message, field) = match terms {
-        Some(_) => match allow_similar::refused(refused) {
-            (status, message, true) => (status, message, allow_similar::ERRORS),
-            (status, message, false) => (status, message, "form"),
-        },
-        None => {
-            let (status, message) = refusal_words(&refused);
-            let status = status.unwrap_or_else(|| ApiError::from(refused).status);
-            (status, message, "form")
-        }
-    };
+    let (status, message, field) = refusal_shown(refused, terms.is_some());
     // Shown as the call is now: a changed call with its new digest, a decided one with its
     // outcome and no forms.
     let view = view_of(&state, &run_id, &call_id).await?;

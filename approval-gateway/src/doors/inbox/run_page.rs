@@ -17,9 +17,10 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::get;
 use countersign_model::audit::{AuditEntry, verify};
-use countersign_model::run::CallOutcome;
-use maud::html;
+use countersign_model::run::{CallOutcome, Decision, Run};
+use maud::{Markup, html};
 use serde_json::Value;
+use std::collections::HashMap;
 
 pub(super) fn router() -> Router<AppState> {
     Router::new().route("/inbox/runs/{run_id}", get(show))
@@ -48,12 +49,25 @@ async fn show(
         // Pages are for people; a receipt is a bearer token for the call's tool.
         .map(AuditEntry::without_receipt)
         .collect();
-    let failed = run.failed_calls();
     let title = format!("Run {}", run.run_id);
     let mut page = Page::new(StatusCode::OK, &title);
     page.signed_in = Some((&session.principal, &session.csrf));
     page.scripts.push(super::live_view::SCRIPT);
-    let now = html! {
+    let now = now_section(&run, &decisions);
+    let record = record_section(&run, &entries, broken_at, &refusals);
+    // The live section stays as the page has it; the rest follows the run as it moves on.
+    Ok(page.render(html! {
+        (refreshed("now", now))
+        (super::live_view::section(run.run_id.as_str()))
+        (refreshed("record", record))
+    }))
+}
+
+/// Where the run is now: its status and answer, the calls of it that failed, and the calls
+/// waiting for a person.
+fn now_section(run: &Run, decisions: &HashMap<String, Decision>) -> Markup {
+    let failed = run.failed_calls();
+    html! {
         section {
             dl {
                 dt { "Status" } dd.status { (run.status.as_str().replace('_', " ")) }
@@ -97,8 +111,18 @@ async fn show(
                 }
             }
         }
-    };
-    let record = html! {
+    }
+}
+
+/// The run's record: its conversation, its audit trail and whether the chain verifies, and
+/// the latest refused decisions.
+fn record_section(
+    run: &Run,
+    entries: &[AuditEntry],
+    broken_at: Option<usize>,
+    refusals: &[Value],
+) -> Markup {
+    html! {
         section.conversation {
             h2 { "Conversation" }
             (conversation(&run.messages))
@@ -115,7 +139,7 @@ async fn show(
                 Some(at) => p.error { "The hash chain does not verify from entry " (at) " on." },
             }
             ol.audit {
-                @for e in &entries {
+                @for e in entries {
                     li {
                         (readable(e.at)) " · " strong { (kind(e)) }
                         @if let Some(call) = &e.call_id {
@@ -132,19 +156,13 @@ async fn show(
             @if !refusals.is_empty() {
                 h2 { "Refused decisions (latest first)" }
                 ul {
-                    @for r in &refusals {
+                    @for r in refusals {
                         li { (refusal(r)) }
                     }
                 }
             }
         }
-    };
-    // The live section stays as the page has it; the rest follows the run as it moves on.
-    Ok(page.render(html! {
-        (refreshed("now", now))
-        (super::live_view::section(run.run_id.as_str()))
-        (refreshed("record", record))
-    }))
+    }
 }
 
 /// "1 call failed", "2 calls failed".

@@ -90,7 +90,6 @@ async fn block_action(
     };
     let trigger = payload["trigger_id"].as_str().unwrap_or_default();
     let slack = state.config.slack.as_ref().expect("checked by the caller");
-    let role = state.person_role(&principal);
     // A modal opens only for someone the rule lets take its action; the submission is
     // checked again by the decision script.
     let modal_action = match action["action_id"].as_str() {
@@ -100,20 +99,12 @@ async fn block_action(
     };
     let mut held_input = Value::Null;
     if let Some(modal_action) = modal_action {
-        let run_id = &target.run_id;
-        let run = state.run(run_id).await?;
-        let run = run.ok_or_else(|| ApiError::not_found(format!("no run {run_id:?}")))?;
-        let who = Principal {
-            id: &principal,
-            role,
-        };
-        if let Some(call) = run.held_calls().find(|p| p.call_id == target.call_id) {
-            if let Err(refused) = authority::may_decide(who, modal_action, call, RunFacts::of(&run))
-            {
+        match may_open(state, &target, &principal, modal_action).await? {
+            Ok(input) => held_input = input,
+            Err(refused) => {
                 ephemeral(state, payload, &refused_words(refused, &principal)).await;
                 return Ok(StatusCode::OK.into_response());
             }
-            held_input = call.input.clone();
         }
     }
     match action["action_id"].as_str() {
@@ -122,25 +113,7 @@ async fn block_action(
             approve(state, payload, &target, proposed, &principal).await;
         }
         Some(id) if id.starts_with(blocks::APPROVE_GRANT) => {
-            let preset: blocks::GrantPreset = action["value"]
-                .as_str()
-                .and_then(|v| serde_json::from_str(v).ok())
-                .ok_or_else(|| ApiError::bad_request("the button carries no grant"))?;
-            let mut proposed = proposal(&target, Action::Approve, None, None, None);
-            // The grant covers calls like the one held; should it no longer be held, the
-            // approval alone is sent, and refused as Approve would be.
-            let run = state.run(&target.run_id).await?;
-            let held = run
-                .as_ref()
-                .and_then(|r| r.held_calls().find(|c| c.call_id == target.call_id));
-            if let Some(call) = held {
-                proposed.grant = Some(GrantTerms {
-                    condition: condition::suggested(&call.input),
-                    same_requester: false,
-                    max_uses: preset.max_uses,
-                    expires_in: preset.expires_in,
-                });
-            }
+            let proposed = grant_proposal(state, action, &target).await?;
             approve(state, payload, &target, proposed, &principal).await;
         }
         Some("reject") => {
@@ -159,6 +132,60 @@ async fn block_action(
         _ => {}
     }
     Ok(StatusCode::OK.into_response())
+}
+
+/// Whether `principal` may take `modal_action` on the call, as the rule says: its input
+/// (null when it is no longer held), or the refusal.
+async fn may_open(
+    state: &AppState,
+    target: &Target,
+    principal: &str,
+    modal_action: Action,
+) -> Result<Result<Value, RefusalCode>, ApiError> {
+    let role = state.person_role(principal);
+    let run_id = &target.run_id;
+    let run = state.run(run_id).await?;
+    let run = run.ok_or_else(|| ApiError::not_found(format!("no run {run_id:?}")))?;
+    let who = Principal {
+        id: principal,
+        role,
+    };
+    if let Some(call) = run.held_calls().find(|p| p.call_id == target.call_id) {
+        if let Err(refused) = authority::may_decide(who, modal_action, call, RunFacts::of(&run)) {
+            return Ok(Err(refused));
+        }
+        return Ok(Ok(call.input.clone()));
+    }
+    Ok(Ok(Value::Null))
+}
+
+/// The approval an "approve and allow similar" button asks for, with a standing grant of
+/// the button's preset for calls like the one held.
+async fn grant_proposal(
+    state: &AppState,
+    action: &Value,
+    target: &Target,
+) -> Result<Proposed, ApiError> {
+    let preset: blocks::GrantPreset = action["value"]
+        .as_str()
+        .and_then(|v| serde_json::from_str(v).ok())
+        .ok_or_else(|| ApiError::bad_request("the button carries no grant"))?;
+    let mut proposed = proposal(target, Action::Approve, None, None, None);
+    // The grant covers calls like the one held; should it no longer be held, the
+    // approval alone is sent, and refused as Approve would be.
+    let run = state.run(&target.run_id).await?;
+    let held = run
+        .as_ref()
+        .and_then(|r| r.held_calls().find(|c| c.call_id == target.call_id));
+    if let Some(call) = held {
+        proposed.grant = Some(GrantTerms {
+            condition: condition::suggested(&call.input),
+            same_requester: false,
+            max_uses: preset.max_uses,
+            expires_in: preset.expires_in,
+        });
+    }
+    Ok(proposed)
 }
 
 /// Approves the call as `principal` (with the grant `proposed` may carry); a refusal is told
@@ -188,13 +215,10 @@ async fn approve(
 async fn view_submission(state: &AppState, payload: &Value, principal: Option<String>) -> Response {
     let view = &payload["view"];
     let callback = view["callback_id"].as_str().unwrap_or_default();
-    let errors = |block: &str, message: &str| {
-        Json(json!({"response_action": "errors", "errors": {block: message}})).into_response()
-    };
     // Under the modal's first input; the confirmation has none, so it is updated to say why.
     let refuse = |message: &str| match callback {
-        blocks::EDIT => errors(blocks::INPUT, message),
-        blocks::REJECT => errors(blocks::REASON, message),
+        blocks::EDIT => form_errors(blocks::INPUT, message),
+        blocks::REJECT => form_errors(blocks::REASON, message),
         _ => Json(blocks::not_recorded_view(message)).into_response(),
     };
     let Some(principal) = principal else {
@@ -202,11 +226,6 @@ async fn view_submission(state: &AppState, payload: &Value, principal: Option<St
     };
     let metadata = view["private_metadata"].as_str().unwrap_or_default();
     let lost = "this form lost track of its request; open it again";
-    let value = |block: &str| {
-        view["state"]["values"][block][block]["value"]
-            .as_str()
-            .map(str::to_string)
-    };
     let (run_id, proposed) = match callback {
         blocks::CONFIRM_EDIT => {
             let Ok(edit) = serde_json::from_str::<blocks::EditToConfirm>(metadata) else {
@@ -226,46 +245,14 @@ async fn view_submission(state: &AppState, payload: &Value, principal: Option<St
                 return refuse(lost);
             };
             if callback == blocks::REJECT {
-                let reason = value(blocks::REASON);
+                let reason = form_value(view, blocks::REASON);
                 let proposed = proposal(&target, Action::Reject, None, None, reason);
                 (target.run_id, proposed)
             } else {
-                let text = value(blocks::INPUT).unwrap_or_default();
-                let input: Value = match serde_json::from_str(&text) {
-                    Ok(input) => input,
-                    Err(e) => {
-                        return errors(blocks::INPUT, &format!("This is not valid JSON: {e}"));
-                    }
-                };
-                let Some(note) = value(blocks::NOTE).filter(|n| !n.trim().is_empty()) else {
-                    return errors(blocks::NOTE, "Say why you changed it; the agent is told.");
-                };
-                let edit = blocks::EditToConfirm {
-                    target: target.clone(),
-                    input,
-                    note,
-                };
-                let proposed = proposal(
-                    &target,
-                    Action::Edit,
-                    Some(edit.input.clone()),
-                    Some(edit.note.clone()),
-                    None,
-                );
-                match decide::edit_preview(state, &target.run_id, &proposed).await {
-                    Err(e) => return refuse(&ApiError::from(e).explained()),
-                    Ok(Some(changes)) => {
-                        // An edit too long for the view's private_metadata (3,000
-                        // characters: long arguments and a long note) cannot be carried to
-                        // the confirmation, so it is decided at once, as it was checked.
-                        if let Some(push) = blocks::confirm_edit_view(&edit, &changes) {
-                            return Json(push).into_response();
-                        }
-                    }
-                    // The call is no longer held as shown: deciding it says why.
-                    Ok(None) => {}
+                match edit_submitted(state, view, target).await {
+                    Ok(decided) => decided,
+                    Err(answer) => return answer,
                 }
-                (target.run_id, proposed)
             }
         }
         _ => return StatusCode::OK.into_response(),
@@ -285,6 +272,70 @@ async fn view_submission(state: &AppState, payload: &Value, principal: Option<St
         Ok(_) => StatusCode::OK.into_response(),
         Err(e) => refuse(&ApiError::from(e).explained()),
     }
+}
+
+/// The edit modal's submission: arguments that are JSON and a note saying why. Gives back
+/// the decision to make now, or Slack's answer instead (the form's errors, or the
+/// confirmation pushed over the modal).
+async fn edit_submitted(
+    state: &AppState,
+    view: &Value,
+    target: Target,
+) -> Result<(String, Proposed), Response> {
+    let text = form_value(view, blocks::INPUT).unwrap_or_default();
+    let input: Value = match serde_json::from_str(&text) {
+        Ok(input) => input,
+        Err(e) => {
+            return Err(form_errors(
+                blocks::INPUT,
+                &format!("This is not valid JSON: {e}"),
+            ));
+        }
+    };
+    let Some(note) = form_value(view, blocks::NOTE).filter(|n| !n.trim().is_empty()) else {
+        return Err(form_errors(
+            blocks::NOTE,
+            "Say why you changed it; the agent is told.",
+        ));
+    };
+    let edit = blocks::EditToConfirm {
+        target: target.clone(),
+        input,
+        note,
+    };
+    let proposed = proposal(
+        &target,
+        Action::Edit,
+        Some(edit.input.clone()),
+        Some(edit.note.clone()),
+        None,
+    );
+    match decide::edit_preview(state, &target.run_id, &proposed).await {
+        Err(e) => return Err(form_errors(blocks::INPUT, &ApiError::from(e).explained())),
+        Ok(Some(changes)) => {
+            // An edit too long for the view's private_metadata (3,000
+            // characters: long arguments and a long note) cannot be carried to
+            // the confirmation, so it is decided at once, as it was checked.
+            if let Some(push) = blocks::confirm_edit_view(&edit, &changes) {
+                return Err(Json(push).into_response());
+            }
+        }
+        // The call is no longer held as shown: deciding it says why.
+        Ok(None) => {}
+    }
+    Ok((target.run_id, proposed))
+}
+
+/// The modal's answer that shows `message` under its input `block`.
+fn form_errors(block: &str, message: &str) -> Response {
+    Json(json!({"response_action": "errors", "errors": {block: message}})).into_response()
+}
+
+/// What the modal's input `block` holds.
+fn form_value(view: &Value, block: &str) -> Option<String> {
+    view["state"]["values"][block][block]["value"]
+        .as_str()
+        .map(str::to_string)
 }
 
 /// Why a click was not let through, for the person who clicked.
