@@ -7,7 +7,7 @@ use countersign_runtime::mcp::McpClients;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-pub struct RunnableAgent {
+pub(crate) struct RunnableAgent {
     pub agent: Arc<Agent>,
     pub model: Model,
     pub policies: HashMap<String, Policy>,
@@ -20,7 +20,7 @@ pub struct RunnableAgent {
 /// One version of every agent. A reload makes a new set; a drive keeps the set it started
 /// with, so one step of a run sees one version of its agent.
 #[derive(Default)]
-pub struct Agents {
+pub(crate) struct Agents {
     by_name: BTreeMap<String, RunnableAgent>,
 }
 
@@ -28,7 +28,7 @@ impl Agents {
     /// Compiles every agent of the catalog; a policy that does not compile stops the worker
     /// at start (or refuses a reload) rather than failing at the first call. The agents call MCP servers through `mcp`, the
     /// sessions their loading opened.
-    pub fn compile(catalog: &Catalog, mcp: McpClients) -> anyhow::Result<Self> {
+    pub(crate) fn compile(catalog: &Catalog, mcp: McpClients) -> anyhow::Result<Self> {
         let env = Arc::new(cel::Env::stdlib());
         let mut by_name = BTreeMap::new();
         for agent in catalog.iter() {
@@ -54,11 +54,11 @@ impl Agents {
         Ok(Self { by_name })
     }
 
-    pub fn get(&self, name: &str) -> Option<&RunnableAgent> {
+    pub(crate) fn get(&self, name: &str) -> Option<&RunnableAgent> {
         self.by_name.get(name)
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = &RunnableAgent> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &RunnableAgent> {
         self.by_name.values()
     }
 }

@@ -24,7 +24,7 @@ struct Probes {
 }
 
 /// Serves the probes, and `metrics` when given, on `listener` until `shutdown`.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     store: WorkerStore,
     bus: Bus,

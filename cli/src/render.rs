@@ -12,7 +12,12 @@ pub(crate) struct Table {
 impl Table {
     pub(crate) fn new(header: &[&str]) -> Self {
         Self {
-            rows: vec![header.iter().map(std::string::ToString::to_string).collect()],
+            rows: vec![
+                header
+                    .iter()
+                    .map(std::string::ToString::to_string)
+                    .collect(),
+            ],
         }
     }
 

@@ -96,7 +96,9 @@ impl Trail {
 
 /// Reads an answer into the type a table shows; an answer of another shape is not a
 /// gateway's.
-pub(crate) fn read<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, crate::error::CliError> {
+pub(crate) fn read<T: serde::de::DeserializeOwned>(
+    value: Value,
+) -> Result<T, crate::error::CliError> {
     serde_json::from_value(value).map_err(|e| {
         crate::error::CliError::Unreachable(format!("the gateway's answer was not understood: {e}"))
     })

@@ -113,7 +113,11 @@ mod tests {
     #[test]
     fn roles_resolve_to_the_people_holding_them_and_ids_stay() {
         let d = directory();
-        let list = |s: &[&str]| s.iter().map(std::string::ToString::to_string).collect::<Vec<_>>();
+        let list = |s: &[&str]| {
+            s.iter()
+                .map(std::string::ToString::to_string)
+                .collect::<Vec<_>>()
+        };
         assert_eq!(
             d.resolve(&list(&["role:finance", "rita"])),
             Some(list(&["alice", "bob", "rita"]))

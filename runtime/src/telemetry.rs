@@ -134,7 +134,7 @@ pub fn init_with(service: &str, endpoint: Option<Endpoint>) -> Telemetry {
 /// none (`NO_COLOR` set and not empty, as no-color.org says). A file, a pipe or a log
 /// collector gets plain text.
 fn colour(terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
-    terminal && no_color.is_none_or(|v| v.is_empty())
+    terminal && no_color.is_none_or(std::ffi::OsStr::is_empty)
 }
 
 fn tracer_provider(

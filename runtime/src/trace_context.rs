@@ -51,7 +51,7 @@ pub fn adopt(span: &tracing::Span, traceparent: Option<&str>) {
 
 /// The `traceparent` header of a NATS message, if it has one.
 pub fn from_nats(headers: Option<&async_nats::HeaderMap>) -> Option<&str> {
-    headers?.get(HEADER).map(|v| v.as_str())
+    headers?.get(HEADER).map(async_nats::HeaderValue::as_str)
 }
 
 #[cfg(test)]

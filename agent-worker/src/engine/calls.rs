@@ -22,7 +22,7 @@ use tracing::warn;
 /// The most input, in bytes of JSON, the calls held in one turn may carry together: what
 /// waits is announced whole to the channels, within NATS's payload limit. A call that would
 /// go past it is not held: the model is told it failed, and why.
-pub const MAX_HELD_INPUT: usize = 256 * 1024;
+pub(super) const MAX_HELD_INPUT: usize = 256 * 1024;
 
 /// Why a call the policy would hold cannot be, in the words the model is told; `held` is
 /// the input the turn's calls held so far carry, in bytes.

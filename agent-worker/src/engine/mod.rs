@@ -49,7 +49,7 @@ use tracing::{Instrument, info, warn};
 
 /// Which shared consumer's message brought a step of work.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Job {
+pub(crate) enum Job {
     /// `runs.start`: a run the gateway stored, or the nudge of a cancel.
     Start,
     /// `approval.decided.<run_id>`.
@@ -89,7 +89,7 @@ enum Resumed {
     HeldAgain,
 }
 
-pub struct EngineSettings {
+pub(crate) struct EngineSettings {
     /// This worker's name in leases.
     pub owner: String,
     pub lease: Duration,
@@ -99,7 +99,7 @@ pub struct EngineSettings {
     pub approval_timeout: Duration,
 }
 
-pub struct Engine {
+pub(crate) struct Engine {
     store: WorkerStore,
     bus: Bus,
     outbox: Relay,
@@ -112,7 +112,7 @@ pub struct Engine {
 }
 
 impl Engine {
-    pub fn new(
+    pub(crate) fn new(
         store: WorkerStore,
         bus: Bus,
         agents: Arc<Agents>,
@@ -133,17 +133,17 @@ impl Engine {
     }
 
     /// The agents as last loaded. A step keeps the set it started with.
-    pub fn agents(&self) -> Arc<Agents> {
+    pub(crate) fn agents(&self) -> Arc<Agents> {
         self.agents.read().expect("agents lock").clone()
     }
 
     /// Puts a reloaded set of agents in place for the steps that start from now.
-    pub fn replace_agents(&self, agents: Agents) {
+    pub(crate) fn replace_agents(&self, agents: Agents) {
         *self.agents.write().expect("agents lock") = Arc::new(agents);
     }
 
     /// This worker's figures.
-    pub fn metrics(&self) -> &Metrics {
+    pub(crate) fn metrics(&self) -> &Metrics {
         &self.metrics
     }
 
@@ -156,7 +156,7 @@ impl Engine {
     /// door established, before their `runs.start` is published. A message naming a run that
     /// is not stored (whoever could publish it chose its requester) is counted, logged and
     /// acked, and changes nothing.
-    pub async fn process(
+    pub(crate) async fn process(
         &self,
         id: &RunId,
         job: Job,

@@ -156,7 +156,7 @@ impl Engine {
     /// closed. A set replaced by another while it is checked stops there: the newer set is
     /// checked next, and a call it would not have closed stays as it is (a call decided
     /// meanwhile is checked when it is about to run, under the policy then).
-    pub async fn recheck_waiting(&self, agents: &Agents) -> Result<usize, StoreError> {
+    pub(crate) async fn recheck_waiting(&self, agents: &Agents) -> Result<usize, StoreError> {
         let mut mine = HashMap::new();
         for agent in agents.iter() {
             let (name, version) = (&agent.agent.def.name, &agent.agent.version);

@@ -46,7 +46,7 @@ impl Engine {
 
     /// Handles the reminders and deadlines that are due in the shards whose sweep lease this
     /// worker holds or can take (for `lease`); returns how many.
-    pub async fn sweep(&self, lease: Duration) -> Result<usize, StoreError> {
+    pub(crate) async fn sweep(&self, lease: Duration) -> Result<usize, StoreError> {
         let owner = &self.settings.owner;
         let mut handled = 0;
         for shard in Shard::all() {

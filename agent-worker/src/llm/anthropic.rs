@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
 use tokio::sync::mpsc::UnboundedSender;
 
-pub async fn complete(
+pub(super) async fn complete(
     http: &reqwest::Client,
     endpoint: &Endpoint,
     req: &ModelRequest<'_>,

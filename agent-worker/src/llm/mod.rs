@@ -19,7 +19,7 @@ use countersign_model::sse;
 use countersign_runtime::redact::redact_error;
 use tokio::sync::mpsc::UnboundedSender;
 
-pub struct ModelRequest<'a> {
+pub(crate) struct ModelRequest<'a> {
     pub model: &'a str,
     pub max_tokens: u32,
     pub system: &'a str,
@@ -31,7 +31,7 @@ pub struct ModelRequest<'a> {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum ModelError {
+pub(crate) enum ModelError {
     /// Rate limits, overload, server errors, network trouble: trying again later may work.
     #[error("model unavailable: {0}")]
     Retryable(String),
@@ -42,7 +42,7 @@ pub enum ModelError {
 
 /// Where the HTTP providers are and how to authenticate.
 #[derive(Clone, Debug)]
-pub struct Endpoint {
+pub(crate) struct Endpoint {
     pub base_url: String,
     pub api_key: String,
 }
@@ -65,7 +65,7 @@ impl Endpoint {
     }
 }
 
-pub enum Model {
+pub(crate) enum Model {
     Anthropic(Endpoint),
     OpenAi(Endpoint),
     Scripted(Script),
@@ -75,7 +75,7 @@ pub enum Model {
 
 impl Model {
     /// The model an agent names, with endpoints from the environment.
-    pub fn for_agent(agent: &Agent) -> anyhow::Result<Self> {
+    pub(crate) fn for_agent(agent: &Agent) -> anyhow::Result<Self> {
         Ok(match agent.def.model.provider {
             Provider::Anthropic => Self::Anthropic(Endpoint::from_env(
                 agent,
@@ -101,7 +101,7 @@ impl Model {
     }
 
     /// The assistant's turn. Each piece of its text is sent on `deltas` as it arrives.
-    pub async fn complete(
+    pub(crate) async fn complete(
         &self,
         http: &reqwest::Client,
         req: &ModelRequest<'_>,

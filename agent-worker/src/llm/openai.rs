@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use tokio::sync::mpsc::UnboundedSender;
 
-pub async fn complete(
+pub(super) async fn complete(
     http: &reqwest::Client,
     endpoint: &Endpoint,
     req: &ModelRequest<'_>,
@@ -335,7 +335,7 @@ data: [DONE]
             match answer {
                 Err(ModelError::Retryable(e)) if retryable => assert!(e.contains("type"), "{e}"),
                 Err(ModelError::Fatal(e)) if !retryable => {
-                    assert!(e.contains("Invalid tools"), "{e}")
+                    assert!(e.contains("Invalid tools"), "{e}");
                 }
                 other => panic!("{error}: {other:?}"),
             }

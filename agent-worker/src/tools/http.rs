@@ -9,7 +9,7 @@ use countersign_runtime::redact::redact_error;
 use std::time::Duration;
 
 /// Runs one call; `outcome` is what a success is reported as (executed, approved, edited).
-pub async fn call(
+pub(super) async fn call(
     http: &reqwest::Client,
     tool: &ToolDef,
     endpoint: &HttpToolDef,

@@ -13,7 +13,7 @@ use countersign_receipt::mcp::{
 };
 use serde_json::Map;
 
-pub async fn call(
+pub(super) async fn call(
     agent: &RunnableAgent,
     server: &McpServerDef,
     tool: &ToolDef,

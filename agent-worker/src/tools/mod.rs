@@ -14,15 +14,15 @@ use countersign_model::run::{CallOutcome, CallResult, RunId};
 /// The most of a tool's answer passed on to the model.
 const MAX_RESULT_CHARS: usize = 16_000;
 
-pub fn idempotency_key(run: &RunId, turn: u32, call_id: &str) -> String {
+pub(crate) fn idempotency_key(run: &RunId, turn: u32, call_id: &str) -> String {
     format!("{run}:{turn}:{call_id}")
 }
 
 /// The header an approved call's receipt travels in.
-pub const RECEIPT_HEADER: &str = "Countersign-Receipt";
+pub(crate) const RECEIPT_HEADER: &str = "Countersign-Receipt";
 
 /// What a tool answered.
-pub struct Answer {
+pub(crate) struct Answer {
     pub result: CallResult,
     /// Set when the tool refused the call's receipt (or its lack of one): the
     /// `WWW-Authenticate` challenge it answered with.
@@ -30,7 +30,7 @@ pub struct Answer {
 }
 
 /// One call as its tool receives it.
-pub struct ToolCall<'a> {
+pub(crate) struct ToolCall<'a> {
     pub run: &'a RunId,
     pub turn: u32,
     pub call_id: &'a str,
@@ -42,7 +42,7 @@ pub struct ToolCall<'a> {
 /// Runs one call of `agent`'s `tool`; `outcome` is what a success is reported as (executed,
 /// approved, edited).
 #[tracing::instrument(name = "tool.call", skip_all, fields(tool = %tool.name, call_id = call.call_id, mcp = tool.mcp.as_deref()))]
-pub async fn call(
+pub(crate) async fn call(
     http: &reqwest::Client,
     agent: &RunnableAgent,
     tool: &ToolDef,

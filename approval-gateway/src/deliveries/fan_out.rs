@@ -95,7 +95,7 @@ async fn queue_deliveries(state: &AppState, msg: &Message, envelope: &Envelope) 
         .headers
         .as_ref()
         .and_then(|h| h.get("Nats-Msg-Id"))
-        .map(|v| v.to_string())
+        .map(std::string::ToString::to_string)
         .or_else(|| msg.info().ok().map(|i| i.stream_sequence.to_string()))
         .unwrap_or_default();
     let timestamp = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);

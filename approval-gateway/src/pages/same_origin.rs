@@ -42,7 +42,12 @@ pub(crate) async fn check(State(state): State<AppState>, request: Request, next:
         .headers()
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
-        .or_else(|| request.uri().authority().map(|a| a.as_str()));
+        .or_else(|| {
+            request
+                .uri()
+                .authority()
+                .map(axum::http::uri::Authority::as_str)
+        });
     match from_elsewhere(request.headers(), bases.into_iter().flatten(), host) {
         None => next.run(request).await,
         Some(sender) => {

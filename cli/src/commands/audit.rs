@@ -15,7 +15,12 @@ use countersign_model::audit::{AuditEntry, AuditKind, verify};
 use countersign_receipt::KeySet;
 use serde_json::Value;
 
-pub(super) async fn run(gateway: &Gateway, run: &str, check: bool, json: bool) -> Result<(), CliError> {
+pub(super) async fn run(
+    gateway: &Gateway,
+    run: &str,
+    check: bool,
+    json: bool,
+) -> Result<(), CliError> {
     let answer = gateway
         .get(gateway.url(&["v1", "runs", run, "audit"]))
         .await?;

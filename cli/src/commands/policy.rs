@@ -10,7 +10,11 @@ use countersign_model::replay::{CallRef, Report};
 use countersign_model::span::Span;
 use serde_json::{Value, json};
 
-pub(super) async fn run(gateway: &Gateway, command: PolicyCommand, json: bool) -> Result<(), CliError> {
+pub(super) async fn run(
+    gateway: &Gateway,
+    command: PolicyCommand,
+    json: bool,
+) -> Result<(), CliError> {
     let PolicyCommand::Replay {
         agent,
         candidate,

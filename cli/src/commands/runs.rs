@@ -9,7 +9,11 @@ use crate::view::{RunView, read};
 use reqwest::Method;
 use serde_json::{Value, json};
 
-pub(super) async fn run(gateway: &Gateway, command: RunsCommand, json: bool) -> Result<(), CliError> {
+pub(super) async fn run(
+    gateway: &Gateway,
+    command: RunsCommand,
+    json: bool,
+) -> Result<(), CliError> {
     match command {
         RunsCommand::Start {
             agent,

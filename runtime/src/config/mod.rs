@@ -174,7 +174,7 @@ mod tests {
             ("NATS_CREDS", "/etc/n.creds"),
         ]
         .into();
-        let env = |name: &str| vars.get(name).map(|v| v.to_string());
+        let env = |name: &str| vars.get(name).map(std::string::ToString::to_string);
         let (_, connections): (Empty, _) = parse(
             "nats_url = \"nats://file:1\"\nredis_url = \"redis://file\"\nstream_replicas = 1",
             &env,

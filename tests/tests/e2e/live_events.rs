@@ -393,7 +393,12 @@ async fn clients_following_at_once_through_two_gateways_see_the_same_events() {
     }
     let paused = clients[0].until("approval.requested").await;
     approve(&app, &run, paused.last().unwrap()).await;
-    let seen = futures::future::join_all(clients.iter_mut().map(countersign_tests::live::LiveEvents::to_end)).await;
+    let seen = futures::future::join_all(
+        clients
+            .iter_mut()
+            .map(countersign_tests::live::LiveEvents::to_end),
+    )
+    .await;
     let mut first = paused;
     first.extend(seen[0].clone());
     assert_refund_run(&first);

@@ -103,7 +103,10 @@ async fn a_run_is_one_trace_from_its_request_to_its_resume() {
             .get_last_raw_message_by_subject(&subject)
             .await
             .unwrap();
-        let traceparent = message.headers.get("traceparent").map(async_nats::HeaderValue::as_str);
+        let traceparent = message
+            .headers
+            .get("traceparent")
+            .map(async_nats::HeaderValue::as_str);
         assert!(
             traceparent.is_some_and(|t| t.starts_with(&format!("00-{CALLER_TRACE}-"))),
             "{subject}: {traceparent:?}"

@@ -110,7 +110,9 @@ impl<'a> Slack<'a> {
     /// agent no longer has.
     fn grant_limits(&self, agent: &str, call: &HeldCall) -> Option<GrantLimits> {
         let agent = self.state.catalog().get(agent)?;
-        agent.tool(&call.tool).map(|t| t.grant_limits())
+        agent
+            .tool(&call.tool)
+            .map(countersign_model::agent::ToolDef::grant_limits)
     }
 
     /// The escalation's reply, which mentions the people added: for configured Slack users,
