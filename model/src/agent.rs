@@ -45,31 +45,7 @@ impl AgentDef {
         &mut self,
         discovered: &BTreeMap<String, Vec<McpTool>>,
     ) -> Result<(), AgentError> {
-        let mut servers = BTreeMap::new();
-        for server in &self.mcp_servers {
-            server.check().map_err(|error| AgentError::Mcp {
-                server: server.name.clone(),
-                error,
-            })?;
-            let listed = discovered.get(&server.name).map_or(&[][..], Vec::as_slice);
-            if servers
-                .insert(server.name.as_str(), (server, listed))
-                .is_some()
-            {
-                return Err(AgentError::Mcp {
-                    server: server.name.clone(),
-                    error: "is defined twice".into(),
-                });
-            }
-            if let mcp::ToolSelection::Only(names) = &server.tools
-                && let Some(missing) = names.iter().find(|n| !listed.iter().any(|t| &t.name == *n))
-            {
-                return Err(AgentError::Mcp {
-                    server: server.name.clone(),
-                    error: format!("lists no tool {missing:?}"),
-                });
-            }
-        }
+        let servers = listed_servers(&self.mcp_servers, discovered)?;
         for tool in &mut self.tools {
             let err = |error: String| AgentError::Policy {
                 tool: tool.name.clone(),
@@ -505,6 +481,41 @@ impl Catalog {
     pub fn iter(&self) -> impl Iterator<Item = &Arc<Agent>> {
         self.agents.values()
     }
+}
+
+/// Each server of an agent by name, with the tools it listed (none if it listed nothing): a
+/// server that is not usable, defined twice, or does not list a tool it is restricted to
+/// refuses the file.
+fn listed_servers<'a>(
+    servers: &'a [McpServerDef],
+    discovered: &'a BTreeMap<String, Vec<McpTool>>,
+) -> Result<BTreeMap<&'a str, (&'a McpServerDef, &'a [McpTool])>, AgentError> {
+    let mut listed_by_name = BTreeMap::new();
+    for server in servers {
+        server.check().map_err(|error| AgentError::Mcp {
+            server: server.name.clone(),
+            error,
+        })?;
+        let listed = discovered.get(&server.name).map_or(&[][..], Vec::as_slice);
+        if listed_by_name
+            .insert(server.name.as_str(), (server, listed))
+            .is_some()
+        {
+            return Err(AgentError::Mcp {
+                server: server.name.clone(),
+                error: "is defined twice".into(),
+            });
+        }
+        if let mcp::ToolSelection::Only(names) = &server.tools
+            && let Some(missing) = names.iter().find(|n| !listed.iter().any(|t| &t.name == *n))
+        {
+            return Err(AgentError::Mcp {
+                server: server.name.clone(),
+                error: format!("lists no tool {missing:?}"),
+            });
+        }
+    }
+    Ok(listed_by_name)
 }
 
 #[cfg(test)]

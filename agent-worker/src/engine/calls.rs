@@ -218,50 +218,29 @@ impl Engine {
                     StoreError::Corrupt(format!("call {} has no decision", call.call_id)).into(),
                 );
             };
-            let by = &decision.decided_by;
             let runs_with = match decision.action {
                 Action::Edit => decision.input.clone().unwrap_or(Value::Null),
                 Action::Approve | Action::Reject => call.input.clone(),
             };
-            let result = if decision.expired {
-                CallResult {
-                    outcome: CallOutcome::Expired,
-                    is_error: true,
-                    content: format!(
-                        "Nobody decided on this call before its deadline ({}), so it did not run. This is not a rejection: no one reviewed it.",
-                        chrono::DateTime::from_timestamp_millis(decision.decided_at)
-                            .unwrap_or_default()
-                            .to_rfc3339()
-                    ),
-                    images: Vec::new(),
-                }
-            } else if decision.action == Action::Reject && !decision.superseded {
-                // A rejection stands whatever the policy says now.
-                CallResult {
-                    outcome: CallOutcome::Rejected,
-                    is_error: true,
-                    content: format!(
-                        "A reviewer ({by}) rejected this call, so it did not run. Their reason: {}",
-                        decision.reason.as_deref().unwrap_or("none given")
-                    ),
-                    images: Vec::new(),
-                }
-            } else {
-                // A call closed while it waited because its policy changed has no decision
-                // to run under: the policy now says.
-                let decided = (!decision.superseded).then_some(decision);
-                let checked = self
-                    .recheck(run, agent, call, decided, &runs_with, unsaved)
-                    .await?;
-                match checked {
-                    Verdict::Unchanged(tool) | Verdict::Released(tool) => {
-                        self.run_decided(run, agent, tool, call, decided, &runs_with)
-                            .await?
-                    }
-                    Verdict::Refused(result) => result,
-                    Verdict::Reheld(again) => {
-                        *call = *again;
-                        continue;
+            let result = match not_run(decision) {
+                Some(result) => result,
+                None => {
+                    // A call closed while it waited because its policy changed has no decision
+                    // to run under: the policy now says.
+                    let decided = (!decision.superseded).then_some(decision);
+                    let checked = self
+                        .recheck(run, agent, call, decided, &runs_with, unsaved)
+                        .await?;
+                    match checked {
+                        Verdict::Unchanged(tool) | Verdict::Released(tool) => {
+                            self.run_decided(run, agent, tool, call, decided, &runs_with)
+                                .await?
+                        }
+                        Verdict::Refused(result) => result,
+                        Verdict::Reheld(again) => {
+                            *call = *again;
+                            continue;
+                        }
                     }
                 }
             };
@@ -331,4 +310,32 @@ impl Engine {
         );
         Ok(result)
     }
+}
+
+/// The result of a call whose decision lets it not run: expired with nobody deciding it, or
+/// rejected (a rejection stands whatever the policy says now); None for a call that may run.
+fn not_run(decision: &Decision) -> Option<CallResult> {
+    if decision.expired {
+        return Some(CallResult {
+            outcome: CallOutcome::Expired,
+            is_error: true,
+            content: format!(
+                "Nobody decided on this call before its deadline ({}), so it did not run. This is not a rejection: no one reviewed it.",
+                chrono::DateTime::from_timestamp_millis(decision.decided_at)
+                    .unwrap_or_default()
+                    .to_rfc3339()
+            ),
+            images: Vec::new(),
+        });
+    }
+    (decision.action == Action::Reject && !decision.superseded).then(|| CallResult {
+        outcome: CallOutcome::Rejected,
+        is_error: true,
+        content: format!(
+            "A reviewer ({}) rejected this call, so it did not run. Their reason: {}",
+            decision.decided_by,
+            decision.reason.as_deref().unwrap_or("none given")
+        ),
+        images: Vec::new(),
+    })
 }

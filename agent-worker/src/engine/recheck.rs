@@ -76,36 +76,67 @@ impl Engine {
                 Ok(()) => match agent.policies[&tool.name].gate(input, &run.metadata) {
                     Gate::Run => Verdict::Released(tool),
                     Gate::Ask { reason, summary } => {
-                        let mut again = call.clone();
-                        again.held_again();
-                        again.input = input.clone();
-                        let now = self.store.time_ms().await?;
-                        let asked = Asked {
-                            call_id: &again.call_id,
-                            input,
-                            reason,
-                            summary,
-                        };
-                        // A call closed while it waited keeps the time it had left, at most.
-                        let not_after = if decision.is_none() {
-                            pending.deadline
-                        } else {
-                            None
-                        };
-                        let mut held = self.hold(run, tool, asked, now, not_after);
-                        held.recheck = Some(Recheck {
-                            call_id: pending.call_id.clone(),
-                            digest: pending.digest.clone(),
-                            policy_version: pending.policy_version.clone(),
-                            decision: decision.cloned(),
-                        });
-                        again.held = Some(held);
-                        Verdict::Reheld(Box::new(again))
+                        let asked = (input, reason, summary);
+                        Verdict::Reheld(Box::new(
+                            self.held_again(run, tool, call, decision, asked).await?,
+                        ))
                     }
                 },
             },
         };
-        let (outcome, new_call, detail) = match &verdict {
+        self.record_recheck(run, pending, version, &verdict, unsaved);
+        Ok(verdict)
+    }
+
+    /// `call` held again under a new id, as the policy now asks (`asked`: the input, the
+    /// policy's reason and summary), bound to the decision it had (`decision`) for the record.
+    async fn held_again(
+        &self,
+        run: &Run,
+        tool: &ToolDef,
+        call: &TurnCall,
+        decision: Option<&Decision>,
+        (input, reason, summary): (&Value, String, String),
+    ) -> Result<TurnCall, StepError> {
+        let pending = call.held.as_ref().expect("a held call");
+        let mut again = call.clone();
+        again.held_again();
+        again.input = input.clone();
+        let now = self.store.time_ms().await?;
+        let asked = Asked {
+            call_id: &again.call_id,
+            input,
+            reason,
+            summary,
+        };
+        // A call closed while it waited keeps the time it had left, at most.
+        let not_after = if decision.is_none() {
+            pending.deadline
+        } else {
+            None
+        };
+        let mut held = self.hold(run, tool, asked, now, not_after);
+        held.recheck = Some(Recheck {
+            call_id: pending.call_id.clone(),
+            digest: pending.digest.clone(),
+            policy_version: pending.policy_version.clone(),
+            decision: decision.cloned(),
+        });
+        again.held = Some(held);
+        Ok(again)
+    }
+
+    /// Audits (`policy_changed`) and announces (`run.policy_changed`) what the re-check of
+    /// `pending`, now under policy `version`, found, through `unsaved`.
+    fn record_recheck(
+        &self,
+        run: &Run,
+        pending: &HeldCall,
+        version: String,
+        verdict: &Verdict<'_>,
+        unsaved: &mut Unsaved,
+    ) {
+        let (outcome, new_call, detail) = match verdict {
             Verdict::Unchanged(_) | Verdict::Released(_) => ("released", None, String::new()),
             Verdict::Refused(result) => ("refused", None, result.content.clone()),
             Verdict::Reheld(again) => ("reheld", again.held.as_ref(), String::new()),
@@ -137,7 +168,6 @@ impl Engine {
         ));
         self.metrics.policy_recheck(outcome);
         tracing::info!(call_id = %pending.call_id, outcome, "the call's policy changed; checked again");
-        Ok(verdict)
     }
 }
 

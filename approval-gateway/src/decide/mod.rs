@@ -144,7 +144,7 @@ async fn record_once(
             true => state.store.voters(&run.run_id, &p.call_id).await?,
             false => Vec::new(),
         };
-        proposals.push(proposal::proposal(
+        proposals.push(proposal::prepare(
             &state.catalog(),
             &state.receipts,
             run,

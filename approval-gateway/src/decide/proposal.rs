@@ -140,7 +140,7 @@ fn authorized(run: &Run, pending: &HeldCall, by: &Decider<'_>) -> Result<(), Dec
 /// The decision, its audit entry and, when it lets the call run, its receipt. `voters` are
 /// who had approved the call before, for a call that needs several approvals: its receipt is
 /// signed only by the approval that completes the quorum, naming them all.
-pub(super) fn proposal(
+pub(super) fn prepare(
     catalog: &Catalog,
     receipts: &Receipts,
     run: &Run,

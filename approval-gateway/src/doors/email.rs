@@ -226,7 +226,7 @@ async fn submit(
         let (state, grant, view, typed) = (&state, &grant, &view, &typed);
         async move { form_page(state, session, grant, view, status, typed, &errors).await }
     };
-    let proposed = match forms::proposal(&state, &view, &typed, &grant.digest) {
+    let proposed = match forms::decision_from_form(&state, &view, &typed, &grant.digest) {
         Ok(proposed) => proposed,
         Err(errors) => return Ok(again(StatusCode::UNPROCESSABLE_ENTITY, errors).await),
     };

@@ -399,7 +399,7 @@ fn is_required(schema: Option<&Value>, name: &str) -> bool {
 /// The decision a form asks for on `view`'s call, shown `digest`, checked as far as a form
 /// can be: an action, a reason to reject, a note and an input that fits the tool's schema to
 /// edit. Every problem is listed by field; nothing is decided here.
-pub(crate) fn proposal(
+pub(crate) fn decision_from_form(
     state: &AppState,
     view: &CallView,
     typed: &Typed,

@@ -216,7 +216,7 @@ impl Offer<'_> {
 /// The approval the form asks for on `view`'s call, shown `digest`, carrying the grant's
 /// terms as typed; what cannot be read as terms, by field. Whether the terms are allowed is
 /// for the decision to say.
-pub(super) fn proposal(
+pub(super) fn grant_from_form(
     view: &CallView,
     typed: &Typed,
     digest: &str,

@@ -319,9 +319,9 @@ async fn submit(
     }
     let digest = typed.get("digest").cloned().unwrap_or_default();
     let read = match typed.get("action").map(String::as_str) {
-        Some(allow_similar::ACTION) => allow_similar::proposal(&view, &typed, &digest)
+        Some(allow_similar::ACTION) => allow_similar::grant_from_form(&view, &typed, &digest)
             .map_err(|errors| (StatusCode::BAD_REQUEST, errors)),
-        _ => forms::proposal(&state, &view, &typed, &digest)
+        _ => forms::decision_from_form(&state, &view, &typed, &digest)
             .map_err(|errors| (StatusCode::UNPROCESSABLE_ENTITY, errors)),
     };
     let proposed = match read {

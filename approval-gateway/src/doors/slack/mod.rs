@@ -109,7 +109,7 @@ async fn block_action(
     }
     match action["action_id"].as_str() {
         Some("approve") => {
-            let proposed = proposal(&target, Action::Approve, None, None, None);
+            let proposed = proposed(&target, Action::Approve, None, None, None);
             approve(state, payload, &target, proposed, &principal).await;
         }
         Some(id) if id.starts_with(blocks::APPROVE_GRANT) => {
@@ -170,7 +170,7 @@ async fn grant_proposal(
         .as_str()
         .and_then(|v| serde_json::from_str(v).ok())
         .ok_or_else(|| ApiError::bad_request("the button carries no grant"))?;
-    let mut proposed = proposal(target, Action::Approve, None, None, None);
+    let mut proposed = proposed(target, Action::Approve, None, None, None);
     // The grant covers calls like the one held; should it no longer be held, the
     // approval alone is sent, and refused as Approve would be.
     let run = state.run(&target.run_id).await?;
@@ -231,7 +231,7 @@ async fn view_submission(state: &AppState, payload: &Value, principal: Option<St
             let Ok(edit) = serde_json::from_str::<blocks::EditToConfirm>(metadata) else {
                 return refuse(lost);
             };
-            let proposed = proposal(
+            let proposed = proposed(
                 &edit.target,
                 Action::Edit,
                 Some(edit.input),
@@ -246,7 +246,7 @@ async fn view_submission(state: &AppState, payload: &Value, principal: Option<St
             };
             if callback == blocks::REJECT {
                 let reason = form_value(view, blocks::REASON);
-                let proposed = proposal(&target, Action::Reject, None, None, reason);
+                let proposed = proposed(&target, Action::Reject, None, None, reason);
                 (target.run_id, proposed)
             } else {
                 match edit_submitted(state, view, target).await {
@@ -303,7 +303,7 @@ async fn edit_submitted(
         input,
         note,
     };
-    let proposed = proposal(
+    let proposed = proposed(
         &target,
         Action::Edit,
         Some(edit.input.clone()),
@@ -374,7 +374,7 @@ fn from_our_workspace(slack: &SlackConfig, payload: &Value) -> Result<(), AuthEr
     Ok(())
 }
 
-fn proposal(
+fn proposed(
     target: &Target,
     action: Action,
     input: Option<Value>,
