@@ -9,7 +9,7 @@ use countersign_model::agent::{Agent, AgentDef};
 use countersign_model::mcp::McpTool;
 use countersign_model::now_ms;
 use countersign_model::replay::{self, Recorded, Report, Waiting};
-use countersign_model::run::{Block, Role, Run, RunStatus};
+use countersign_model::run::{Block, Run, RunStatus, Speaker};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -99,7 +99,7 @@ fn candidate_agent(live: &Agent, text: &str) -> Result<Agent, ApiError> {
 fn calls_of(run: &Run) -> impl Iterator<Item = Recorded> + '_ {
     run.messages
         .iter()
-        .filter(|m| m.role == Role::Assistant)
+        .filter(|m| m.role == Speaker::Assistant)
         .flat_map(|m| &m.content)
         .filter_map(|block| match block {
             Block::ToolUse { id, name, input } => Some(Recorded {

@@ -3,7 +3,7 @@
 
 use countersign_model::audit::AuditEntry;
 use countersign_model::grant::{Grant, GrantStatus, GrantUse};
-use countersign_model::run::{Cancellation, Decision, FailedCall, HeldCall, Message, Role};
+use countersign_model::run::{Cancellation, Decision, FailedCall, HeldCall, Message, Speaker};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -36,7 +36,7 @@ impl RunView {
     pub(crate) fn request(&self) -> String {
         self.messages
             .first()
-            .filter(|m| m.role == Role::User)
+            .filter(|m| m.role == Speaker::User)
             .map(Message::text)
             .unwrap_or_default()
     }

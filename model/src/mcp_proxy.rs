@@ -12,7 +12,7 @@
 //! at once, while a run is one conversation that pauses as a whole, so one held call would
 //! hold up every other call of its session.
 
-use crate::run::{Block, Message, Role};
+use crate::run::{Block, Message, Speaker};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -65,7 +65,7 @@ pub fn call_id(tool: &str) -> String {
 pub fn answer(metadata: &Value, messages: &[Message]) -> Result<Vec<Block>, String> {
     let turns = messages
         .iter()
-        .filter(|m| m.role == Role::Assistant)
+        .filter(|m| m.role == Speaker::Assistant)
         .count();
     if turns > 0 {
         let text = match result(messages) {
@@ -130,11 +130,11 @@ mod tests {
         );
         assert_eq!(result(&messages), None);
         messages.push(Message {
-            role: Role::Assistant,
+            role: Speaker::Assistant,
             content: first,
         });
         messages.push(Message {
-            role: Role::User,
+            role: Speaker::User,
             content: vec![Block::ToolResult {
                 tool_use_id: "mcp_refund".into(),
                 content: "refunded".into(),

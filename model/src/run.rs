@@ -116,9 +116,11 @@ pub struct Cancellation {
     pub at: i64,
 }
 
+/// Who says a message of the conversation (its `role` on the wire, as the model APIs name
+/// it); apart from `authority::Role`, what a principal may do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Role {
+pub enum Speaker {
     User,
     Assistant,
 }
@@ -164,14 +166,14 @@ pub struct Image {
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Message {
-    pub role: Role,
+    pub role: Speaker,
     pub content: Vec<Block>,
 }
 
 impl Message {
     pub fn user_text(text: impl Into<String>) -> Self {
         Self {
-            role: Role::User,
+            role: Speaker::User,
             content: vec![Block::Text { text: text.into() }],
         }
     }
@@ -542,7 +544,7 @@ impl Run {
         // A result answers a call of the assistant message just before it.
         let mut asked: HashMap<&str, &str> = HashMap::new();
         for message in &self.messages {
-            if message.role == Role::Assistant {
+            if message.role == Speaker::Assistant {
                 asked.clear();
             }
             for block in &message.content {
@@ -579,7 +581,7 @@ impl Run {
     /// The assistant's words in the turn it is paused on.
     pub fn paused_turn_text(&self) -> String {
         match self.messages.last() {
-            Some(m) if m.role == Role::Assistant && !self.paused_turn.is_empty() => m.text(),
+            Some(m) if m.role == Speaker::Assistant && !self.paused_turn.is_empty() => m.text(),
             _ => String::new(),
         }
     }
@@ -765,7 +767,7 @@ mod tests {
         let answer = asking(calls);
         let asked = run.calls_asked(&answer);
         run.messages.push(Message {
-            role: Role::Assistant,
+            role: Speaker::Assistant,
             content: answer,
         });
         (run, asked)
@@ -832,7 +834,7 @@ mod tests {
         };
         let (mut run, _) = answered(new_run(), &["c1", "c2"]);
         run.messages.push(Message {
-            role: Role::User,
+            role: Speaker::User,
             content: vec![
                 result("c1", Some(CallOutcome::Executed), false),
                 result("c2", Some(CallOutcome::Failed), true),
@@ -841,7 +843,7 @@ mod tests {
         // The same model id again in a later turn: it answers that turn's call.
         let (mut run, mut turn) = answered(run, &["c1", "c3", "c4"]);
         run.messages.push(Message {
-            role: Role::User,
+            role: Speaker::User,
             content: vec![
                 result("c1", Some(CallOutcome::Rejected), true),
                 result("c3", Some(CallOutcome::Expired), true),

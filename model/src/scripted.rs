@@ -14,7 +14,7 @@
 //! does not hold (no match, no result yet, a failed call) is its `default`, which is also what
 //! a turn played without a conversation shows (the fake model's pre-written answers).
 
-use crate::run::{Block, Message, Role};
+use crate::run::{Block, Message, Speaker};
 use regex::Regex;
 use serde::Deserialize;
 use serde_json::Value;
@@ -131,7 +131,7 @@ impl Script {
     pub fn answer(&self, messages: &[Message]) -> Vec<Block> {
         let turn = messages
             .iter()
-            .filter(|m| m.role == Role::Assistant)
+            .filter(|m| m.role == Speaker::Assistant)
             .count();
         let values = self
             .reads
@@ -308,7 +308,7 @@ text = "Done."
         let answered = [
             Message::user_text("Refund A-1."),
             Message {
-                role: Role::Assistant,
+                role: Speaker::Assistant,
                 content: first,
             },
         ];
@@ -342,7 +342,7 @@ tool_calls = [{ name = "refund", input = { order_id = "{{order}}", amount = "{{a
 
     fn result(id: &str, content: &str, is_error: bool) -> Message {
         Message {
-            role: Role::User,
+            role: Speaker::User,
             content: vec![Block::ToolResult {
                 tool_use_id: id.into(),
                 content: content.into(),
@@ -372,7 +372,7 @@ tool_calls = [{ name = "refund", input = { order_id = "{{order}}", amount = "{{a
             ]
         );
         conversation.push(Message {
-            role: Role::Assistant,
+            role: Speaker::Assistant,
             content: first,
         });
         conversation.push(result("call_0_0", r#"{"amount": 42.5}"#, false));
@@ -393,7 +393,7 @@ tool_calls = [{ name = "refund", input = { order_id = "{{order}}", amount = "{{a
         let conversation = vec![
             Message::user_text("Refund it."),
             Message {
-                role: Role::Assistant,
+                role: Speaker::Assistant,
                 content: script.turn(0),
             },
             result("call_0_0", r#"{"amount": 99}"#, true),

@@ -32,7 +32,7 @@ use countersign_model::live::LiveEvent;
 use countersign_model::now_ms;
 use countersign_model::people::Directory;
 use countersign_model::run::{
-    Block, CallResult, Decision, HeldCall, Message, Role, Run, RunId, RunStatus, TurnCall,
+    Block, CallResult, Decision, HeldCall, Message, Run, RunId, RunStatus, Speaker, TurnCall,
 };
 use countersign_runtime::bus::{Bus, BusError};
 use countersign_runtime::metrics::Metrics;
@@ -313,7 +313,7 @@ impl Engine {
             run.turns += 1;
             let calls = run.calls_asked(&blocks);
             let reply = Message {
-                role: Role::Assistant,
+                role: Speaker::Assistant,
                 content: blocks,
             };
             if calls.is_empty() {
@@ -513,7 +513,7 @@ impl Engine {
 /// The one message that answers a turn: a result per call, in the model's order.
 fn results_message(calls: &[TurnCall]) -> Message {
     Message {
-        role: Role::User,
+        role: Speaker::User,
         content: calls
             .iter()
             .map(|c| {

@@ -8,7 +8,7 @@
 //! their index (the first fragment names the call, the others carry more of its arguments).
 
 use super::{Endpoint, ModelError, ModelRequest, pass_on, unreadable};
-use countersign_model::run::{Block, Message, Role};
+use countersign_model::run::{Block, Message, Speaker};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -185,7 +185,7 @@ impl Answer {
 fn to_openai(message: &Message) -> Vec<Value> {
     let text = message.text();
     match message.role {
-        Role::Assistant => {
+        Speaker::Assistant => {
             let calls: Vec<Value> = message
                 .content
                 .iter()
@@ -203,7 +203,7 @@ fn to_openai(message: &Message) -> Vec<Value> {
             }
             vec![out]
         }
-        Role::User => {
+        Speaker::User => {
             let mut out: Vec<Value> = message
                 .content
                 .iter()
@@ -385,7 +385,7 @@ data: [DONE]
     #[test]
     fn images_of_tool_results_follow_the_tool_messages_as_data_urls() {
         let message = Message {
-            role: Role::User,
+            role: Speaker::User,
             content: vec![Block::ToolResult {
                 tool_use_id: "call_1".into(),
                 content: "[image image/png]".into(),

@@ -15,7 +15,7 @@ use axum::http::StatusCode;
 use countersign_model::audit::{AuditEntry, AuditKind};
 use countersign_model::now_ms;
 use countersign_model::run::{
-    Action, Block, CallOutcome, Decision, HeldCall, Message, Recheck, Role, Run, RunStatus,
+    Action, Block, CallOutcome, Decision, HeldCall, Message, Recheck, Run, RunStatus, Speaker,
     TurnCall,
 };
 use countersign_store::RefusalCode;
@@ -78,7 +78,7 @@ impl CallView {
                 .messages
                 .iter()
                 .enumerate()
-                .filter(|(_, m)| m.role == Role::Assistant)
+                .filter(|(_, m)| m.role == Speaker::Assistant)
                 .nth((turn as usize).saturating_sub(1))
                 .map(|(i, _)| i),
             // An entry written before entries named their turn: the call's id was the model's.
@@ -381,9 +381,9 @@ pub(crate) fn conversation(messages: &[Message]) -> Markup {
                 @let results = message.content.iter().all(|b| matches!(b, Block::ToolResult { .. }));
                 div.who {
                     @match (message.role, results) {
-                        (Role::User, true) => "Tool results",
-                        (Role::User, false) => "Request",
-                        (Role::Assistant, _) => "Agent",
+                        (Speaker::User, true) => "Tool results",
+                        (Speaker::User, false) => "Request",
+                        (Speaker::Assistant, _) => "Agent",
                     }
                 }
                 @for block in &message.content {
@@ -430,7 +430,7 @@ mod tests {
         let turn = |tool: &str, answer: &str| {
             [
                 Message {
-                    role: Role::Assistant,
+                    role: Speaker::Assistant,
                     content: vec![Block::ToolUse {
                         id: "call_0".into(),
                         name: tool.into(),
@@ -438,7 +438,7 @@ mod tests {
                     }],
                 },
                 Message {
-                    role: Role::User,
+                    role: Speaker::User,
                     content: vec![Block::ToolResult {
                         tool_use_id: "call_0".into(),
                         content: answer.into(),
@@ -468,7 +468,7 @@ mod tests {
         let messages = vec![
             Message::user_text("<script>alert(1)</script>"),
             Message {
-                role: Role::User,
+                role: Speaker::User,
                 content: vec![Block::ToolResult {
                     tool_use_id: "t1".into(),
                     content: "{\"note\": \"<img src=x onerror=alert(1)>\"}".into(),

@@ -190,7 +190,7 @@ fn evidence(messages: &[Message]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use countersign_model::run::Role;
+    use countersign_model::run::Speaker;
     use serde_json::json;
 
     #[test]
@@ -198,7 +198,7 @@ mod tests {
         let messages = vec![
             Message::user_text("Refund A-1001."),
             Message {
-                role: Role::Assistant,
+                role: Speaker::Assistant,
                 content: vec![Block::ToolUse {
                     id: "c1".into(),
                     name: "get_order".into(),
@@ -206,7 +206,7 @@ mod tests {
                 }],
             },
             Message {
-                role: Role::User,
+                role: Speaker::User,
                 content: vec![Block::ToolResult {
                     tool_use_id: "c1".into(),
                     content: "{\"status\": \"delivered\"}".into(),
