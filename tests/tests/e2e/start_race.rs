@@ -155,7 +155,23 @@ async fn two_gateways_and_three_workers_started_at_once_on_empty_servers_are_all
 /// A stream made by hand the way the services cannot use it, before they start.
 async fn stream_by_hand(infra: &Infra, config: async_nats::jetstream::stream::Config) {
     let js = infra.jetstream().await;
-    js.create_stream(config).await.unwrap();
+    // A server busy with other tests' streams may answer "JetStream unavailable" for a moment
+    // (its meta leader catching up); that is the server's to settle, not what is tested here.
+    countersign_tests::wait_for(
+        "JetStream to make the stream",
+        std::time::Duration::from_secs(30),
+        || {
+            let (js, config) = (js.clone(), config.clone());
+            async move {
+                match js.create_stream(config).await {
+                    Ok(_) => Some(()),
+                    Err(e) if e.kind() == async_nats::jetstream::context::CreateStreamErrorKind::JetStreamUnavailable => None,
+                    Err(e) => panic!("the stream was refused: {e}"),
+                }
+            }
+        },
+    )
+    .await;
 }
 
 #[tokio::test]
