@@ -235,20 +235,9 @@ pub(crate) struct EditArgs {
 
 #[derive(Args)]
 pub(crate) struct GrantArgs {
+    /// The call, or a listing of exactly one call (`--from`)
     #[command(flatten)]
-    pub shown: Option<Shown>,
-    /// Approve the one call of this `countersign pending --json` output (a file, or - for
-    /// standard input), quoting the digest it lists for the call
-    #[arg(
-        long,
-        value_name = "FILE|-",
-        conflicts_with = "Shown",
-        required_unless_present = "Shown"
-    )]
-    pub from: Option<String>,
-    /// The person deciding, when the key may speak for others
-    #[arg(long)]
-    pub decided_by: Option<String>,
+    pub call: Chosen,
     /// The calls it covers: a CEL condition on their input that this call meets, e.g.
     /// 'input.amount <= 50.0'
     #[arg(long = "when", value_name = "CEL")]

@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 pub(super) async fn grant(gateway: &Gateway, args: GrantArgs, json: bool) -> Result<(), CliError> {
     let condition =
         Condition::compile(&args.condition).map_err(|e| CliError::Usage(format!("--when: {e}")))?;
-    let (run, call, digest) = match (args.shown, &args.from) {
+    let (run, call, digest) = match (args.call.shown, &args.call.from) {
         (Some(shown), _) => {
             let decide = Decide {
                 shown,
@@ -43,7 +43,7 @@ pub(super) async fn grant(gateway: &Gateway, args: GrantArgs, json: bool) -> Res
         "condition": condition.source(), "max_uses": args.uses,
         "expires_in": args.expires_in, "same_requester": args.same_requester,
     });
-    if let Some(by) = &args.decided_by {
+    if let Some(by) = &args.call.decided_by {
         body["decided_by"] = by.clone().into();
     }
     let answer = gateway.post(gateway.url(&["v1", "grants"]), &body).await?;
