@@ -1,6 +1,6 @@
 //! Starting and cancelling runs: what is stored, audited and announced. Runs are created
 //! only here, with the requester the caller's door established: a run is stored queued
-//! before `runs.start` is published (a worker creates no run from a message). A replayed
+//! before `runs.start` is published (a worker creates no run from a message). A repeated
 //! start (the same `Idempotency-Key` and request) finds its run stored and announces it
 //! again only while it is still queued; the key with another request is refused. A cancel is recorded, audited and its nudge queued in one script; a
 //! worker then finishes the run as `cancelled` at its next step.
@@ -118,7 +118,7 @@ pub(crate) async fn start(
     );
     // Every later span of the run, on any gateway or worker, joins this request's trace.
     run.trace = countersign_runtime::trace_context::current();
-    // A replayed key finds its run already stored; it is announced again only while still
+    // A repeated key finds its run already stored; it is announced again only while still
     // queued, in case the first attempt stopped between storing and publishing.
     let status = if state.store.create(&run).await? {
         state.metrics.run("started");

@@ -120,7 +120,7 @@ async fn lookup(State(ledger): State<Ledger>, headers: HeaderMap) -> (StatusCode
 }
 
 /// Every request is counted; the benchmark fails a run whose refund was requested other
-/// than exactly once (the tool is not declared idempotent, so even a replay is a fault).
+/// than exactly once (the tool is not declared idempotent, so even a repeat is a fault).
 async fn refund(State(ledger): State<Ledger>, headers: HeaderMap) -> (StatusCode, Json<Value>) {
     let Some((run, call)) = key_of(&headers) else {
         return missing_key();

@@ -4,7 +4,7 @@
 //! way however it came; each door only reads its request and writes the outcome in its own
 //! terms.
 
-use countersign_receipt::{Checked, Claims, FileReplay, Refusal, Verifier};
+use countersign_receipt::{Checked, Claims, FileJtis, Refusal, Verifier};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 pub(crate) struct Ledger {
     /// Requests received per (path, idempotency key).
     pub(crate) received: HashMap<(String, String), u32>,
-    /// The first answer per (path, idempotency key), replayed for repeats.
+    /// The first answer per (path, idempotency key), answered again for repeats.
     answers: HashMap<(String, String), Value>,
     /// Refunds applied, in order.
     pub(crate) refunds: Vec<Value>,
@@ -31,7 +31,7 @@ pub(crate) struct Ledger {
 pub const REFUND_LIMIT: f64 = 20.0;
 
 /// The verifier of the demo's refunds: receipts remembered in a file.
-pub(crate) type DemoVerifier = Verifier<FileReplay>;
+pub(crate) type DemoVerifier = Verifier<FileJtis>;
 
 /// The ledger, and the verifier when refunds' receipts are checked.
 #[derive(Clone)]
@@ -93,7 +93,7 @@ impl Service {
         self.ledger.lock().unwrap()
     }
 
-    /// Counts the request and replays the first answer for a repeated key.
+    /// Counts the request and answers a repeated key with its first answer.
     fn once(&self, request: &Request, apply: impl FnOnce(&mut Ledger) -> Outcome) -> Outcome {
         let mut ledger = self.ledger.lock().unwrap();
         if request.receipt.is_some() {
@@ -162,8 +162,8 @@ impl Service {
             // A receipt run before whose answer this process does not hold (it restarted
             // since): answering would mean running it again.
             if again {
-                ledger.refused.push(Refusal::Replayed.code().to_string());
-                return Outcome::Refused(Refusal::Replayed);
+                ledger.refused.push(Refusal::Reused.code().to_string());
+                return Outcome::Refused(Refusal::Reused);
             }
             let refund = json!({
                 "refund_id": format!("rf_{}", ledger.refunds.len() + 1),

@@ -7,10 +7,10 @@
 //! person) runs only with a valid countersignature receipt for exactly that refund, and any
 //! receipt a smaller one carries must be valid too; otherwise it answers 401 and refunds
 //! nothing. It remembers the
-//! receipts it ran in a file ([`FileReplay`], `receipts-run.jsonl` in the runner's data
+//! receipts it ran in a file ([`FileJtis`], `receipts-run.jsonl` in the runner's data
 //! folder), so a receipt stays spent after the service restarts; its answers it keeps in
 //! memory only, so a receipt that comes again after a restart, even under its own key, is
-//! refused (`replayed`) rather than answered: a restart forgot what it answered.
+//! refused (`reused`) rather than answered: a restart forgot what it answered.
 //!
 //! The same tools are MCP tools at `/mcp` ([`crate::demo_mcp`]), answered by the same code
 //! from the same ledger ([`crate::demo_ledger`]); there a refused receipt is an error result
@@ -22,7 +22,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
-use countersign_receipt::{Claims, FileReplay, Jwks, RECEIPT_HEADER, Refresh, Verifier};
+use countersign_receipt::{Claims, FileJtis, Jwks, RECEIPT_HEADER, Refresh, Verifier};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -38,8 +38,8 @@ use crate::demo_mcp;
 pub struct Countersigned {
     pub jwks_url: String,
     pub issuer: String,
-    /// Where the receipts it ran are remembered ([`FileReplay`]): kept across restarts.
-    pub replay_file: PathBuf,
+    /// Where the receipts it ran are remembered ([`FileJtis`]): kept across restarts.
+    pub jtis_file: PathBuf,
 }
 
 /// A running demo tools service.
@@ -72,13 +72,13 @@ impl DemoTools {
         let verifier = countersigned
             .map(|c| -> std::io::Result<_> {
                 let keys = Jwks::from_url(c.jwks_url, Refresh::default());
-                let replay = FileReplay::open(&c.replay_file)?;
+                let jtis = FileJtis::open(&c.jtis_file)?;
                 // The agent's tools name themselves by their tool names (no `audience` set).
                 Ok(Arc::new(Verifier::new(
                     keys,
                     c.issuer,
                     "issue_refund",
-                    replay,
+                    jtis,
                 )))
             })
             .transpose()?;

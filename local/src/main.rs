@@ -171,7 +171,7 @@ async fn start_demo_tools(
     let countersigned = Countersigned {
         jwks_url: format!("{gateway_url}/.well-known/jwks.json"),
         issuer: gateway_url.to_string(),
-        replay_file: place.dir.join("receipts-run.jsonl"),
+        jtis_file: place.dir.join("receipts-run.jsonl"),
     };
     let (_, tools) = DemoTools::serve_watched(tools, Some(countersigned))?;
     let stop_tools = shutdown.clone();

@@ -24,8 +24,8 @@ async fn demo(countersigned: Option<Countersigned>) -> DemoTools {
     DemoTools::serve_watched(listener, countersigned).unwrap().0
 }
 
-/// A replay file of the test's own.
-fn replay_file() -> std::path::PathBuf {
+/// A jti file of the test's own.
+fn jtis_file() -> std::path::PathBuf {
     std::env::temp_dir().join(format!(
         "demo-receipts-{}.jsonl",
         uuid::Uuid::new_v4().simple()
@@ -163,7 +163,7 @@ async fn a_refund_over_the_limit_without_a_receipt_is_refused_and_runs_nothing()
     let tools = demo(Some(Countersigned {
         jwks_url: "http://127.0.0.1:9/.well-known/jwks.json".into(),
         issuer: "http://gateway.test".into(),
-        replay_file: replay_file(),
+        jtis_file: jtis_file(),
     }))
     .await;
     let client = client(&tools).await;
@@ -206,7 +206,7 @@ async fn a_refund_over_the_limit_runs_with_a_valid_receipt_in_meta() {
     let tools = demo(Some(Countersigned {
         jwks_url,
         issuer: issuer.clone(),
-        replay_file: replay_file(),
+        jtis_file: jtis_file(),
     }))
     .await;
     let client = client(&tools).await;

@@ -5,10 +5,10 @@
 //!
 //! A refusal is answered here, and the inner service is never called: 401 with
 //! `{"error": "<what is wrong>", "code": "<Refusal::code>"}`, or 503 with the same shape when
-//! the keys or the replay store cannot be reached (the worker retries those). A body past the
+//! the keys or the jti store cannot be reached (the worker retries those). A body past the
 //! limit is answered 413.
 
-use crate::replay::Replay;
+use crate::jtis::JtiStore;
 use crate::verify::{Checked, Refusal, Verifier};
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, WWW_AUTHENTICATE};
@@ -86,7 +86,7 @@ impl<S, R, B, ResBody> Service<Request<B>> for RequireReceiptService<S, R>
 where
     S: Service<Request<B>, Response = Response<ResBody>> + Clone + Send + 'static,
     S::Future: Send,
-    R: Replay + 'static,
+    R: JtiStore + 'static,
     B: Body + From<Bytes> + Send + 'static,
     B::Data: Send,
     B::Error: Into<BoxError>,
@@ -142,10 +142,10 @@ where
 
 /// The answer to a refused receipt, as the layer gives it, for a tool that calls
 /// [`Verifier::check`] itself: 401 with the refusal's code and a `Countersign-Receipt`
-/// challenge, or 503 when the keys or the replay store cannot be reached.
+/// challenge, or 503 when the keys or the jti store cannot be reached.
 pub fn refused<B: From<Bytes>>(refusal: &Refusal) -> Response<B> {
     let status = match refusal {
-        Refusal::KeysUnavailable(detail) | Refusal::ReplayUnavailable(detail) => {
+        Refusal::KeysUnavailable(detail) | Refusal::JtiStoreUnavailable(detail) => {
             tracing::warn!(code = refusal.code(), detail, "receipt not checkable");
             StatusCode::SERVICE_UNAVAILABLE
         }

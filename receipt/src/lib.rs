@@ -11,19 +11,19 @@
 //! as receipts they signed may still arrive, so a key can be rotated without failing those;
 //! a tool fetches and follows them with [`Jwks`].
 
+mod jtis;
 mod jwks;
 mod keys;
 mod layer;
 pub mod mcp;
-mod replay;
 mod verify;
 
+#[cfg(feature = "redis")]
+pub use jtis::RedisJtis;
+pub use jtis::{FileJtis, JtiStore, JtiStoreError, Seen, SeenJtis};
 pub use jwks::{Jwks, JwksError, Refresh};
 pub use keys::{KeySet, PublicKey, Signer};
 pub use layer::{BODY_LIMIT, RECEIPT_HEADER, RequireReceipt, RequireReceiptService, refused};
-#[cfg(feature = "redis")]
-pub use replay::RedisReplay;
-pub use replay::{FileReplay, Replay, ReplayError, Seen, SeenJtis};
 pub use verify::{Checked, Refusal, Verifier, idempotency_key, signed_by};
 
 use serde::{Deserialize, Serialize};

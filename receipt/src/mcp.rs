@@ -20,7 +20,7 @@ pub const META_RECEIPT: &str = "countersign.dev/receipt";
 /// HTTP tool's `WWW-Authenticate: Countersign-Receipt error="..."`.
 pub const META_RECEIPT_REFUSED: &str = "countersign.dev/receipt_refused";
 
-impl<R: crate::Replay> Verifier<R> {
+impl<R: crate::JtiStore> Verifier<R> {
     /// [`Verifier::check`] for an MCP `tools/call` of `tool` with these `arguments` and this
     /// `_meta`.
     pub async fn check_mcp(

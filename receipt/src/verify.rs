@@ -3,8 +3,8 @@
 //! leeway for clocks), sent under exactly its call's `Idempotency-Key` (`RUN:TURN:CALL`, byte
 //! for byte), for exactly this input, and not used before by another request.
 
+use crate::jtis::{JtiStore, Seen, SeenJtis};
 use crate::jwks::Jwks;
-use crate::replay::{Replay, Seen, SeenJtis};
 use crate::{Claims, KeySet, PublicKey, input_digest};
 use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
@@ -42,14 +42,14 @@ pub enum Refusal {
     )]
     InexactNumber,
     #[error("the receipt was used before, by another request")]
-    Replayed,
+    Reused,
     /// The published keys are out of date and cannot be fetched; the detail is for the
     /// tool's log, not for its answer.
     #[error("the receipt's keys cannot be fetched now")]
     KeysUnavailable(String),
-    /// The replay store did not answer; the detail is for the tool's log.
+    /// The jti store did not answer; the detail is for the tool's log.
     #[error("the receipt cannot be checked for earlier use now")]
-    ReplayUnavailable(String),
+    JtiStoreUnavailable(String),
 }
 
 impl Refusal {
@@ -66,9 +66,9 @@ impl Refusal {
             Self::Expired => "expired",
             Self::InputChanged => "input_changed",
             Self::InexactNumber => "inexact_number",
-            Self::Replayed => "replayed",
+            Self::Reused => "reused",
             Self::KeysUnavailable(_) => "keys_unavailable",
-            Self::ReplayUnavailable(_) => "replay_unavailable",
+            Self::JtiStoreUnavailable(_) => "jti_store_unavailable",
         }
     }
 }
@@ -88,22 +88,22 @@ pub struct Verifier<R = SeenJtis> {
     keys: Jwks,
     issuer: String,
     audience: String,
-    replay: R,
+    jtis: R,
 }
 
-impl<R: Replay> Verifier<R> {
+impl<R: JtiStore> Verifier<R> {
     /// `issuer` is the gateway's public base URL, `audience` the tool service's own name.
     pub fn new(
         keys: Jwks,
         issuer: impl Into<String>,
         audience: impl Into<String>,
-        replay: R,
+        jtis: R,
     ) -> Self {
         Self {
             keys,
             issuer: issuer.into(),
             audience: audience.into(),
-            replay,
+            jtis,
         }
     }
 
@@ -152,10 +152,10 @@ impl<R: Replay> Verifier<R> {
         // behind this one's by as much.
         let until = claims.exp.saturating_add(2 * LEEWAY_SECS as i64);
         let seen = self
-            .replay
+            .jtis
             .first_use(&claims.jti, idempotency_key, until)
             .await
-            .map_err(|e| Refusal::ReplayUnavailable(e.to_string()))?;
+            .map_err(|e| Refusal::JtiStoreUnavailable(e.to_string()))?;
         match seen {
             Seen::First => Ok(Checked {
                 claims,
@@ -165,7 +165,7 @@ impl<R: Replay> Verifier<R> {
                 claims,
                 again: true,
             }),
-            Seen::Reused => Err(Refusal::Replayed),
+            Seen::Reused => Err(Refusal::Reused),
         }
     }
 

@@ -179,7 +179,7 @@ fn tools_countersigned(gateway_url: &str, agents_dir: &std::path::Path) -> Count
     Countersigned {
         jwks_url: format!("{gateway_url}/.well-known/jwks.json"),
         issuer: gateway_url.to_string(),
-        replay_file: agents_dir.join("receipts-run.jsonl"),
+        jtis_file: agents_dir.join("receipts-run.jsonl"),
     }
 }
 
@@ -869,7 +869,7 @@ impl TestApp {
     }
 
     /// The demo refunds service as it is after a restart: a new process (on another port)
-    /// with the same replay file, and nothing else of the one before.
+    /// with the same jti file, and nothing else of the one before.
     pub async fn tools_restarted(&self) -> DemoTools {
         DemoTools::serve_countersigned(
             tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),

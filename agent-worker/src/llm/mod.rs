@@ -1,5 +1,5 @@
 //! The language models: the Anthropic Messages API, the OpenAI Chat Completions API, and a
-//! scripted model that replays canned turns; and, for an `mcp_client` agent, the model that
+//! scripted model that plays canned turns; and, for an `mcp_client` agent, the model that
 //! asks for the one call an MCP client sent (`countersign_model::mcp_proxy`). Each takes the
 //! provider-neutral conversation and answers with the assistant's blocks (text and tool_use).
 //!

@@ -70,7 +70,7 @@ fn main() -> anyhow::Result<()> {
     for (step, times) in [
         ("input digest (RFC 8785 + SHA-256)", &mut digest),
         ("sign (gateway)", &mut sign),
-        ("check (tool, in-memory replay)", &mut check),
+        ("check (tool, in-memory jtis)", &mut check),
     ] {
         times.sort();
         let at = |q: f64| micros(times[((times.len() - 1) as f64 * q) as usize]);

@@ -2,7 +2,7 @@
 
 use crate::support::{AUDIENCE, ISSUER, KEY, TOOL, body, claims, now, set, verifier};
 use countersign_receipt::{
-    Checked, FileReplay, Jwks, KeySet, Refusal, SeenJtis, Signer, Verifier, idempotency_key,
+    Checked, FileJtis, Jwks, KeySet, Refusal, SeenJtis, Signer, Verifier, idempotency_key,
     input_digest,
 };
 use serde_json::{Value, json};
@@ -117,7 +117,7 @@ async fn a_receipt_run_once_stays_spent_after_the_tool_restarts_when_its_store_i
     let file = folder.join("receipts-run.jsonl");
 
     // The tool runs the receipt, then restarts.
-    let first = Verifier::new(keys(), ISSUER, AUDIENCE, FileReplay::open(&file).unwrap());
+    let first = Verifier::new(keys(), ISSUER, AUDIENCE, FileJtis::open(&file).unwrap());
     let checked = first.check(Some(&token), TOOL, Some(KEY), &sent).await;
     assert!(!checked.unwrap().again);
     drop(first);
@@ -128,7 +128,7 @@ async fn a_receipt_run_once_stays_spent_after_the_tool_restarts_when_its_store_i
 
     // Remembered in the file, it is spent: the same request is a retry, answered as the
     // first was and run no more (the tool must then hold that answer, or refuse).
-    let restarted = Verifier::new(keys(), ISSUER, AUDIENCE, FileReplay::open(&file).unwrap());
+    let restarted = Verifier::new(keys(), ISSUER, AUDIENCE, FileJtis::open(&file).unwrap());
     let checked = restarted.check(Some(&token), TOOL, Some(KEY), &sent).await;
     assert!(checked.unwrap().again);
     drop(restarted);
@@ -144,7 +144,7 @@ async fn a_receipt_run_once_stays_spent_after_the_tool_restarts_when_its_store_i
     let mut kept = expired + &text;
     kept.push_str("{\"jti\":\"torn\",\"ke");
     std::fs::write(&file, &kept).unwrap();
-    let reopened = Verifier::new(keys(), ISSUER, AUDIENCE, FileReplay::open(&file).unwrap());
+    let reopened = Verifier::new(keys(), ISSUER, AUDIENCE, FileJtis::open(&file).unwrap());
     assert_eq!(std::fs::read_to_string(&file).unwrap(), text);
     let checked = reopened.check(Some(&token), TOOL, Some(KEY), &sent).await;
     assert!(checked.unwrap().again);

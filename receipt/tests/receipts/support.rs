@@ -47,7 +47,7 @@ pub(crate) fn set(signers: &[&Signer]) -> KeySet {
     }
 }
 
-/// A verifier for this tool service, with an in-memory replay store.
+/// A verifier for this tool service, with an in-memory jti store.
 pub(crate) fn verifier(keys: Jwks) -> Verifier {
     Verifier::new(keys, ISSUER, AUDIENCE, SeenJtis::default())
 }

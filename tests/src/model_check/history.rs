@@ -1,6 +1,6 @@
 //! Histories: the runs of one test (each with the script its fake model plays) and the
 //! operations played against the services, generated from a seed. A history prints as JSON,
-//! which `MODEL_CHECK_REPLAY` takes back, so a failure found once can be played again.
+//! which `MODEL_CHECK_HISTORY` takes back, so a failure found once can be played again.
 
 use super::rng::Rng;
 use serde::{Deserialize, Serialize};

@@ -1,6 +1,6 @@
 //! The decision script is the one authority, tried as an attacker would: approvals fired at a
 //! run while it pauses, by its own requester or by a non-approver of a quorum call; a signed
-//! approval replayed against another run; a flood of refusals while the approver decides; two
+//! approval sent again against another run; a flood of refusals while the approver decides; two
 //! gateways deciding the same call at once.
 
 use countersign_fake_model::refund_brain;
@@ -154,7 +154,7 @@ async fn a_non_approver_racing_a_quorum_pause_never_counts() {
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
 #[tokio::test]
-async fn a_signed_approval_replayed_to_another_run_is_refused_and_to_its_own_is_idempotent() {
+async fn a_signed_approval_sent_to_another_run_is_refused_and_to_its_own_is_idempotent() {
     let app = TestApp::builder(refund_brain)
         .policy(FINANCE)
         .gateway(|config| {

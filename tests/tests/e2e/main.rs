@@ -38,7 +38,7 @@ mod policy_change;
 mod probes;
 mod providers_and_tools;
 mod readme;
-mod receipt_replay;
+mod receipt_jtis;
 mod receipts;
 mod redis_deployments;
 mod requester_reads;

@@ -13,7 +13,7 @@
 //! - `MODEL_CHECK_HISTORIES`: how many histories (default 8: about two minutes in CI).
 //! - `MODEL_CHECK_OPS`: the most operations a history has (default 20).
 //! - `MODEL_CHECK_RUNS`: the most runs a history has (default 5; at least 3).
-//! - `MODEL_CHECK_REPLAY`: a history's JSON, or a file holding it: plays that one only.
+//! - `MODEL_CHECK_HISTORY`: a history's JSON, or a file holding it: plays that one only.
 //! - `MODEL_CHECK_SHRINK`: how many smaller histories a failure may play to shrink (default 4).
 //! - `MODEL_CHECK_WORKER_LOGS`: the worker processes' logs on stderr, at this filter.
 //! - `MODEL_CHECK_WORKER_BIN`: another build of the worker to check (an `agent-worker` built
@@ -61,7 +61,7 @@ struct Settings {
     histories: u64,
     size: Size,
     shrink: usize,
-    replay: Option<History>,
+    given: Option<History>,
 }
 
 impl Settings {
@@ -72,13 +72,13 @@ impl Settings {
                     .unwrap_or_else(|_| panic!("{name}={v:?} is not a number"))
             })
         };
-        let replay = std::env::var("MODEL_CHECK_REPLAY").ok().map(|given| {
+        let given = std::env::var("MODEL_CHECK_HISTORY").ok().map(|given| {
             let text = match given.trim_start().starts_with('{') {
                 true => given,
                 false => std::fs::read_to_string(&given)
-                    .unwrap_or_else(|e| panic!("MODEL_CHECK_REPLAY={given:?}: {e}")),
+                    .unwrap_or_else(|e| panic!("MODEL_CHECK_HISTORY={given:?}: {e}")),
             };
-            History::from_json(&text).unwrap_or_else(|e| panic!("MODEL_CHECK_REPLAY: {e}"))
+            History::from_json(&text).unwrap_or_else(|e| panic!("MODEL_CHECK_HISTORY: {e}"))
         });
         Self {
             seed: number("MODEL_CHECK_SEED", uuid::Uuid::new_v4().as_u64_pair().0),
@@ -88,7 +88,7 @@ impl Settings {
                 ops: (8, number("MODEL_CHECK_OPS", 20).max(8)),
             },
             shrink: number("MODEL_CHECK_SHRINK", 4) as usize,
-            replay,
+            given,
         }
     }
 }
@@ -96,7 +96,7 @@ impl Settings {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_histories_of_runs_keep_every_promise_of_the_run() {
     let settings = Settings::from_env();
-    let histories: Vec<History> = match &settings.replay {
+    let histories: Vec<History> = match &settings.given {
         Some(history) => vec![history.clone()],
         None => {
             let mut seeds = Rng::new(settings.seed);
@@ -106,7 +106,7 @@ async fn random_histories_of_runs_keep_every_promise_of_the_run() {
         }
     };
     println!(
-        "model check: seed {} ({} histories; MODEL_CHECK_SEED={} replays them)",
+        "model check: seed {} ({} histories; MODEL_CHECK_SEED={} plays them again)",
         settings.seed,
         histories.len(),
         settings.seed
@@ -129,7 +129,7 @@ async fn random_histories_of_runs_keep_every_promise_of_the_run() {
             continue;
         }
         let report = format!(
-            "history {} (seed {}) broke {} promises:\n{}\nreplay it with MODEL_CHECK_REPLAY='{}'\n",
+            "history {} (seed {}) broke {} promises:\n{}\nplay it again with MODEL_CHECK_HISTORY='{}'\n",
             i + 1,
             history.seed,
             found.len(),
@@ -153,7 +153,7 @@ async fn random_histories_of_runs_keep_every_promise_of_the_run() {
     let (smaller, still) = shrink(&infra, history.clone(), found, settings.shrink).await;
     if let Some(still) = still {
         report.push(format!(
-            "the first shrunk to {} ops, which break:\n{}\nreplay it with MODEL_CHECK_REPLAY='{}'\n",
+            "the first shrunk to {} ops, which break:\n{}\nplay it again with MODEL_CHECK_HISTORY='{}'\n",
             smaller.ops.len(),
             lines(&still),
             smaller.to_json()

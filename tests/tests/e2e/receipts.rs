@@ -624,7 +624,7 @@ async fn a_receipt_the_tool_ran_is_not_run_again_after_the_tool_restarts() {
     // call's own key, the turn written another way, and another turn.
     let restarted = app.tools_restarted().await;
     for (key, code) in [
-        (key.clone(), "replayed"),
+        (key.clone(), "reused"),
         (format!("{run_id}:01:toolu_2"), "other_call"),
         (format!("{run_id}:2:toolu_2"), "other_call"),
     ] {
@@ -637,7 +637,7 @@ async fn a_receipt_the_tool_ran_is_not_run_again_after_the_tool_restarts() {
         "refunded again after the restart"
     );
     assert_eq!(app.tools.refunds().len(), 1);
-    // Its first use is in the service's replay file, under the call's key.
+    // Its first use is in the service's jti file, under the call's key.
     let file = app.agents_dir().join("receipts-run.jsonl");
     let kept = std::fs::read_to_string(file).unwrap();
     assert!(kept.contains(&format!("\"{key}\"")), "{kept}");

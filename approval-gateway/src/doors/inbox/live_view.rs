@@ -76,7 +76,7 @@ pub(super) fn section(run_id: &str) -> Markup {
 /// the parts of the page marked `data-refresh` (what [`refreshed`] wraps: the run's status,
 /// what waits, the audit trail) are brought up to date from the page as the server renders it
 /// now, so a run that ends while its page is open shows as ended; the live log, which the
-/// page alone has, stays. A burst of events (the replay when the page opens, a run that
+/// page alone has, stays. A burst of events (the backlog sent when the page opens, a run that
 /// resumes and ends at once) fetches the page at most twice: once, then once more after.
 pub(super) const SCRIPT: &str = r#"
 (function () {

@@ -1,4 +1,4 @@
-//! [`Replay`] in a file, for a tool on one host that must remember the receipts it ran across
+//! [`JtiStore`] in a file, for a tool on one host that must remember the receipts it ran across
 //! restarts. The file is append-only JSON lines, one per first use: `{"jti", "key", "until"}`.
 //! A use is answered [`Seen::First`] only once its line is written and flushed to disk
 //! (`fsync`), so a tool that crashes after running a receipt finds it on its next start; a
@@ -6,9 +6,9 @@
 //! the file reads it all into memory and, when some lines have expired (or one is torn),
 //! writes the rest to a new file that replaces it, so the file holds only receipts that may
 //! still verify. One process only: two processes appending to one file do not see each
-//! other's uses (use `RedisReplay` for several).
+//! other's uses (use `RedisJtis` for several).
 
-use super::{Remembered, Replay, ReplayError, Seen};
+use super::{JtiStore, JtiStoreError, Remembered, Seen};
 use serde::{Deserialize, Serialize};
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
@@ -25,8 +25,8 @@ struct Line {
     until: i64,
 }
 
-/// [`Replay`] in an append-only file, `fsync`ed on each first use.
-pub struct FileReplay(Arc<Mutex<Store>>);
+/// [`JtiStore`] in an append-only file, `fsync`ed on each first use.
+pub struct FileJtis(Arc<Mutex<Store>>);
 
 struct Store {
     file: File,
@@ -36,8 +36,8 @@ struct Store {
     broken: bool,
 }
 
-impl FileReplay {
-    /// Opens the replay file at `path`, creating it (not its folder) if missing, with every
+impl FileJtis {
+    /// Opens the jti file at `path`, creating it (not its folder) if missing, with every
     /// receipt it records as used still counted.
     pub fn open(path: impl AsRef<Path>) -> std::io::Result<Self> {
         let path = path.as_ref();
@@ -110,13 +110,13 @@ fn to_line(line: &Line) -> Vec<u8> {
     bytes
 }
 
-impl Replay for FileReplay {
+impl JtiStore for FileJtis {
     async fn first_use(
         &self,
         jti: &str,
         idempotency_key: &str,
         until: i64,
-    ) -> Result<Seen, ReplayError> {
+    ) -> Result<Seen, JtiStoreError> {
         let store = self.0.clone();
         let line = Line {
             jti: jti.to_string(),
@@ -133,8 +133,8 @@ impl Replay for FileReplay {
                 return Ok(seen);
             }
             if store.broken {
-                return Err(ReplayError(
-                    "an earlier write to the replay file failed; reopen it".into(),
+                return Err(JtiStoreError(
+                    "an earlier write to the jti file failed; reopen it".into(),
                 ));
             }
             // Recorded in memory only once it is on disk: a use whose line may be lost is
@@ -142,7 +142,7 @@ impl Replay for FileReplay {
             let before = store
                 .file
                 .metadata()
-                .map_err(|e| ReplayError(e.into()))?
+                .map_err(|e| JtiStoreError(e.into()))?
                 .len();
             let written = store
                 .file
@@ -155,12 +155,12 @@ impl Replay for FileReplay {
                     .set_len(before)
                     .and_then(|()| store.file.sync_data())
                     .is_err();
-                return Err(ReplayError(e.into()));
+                return Err(JtiStoreError(e.into()));
             }
             store.remembered.record(&line.jti, &line.key, line.until);
             Ok(Seen::First)
         })
         .await
-        .map_err(|e| ReplayError(e.into()))?
+        .map_err(|e| JtiStoreError(e.into()))?
     }
 }

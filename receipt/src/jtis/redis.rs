@@ -1,21 +1,21 @@
-//! [`Replay`] in Redis, shared by every instance of a tool. One string per used receipt,
+//! [`JtiStore`] in Redis, shared by every instance of a tool. One string per used receipt,
 //! `{prefix}{jti}` = the first request's `Idempotency-Key` ("" for none), written with
 //! `SET NX` so exactly one of concurrent first uses wins, and expiring when the receipt stops
 //! verifying. On a conflict the recorded key is read to tell a retry from a reuse. A Redis
 //! error is an error: a receipt is never taken as unused because its store did not answer.
 
-use super::{Replay, ReplayError, Seen, used_before};
+use super::{JtiStore, JtiStoreError, Seen, used_before};
 use redis::aio::ConnectionLike;
 use redis::{AsyncCommands, ExistenceCheck, SetExpiry, SetOptions};
 
-/// [`Replay`] in Redis over `C`: a `ConnectionManager`, a `MultiplexedConnection`, a cluster
+/// [`JtiStore`] in Redis over `C`: a `ConnectionManager`, a `MultiplexedConnection`, a cluster
 /// connection, any cheap-to-clone async connection.
-pub struct RedisReplay<C> {
+pub struct RedisJtis<C> {
     conn: C,
     prefix: String,
 }
 
-impl<C> RedisReplay<C> {
+impl<C> RedisJtis<C> {
     /// Keys are `prefix` followed by the receipt's `jti`.
     pub fn new(conn: C, prefix: impl Into<String>) -> Self {
         Self {
@@ -25,7 +25,7 @@ impl<C> RedisReplay<C> {
     }
 }
 
-impl<C> Replay for RedisReplay<C>
+impl<C> JtiStore for RedisJtis<C>
 where
     C: ConnectionLike + Clone + Send + Sync,
 {
@@ -34,7 +34,7 @@ where
         jti: &str,
         idempotency_key: &str,
         until: i64,
-    ) -> Result<Seen, ReplayError> {
+    ) -> Result<Seen, JtiStoreError> {
         let mut conn = self.conn.clone();
         let key = format!("{}{jti}", self.prefix);
         // A lifetime rather than an instant: `until` is on this tool's clock, which decided
@@ -47,11 +47,11 @@ where
         let set: Option<String> = conn
             .set_options(&key, idempotency_key, options)
             .await
-            .map_err(|e| ReplayError(e.into()))?;
+            .map_err(|e| JtiStoreError(e.into()))?;
         if set.is_some() {
             return Ok(Seen::First);
         }
-        let recorded: Option<String> = conn.get(&key).await.map_err(|e| ReplayError(e.into()))?;
+        let recorded: Option<String> = conn.get(&key).await.map_err(|e| JtiStoreError(e.into()))?;
         // Gone between the two commands: it expired, so the receipt is at the end of its
         // life; refusing it is the safe answer.
         Ok(recorded.map_or(Seen::Reused, |recorded| {

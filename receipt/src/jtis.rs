@@ -7,22 +7,22 @@
 //!
 //! A tool that may restart must remember across restarts: [`SeenJtis`] forgets every receipt
 //! it ran when its process ends, and one sent again after that would run again. Use
-//! [`FileReplay`] on one host, `RedisReplay` on several.
+//! [`FileJtis`] on one host, `RedisJtis` on several.
 
 mod file;
 #[cfg(feature = "redis")]
 mod redis;
 
-pub use self::file::FileReplay;
+pub use self::file::FileJtis;
 
 #[cfg(feature = "redis")]
-pub use self::redis::RedisReplay;
+pub use self::redis::RedisJtis;
 
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 
-/// What a replay store knows of a receipt's `jti`.
+/// What a jti store knows of a receipt's `jti`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Seen {
     /// Not used before; now recorded.
@@ -35,13 +35,13 @@ pub enum Seen {
 
 /// The store could not answer; the receipt must not be taken as unused.
 #[derive(Debug, thiserror::Error)]
-#[error("the replay store failed: {0}")]
-pub struct ReplayError(pub Box<dyn std::error::Error + Send + Sync>);
+#[error("the jti store failed: {0}")]
+pub struct JtiStoreError(pub Box<dyn std::error::Error + Send + Sync>);
 
 /// Remembers the receipts a tool has run: in memory for one process that never restarts
-/// ([`SeenJtis`]), in a file for one host ([`FileReplay`]), in Redis for many (`RedisReplay`,
+/// ([`SeenJtis`]), in a file for one host ([`FileJtis`]), in Redis for many (`RedisJtis`,
 /// with the `redis` feature).
-pub trait Replay: Send + Sync {
+pub trait JtiStore: Send + Sync {
     /// Records `jti` as used by the request with `idempotency_key` ("" for none) unless it
     /// was used before; `until` (seconds since the epoch) is when the receipt no longer
     /// verifies, after which it need not be remembered.
@@ -50,7 +50,7 @@ pub trait Replay: Send + Sync {
         jti: &str,
         idempotency_key: &str,
         until: i64,
-    ) -> impl Future<Output = Result<Seen, ReplayError>> + Send;
+    ) -> impl Future<Output = Result<Seen, JtiStoreError>> + Send;
 }
 
 /// A second use of a receipt whose first use was by the request with `recorded`.
@@ -62,8 +62,8 @@ fn used_before(recorded: &str, idempotency_key: &str) -> Seen {
     }
 }
 
-/// [`Replay`] in memory, for one process: what it remembers is gone when the process ends,
-/// so a receipt it ran runs again after a restart (use [`FileReplay`] or `RedisReplay` for a
+/// [`JtiStore`] in memory, for one process: what it remembers is gone when the process ends,
+/// so a receipt it ran runs again after a restart (use [`FileJtis`] or `RedisJtis` for a
 /// tool that restarts). Entries are dropped once expired, oldest first, as new ones come:
 /// each use costs the same however many receipts are remembered.
 #[derive(Default)]
@@ -104,13 +104,13 @@ impl Remembered {
     }
 }
 
-impl Replay for SeenJtis {
+impl JtiStore for SeenJtis {
     async fn first_use(
         &self,
         jti: &str,
         idempotency_key: &str,
         until: i64,
-    ) -> Result<Seen, ReplayError> {
+    ) -> Result<Seen, JtiStoreError> {
         let mut remembered = self.0.lock().expect("lock poisoned");
         remembered.forget_before(jsonwebtoken::get_current_timestamp() as i64);
         if let Some(seen) = remembered.seen(jti, idempotency_key) {

@@ -1,11 +1,11 @@
-//! A tool's record of the receipts it ran, in Redis (`countersign_receipt::RedisReplay`):
+//! A tool's record of the receipts it ran, in Redis (`countersign_receipt::RedisJtis`):
 //! shared by the tool's instances, one first use per receipt however many race for it, a
 //! retry of the same request recognised, and no receipt let through while Redis is away.
 
 use axum::routing::post;
 use axum::{Extension, Router};
 use countersign_receipt::{
-    Checked, Claims, Jwks, KeySet, RedisReplay, Replay, RequireReceipt, Seen, Signer, Verifier,
+    Checked, Claims, JtiStore, Jwks, KeySet, RedisJtis, RequireReceipt, Seen, Signer, Verifier,
     input_digest,
 };
 use countersign_tests::infra::Infra;
@@ -17,8 +17,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-/// The replay store of one tool instance, under the test's own key prefix.
-async fn replay(infra: &Infra, prefix: &str) -> RedisReplay<ConnectionManager> {
+/// The jti store of one tool instance, under the test's own key prefix.
+async fn jtis(infra: &Infra, prefix: &str) -> RedisJtis<ConnectionManager> {
     let client = redis::Client::open(infra.redis_url.as_str()).unwrap();
     // Fail fast once Redis is gone, as a tool answering 503 should.
     let config = ConnectionManagerConfig::new()
@@ -29,7 +29,7 @@ async fn replay(infra: &Infra, prefix: &str) -> RedisReplay<ConnectionManager> {
         .get_connection_manager_with_config(config)
         .await
         .unwrap();
-    RedisReplay::new(conn, prefix)
+    RedisJtis::new(conn, prefix)
 }
 
 fn prefix() -> String {
@@ -44,43 +44,31 @@ fn now() -> i64 {
 async fn a_receipt_is_first_once_again_for_its_requests_retry_and_reused_by_any_other() {
     let infra = Infra::start().await;
     let prefix = prefix();
-    let replay = replay(&infra, &prefix).await;
+    let jtis = jtis(&infra, &prefix).await;
     let until = now() + 60;
 
     assert_eq!(
-        replay
-            .first_use("j1", "run_1:1:toolu_2", until)
+        jtis.first_use("j1", "run_1:1:toolu_2", until)
             .await
             .unwrap(),
         Seen::First
     );
     assert_eq!(
-        replay
-            .first_use("j1", "run_1:1:toolu_2", until)
+        jtis.first_use("j1", "run_1:1:toolu_2", until)
             .await
             .unwrap(),
         Seen::Again
     );
     assert_eq!(
-        replay
-            .first_use("j1", "run_1:1:toolu_3", until)
+        jtis.first_use("j1", "run_1:1:toolu_3", until)
             .await
             .unwrap(),
         Seen::Reused
     );
-    assert_eq!(
-        replay.first_use("j1", "", until).await.unwrap(),
-        Seen::Reused
-    );
+    assert_eq!(jtis.first_use("j1", "", until).await.unwrap(), Seen::Reused);
     // First used without a key, a receipt has no retry.
-    assert_eq!(
-        replay.first_use("j2", "", until).await.unwrap(),
-        Seen::First
-    );
-    assert_eq!(
-        replay.first_use("j2", "", until).await.unwrap(),
-        Seen::Reused
-    );
+    assert_eq!(jtis.first_use("j2", "", until).await.unwrap(), Seen::First);
+    assert_eq!(jtis.first_use("j2", "", until).await.unwrap(), Seen::Reused);
 
     // Remembered until the receipt stops verifying, not longer.
     let mut redis = infra.redis().await;
@@ -94,7 +82,7 @@ async fn a_receipt_is_first_once_again_for_its_requests_retry_and_reused_by_any_
 async fn of_concurrent_first_uses_of_one_receipt_by_two_instances_exactly_one_is_first() {
     let infra = Infra::start().await;
     let prefix = prefix();
-    let instances = [replay(&infra, &prefix).await, replay(&infra, &prefix).await];
+    let instances = [jtis(&infra, &prefix).await, jtis(&infra, &prefix).await];
     let until = now() + 60;
 
     // Different requests: one runs, the others are refused.
@@ -124,7 +112,7 @@ async fn of_concurrent_first_uses_of_one_receipt_by_two_instances_exactly_one_is
 }
 
 #[tokio::test]
-async fn while_its_replay_store_is_down_a_tool_answers_503_and_runs_nothing() {
+async fn while_its_jti_store_is_down_a_tool_answers_503_and_runs_nothing() {
     let infra = Infra::start().await;
     let (signer, _) = Signer::generate("k1").unwrap();
     let keys = KeySet {
@@ -134,7 +122,7 @@ async fn while_its_replay_store_is_down_a_tool_answers_503_and_runs_nothing() {
         Jwks::fixed(keys),
         "https://countersign.example.com",
         "refunds",
-        replay(&infra, &prefix()).await,
+        jtis(&infra, &prefix()).await,
     );
     let calls = Arc::new(AtomicUsize::new(0));
     let counted = calls.clone();
@@ -181,6 +169,6 @@ async fn while_its_replay_store_is_down_a_tool_answers_503_and_runs_nothing() {
     let refused = call("j2").await.unwrap();
     assert_eq!(refused.status(), 503);
     let body: serde_json::Value = refused.json().await.unwrap();
-    assert_eq!(body["code"], "replay_unavailable", "{body}");
+    assert_eq!(body["code"], "jti_store_unavailable", "{body}");
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 }
