@@ -100,6 +100,8 @@ pub struct Config {
     pub receipts: ReceiptsConfig,
     /// The MCP endpoint of `mcp_client` agents, `/mcp/{agent}`.
     pub mcp: McpConfig,
+    /// The door of `external` agents, `/v1/agents/{agent}/calls`.
+    pub door: DoorConfig,
 }
 
 /// How `/mcp/{agent}` answers a `tools/call`.
@@ -110,6 +112,21 @@ pub struct McpConfig {
     /// decision) before it is answered that the call waits, and that calling again with the
     /// same arguments returns its outcome. Default 60.
     pub wait_secs: u64,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DoorConfig {
+    /// The longest an ask, or a look at a call, may wait for the call's outcome before it is
+    /// answered that the call still waits (the request's `wait_secs` is capped by it).
+    /// Default 60.
+    pub max_wait_secs: u64,
+}
+
+impl Default for DoorConfig {
+    fn default() -> Self {
+        Self { max_wait_secs: 60 }
+    }
 }
 
 impl Default for McpConfig {
@@ -149,6 +166,7 @@ impl Default for Config {
             live_max_streams_per_run: 64,
             receipts: ReceiptsConfig::default(),
             mcp: McpConfig::default(),
+            door: DoorConfig::default(),
         }
     }
 }

@@ -169,6 +169,7 @@ impl From<AuthError> for ApiError {
             AuthError::Unauthorized(m) => Self::new(StatusCode::UNAUTHORIZED, "unauthorized", m),
             AuthError::Forbidden(m) => Self::new(StatusCode::FORBIDDEN, "forbidden", m),
             AuthError::InvalidQuery(m) => Self::new(StatusCode::BAD_REQUEST, "invalid_query", m),
+            AuthError::InvalidHeader(m) => Self::new(StatusCode::BAD_REQUEST, "bad_request", m),
             AuthError::InvalidJson(m) => Self::new(StatusCode::BAD_REQUEST, "invalid_json", m),
             AuthError::Body(StatusCode::PAYLOAD_TOO_LARGE, m) => {
                 Self::new(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large", m)

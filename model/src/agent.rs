@@ -56,6 +56,12 @@ impl AgentDef {
                     return Err(err("an HTTP tool needs an input_schema".into()));
                 }
                 (Some(_), None) => {}
+                // An external agent's tool without an endpoint is run by the agent itself.
+                (None, None) if self.model.provider == Provider::External => {
+                    if tool.input_schema.is_null() {
+                        return Err(err("an external agent's tool needs an input_schema".into()));
+                    }
+                }
                 (None, Some(name)) => {
                     let Some((server, listed)) = servers.get(name.as_str()) else {
                         return Err(err(format!(
@@ -118,6 +124,7 @@ impl AgentDef {
                 refuse("an mcp_client agent's tools all come from its MCP servers")
             }
             Provider::McpClient => Ok(()),
+            Provider::External => Ok(()),
             _ if self.model.name.trim().is_empty() => refuse("the model needs a name"),
             _ => Ok(()),
         }
@@ -151,6 +158,10 @@ pub enum Provider {
     /// `/mcp/{agent}`, each of whose `tools/call`s is a run of one call (see
     /// [`crate::mcp_proxy`]).
     McpClient,
+    /// No model countersign runs: the agent is written in code and runs elsewhere, and asks
+    /// at the gateway's `POST /v1/agents/{agent}/calls` before each call, each a run of one
+    /// call (see [`crate::door`]).
+    External,
 }
 
 impl Provider {
@@ -161,6 +172,7 @@ impl Provider {
             Provider::Openai => "openai",
             Provider::Scripted => "scripted",
             Provider::McpClient => "mcp_client",
+            Provider::External => "external",
         }
     }
 }

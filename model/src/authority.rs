@@ -148,6 +148,22 @@ pub fn may_read(who: Principal<'_>, speaks_for: &[String], requested_by: Option<
     }
 }
 
+/// Whether `who` may hold the receipts of a run `requested_by` asked for: a receipt is a
+/// bearer token for the call it approves, so only an admin, and the client that asked for
+/// the run (the requester, or a key speaking for them) which runs the call itself when its
+/// agent is `external`; never a reviewer or a reader.
+pub fn may_hold_receipt(
+    who: Principal<'_>,
+    speaks_for: &[String],
+    requested_by: Option<&str>,
+) -> bool {
+    match who.role {
+        Role::Admin => true,
+        Role::Requester => may_read(who, speaks_for, requested_by),
+        Role::Reviewer | Role::Reader => false,
+    }
+}
+
 /// Whether `maker`, whose role the configuration gives as `role` (None: someone it does not
 /// know), may make a standing grant: a grant approves later calls in its makers' names, so
 /// only in the name of someone it knows with a role that decides.

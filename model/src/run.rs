@@ -211,6 +211,9 @@ pub enum CallOutcome {
     Expired,
     /// The run was cancelled before it started; nothing ran.
     Cancelled,
+    /// Let through (by its policy or a person) to the agent that asked, which runs it itself:
+    /// the tool of an `external` agent with no endpoint. What it did is the agent's report.
+    Released,
 }
 
 impl CallOutcome {

@@ -30,9 +30,9 @@
 //!   JetStream took (`kind` is the subject without namespace and run: `approval.decided`,
 //!   `run.completed`, `audit`, …), `sent` `at_once` by the process that made the change or
 //!   `late` by an outbox sweeper (NATS was away, or refused the publish).
-//! - `countersign_mcp_proxy_wakeups_total{by}`: how a proxied call waiting for its run
-//!   learned to read it again: a `run.*` `event` on NATS, or the `poll` that stands in when
-//!   none comes.
+//! - `countersign_call_wait_wakeups_total{by}`: how a client waiting for a call's outcome
+//!   (the MCP proxy, the door of external agents) learned to read its run again: a `run.*`
+//!   `event` on NATS, or the `poll` that stands in when none comes.
 //! - `countersign_jetstream_redeliveries_total{stream}` and
 //!   `countersign_delivery_failures_total{channel}`.
 //! - `countersign_unknown_run_messages_total{stream}`: messages a worker acked without
@@ -158,8 +158,8 @@ impl Default for Metrics {
             inner.announcements.clone(),
         );
         r.register(
-            "mcp_proxy_wakeups",
-            "How proxied calls waiting for their run were woken: a run event or the poll",
+            "call_wait_wakeups",
+            "How clients waiting for a call's outcome were woken: a run event or the poll",
             inner.wakeups.clone(),
         );
         r.register(
@@ -270,7 +270,7 @@ impl Metrics {
         self.0.announcements.get_or_create(&labels).inc();
     }
 
-    pub fn mcp_proxy_wakeup(&self, by: &'static str) {
+    pub fn call_wait_wakeup(&self, by: &'static str) {
         self.0.wakeups.get_or_create(&label("by", by)).inc();
     }
 

@@ -1,6 +1,6 @@
 //! The language models: the Anthropic Messages API, the OpenAI Chat Completions API, and a
-//! scripted model that plays canned turns; and, for an `mcp_client` agent, the model that
-//! asks for the one call an MCP client sent (`countersign_model::mcp_proxy`). Each takes the
+//! scripted model that plays canned turns; and, for an `mcp_client` or an `external` agent,
+//! the model that asks for the one call its client sent (`countersign_model::one_call`). Each takes the
 //! provider-neutral conversation and answers with the assistant's blocks (text and tool_use).
 //!
 //! The HTTP providers are asked for a streamed answer (server-sent events), so that the text
@@ -12,10 +12,10 @@ mod anthropic;
 mod openai;
 
 use countersign_model::agent::{Agent, Provider, ToolDef};
-use countersign_model::mcp_proxy;
 use countersign_model::run::{Block, Message};
 use countersign_model::scripted::Script;
 use countersign_model::sse;
+use countersign_model::{door, mcp_proxy};
 use countersign_runtime::redact::redact_error;
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -71,6 +71,8 @@ pub(crate) enum Model {
     Scripted(Script),
     /// The MCP client on the other side of the gateway's `/mcp/{agent}`.
     McpClient,
+    /// An agent written in code that asks at the gateway's `/v1/agents/{agent}/calls`.
+    External,
 }
 
 impl Model {
@@ -97,6 +99,7 @@ impl Model {
                 Self::Scripted(load_script(&agent.dir.join(path))?)
             }
             Provider::McpClient => Self::McpClient,
+            Provider::External => Self::External,
         })
     }
 
@@ -125,6 +128,7 @@ impl Model {
             Self::McpClient => {
                 mcp_proxy::answer(req.metadata, req.messages).map_err(ModelError::Fatal)
             }
+            Self::External => door::answer(req.metadata, req.messages).map_err(ModelError::Fatal),
         }
     }
 }

@@ -56,11 +56,28 @@ pub(crate) async fn call(
     match (&tool.http, server) {
         (Some(endpoint), _) => http::call(http, tool, endpoint, call, outcome).await,
         (None, Some(server)) => mcp::call(agent, server, tool, call, outcome).await,
-        // The agent's loading makes every tool one or the other.
+        // Only an external agent's tool has neither (the agent's loading makes sure): the
+        // agent runs it itself, once it is told it may.
         (None, None) => Answer {
-            result: CallResult::failed(format!("The tool {} has no endpoint.", tool.name)),
+            result: released(tool, call),
             receipt_refused: None,
         },
+    }
+}
+
+/// A call let through to the external agent that asked, which runs it itself: what it may
+/// run. Its receipt stays with the decision, shown only to whoever may hold it: this result is
+/// in the conversation every reader of the run sees.
+fn released(tool: &ToolDef, call: &ToolCall<'_>) -> CallResult {
+    let content = serde_json::json!({
+        "released": tool.name,
+        "input": call.input,
+    });
+    CallResult {
+        outcome: CallOutcome::Released,
+        content: content.to_string(),
+        is_error: false,
+        images: Vec::new(),
     }
 }
 

@@ -98,6 +98,16 @@ impl Caller {
         )))
     }
 
+    /// Whether the caller may hold the receipts of a run asked for by `requester` (the rule
+    /// is `countersign_model::authority::may_hold_receipt`).
+    pub(crate) fn holds_receipts(&self, requester: Option<&str>) -> bool {
+        countersign_model::authority::may_hold_receipt(
+            self.as_principal(),
+            &self.speaks_for,
+            requester,
+        )
+    }
+
     pub(crate) fn require(&self, permission: Permission) -> Result<(), AuthError> {
         let allowed = matches!(
             (self.role, permission),

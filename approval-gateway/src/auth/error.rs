@@ -12,6 +12,9 @@ pub(crate) enum AuthError {
     Forbidden(String),
     #[error("{0}")]
     InvalidQuery(String),
+    /// A header the route reads is malformed.
+    #[error("{0}")]
+    InvalidHeader(String),
     #[error("{0}")]
     InvalidJson(String),
     /// The body could not be read (too large, cut off), with axum's status for it.

@@ -49,6 +49,30 @@ impl<T: DeserializeOwned, S: Sync> FromRequestParts<S> for QueryParams<T> {
     }
 }
 
+/// The request's `Idempotency-Key`, if it has one: 1 to 255 visible ASCII characters.
+pub(crate) struct IdempotencyKey(pub(crate) Option<String>);
+
+const MAX_IDEMPOTENCY_KEY: usize = 255;
+
+impl<S: Sync> FromRequestParts<S> for IdempotencyKey {
+    type Rejection = AuthError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, AuthError> {
+        let Some(key) = parts.headers.get("idempotency-key") else {
+            return Ok(IdempotencyKey(None));
+        };
+        key.to_str()
+            .ok()
+            .filter(|k| !k.is_empty() && k.len() <= MAX_IDEMPOTENCY_KEY)
+            .map(|k| IdempotencyKey(Some(k.to_string())))
+            .ok_or_else(|| {
+                AuthError::InvalidHeader(
+                    "Idempotency-Key must be 1 to 255 visible ASCII characters".into(),
+                )
+            })
+    }
+}
+
 /// A JSON body parsed with the API's own errors.
 pub(crate) struct JsonBody<T>(pub(crate) T);
 

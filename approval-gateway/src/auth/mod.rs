@@ -7,4 +7,4 @@ mod extract;
 mod signed;
 
 pub(crate) use caller::{Caller, Permission};
-pub(crate) use extract::{Authenticated, JsonBody, QueryParams};
+pub(crate) use extract::{Authenticated, IdempotencyKey, JsonBody, QueryParams};

@@ -1,9 +1,11 @@
 //! Every inbound way a person or a client acts, one door each, merged into one router here:
 //! the HTTP API (`api`), the web inbox (`inbox`), email's link pages (`email`), Slack's
-//! interactivity endpoint (`slack`) and the MCP proxy (`mcp`, at `/mcp/{agent}`). Each door decides through `crate::decide` and shows what it shows with
+//! interactivity endpoint (`slack`), the MCP proxy (`mcp`, at `/mcp/{agent}`) and the door
+//! of external agents (`calls`, at `/v1/agents/{agent}/calls`). Each door decides through `crate::decide` and shows what it shows with
 //! `crate::pages`; no door imports another.
 
 mod api;
+mod calls;
 mod email;
 mod inbox;
 pub(crate) mod mcp;
@@ -30,6 +32,7 @@ pub(crate) fn router(
     let app = Router::new()
         .merge(metrics.unwrap_or_default())
         .merge(api::router(stop))
+        .merge(calls::router(stop))
         .merge(mcp::route::router(&state, stop)?)
         .merge(slack::router())
         .merge(

@@ -10,6 +10,7 @@ mod cancel;
 mod chaos;
 mod cli;
 mod decision_authority;
+mod door;
 mod doors;
 mod email;
 mod error_shape;

@@ -577,7 +577,7 @@ async fn a_proxied_call_is_woken_by_its_run_s_events_on_nats_not_only_by_the_pol
 
     let woken = countersign_tests::metric_value(
         &app.gateway_metrics().await,
-        r#"countersign_mcp_proxy_wakeups_total{by="event"}"#,
+        r#"countersign_call_wait_wakeups_total{by="event"}"#,
     );
     assert!(
         woken >= Some(1.0),

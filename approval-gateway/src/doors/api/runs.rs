@@ -1,7 +1,7 @@
 //! Starting, cancelling and reading runs: the HTTP side (who may, what the request says);
 //! what is stored and announced is `crate::runs`.
 
-use crate::auth::{Caller, JsonBody, Permission};
+use crate::auth::{Caller, IdempotencyKey, JsonBody, Permission};
 use crate::decide;
 use crate::error::ApiError;
 use crate::runs::{self, Idempotency, NewRun};
@@ -13,7 +13,6 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use countersign_model::agent::Provider;
-use countersign_model::digest::{canonical_json, sha256_hex};
 use countersign_model::run::Run;
 use countersign_runtime::trace_context;
 use serde::Deserialize;
@@ -40,14 +39,13 @@ struct StartRun {
     metadata: Option<Value>,
 }
 
-const MAX_IDEMPOTENCY_KEY: usize = 255;
-
 /// The run's trace starts here, as a child of the caller's span if its request carries a
 /// `traceparent`.
 async fn start_run(
     state: State<AppState>,
     caller: Caller,
     headers: HeaderMap,
+    key: IdempotencyKey,
     body: JsonBody<StartRun>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let span =
@@ -56,13 +54,13 @@ async fn start_run(
         .get(trace_context::HEADER)
         .and_then(|v| v.to_str().ok());
     trace_context::adopt(&span, traceparent);
-    start(state, caller, headers, body).instrument(span).await
+    start(state, caller, key, body).instrument(span).await
 }
 
 async fn start(
     State(state): State<AppState>,
     caller: Caller,
-    headers: HeaderMap,
+    IdempotencyKey(key): IdempotencyKey,
     JsonBody(body): JsonBody<StartRun>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     caller.require(Permission::Start)?;
@@ -86,34 +84,15 @@ async fn start(
             body.agent, body.agent
         )));
     }
-    let idempotency = match headers.get("idempotency-key") {
-        None => None,
-        Some(key) => {
-            let key = key
-                .to_str()
-                .ok()
-                .filter(|k| !k.is_empty() && k.len() <= MAX_IDEMPOTENCY_KEY)
-                .ok_or_else(|| {
-                    ApiError::bad_request(
-                        "Idempotency-Key must be 1 to 255 visible ASCII characters",
-                    )
-                })?;
-            // Keys are per caller, so two clients cannot collide on the same key.
-            let key_digest = sha256_hex(format!("{}\n{key}", caller.principal));
-            // The request as it will be stored: the same JSON written otherwise (key order,
-            // spacing) is the same request.
-            let request = json!({
-                "agent": agent.def.name,
-                "input": body.input,
-                "requested_by": requested_by,
-                "metadata": metadata,
-            });
-            Some(Idempotency {
-                key_digest,
-                request_hash: sha256_hex(canonical_json(&request)),
-            })
-        }
-    };
+    // The request as it will be stored: the same JSON written otherwise (key order, spacing)
+    // is the same request.
+    let request = json!({
+        "agent": agent.def.name,
+        "input": body.input,
+        "requested_by": requested_by,
+        "metadata": metadata,
+    });
+    let idempotency = key.map(|key| Idempotency::new(&caller.principal, &key, &request));
     let new = NewRun {
         agent: &agent,
         input: body.input,

@@ -4,9 +4,9 @@
 //! call in `_meta` (`countersign.dev/run_id`, `countersign.dev/call_id`), as countersign
 //! names them to tools.
 
-use super::wait::Waited;
-use countersign_model::mcp_proxy;
+use crate::runs::wait::Waited;
 use countersign_model::run::{Run, RunId, RunStatus};
+use countersign_model::{mcp_proxy, one_call};
 use countersign_receipt::mcp::{META_CALL_ID, META_RUN_ID};
 use rmcp::model::{CallToolResult, ContentBlock, MetaObject};
 use serde_json::{Map, Value};
@@ -15,8 +15,12 @@ use serde_json::{Map, Value};
 pub(super) fn of(id: &RunId, tool: &str, waited: Waited) -> CallToolResult {
     let result = match waited {
         Waited::Done(run) => finished(&run, tool),
-        Waited::Pending(Some(run)) if run.status == RunStatus::AwaitingApproval => held(&run, tool),
-        Waited::Pending(run) => {
+        Waited::Pending(Some(run)) | Waited::Abandoned(Some(run))
+            if run.status == RunStatus::AwaitingApproval =>
+        {
+            held(&run, tool)
+        }
+        Waited::Pending(run) | Waited::Abandoned(run) => {
             let status = run.map_or("queued", |r| r.status.as_str());
             return still_waiting(id, tool, &format!("the run is {status}"));
         }
@@ -47,7 +51,7 @@ pub(super) fn refused(why: &str) -> CallToolResult {
 
 fn finished(run: &Run, tool: &str) -> CallToolResult {
     let id = &run.run_id;
-    if let Some((content, is_error)) = mcp_proxy::result(&run.messages) {
+    if let Some((content, is_error)) = one_call::result(&run.messages) {
         return text(content.to_string(), is_error);
     }
     let why = match (run.status, &run.cancel) {

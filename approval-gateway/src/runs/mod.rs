@@ -5,9 +5,12 @@
 //! again only while it is still queued; the key with another request is refused. A cancel is recorded, audited and its nudge queued in one script; a
 //! worker then finishes the run as `cancelled` at its next step.
 
+pub(crate) mod wait;
+
 use crate::state::AppState;
 use countersign_model::agent::Agent;
 use countersign_model::audit::{AuditEntry, AuditKind};
+use countersign_model::digest::{canonical_json, sha256_hex};
 use countersign_model::events::Event;
 use countersign_model::run::{Cancellation, HeldCall, Run, RunId, RunStatus};
 use countersign_runtime::names::msg_id;
@@ -83,6 +86,18 @@ pub(crate) struct Idempotency {
     /// The hash of the request's canonical JSON, so the same key with another request is
     /// refused rather than answered with the first request's run.
     pub(crate) request_hash: String,
+}
+
+impl Idempotency {
+    /// Client `principal`'s `key`, sent with `request` (as it will be stored). Keys are per
+    /// caller, so two clients cannot collide on the same key; the request is hashed in its
+    /// canonical JSON, so the same JSON written otherwise is the same request.
+    pub(crate) fn new(principal: &str, key: &str, request: &Value) -> Self {
+        Self {
+            key_digest: sha256_hex(format!("{principal}\n{key}")),
+            request_hash: sha256_hex(canonical_json(request)),
+        }
+    }
 }
 
 /// Stores the run and announces it; the run's id and its status now.

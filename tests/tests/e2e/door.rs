@@ -1,0 +1,310 @@
+//! The door of external agents, `POST /v1/agents/{agent}/calls`: an agent written in code asks
+//! before each call, through the same runs, policies, decisions and receipts as a countersign
+//! agent's. `issue_refund` has an endpoint (the demo refunds service, which checks receipts),
+//! so countersign runs it; `send_email` has none, so the agent runs it itself once released.
+
+use base64::Engine;
+use countersign_tests::app::{
+    ADMIN_KEY, PATIENCE, READER_KEY, REQUESTER_KEY, REVIEWER_KEY, TestApp,
+};
+use countersign_tests::wait_for;
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+
+const AGENT: &str = "desk";
+
+async fn app() -> TestApp {
+    let app = TestApp::builder(|_: &Value| countersign_fake_model::anthropic_text("Unused."));
+    let tools = "TOOLS";
+    let agent = format!(
+        r#"name = "{AGENT}"
+
+[model]
+provider = "external"
+
+[[tools]]
+name = "issue_refund"
+input_schema = {{ type = "object", properties = {{ order_id = {{ type = "string" }}, amount = {{ type = "number" }}, reason = {{ type = "string" }} }}, required = ["order_id", "amount", "reason"] }}
+http = {{ url = "{tools}/refunds" }}
+[tools.approval]
+when = "input.amount > 20.0"
+reason = "Refund of ${{{{ input.amount }}}} moves money"
+
+[[tools]]
+name = "send_email"
+input_schema = {{ type = "object", properties = {{ to = {{ type = "string" }}, body = {{ type = "string" }} }}, required = ["to", "body"] }}
+[tools.approval]
+reason = "Email leaves the company"
+"#
+    );
+    let app = app.start().await;
+    // The refunds service's address is known once the app runs: the file is written then, and
+    // read when it appears.
+    let text = agent.replace(tools, &app.tools.base_url);
+    std::fs::write(app.agents_dir().join(format!("{AGENT}.toml")), text).unwrap();
+    wait_for("the desk agent loaded", PATIENCE, || async {
+        let (_, answer) = ask(
+            &app,
+            REQUESTER_KEY,
+            "probe",
+            json!({"tool": "nope", "input": {}}),
+        )
+        .await;
+        answer["error"]["message"]
+            .as_str()?
+            .contains("has no tool")
+            .then_some(())
+    })
+    .await;
+    app
+}
+
+/// An ask as `key`, under idempotency key `idem`.
+async fn ask(app: &TestApp, key: &str, idem: &str, body: Value) -> (StatusCode, Value) {
+    ask_at(app, AGENT, key, idem, body).await
+}
+
+/// An ask to `agent`'s door.
+async fn ask_at(
+    app: &TestApp,
+    agent: &str,
+    key: &str,
+    idem: &str,
+    body: Value,
+) -> (StatusCode, Value) {
+    let response = reqwest::Client::new()
+        .post(format!("{}/v1/agents/{agent}/calls", app.gateway_url))
+        .bearer_auth(key)
+        .header("Idempotency-Key", idem)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+/// The call's state as `key` sees it, waiting up to `wait` seconds for an outcome.
+async fn look(app: &TestApp, key: &str, state: &Value, wait: u64) -> (StatusCode, Value) {
+    let path = format!(
+        "{}?wait_secs={wait}",
+        state["links"]["self"].as_str().unwrap()
+    );
+    app.request(Method::GET, &path, Some(key), None).await
+}
+
+fn refund(amount: f64) -> Value {
+    json!({"tool": "issue_refund", "input": {"order_id": "A-1001", "amount": amount, "reason": "damaged"},
+           "message": "The customer sent a photo of the damage.", "session": "conv-1"})
+}
+
+#[tokio::test]
+async fn a_call_its_policy_lets_through_runs_once_and_is_answered_with_its_result() {
+    let app = app().await;
+    let (status, first) = ask(&app, REQUESTER_KEY, "k-small", refund(5.0)).await;
+    assert_eq!(status, StatusCode::OK, "{first}");
+    assert_eq!(first["status"], "allowed", "{first}");
+    assert_eq!(first["executes"], "countersign");
+    assert_eq!(first["result"]["is_error"], false, "{first}");
+    // The same ask again is the same call: answered from its run, never run again.
+    let (status, again) = ask(&app, REQUESTER_KEY, "k-small", refund(5.0)).await;
+    assert_eq!(status, StatusCode::OK, "{again}");
+    assert_eq!(again["run_id"], first["run_id"]);
+    assert_eq!(app.tools.refunds().len(), 1);
+    // The same key for another call is refused.
+    let (status, other) = ask(&app, REQUESTER_KEY, "k-small", refund(6.0)).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{other}");
+    assert_eq!(app.tools.refunds().len(), 1);
+}
+
+#[tokio::test]
+async fn a_held_call_waits_for_a_person_then_runs_with_its_receipt() {
+    let app = app().await;
+    let mut body = refund(40.0);
+    body["wait_secs"] = json!(0);
+    let (status, held) = ask(&app, REQUESTER_KEY, "k-big", body).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{held}");
+    let held = wait_for("the refund held", PATIENCE, || async {
+        let (_, state) = look(&app, REQUESTER_KEY, &held, 1).await;
+        (state["status"] == "pending").then_some(state)
+    })
+    .await;
+    assert_eq!(
+        held["held"]["reason"], "Refund of $40 moves money",
+        "{held}"
+    );
+    assert!(held["held"]["deadline"].is_string() || held["held"]["deadline"].is_null());
+    // The reviewer sees the agent's words and decides on the digest it was shown.
+    let run_id = held["run_id"].as_str().unwrap();
+    let (_, run) = app.get(&format!("/v1/runs/{run_id}")).await;
+    assert_eq!(
+        run["text"], "The customer sent a photo of the damage.",
+        "{run}"
+    );
+    assert_eq!(
+        app.tools.refunds().len(),
+        0,
+        "nothing ran before the approval"
+    );
+    let (status, body) = app
+        .approve(
+            run_id,
+            held["call_id"].as_str().unwrap(),
+            &held["held"]["digest"],
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, done) = look(&app, REQUESTER_KEY, &held, 30).await;
+    assert_eq!(status, StatusCode::OK, "{done}");
+    assert_eq!(done["status"], "approved", "{done}");
+    assert_eq!(done["result"]["is_error"], false, "{done}");
+    assert!(done["decision"]["receipt"].is_string(), "{done}");
+    assert_eq!(app.tools.refunds().len(), 1);
+    assert_eq!(
+        app.tools.receipts().len(),
+        1,
+        "the refund ran with its receipt"
+    );
+    // A reviewer reads the call but never holds its receipt.
+    let (_, seen) = look(&app, REVIEWER_KEY, &held, 0).await;
+    assert_eq!(seen["status"], "approved");
+    assert!(seen["decision"].get("receipt").is_none(), "{seen}");
+}
+
+#[tokio::test]
+async fn a_tool_without_an_endpoint_is_released_to_the_agent_with_the_edited_input_or_the_reason() {
+    let app = app().await;
+    let email = |to: &str| json!({"tool": "send_email", "input": {"to": to, "body": "Hello"}, "wait_secs": 0});
+    let (_, first) = ask(&app, REQUESTER_KEY, "k-mail-1", email("a@example.com")).await;
+    let (_, second) = ask(&app, REQUESTER_KEY, "k-mail-2", email("b@example.com")).await;
+    let pending = |state: Value| {
+        let app = &app;
+        async move {
+            wait_for("the email held", PATIENCE, || async {
+                let (_, state) = look(app, REQUESTER_KEY, &state, 1).await;
+                (state["status"] == "pending").then_some(state)
+            })
+            .await
+        }
+    };
+    let first = pending(first).await;
+    let second = pending(second).await;
+    assert_eq!(first["executes"], "agent");
+    let edited = json!({"to": "a@example.com", "body": "Hello, and sorry"});
+    let (status, body) = app
+        .decide(
+            first["run_id"].as_str().unwrap(),
+            json!([{"call_id": first["call_id"], "digest": first["held"]["digest"],
+                    "action": "edit", "input": edited, "note": "Apologise"}]),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, body) = app
+        .decide(
+            second["run_id"].as_str().unwrap(),
+            json!([{"call_id": second["call_id"], "digest": second["held"]["digest"],
+                    "action": "reject", "reason": "Not to this customer"}]),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, first) = look(&app, REQUESTER_KEY, &first, 30).await;
+    assert_eq!(status, StatusCode::OK, "{first}");
+    assert_eq!(first["status"], "edited", "{first}");
+    assert_eq!(
+        first["input"], edited,
+        "the agent runs what the reviewer chose"
+    );
+    assert_eq!(first["decision"]["note"], "Apologise");
+    let receipt = first["decision"]["receipt"]
+        .as_str()
+        .expect("a receipt for the agent's tool");
+    let claims = claims(receipt);
+    assert_eq!(claims["call_id"], first["call_id"], "{claims}");
+    assert_eq!(claims["aud"], "send_email", "{claims}");
+    assert_eq!(claims["action"], "edit", "{claims}");
+    assert_eq!(
+        claims["input_digest"],
+        countersign_receipt::input_digest(&edited),
+        "{claims}"
+    );
+    let (status, second) = look(&app, REQUESTER_KEY, &second, 30).await;
+    assert_eq!(status, StatusCode::OK, "{second}");
+    assert_eq!(second["status"], "rejected", "{second}");
+    assert_eq!(second["decision"]["reason"], "Not to this customer");
+    assert!(second.get("input").is_some());
+}
+
+#[tokio::test]
+async fn a_bad_ask_is_refused_with_what_is_wrong_and_starts_nothing() {
+    let app = app().await;
+    let cases = [
+        (
+            REQUESTER_KEY,
+            json!({"tool": "issue_refund", "input": {"order_id": "A-1"}}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "amount",
+        ),
+        (
+            REQUESTER_KEY,
+            json!({"tool": "wire_money", "input": {}}),
+            StatusCode::NOT_FOUND,
+            "no tool",
+        ),
+        (
+            REQUESTER_KEY,
+            json!({"tool": "send_email"}),
+            StatusCode::BAD_REQUEST,
+            "input",
+        ),
+        (
+            REQUESTER_KEY,
+            json!({"tool": "send_email", "input": {"to": "a", "body": "b"}, "wait_secs": 100000}),
+            StatusCode::BAD_REQUEST,
+            "wait_secs",
+        ),
+        (REVIEWER_KEY, refund(5.0), StatusCode::FORBIDDEN, "may not"),
+        (READER_KEY, refund(5.0), StatusCode::FORBIDDEN, "may not"),
+    ];
+    for (key, body, expected, says) in cases {
+        let (status, answer) = ask(&app, key, "k-bad", body.clone()).await;
+        assert_eq!(status, expected, "{body}: {answer}");
+        assert!(
+            answer["error"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains(says),
+            "{body}: {answer}"
+        );
+    }
+    // Without an idempotency key.
+    let (status, answer) = app
+        .request(
+            Method::POST,
+            &format!("/v1/agents/{AGENT}/calls"),
+            Some(REQUESTER_KEY),
+            Some(refund(5.0)),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
+    // An agent countersign runs has no door.
+    let (status, answer) = ask_at(&app, "refunds", ADMIN_KEY, "k-bad", refund(5.0)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not an external agent"),
+        "{answer}"
+    );
+    assert_eq!(app.tools.refunds().len(), 0);
+}
+
+/// A receipt's claims, as its tool reads them once the signature checks out (the receipts'
+/// own tests check signatures; here what matters is what it binds).
+fn claims(receipt: &str) -> Value {
+    let payload = receipt.split('.').nth(1).unwrap();
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload)
+        .unwrap();
+    serde_json::from_slice(&bytes).unwrap()
+}
