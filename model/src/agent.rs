@@ -428,15 +428,27 @@ pub enum AgentError {
     #[error("invalid agent definition: {0}")]
     Parse(String),
     #[error("tool {tool:?} has an invalid input_schema: {error}")]
-    Schema { tool: String, error: String },
+    Schema {
+        tool: String,
+        error: String,
+    },
     #[error("tool {tool:?} has an invalid approval policy: {error}")]
-    Policy { tool: String, error: String },
+    Policy {
+        tool: String,
+        error: String,
+    },
     #[error("[model]: {0}")]
     Model(String),
     #[error("MCP server {server:?}: {error}")]
-    Mcp { server: String, error: String },
+    Mcp {
+        server: String,
+        error: String,
+    },
     #[error("MCP server {server:?} could not be listed: {error}")]
-    Discovery { server: String, error: String },
+    Discovery {
+        server: String,
+        error: String,
+    },
     #[error("tool {0:?} is defined twice")]
     DuplicateTool(String),
     #[error("agent {0:?} is defined twice")]

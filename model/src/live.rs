@@ -29,7 +29,10 @@ pub enum LiveEvent {
     /// during it, or the model was unavailable and the step is tried again): whoever shows
     /// the turn's text starts it anew.
     #[serde(rename = "turn.started")]
-    TurnStarted { run_id: RunId, turn: u32 },
+    TurnStarted {
+        run_id: RunId,
+        turn: u32,
+    },
     /// A piece of the model's text in turn `turn`, as it arrives.
     #[serde(rename = "text.delta")]
     TextDelta {
@@ -61,7 +64,10 @@ pub enum LiveEvent {
     /// A worker took the paused run up again: its held calls are decided, and their results
     /// (`tool.result`) and the next turn follow.
     #[serde(rename = "run.resumed")]
-    RunResumed { run_id: RunId, turn: u32 },
+    RunResumed {
+        run_id: RunId,
+        turn: u32,
+    },
 }
 
 impl LiveEvent {

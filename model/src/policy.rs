@@ -12,7 +12,10 @@ use std::sync::Arc;
 #[derive(Debug, PartialEq)]
 pub enum Gate {
     Run,
-    Ask { reason: String, summary: String },
+    Ask {
+        reason: String,
+        summary: String,
+    },
 }
 
 enum When {

@@ -34,7 +34,10 @@ pub enum McpError {
     #[error(
         "not reachable (the last attempt failed {failures} time(s) in a row; the next is allowed in {wait_ms} ms)"
     )]
-    BackingOff { failures: u32, wait_ms: u64 },
+    BackingOff {
+        failures: u32,
+        wait_ms: u64,
+    },
     #[error("did not answer within {0} ms")]
     Timeout(u64),
     #[error("{0}")]

@@ -30,7 +30,10 @@ pub enum ProbeError {
     #[error("the answer is not HTTP: {0:?}")]
     NotHttp(String),
     #[error("answered {status}: {body}")]
-    Status { status: u16, body: String },
+    Status {
+        status: u16,
+        body: String,
+    },
 }
 
 /// What a probe URL names.

@@ -152,7 +152,9 @@ pub enum Save {
     /// runs, each call that runs without a person marked started in its execution record by
     /// the attempt `token` in the same step (so the attempt calls them without asking
     /// [`Store::exec_begin`]): `running`.
-    Turn { token: String },
+    Turn {
+        token: String,
+    },
     /// Paused: its held calls wait for a person: `awaiting_approval`.
     Pause,
     /// Finished (`completed`, `failed` or `cancelled`): keep it this long, then let Redis drop
