@@ -60,7 +60,7 @@ pub enum Event {
         /// The principal who started it.
         #[serde(default)]
         requested_by: Option<String>,
-        /// The requester's JSON about the run; `null` when none.
+        /// The requester's JSON about the run, which policies read as `metadata`.
         #[serde(default)]
         metadata: Value,
     },
@@ -125,7 +125,7 @@ pub enum Event {
         agent: String,
         /// The model's words in the turn that asked for the call.
         text: String,
-        /// The call that waits, with its reviewers and new deadline.
+        /// The call that waits, with its reviewers and deadline (extended, on escalation).
         call: Box<HeldCall>,
         /// Whether its deadline passed and it was escalated, rather than a reminder.
         escalated: bool,

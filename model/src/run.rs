@@ -332,9 +332,10 @@ pub struct HeldCall {
     /// The tool's policy version the call was held under (part of its digest).
     #[serde(default)]
     pub policy_version: String,
-    /// One line for reviewers, from the policy's summary template.
+    /// What the call would do, in plain words, from the policy's summary template (`Call TOOL`
+    /// without one).
     pub summary: String,
-    /// Why the call waits for a person, from the policy's reason template.
+    /// Why the call waits for a person, from the policy's reason template (or a default).
     pub reason: String,
     /// Who may decide it, how many must approve, and where to ask.
     #[serde(flatten)]
@@ -449,7 +450,7 @@ pub struct TurnCall {
     pub model_call_id: Option<String>,
     /// The tool the model asked for.
     pub tool: String,
-    /// The arguments the model gave (a reviewer's edit replaces them once decided).
+    /// The arguments the model gave.
     pub input: Value,
     /// Its result once it ran or was refused; `None` while it waits or before it runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -487,7 +488,7 @@ pub struct Run {
     #[serde(default)]
     pub requested_by: Option<String>,
     /// The requester's own JSON about the run (order ids, amounts...), which policies read as
-    /// `metadata`; `null` when none was given.
+    /// `metadata`; `{}` when none was given.
     #[serde(default)]
     pub metadata: Value,
     /// Where the run is in its life.

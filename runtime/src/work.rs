@@ -96,7 +96,7 @@ pub trait Handler<S>: Send + Sync + 'static {
 
 /// How a service runs its loop.
 pub struct Settings {
-    /// How the consumers are made (ack wait, deliveries) where they do not exist yet.
+    /// The consumers' ack wait and how many messages may be out unacked at once.
     pub consumer: ConsumerSettings,
     /// What JetStream hears of a message while it is handled.
     pub in_progress: InProgress,

@@ -136,8 +136,8 @@ pub enum DecideOutcome {
         /// The announcements (and audit copies) to publish now.
         queued: Vec<Announcement>,
     },
-    /// The script refused the request, for the first decision it could not record; nothing was
-    /// written.
+    /// The script refused the request, for the first decision it could not record; nothing but
+    /// the refusal is kept.
     Refused(Refusal),
     /// No run of this id is stored.
     NoRun,

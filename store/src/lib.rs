@@ -603,8 +603,8 @@ impl GatewayStore {
 }
 
 impl WorkerStore {
-    /// Takes run `id` to drive it as `owner` with a lease of `lease`, if it is queued or its
-    /// held calls are all decided and no other worker holds a lease (see [`Claim`]).
+    /// Takes run `id` to drive it as `owner`, with a lease of `lease`, unless another worker's
+    /// lease still holds it or there is nothing to drive (see [`Claim`]).
     pub async fn claim(
         &self,
         id: &RunId,

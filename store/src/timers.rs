@@ -41,7 +41,7 @@ pub struct DueTimer {
     pub run_id: RunId,
     /// The held call.
     pub call_id: String,
-    /// The call's digest when its timer was set: a timer of a call held again does not match.
+    /// The call's digest when its timer was set.
     pub digest: String,
 }
 
