@@ -447,7 +447,7 @@ pub enum AgentError {
     /// The file could not be read.
     #[error("cannot read {path}: {error}")]
     Read {
-        /// The file.
+        /// The file that could not be read.
         path: PathBuf,
         /// Why reading it failed.
         error: std::io::Error,
@@ -458,7 +458,7 @@ pub enum AgentError {
     /// A tool's `input_schema` is not a valid JSON Schema.
     #[error("tool {tool:?} has an invalid input_schema: {error}")]
     Schema {
-        /// The tool.
+        /// The tool whose schema it is.
         tool: String,
         /// What is wrong with the schema.
         error: String,
@@ -466,7 +466,7 @@ pub enum AgentError {
     /// A tool's approval policy, or how it is reached, is invalid.
     #[error("tool {tool:?} has an invalid approval policy: {error}")]
     Policy {
-        /// The tool.
+        /// The tool whose policy it is.
         tool: String,
         /// What is wrong with it.
         error: String,
@@ -479,7 +479,7 @@ pub enum AgentError {
     Mcp {
         /// The server's name in `mcp_servers`.
         server: String,
-        /// What is wrong.
+        /// What is wrong with the entry.
         error: String,
     },
     /// An MCP server could not be asked for its tools while the agent loaded.
@@ -499,7 +499,7 @@ pub enum AgentError {
     /// An error in one file of the agents directory, naming it.
     #[error("{path}: {error}")]
     InFile {
-        /// The file.
+        /// The file the error is in.
         path: PathBuf,
         /// What is wrong with it.
         error: Box<AgentError>,

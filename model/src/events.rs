@@ -175,7 +175,7 @@ pub enum Event {
         run_id: RunId,
         /// The call checked again.
         call_id: String,
-        /// Its tool.
+        /// The tool the call is for.
         tool: String,
         /// `released`, `reheld`, `refused` or `superseded` (see the variant).
         outcome: String,
@@ -203,7 +203,7 @@ pub enum Event {
         run_id: RunId,
         /// The call sorted differently.
         call_id: String,
-        /// Its tool.
+        /// The tool the call is for.
         tool: String,
         /// How they differ: `would_hold`, `would_release` or `other_reviewers`.
         outcome: String,
@@ -249,7 +249,7 @@ pub enum Event {
     /// The run was cancelled and is `cancelled`.
     #[serde(rename = "run.cancelled")]
     RunCancelled {
-        /// The run cancelled.
+        /// The run that was cancelled.
         run_id: RunId,
         /// The principal who asked to cancel it.
         cancelled_by: String,

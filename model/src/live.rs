@@ -32,7 +32,7 @@ pub enum LiveEvent {
     /// the turn's text starts it anew.
     #[serde(rename = "turn.started")]
     TurnStarted {
-        /// The run.
+        /// The run the event is about.
         run_id: RunId,
         /// The turn, counting model calls from 1.
         turn: u32,
@@ -40,7 +40,7 @@ pub enum LiveEvent {
     /// A piece of the model's text in turn `turn`, as it arrives.
     #[serde(rename = "text.delta")]
     TextDelta {
-        /// The run.
+        /// The run the event is about.
         run_id: RunId,
         /// The turn the text belongs to.
         turn: u32,
@@ -50,7 +50,7 @@ pub enum LiveEvent {
     /// A call the model asked for in turn `turn`, as the policy sorted it.
     #[serde(rename = "tool.call")]
     ToolCall {
-        /// The run.
+        /// The run the event is about.
         run_id: RunId,
         /// The turn that asked for the call.
         turn: u32,
@@ -66,7 +66,7 @@ pub enum LiveEvent {
     /// A call's result, as the model is told it.
     #[serde(rename = "tool.result")]
     ToolResult {
-        /// The run.
+        /// The run the event is about.
         run_id: RunId,
         /// The turn that asked for the call.
         turn: u32,
@@ -85,7 +85,7 @@ pub enum LiveEvent {
     /// (`tool.result`) and the next turn follow.
     #[serde(rename = "run.resumed")]
     RunResumed {
-        /// The run.
+        /// The run the event is about.
         run_id: RunId,
         /// The turn the held calls were asked in.
         turn: u32,

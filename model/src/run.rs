@@ -475,7 +475,7 @@ impl TurnCall {
 /// The whole run, stored as one document beside its status fields in Redis.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Run {
-    /// The run's id.
+    /// The run's id, the key of all its records.
     pub run_id: RunId,
     /// The name of the agent the run talks to.
     pub agent: String,

@@ -39,7 +39,7 @@ pub enum ProbeError {
     /// The answer's status was not 200.
     #[error("answered {status}: {body}")]
     Status {
-        /// The status.
+        /// The HTTP status the answer gave.
         status: u16,
         /// The start of the answer's body.
         body: String,
