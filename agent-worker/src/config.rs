@@ -7,6 +7,7 @@ use serde::Deserialize;
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// The worker's whole configuration, as loaded and validated.
 #[derive(Clone, Debug, Deserialize, Settings)]
 #[serde(default)]
 pub struct Config {
@@ -88,6 +89,8 @@ impl Default for Config {
 }
 
 impl Config {
+    /// The configuration of this process: defaults, the TOML file (`--config` or
+    /// `COUNTERSIGN_CONFIG`), the environment, then checked by `validate`.
     pub fn load() -> anyhow::Result<Self> {
         let (mut config, connections): (Config, _) =
             countersign_runtime::config::load(config_path_from_args().as_deref(), &process_env)?;
@@ -96,6 +99,8 @@ impl Config {
         Ok(config)
     }
 
+    /// Refuses a configuration the worker cannot run with, saying what is wrong; names the
+    /// worker (`HOSTNAME` and a random suffix) when `worker_id` is empty.
     pub fn validate(&mut self) -> anyhow::Result<()> {
         anyhow::ensure!(self.concurrency > 0, "concurrency must be at least 1");
         anyhow::ensure!(self.lease_secs >= 3, "lease_secs must be at least 3");
@@ -109,6 +114,7 @@ impl Config {
         Ok(())
     }
 
+    /// How long a claimed run stays this worker's without a renewal (`lease_secs`).
     pub fn lease(&self) -> Duration {
         Duration::from_secs(self.lease_secs)
     }

@@ -1,3 +1,6 @@
+//! `agent-worker`: the worker service's process (or, as `agent-worker probe URL`, a
+//! container's health probe). Everything else is in the library.
+
 /// mimalloc rather than glibc's malloc: allocation was a sixth of the services' CPU, and
 /// mimalloc's thread-local free lists cost less per cycle here (see BENCHMARKS.md).
 #[global_allocator]

@@ -13,6 +13,7 @@ use serde::Deserialize;
 use std::fmt;
 use std::path::PathBuf;
 
+/// The gateway's whole configuration, as loaded and validated.
 #[derive(Clone, Debug, Deserialize, Settings)]
 #[serde(default)]
 pub struct Config {
@@ -114,6 +115,7 @@ pub struct McpConfig {
     pub wait_secs: u64,
 }
 
+/// The door of `external` agents.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct DoorConfig {
@@ -206,11 +208,14 @@ impl Default for ReceiptsConfig {
     }
 }
 
+/// One API key (an `[[api_keys]]` entry): a bearer token, the role it has and the principal it
+/// speaks for.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ApiKey {
     /// The bearer token. Never logged.
     pub key: Secret,
+    /// What the key may do (see `Role`).
     pub role: Role,
     /// Who this key speaks for: recorded as the requester of runs and the maker of decisions.
     pub principal: String,
@@ -220,6 +225,8 @@ pub struct ApiKey {
     pub speaks_for: Vec<String>,
 }
 
+/// How the gateway asks reviewers in Slack and takes their decisions from it (the `[slack]`
+/// table).
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SlackConfig {
@@ -245,9 +252,11 @@ fn slack_api() -> String {
     "https://slack.com/api".into()
 }
 
+/// How the gateway emails reviewers (the `[email]` table).
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EmailConfig {
+    /// The SMTP server's host name.
     pub smtp_host: String,
     /// Default 587.
     #[serde(default = "smtp_port")]
@@ -255,6 +264,7 @@ pub struct EmailConfig {
     /// `starttls` (default), `tls` (implicit, usually port 465) or `none` (a local relay).
     #[serde(default)]
     pub smtp_tls: SmtpTls,
+    /// The user to sign in to the SMTP server as; none to send without signing in.
     #[serde(default)]
     pub smtp_username: Option<String>,
     /// Never logged.
@@ -277,6 +287,8 @@ fn link_ttl() -> u64 {
     7 * 24 * 3600
 }
 
+/// The reviewers' web inbox (the `[inbox]` table): where it is reached and how its sign-in
+/// works.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct InboxConfig {
@@ -311,15 +323,21 @@ impl Config {
     }
 }
 
+/// How the gateway's connection to the SMTP server is secured (`smtp_tls`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SmtpTls {
+    /// Plain at first, then upgraded with STARTTLS (the default, usually port 587).
     #[default]
     Starttls,
+    /// TLS from the start (implicit TLS, usually port 465).
     Tls,
+    /// No TLS at all: only for a relay on the same machine or network.
     None,
 }
 
+/// An endpoint approval events are POSTed to (a `[[webhooks]]` entry), signed per Standard
+/// Webhooks.
 #[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WebhookEndpoint {
@@ -344,6 +362,8 @@ impl fmt::Debug for WebhookEndpoint {
     }
 }
 
+/// A system that may post decisions signed per Standard Webhooks instead of with an API key (a
+/// `[[signed_senders]]` entry).
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SignedSender {
@@ -357,6 +377,8 @@ pub struct SignedSender {
 }
 
 impl Config {
+    /// The configuration of this process: defaults, the TOML file (`--config` or
+    /// `COUNTERSIGN_CONFIG`), the environment, then checked by `validate`.
     pub fn load() -> anyhow::Result<Self> {
         let (mut config, connections): (Config, _) =
             countersign_runtime::config::load(config_path_from_args().as_deref(), &process_env)?;
@@ -365,6 +387,7 @@ impl Config {
         Ok(config)
     }
 
+    /// Refuses a configuration the gateway cannot run with, saying what is wrong.
     pub fn validate(&self) -> anyhow::Result<()> {
         anyhow::ensure!(
             self.max_body_bytes >= 1024,

@@ -1,3 +1,7 @@
+//! `approval-gateway`: the gateway service's process (or, as `approval-gateway probe URL`, a
+//! container's health probe). It loads the configuration, binds the listener and serves
+//! until SIGINT or SIGTERM; everything else is in the library.
+
 use approval_gateway::config::Config;
 use countersign_runtime::telemetry;
 use tokio_util::sync::CancellationToken;

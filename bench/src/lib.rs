@@ -8,6 +8,9 @@
 //! they wait. Every cycle is checked (paused before the refund, refund requested exactly
 //! once, completed with the model's answer), and all runs again at the end.
 
+// Support code for its own tests and binaries, read beside its uses: never a library for others.
+#![allow(missing_docs)]
+
 pub mod config;
 pub mod fakes;
 pub mod load;

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 /// A running fake model. It stops with its runtime.
 #[derive(Clone)]
 pub struct FakeModel {
+    /// Where the fake model is reached, `http://127.0.0.1:PORT`.
     pub base_url: String,
     shared: Arc<Shared>,
 }

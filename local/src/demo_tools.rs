@@ -36,7 +36,9 @@ use crate::demo_mcp;
 /// Where the refunds service checks receipts against: the gateway's JWK Set
 /// (`GET /.well-known/jwks.json`) and the issuer it signs as.
 pub struct Countersigned {
+    /// The gateway's JWK Set URL.
     pub jwks_url: String,
+    /// The issuer the gateway signs receipts as (its public base URL).
     pub issuer: String,
     /// Where the receipts it ran are remembered ([`FileJtis`]): kept across restarts.
     pub jtis_file: PathBuf,
@@ -45,6 +47,7 @@ pub struct Countersigned {
 /// A running demo tools service.
 #[derive(Clone)]
 pub struct DemoTools {
+    /// Where the service is reached, `http://127.0.0.1:PORT`.
     pub base_url: String,
     service: Service,
 }

@@ -14,8 +14,11 @@ pub const SHIPPED: &str = include_str!("../../deploy/nats-server.conf");
 
 /// The passwords of one start's NATS users.
 pub struct NatsUsers {
+    /// The gateway's NATS password.
     pub gateway: Secret,
+    /// The worker's NATS password.
     pub worker: Secret,
+    /// The `admin` user's NATS password.
     pub admin: Secret,
 }
 

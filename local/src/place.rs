@@ -12,7 +12,10 @@ use anyhow::Context;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 
+/// The variable that moves every port of a local runner up, so a second runner can run beside
+/// the first.
 pub const OFFSET_VAR: &str = "COUNTERSIGN_LOCAL_PORT_OFFSET";
+/// The variable naming the runner's data folder.
 pub const DIR_VAR: &str = "COUNTERSIGN_LOCAL_DIR";
 
 /// The address the example agent's tools name, rewritten to the demo tools' own.
@@ -20,14 +23,21 @@ pub const EXAMPLE_TOOLS: &str = "127.0.0.1:9100";
 
 const PID_FILE: &str = "runner.pid";
 
+/// Where a local runner listens and keeps its data.
 pub struct Place {
+    /// How far every port is moved up from its default (0 to 40000).
     pub offset: u16,
     /// The data folder: the child servers' data, their logs, the generated agents.
     pub dir: PathBuf,
+    /// The gateway's port (8080 and the offset).
     pub gateway: u16,
+    /// The worker's probe port (9090 and the offset).
     pub worker: u16,
+    /// The demo tools service's port (9100 and the offset).
     pub tools: u16,
+    /// NATS's port (14222 and the offset).
     pub nats: u16,
+    /// Redis's port (16379 and the offset).
     pub redis: u16,
 }
 
@@ -58,6 +68,7 @@ impl Place {
         })
     }
 
+    /// The loopback address of `port`, as `host:port`.
     pub fn addr(port: u16) -> String {
         format!("127.0.0.1:{port}")
     }

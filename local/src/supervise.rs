@@ -26,7 +26,9 @@ const LOG_TAIL: usize = 8;
 /// A part that stopped, and why.
 #[derive(Debug)]
 pub struct Stopped {
+    /// The part's name, as it was started (a service or a child server).
     pub part: String,
+    /// Why it stopped, in words for the terminal.
     pub why: String,
 }
 
@@ -38,6 +40,8 @@ impl std::fmt::Display for Stopped {
 
 type Ended = anyhow::Result<()>;
 
+/// The parts of a local start (the child servers and the services), run until one stops or
+/// Ctrl-C.
 pub struct Parts {
     /// Cancelled on Ctrl-C or when a part stops; the services stop on it.
     shutdown: CancellationToken,

@@ -13,9 +13,11 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+/// An agent as its TOML file defines it: its model, its tools and their approval policies.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AgentDef {
+    /// The agent's name, as runs and the API ask for it; unique in its directory.
     pub name: String,
     /// The system prompt; none for an `mcp_client` agent, whose model is not a language
     /// model.
@@ -24,7 +26,10 @@ pub struct AgentDef {
     /// How many model calls one run may make before it fails.
     #[serde(default = "default_max_turns")]
     pub max_turns: u32,
+    /// The model the agent talks to (`[model]`).
     pub model: ModelDef,
+    /// The tools the agent may call (`[[tools]]`), its own HTTP tools and the policies of its
+    /// MCP servers' tools.
     #[serde(default)]
     pub tools: Vec<ToolDef>,
     /// MCP servers whose tools the agent uses besides its own `tools`.
@@ -33,6 +38,8 @@ pub struct AgentDef {
 }
 
 impl AgentDef {
+    /// The definition in `text`, a TOML agent file, as written (its MCP tools not yet taken
+    /// in).
     pub fn parse(text: &str) -> Result<Self, AgentError> {
         toml::from_str(text).map_err(|e| AgentError::Parse(e.to_string()))
     }
@@ -148,11 +155,16 @@ fn default_max_turns() -> u32 {
     10
 }
 
+/// Whose API the agent's model is reached through, as `provider` names it in `[model]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Provider {
+    /// Anthropic's Messages API.
     Anthropic,
+    /// OpenAI's Chat Completions API, or a server that speaks it (`openai` in files).
     Openai,
+    /// Canned turns read from a script file beside the agent (see `ModelDef::script`), for
+    /// demos and tests.
     Scripted,
     /// No language model: the model is the MCP client on the other side of the gateway's
     /// `/mcp/{agent}`, each of whose `tools/call`s is a run of one call (see
@@ -177,13 +189,16 @@ impl Provider {
     }
 }
 
+/// The `[model]` table of an agent file.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelDef {
+    /// Whose API the model is reached through.
     pub provider: Provider,
     /// The model's name at its provider; not needed for `mcp_client`.
     #[serde(default)]
     pub name: String,
+    /// The most tokens one model answer may use; default 1024.
     #[serde(default = "default_max_tokens")]
     pub max_tokens: u32,
     /// For `scripted`: the file of canned turns, relative to the agent file.
@@ -199,9 +214,12 @@ fn default_max_tokens() -> u32 {
     1024
 }
 
+/// One tool of an agent (a `[[tools]]` entry), and the policy deciding when its calls wait for
+/// a person.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ToolDef {
+    /// The tool's name, as the model calls it.
     pub name: String,
     /// What the model is told the tool does; an MCP tool's comes from its server.
     #[serde(default)]
@@ -239,9 +257,11 @@ pub struct ToolDef {
     pub idempotent: bool,
 }
 
+/// How an HTTP tool is reached (`[tools.http]`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HttpToolDef {
+    /// The URL each call's input is POSTed to.
     pub url: String,
     /// Milliseconds to wait for the tool's answer; default 30000.
     #[serde(default = "default_tool_timeout_ms")]
@@ -269,6 +289,7 @@ impl ToolDef {
         }
     }
 
+    /// Who may decide the tool's held calls, how many must approve, and where they are asked.
     pub fn reviewers(&self) -> Reviewers {
         self.approval.reviewers()
     }
@@ -328,6 +349,7 @@ impl ToolDef {
 
 /// An agent with its tools' schemas compiled.
 pub struct Agent {
+    /// The definition as its file gives it, MCP tools taken in.
     pub def: AgentDef,
     /// Hash of the definition file, stored on each run.
     pub version: String,
@@ -382,6 +404,7 @@ impl Agent {
         })
     }
 
+    /// The agent's tool of this name, if it has one.
     pub fn tool(&self, name: &str) -> Option<&ToolDef> {
         self.def.tools.iter().find(|t| t.name == name)
     }
@@ -430,32 +453,67 @@ impl Agent {
     }
 }
 
+/// Why an agent file, or a directory of them, could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
+    /// The file could not be read.
     #[error("cannot read {path}: {error}")]
     Read {
+        /// The file that could not be read.
         path: PathBuf,
+        /// Why reading it failed.
         error: std::io::Error,
     },
+    /// The file is not a valid agent definition in TOML; the parser's message.
     #[error("invalid agent definition: {0}")]
     Parse(String),
+    /// A tool's `input_schema` is not a valid JSON Schema.
     #[error("tool {tool:?} has an invalid input_schema: {error}")]
-    Schema { tool: String, error: String },
+    Schema {
+        /// The tool whose schema it is.
+        tool: String,
+        /// What is wrong with the schema.
+        error: String,
+    },
+    /// A tool's approval policy, or how it is reached, is invalid.
     #[error("tool {tool:?} has an invalid approval policy: {error}")]
-    Policy { tool: String, error: String },
+    Policy {
+        /// The tool whose policy it is.
+        tool: String,
+        /// What is wrong with it.
+        error: String,
+    },
+    /// The `[model]` table does not fit its provider; what is wrong with it.
     #[error("[model]: {0}")]
     Model(String),
+    /// An `mcp_servers` entry is invalid, or the tools asked of it do not fit what it listed.
     #[error("MCP server {server:?}: {error}")]
-    Mcp { server: String, error: String },
+    Mcp {
+        /// The server's name in `mcp_servers`.
+        server: String,
+        /// What is wrong with the entry.
+        error: String,
+    },
+    /// An MCP server could not be asked for its tools while the agent loaded.
     #[error("MCP server {server:?} could not be listed: {error}")]
-    Discovery { server: String, error: String },
+    Discovery {
+        /// The server's name in `mcp_servers`.
+        server: String,
+        /// Why listing its tools failed.
+        error: String,
+    },
+    /// Two tools of one agent have this name.
     #[error("tool {0:?} is defined twice")]
     DuplicateTool(String),
+    /// Two files of the directory define an agent of this name.
     #[error("agent {0:?} is defined twice")]
     DuplicateAgent(String),
+    /// An error in one file of the agents directory, naming it.
     #[error("{path}: {error}")]
     InFile {
+        /// The file the error is in.
         path: PathBuf,
+        /// What is wrong with it.
         error: Box<AgentError>,
     },
 }
@@ -490,6 +548,7 @@ impl Catalog {
         self.agents.get(name).cloned()
     }
 
+    /// Every agent, in order of name.
     pub fn iter(&self) -> impl Iterator<Item = &Arc<Agent>> {
         self.agents.values()
     }

@@ -8,17 +8,23 @@ use crate::grant::{self, GrantLimits};
 use crate::span::Span;
 use serde::{Deserialize, Serialize};
 
+/// A policy written as one word: `approval = "never"` or `"always"`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ApprovalMode {
+    /// Calls run without a person.
     Never,
+    /// Every call waits for a person, with the defaults of an empty `[tools.approval]`.
     Always,
 }
 
+/// A tool's approval policy: one word, or a `[tools.approval]` table. Absent, it is `always`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum ApprovalDef {
+    /// `approval = "never"` or `"always"`.
     Mode(ApprovalMode),
+    /// A `[tools.approval]` table.
     Rule(Box<ApprovalRule>),
 }
 
@@ -64,6 +70,8 @@ impl Default for ApprovalDef {
     }
 }
 
+/// A `[tools.approval]` table: when calls are held, who decides them, where they are asked,
+/// what the deadline does and what grants are allowed.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ApprovalRule {
@@ -126,11 +134,15 @@ fn default_grant_max_uses() -> u32 {
 /// How long a grant may last when the policy does not say.
 const DEFAULT_GRANT_MAX_SECS: u64 = 86400;
 
+/// What a held call's deadline does when nobody decided (`on_expiry`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OnExpiry {
+    /// The call expires and does not run (the default).
     #[default]
     Reject,
+    /// The `escalate_to` approvers are asked too and the deadline is extended once; then it
+    /// expires.
     Escalate,
 }
 
@@ -169,16 +181,23 @@ fn one() -> u32 {
 /// tool's policy that travels with each held call.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Reviewers {
+    /// Who may decide: principal ids and `role:NAME` entries; empty means anyone whose key may
+    /// decide.
     #[serde(default)]
     pub approvers: Vec<String>,
+    /// How many distinct people must approve; any rejection rejects. Default 1.
     #[serde(default = "one")]
     pub quorum: u32,
+    /// Where to ask: `slack:#channel`, `email:address`, `webhook:name`.
     #[serde(default)]
     pub channels: Vec<String>,
+    /// Whether the person who requested the run may approve it. Default false.
     #[serde(default)]
     pub allow_self_approval: bool,
+    /// What the deadline does when nobody decided.
     #[serde(default)]
     pub on_expiry: OnExpiry,
+    /// Who is added to the approvers on escalation: principal ids and `role:NAME` entries.
     #[serde(default)]
     pub escalate_to: Vec<String>,
 }

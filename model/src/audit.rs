@@ -19,6 +19,7 @@ use crate::run::RunId;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+/// What an audit entry records; `kind` in snake_case on the wire.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum AuditKind {
@@ -44,16 +45,24 @@ pub enum AuditKind {
     PolicyShadow,
     /// Someone asked to cancel the run.
     CancelRequested,
+    /// The run completed with the model's answer.
     Completed,
+    /// The run failed.
     Failed,
+    /// The run was cancelled.
     Cancelled,
 }
 
+/// One entry of a run's audit trail: what happened, to which call, who did it and through what.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct AuditEntry {
+    /// When, in milliseconds since the epoch.
     pub at: i64,
+    /// The run it is about.
     pub run_id: RunId,
+    /// What happened.
     pub kind: AuditKind,
+    /// The call it is about, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub call_id: Option<String>,
     /// Who acted: a principal, or the worker.
@@ -66,11 +75,14 @@ pub struct AuditEntry {
     /// The digest of what the actor was shown.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub digest: Option<String>,
+    /// What else the kind records (the receipt of an executed call, a refusal's reason...);
+    /// `null` when nothing.
     #[serde(default)]
     pub detail: Value,
 }
 
 impl AuditEntry {
+    /// An entry of `kind` about `run_id` made now, everything else empty.
     pub fn new(run_id: &RunId, kind: AuditKind) -> Self {
         Self {
             at: crate::now_ms(),

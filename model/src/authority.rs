@@ -58,6 +58,7 @@ impl Role {
         matches!(self, Role::Admin | Role::Reviewer)
     }
 
+    /// The role as configuration and the API name it (`admin`, `requester`, ...).
     pub fn as_str(self) -> &'static str {
         match self {
             Role::Admin => "admin",
@@ -71,19 +72,23 @@ impl Role {
 /// Who is asking, as a door established it.
 #[derive(Clone, Copy, Debug)]
 pub struct Principal<'a> {
+    /// The principal id.
     pub id: &'a str,
+    /// What the principal's role lets them do.
     pub role: Role,
 }
 
 /// What the rule needs to know of the run a call is held in.
 #[derive(Clone, Copy, Debug)]
 pub struct RunFacts<'a> {
+    /// Who requested the run; `None` when unknown.
     pub requested_by: Option<&'a str>,
     /// Someone asked to cancel the run.
     pub cancelling: bool,
 }
 
 impl<'a> RunFacts<'a> {
+    /// The facts of `run` as stored.
     pub fn of(run: &'a Run) -> Self {
         Self {
             requested_by: run.requested_by.as_deref(),

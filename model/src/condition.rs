@@ -41,6 +41,7 @@ pub enum ConditionError {
     Limit(String),
 }
 
+/// A grant's condition, compiled: CEL over `input` that says which calls it covers.
 pub struct Condition {
     source: String,
     program: Program,
@@ -86,6 +87,7 @@ impl Condition {
         })
     }
 
+    /// The condition as it was written.
     pub fn source(&self) -> &str {
         &self.source
     }

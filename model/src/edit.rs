@@ -13,9 +13,13 @@ use serde_json::Value;
 /// (absent if the edit removed it).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct FieldChange {
+    /// The field's name at the top level of the input; empty when an input that is not an
+    /// object changed as a whole.
     pub field: String,
+    /// Its value in the held input; `None` if it had none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub before: Option<Value>,
+    /// Its value after the edit; `None` if the edit removed it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub after: Option<Value>,
 }

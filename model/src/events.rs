@@ -7,14 +7,18 @@ use serde_json::Value;
 /// The version of every payload below; bump it when a field changes meaning.
 pub const EVENT_VERSION: u32 = 1;
 
+/// A message on NATS as sent: the event's fields beside `type`, and the payload `version`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Envelope {
+    /// The payload version it was written with ([`EVENT_VERSION`]).
     pub version: u32,
+    /// The event itself, its fields flattened into the message.
     #[serde(flatten)]
     pub event: Event,
 }
 
 impl Envelope {
+    /// `event` in an envelope of the current [`EVENT_VERSION`].
     pub fn new(event: Event) -> Self {
         Self {
             version: EVENT_VERSION,
@@ -26,13 +30,20 @@ impl Envelope {
 /// One tool result the agent had seen when it asked for approval.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Evidence {
+    /// The call that gave it.
     pub call_id: String,
+    /// The tool called.
     pub tool: String,
+    /// The arguments it ran with.
     pub input: Value,
+    /// What the tool answered (or why the call failed), as the model was told.
     pub content: String,
+    /// Whether the model was told it as an error.
     pub is_error: bool,
 }
 
+/// What happened to a run, or what is to be done with one; `type` on the wire names the case
+/// (`run.start`, `approval.requested`, ...).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type")]
 pub enum Event {
@@ -40,33 +51,51 @@ pub enum Event {
     /// creates a run from one.
     #[serde(rename = "run.start")]
     RunStart {
+        /// The run to start, already stored.
         run_id: RunId,
+        /// The agent it talks to.
         agent: String,
+        /// The requester's input, the conversation's first message.
         input: String,
+        /// The principal who started it.
         #[serde(default)]
         requested_by: Option<String>,
+        /// The requester's JSON about the run, which policies read as `metadata`.
         #[serde(default)]
         metadata: Value,
     },
+    /// A run paused on calls held for a person; the worker announces it, and the gateway's
+    /// doors ask the reviewers.
     #[serde(rename = "approval.requested")]
     ApprovalRequested {
+        /// The paused run.
         run_id: RunId,
+        /// The agent it talks to.
         agent: String,
+        /// The turn the calls were asked in.
         turn: u32,
         /// The model's own words in the turn that asked for the calls.
         text: String,
+        /// The calls held for a person, with what reviewers are shown.
         calls: Vec<HeldCall>,
         /// The results of the turn's calls that needed nobody: what the agent had seen.
         #[serde(default)]
         evidence: Vec<Evidence>,
+        /// The principal who started the run.
         #[serde(default)]
         requested_by: Option<String>,
     },
+    /// A decision on a held call was recorded (by a person, a grant, a deadline or a policy
+    /// change).
     #[serde(rename = "approval.decided")]
     ApprovalDecided {
+        /// The run the call belongs to.
         run_id: RunId,
+        /// The call decided.
         call_id: String,
+        /// What was decided.
         action: Action,
+        /// The principal who decided, or the system name for a decision nobody made.
         decided_by: String,
         /// The door the decision came through (`api`, `web`, `slack`, `email`, `webhook`,
         /// `grant`, `deadline`, `policy`).
@@ -90,19 +119,28 @@ pub enum Event {
     /// passed and more approvers are asked, with a later deadline.
     #[serde(rename = "approval.reminder")]
     ApprovalReminder {
+        /// The run the call belongs to.
         run_id: RunId,
+        /// The agent it talks to.
         agent: String,
+        /// The model's words in the turn that asked for the call.
         text: String,
+        /// The call that waits, with its reviewers and deadline (extended, on escalation).
         call: Box<HeldCall>,
+        /// Whether its deadline passed and it was escalated, rather than a reminder.
         escalated: bool,
+        /// The principal who started the run.
         #[serde(default)]
         requested_by: Option<String>,
     },
     /// A held call's deadline passed with no decision; it counts as refused.
     #[serde(rename = "approval.expired")]
     ApprovalExpired {
+        /// The run the call belongs to.
         run_id: RunId,
+        /// The call that expired.
         call_id: String,
+        /// The deadline that passed, in milliseconds since the epoch.
         deadline: i64,
         /// The channels the call was sent to, which should show it expired.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -113,13 +151,18 @@ pub enum Event {
     /// name it), or the run's stored state cannot be read, so no worker goes on with it.
     #[serde(rename = "run.attention")]
     RunAttention {
+        /// The run to look at.
         run_id: RunId,
+        /// The call whose side effect is in doubt; `None` when the run's state cannot be read.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         call_id: Option<String>,
+        /// That call's tool.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         tool: Option<String>,
+        /// That call's input; `null` when there is no call.
         #[serde(default)]
         input: Value,
+        /// What went wrong, for the person who looks.
         reason: String,
     },
     /// A call held or decided under a policy that changed since was checked again under the
@@ -128,16 +171,23 @@ pub enum Event {
     /// call closed so that its run is checked again).
     #[serde(rename = "run.policy_changed")]
     RunPolicyChanged {
+        /// The run the call belongs to.
         run_id: RunId,
+        /// The call checked again.
         call_id: String,
+        /// The tool the call is for.
         tool: String,
+        /// `released`, `reheld`, `refused` or `superseded` (see the variant).
         outcome: String,
         /// The policy version the call was held under, and the version now (empty when the
         /// tool is gone).
         from_version: String,
+        /// The tool's policy version now; empty when the tool is gone.
         to_version: String,
+        /// The id of the call held again, when the outcome is `reheld`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         new_call_id: Option<String>,
+        /// On `refused`, what the model is told about the refusal; empty otherwise.
         #[serde(default, skip_serializing_if = "String::is_empty")]
         detail: String,
         /// The channels the call was sent to, which should show what became of it.
@@ -149,18 +199,27 @@ pub enum Event {
     /// did (`{"gate": "run"}`, or `{"gate": "hold", "approvers", "quorum"}`).
     #[serde(rename = "run.policy_shadow")]
     RunPolicyShadow {
+        /// The run the call belongs to.
         run_id: RunId,
+        /// The call sorted differently.
         call_id: String,
+        /// The tool the call is for.
         tool: String,
+        /// How they differ: `would_hold`, `would_release` or `other_reviewers`.
         outcome: String,
+        /// What the live policy did.
         live: Value,
+        /// What the shadow policy would have done.
         shadow: Value,
     },
     /// A held call was closed undecided because its run was cancelled.
     #[serde(rename = "approval.cancelled")]
     ApprovalCancelled {
+        /// The run that was cancelled.
         run_id: RunId,
+        /// The call closed.
         call_id: String,
+        /// The principal who cancelled the run.
         cancelled_by: String,
         /// The channels the call was sent to, which should show it was cancelled.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -171,17 +230,30 @@ pub enum Event {
     /// can complete without doing what it was asked.
     #[serde(rename = "run.completed")]
     RunCompleted {
+        /// The run that completed.
         run_id: RunId,
+        /// The model's final words.
         answer: String,
+        /// The run's calls that failed, in the order they were asked; empty if none did.
         #[serde(default)]
         failed_calls: Vec<FailedCall>,
     },
+    /// The run stopped on an error and is `failed`.
     #[serde(rename = "run.failed")]
-    RunFailed { run_id: RunId, error: String },
+    RunFailed {
+        /// The run that failed.
+        run_id: RunId,
+        /// Why it failed.
+        error: String,
+    },
+    /// The run was cancelled and is `cancelled`.
     #[serde(rename = "run.cancelled")]
     RunCancelled {
+        /// The run that was cancelled.
         run_id: RunId,
+        /// The principal who asked to cancel it.
         cancelled_by: String,
+        /// Why, in their words; `None` when they gave no reason.
         #[serde(default)]
         reason: Option<String>,
     },

@@ -39,14 +39,18 @@ impl GrantTerms {
 pub struct Grant {
     /// `grt_` and 24 hex digits, from the run and call it was made on: one call, one grant.
     pub id: String,
+    /// The agent whose calls it covers.
     pub agent: String,
+    /// The tool whose calls it covers.
     pub tool: String,
     /// The tool's policy version when it was made: calls held under another are not covered.
     pub policy_version: String,
+    /// CEL over `input`: the calls covered (see [`crate::condition`]).
     pub condition: String,
     /// The requester every covered call's run must have, when the grant is so limited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requester: Option<String>,
+    /// How many calls it may approve before it is used up.
     pub max_uses: u32,
     /// Everyone whose approval made it, sorted. It approves nothing once one of them is no
     /// longer someone the configuration knows with a role that decides
@@ -54,35 +58,49 @@ pub struct Grant {
     pub granted_by: Vec<String>,
     /// The door the (last) approval came through.
     pub channel: String,
+    /// The run of the call it was made on.
     pub run_id: String,
+    /// The call it was made on.
     pub call_id: String,
     /// Who requested the run it was made on: whoever may read that run may read the grant
     /// ([`crate::authority::may_read_grant`]). Absent on grants made before it was kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_requested_by: Option<String>,
+    /// When it was made, in milliseconds since the epoch.
     pub created_at: i64,
+    /// When it stops approving, in milliseconds since the epoch.
     pub expires_at: i64,
     /// Uses so far (the store counts them).
     #[serde(default)]
     pub uses: u32,
+    /// Set once someone revoked it; it approves nothing more.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revoked: Option<Revocation>,
 }
 
+/// Who revoked a grant, when and why.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Revocation {
+    /// The principal who revoked it.
     pub by: String,
+    /// When, in milliseconds since the epoch.
     pub at: i64,
+    /// Why, in their words; `None` when they gave no reason.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }
 
+/// How a grant stands at a moment (see [`Grant::status`]); only an active one approves calls.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum GrantStatus {
+    /// It approves the calls it covers.
     Active,
+    /// It has approved as many calls as `max_uses` allows.
     UsedUp,
+    /// Its `expires_at` has passed.
     Expired,
+    /// Someone revoked it.
     Revoked,
     /// A maker is no longer someone the configuration knows with a role that decides
     /// ([`crate::authority::grant_stands`]): it approves nothing while that lasts.
@@ -92,9 +110,13 @@ pub enum GrantStatus {
 /// One call a grant approved.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct GrantUse {
+    /// The run of the call.
     pub run_id: String,
+    /// The call approved.
     pub call_id: String,
+    /// The call's digest, as the decision quoted it.
     pub digest: String,
+    /// When, in milliseconds since the epoch.
     pub at: i64,
 }
 
@@ -145,11 +167,15 @@ impl Grant {
 /// A held call as a grant is matched against it.
 #[derive(Clone, Copy, Debug)]
 pub struct Held<'a> {
+    /// The agent of the call's run.
     pub agent: &'a str,
+    /// The call's run.
     pub run_id: &'a str,
     /// Who requested the run.
     pub requester: Option<&'a str>,
+    /// The call's id in its run.
     pub call_id: &'a str,
+    /// The tool called.
     pub tool: &'a str,
     /// The tool's policy version the call was held under.
     pub policy_version: &'a str,
@@ -158,8 +184,12 @@ pub struct Held<'a> {
 /// What a policy allows of grants on one tool.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct GrantLimits {
+    /// Whether the policy allows grants at all (its `grants`).
     pub allowed: bool,
+    /// The most uses a grant may have (its `grant_max_uses`).
     pub max_uses: u32,
+    /// The longest a grant may last, in seconds: its `grant_max_duration`, never more than
+    /// [`MAX_DURATION_SECS`].
     pub max_duration_secs: u64,
 }
 

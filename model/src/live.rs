@@ -22,6 +22,8 @@ pub enum Disposition {
     Refused,
 }
 
+/// One live event of a run, as a worker publishes it on `live.<run>`; `type` on the wire names
+/// the case.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type")]
 pub enum LiveEvent {
@@ -29,42 +31,70 @@ pub enum LiveEvent {
     /// during it, or the model was unavailable and the step is tried again): whoever shows
     /// the turn's text starts it anew.
     #[serde(rename = "turn.started")]
-    TurnStarted { run_id: RunId, turn: u32 },
+    TurnStarted {
+        /// The run the event is about.
+        run_id: RunId,
+        /// The turn, counting model calls from 1.
+        turn: u32,
+    },
     /// A piece of the model's text in turn `turn`, as it arrives.
     #[serde(rename = "text.delta")]
     TextDelta {
+        /// The run the event is about.
         run_id: RunId,
+        /// The turn the text belongs to.
         turn: u32,
+        /// The piece of text.
         text: String,
     },
     /// A call the model asked for in turn `turn`, as the policy sorted it.
     #[serde(rename = "tool.call")]
     ToolCall {
+        /// The run the event is about.
         run_id: RunId,
+        /// The turn that asked for the call.
         turn: u32,
+        /// The call's id in the run (`TurnCall::call_id`).
         call_id: String,
+        /// The tool asked for.
         tool: String,
+        /// The arguments the model gave.
         input: Value,
+        /// Whether it runs now, waits for a person, or cannot run.
         disposition: Disposition,
     },
     /// A call's result, as the model is told it.
     #[serde(rename = "tool.result")]
     ToolResult {
+        /// The run the event is about.
         run_id: RunId,
+        /// The turn that asked for the call.
         turn: u32,
+        /// The call's id in the run.
         call_id: String,
+        /// The tool called.
         tool: String,
+        /// What happened to the call.
         outcome: CallOutcome,
+        /// Whether the model is told it as an error.
         is_error: bool,
+        /// What the model is told.
         content: String,
     },
     /// A worker took the paused run up again: its held calls are decided, and their results
     /// (`tool.result`) and the next turn follow.
     #[serde(rename = "run.resumed")]
-    RunResumed { run_id: RunId, turn: u32 },
+    RunResumed {
+        /// The run the event is about.
+        run_id: RunId,
+        /// The turn the held calls were asked in.
+        turn: u32,
+    },
 }
 
 impl LiveEvent {
+    /// The `tool.call` event of `call`, asked for in turn `turn` of `run` and sorted as
+    /// `disposition`.
     pub fn call(run: &RunId, turn: u32, call: &TurnCall, disposition: Disposition) -> Self {
         Self::ToolCall {
             run_id: run.clone(),
@@ -76,6 +106,8 @@ impl LiveEvent {
         }
     }
 
+    /// The `tool.result` event of `call`, asked for in turn `turn` of `run`, answered with
+    /// `result`.
     pub fn result(run: &RunId, turn: u32, call: &TurnCall, result: &CallResult) -> Self {
         Self::ToolResult {
             run_id: run.clone(),

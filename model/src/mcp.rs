@@ -46,6 +46,8 @@ fn default_timeout_ms() -> u64 {
 }
 
 impl McpServerDef {
+    /// Checks that the entry gives exactly one of `url` and a non-empty `command`; else says
+    /// what is wrong.
     pub fn check(&self) -> Result<(), String> {
         match (&self.url, &self.command) {
             (Some(_), None) => Ok(()),
@@ -68,7 +70,9 @@ impl McpServerDef {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum ToolSelection {
+    /// `"all"`: every tool the server lists.
     All(All),
+    /// Only the tools of these names; each must be listed by the server.
     Only(Vec<String>),
 }
 
@@ -78,9 +82,11 @@ impl Default for ToolSelection {
     }
 }
 
+/// The one word `"all"`, as `tools = "all"` writes it.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum All {
+    /// `"all"`.
     All,
 }
 
@@ -89,12 +95,17 @@ pub enum All {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct McpTool {
+    /// The tool's name on its server, which the agent's tool takes.
     pub name: String,
+    /// A name for people to read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
+    /// What the tool does, for the model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
+    /// The JSON Schema of the tool's arguments (`inputSchema`).
     pub input_schema: Value,
+    /// The server's hints about the tool; trusted only as its `McpServerDef::trusted` says.
     #[serde(default, skip_serializing_if = "Annotations::is_empty")]
     pub annotations: Annotations,
     /// The rest of the definition (`outputSchema`, `icons`, `_meta`...), kept so that the
@@ -107,14 +118,19 @@ pub struct McpTool {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Annotations {
+    /// A name for people to read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
+    /// The tool does not change its environment (`readOnlyHint`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub read_only_hint: Option<bool>,
+    /// The tool may destroy or overwrite, not only add (`destructiveHint`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub destructive_hint: Option<bool>,
+    /// Calling it again with the same arguments has no further effect (`idempotentHint`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idempotent_hint: Option<bool>,
+    /// The tool reaches beyond a closed world, the web say (`openWorldHint`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub open_world_hint: Option<bool>,
     /// Hints later versions of the specification add.

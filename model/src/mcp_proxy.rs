@@ -21,7 +21,9 @@ use serde_json::Value;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProxyCall {
+    /// The tool the client called, as the agent names it.
     pub tool: String,
+    /// The arguments the client gave, a JSON object.
     pub arguments: Value,
 }
 

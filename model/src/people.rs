@@ -6,6 +6,8 @@
 use serde::Deserialize;
 use std::collections::BTreeSet;
 
+/// A person who reviews (a `[[people]]` entry): their principal id, and how Slack and email
+/// reach them.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Person {
@@ -26,22 +28,26 @@ pub struct Person {
     pub email: Option<String>,
 }
 
+/// The configured people, to look up by principal id, Slack user or email address.
 #[derive(Clone, Debug, Default)]
 pub struct Directory {
     people: Vec<Person>,
 }
 
 impl Directory {
+    /// The directory of `people`.
     pub fn new(people: &[Person]) -> Self {
         Self {
             people: people.to_vec(),
         }
     }
 
+    /// Everyone configured, in the order given.
     pub fn people(&self) -> &[Person] {
         &self.people
     }
 
+    /// The person of principal id `id`, if configured.
     pub fn person(&self, id: &str) -> Option<&Person> {
         self.people.iter().find(|p| p.id == id)
     }

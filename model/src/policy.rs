@@ -11,8 +11,15 @@ use std::sync::Arc;
 /// Whether a call may run now.
 #[derive(Debug, PartialEq)]
 pub enum Gate {
+    /// It needs nobody: run it.
     Run,
-    Ask { reason: String, summary: String },
+    /// Hold it for a person.
+    Ask {
+        /// Why a person is asked, the policy's reason template filled in.
+        reason: String,
+        /// What the call would do, the summary template filled in.
+        summary: String,
+    },
 }
 
 enum When {
@@ -21,6 +28,7 @@ enum When {
     Cel(Program),
 }
 
+/// One tool's approval policy, compiled: decides whether a call runs or waits.
 pub struct Policy {
     env: Arc<Env>,
     tool: String,
@@ -29,6 +37,7 @@ pub struct Policy {
     summary: Option<Template>,
 }
 
+/// A policy whose condition or templates do not compile as CEL; says which and why.
 #[derive(Debug, thiserror::Error)]
 #[error("tool {tool:?}: cannot compile {what} {source_text:?}: {error}")]
 pub struct PolicyError {
@@ -80,6 +89,8 @@ impl Policy {
         })
     }
 
+    /// Whether a call with `input`, in a run with `metadata`, runs now or waits; a condition
+    /// that cannot be evaluated waits.
     pub fn gate(&self, input: &Value, metadata: &Value) -> Gate {
         let ctx = match self.context(input, metadata) {
             Ok(ctx) => ctx,

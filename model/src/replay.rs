@@ -14,9 +14,13 @@ use std::sync::Arc;
 /// A tool call a run made, as the model asked for it.
 #[derive(Clone, Debug)]
 pub struct Recorded {
+    /// The run that made the call.
     pub run_id: String,
+    /// The call's id in its run.
     pub call_id: String,
+    /// The tool called.
     pub tool: String,
+    /// The arguments the model gave.
     pub input: Value,
     /// The run's metadata, which policies may read.
     pub metadata: Value,
@@ -25,14 +29,18 @@ pub struct Recorded {
 /// A call waiting for a person now.
 #[derive(Clone, Debug)]
 pub struct Waiting {
+    /// The run paused on the call.
     pub run_id: String,
+    /// The call as it was held, under the live policy.
     pub held: HeldCall,
+    /// The run's metadata, which policies may read.
     pub metadata: Value,
 }
 
 /// How many calls of one tool each kind of difference took.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ToolCounts {
+    /// Calls of the tool replayed.
     pub calls: usize,
     /// Run at once live, held by the candidate.
     pub newly_held: usize,
@@ -43,23 +51,31 @@ pub struct ToolCounts {
     /// Refused by the candidate (its tool gone, or the input does not fit its schema) and
     /// not live.
     pub refused: usize,
+    /// Sorted alike by both policies.
     pub unchanged: usize,
 }
 
 /// One call of a kind, to look at.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Example {
+    /// The run that made the call.
     pub run_id: String,
+    /// The call's id in its run.
     pub call_id: String,
+    /// The tool called.
     pub tool: String,
+    /// The arguments the model gave.
     pub input: Value,
 }
 
 /// A waiting call named.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CallRef {
+    /// The run paused on the call.
     pub run_id: String,
+    /// The call's id in its run.
     pub call_id: String,
+    /// The tool called.
     pub tool: String,
 }
 
@@ -72,26 +88,34 @@ pub struct WaitingReport {
     pub reheld: Vec<CallRef>,
     /// Their tool is gone or their input does not fit: the model would be told.
     pub refused: Vec<CallRef>,
+    /// How many the candidate would leave as they are.
     pub unchanged: usize,
 }
 
 /// The report of a replay.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Report {
+    /// The agent replayed.
     pub agent: String,
+    /// Recorded calls replayed, of every tool.
     pub calls: usize,
+    /// The counts of each tool, by tool name.
     pub tools: BTreeMap<String, ToolCounts>,
     /// Approvals asked for per day, by approver group (`anyone` when the policy names
     /// nobody): each held call counts its quorum, over the window's days.
     pub approvals_per_day: Forecast,
     /// Up to [`EXAMPLES`] calls of each kind of difference.
     pub examples: BTreeMap<String, Vec<Example>>,
+    /// What the candidate would do to the calls waiting now.
     pub waiting: WaitingReport,
 }
 
+/// Approvals asked for per day under each policy, by approver group.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Forecast {
+    /// Under the live policies.
     pub live: BTreeMap<String, f64>,
+    /// Under the candidate's.
     pub candidate: BTreeMap<String, f64>,
 }
 

@@ -29,6 +29,7 @@ use std::fmt;
 pub struct RunId(String);
 
 impl RunId {
+    /// A new id, `run_` and a fresh UUIDv7.
     pub fn new() -> Self {
         Self(format!("run_{}", uuid::Uuid::now_v7().simple()))
     }
@@ -43,6 +44,7 @@ impl RunId {
         ok.then(|| Self(s.to_string()))
     }
 
+    /// The id as text, as it appears in keys, subjects and the API.
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -73,19 +75,30 @@ impl From<RunId> for String {
     }
 }
 
+/// Where a run is in its life (see the module's diagram); stored in snake_case, as `as_str`
+/// gives it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RunStatus {
+    /// Started and waiting for a worker to claim it.
     Queued,
+    /// A worker holds it and is calling the model or running its calls.
     Running,
+    /// Paused on calls held for a person; no worker holds it.
     AwaitingApproval,
+    /// Its last held call was decided and a worker took it back; stays so until the worker's
+    /// next save.
     Resuming,
+    /// The model gave its final answer (some calls may still have failed).
     Completed,
+    /// Stopped by an error; `Run::error` says which.
     Failed,
+    /// Stopped because someone asked to cancel it.
     Cancelled,
 }
 
 impl RunStatus {
+    /// The status as stored and shown in the API (`awaiting_approval`, ...).
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Queued => "queued",
@@ -98,10 +111,12 @@ impl RunStatus {
         }
     }
 
+    /// The status named `s` as `as_str` gives it; `None` for any other text.
     pub fn parse(s: &str) -> Option<Self> {
         serde_json::from_value(Value::String(s.to_string())).ok()
     }
 
+    /// Whether the run has ended (completed, failed or cancelled) and will never change again.
     pub fn is_terminal(self) -> bool {
         matches!(self, Self::Completed | Self::Failed | Self::Cancelled)
     }
@@ -110,9 +125,12 @@ impl RunStatus {
 /// A request to stop a run: who asked, why, and when.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Cancellation {
+    /// The principal who asked to cancel.
     pub by: String,
+    /// Why, in their words; `None` when they gave no reason.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// When they asked, in milliseconds since the epoch.
     pub at: i64,
 }
 
@@ -121,7 +139,9 @@ pub struct Cancellation {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Speaker {
+    /// The person who started the run, and the tool results sent back on their side.
     User,
+    /// The model, whose answers may ask for tool calls.
     Assistant,
 }
 
@@ -130,17 +150,28 @@ pub enum Speaker {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Block {
+    /// Words, of the user or the model.
     Text {
+        /// What was said.
         text: String,
     },
+    /// The model asks for a tool to be called.
     ToolUse {
+        /// The model's id for the call, which its result answers.
         id: String,
+        /// The tool asked for, as the agent names it.
         name: String,
+        /// The arguments the model gave, a JSON object.
         input: Value,
     },
+    /// The result of a call, sent back to the model in the user's message.
     ToolResult {
+        /// The model's id of the call it answers.
         tool_use_id: String,
+        /// What the model is told: the tool's answer or why the call did not run.
         content: String,
+        /// Whether the model is told the call failed or was refused (left out of the JSON when
+        /// false).
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         is_error: bool,
         /// What happened to the call (kept with the run; the providers' adapters do not send
@@ -164,13 +195,17 @@ pub struct Image {
     pub data: String,
 }
 
+/// One message of the conversation with the model.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Message {
+    /// Who says it (`role` on the wire).
     pub role: Speaker,
+    /// Its blocks, in order.
     pub content: Vec<Block>,
 }
 
 impl Message {
+    /// A user message of one text block: how a run's conversation starts.
     pub fn user_text(text: impl Into<String>) -> Self {
         Self {
             role: Speaker::User,
@@ -232,6 +267,7 @@ impl CallOutcome {
 pub struct FailedCall {
     /// The id the model gave the call (what its result answers).
     pub call_id: String,
+    /// The tool the model asked for.
     pub tool: String,
     /// `failed`, or `unknown` for a call started whose result was lost.
     pub outcome: CallOutcome,
@@ -261,8 +297,11 @@ impl FailedCall {
 /// A call's result as it goes back to the model.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CallResult {
+    /// What happened to the call.
     pub outcome: CallOutcome,
+    /// What the model is told: the tool's answer, or why the call failed or did not run.
     pub content: String,
+    /// Whether the model is told it as an error (failed, refused, expired or cancelled calls).
     pub is_error: bool,
     /// Images besides the text, for the model (reviewers read what `content` says of them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -286,13 +325,20 @@ impl CallResult {
 pub struct HeldCall {
     /// The [`TurnCall`]'s id: it names this call alone in the run.
     pub call_id: String,
+    /// The tool the model asked for.
     pub tool: String,
+    /// The arguments the model gave, as the reviewer sees them.
     pub input: Value,
+    /// The call's digest (`sha256:` and hex, see `digest::call_digest`): a decision must quote
+    /// it.
     pub digest: String,
     /// The tool's policy version the call was held under (part of its digest).
     #[serde(default)]
     pub policy_version: String,
+    /// What the call would do, in plain words, from the policy's summary template (`Call TOOL`
+    /// without one).
     pub summary: String,
+    /// Why the call waits for a person, from the policy's reason template (or a default).
     pub reason: String,
     /// Who may decide it, how many must approve, and where to ask.
     #[serde(flatten)]
@@ -321,6 +367,7 @@ pub struct HeldCall {
 pub struct Recheck {
     /// The call as it was held before, under its own id.
     pub call_id: String,
+    /// Its digest then.
     pub digest: String,
     /// The policy version it was held under (this call's `policy_version` is the new one).
     pub policy_version: String,
@@ -368,17 +415,22 @@ impl HeldCall {
 /// is checked against, fixed when the call was held (or escalated).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DecisionTerms {
+    /// The turn (`Run::turns`) the call was held in.
     pub turn: u32,
+    /// The call's digest, which a decision must quote.
     pub digest: String,
     /// The tool and the policy version it was held under: a standing grant deciding it must be
     /// for both. Empty on calls held before they were kept here, which no grant decides.
     #[serde(default)]
     pub tool: String,
+    /// The tool's policy version the call was held under; empty on calls held before it was
+    /// kept.
     #[serde(default)]
     pub policy_version: String,
     /// Who may decide; absent: anyone whose key may decide.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deciders: Option<Vec<String>>,
+    /// How many distinct approvals let the call run.
     pub quorum: u32,
     /// Whether the run's requester may approve it.
     pub self_ok: bool,
@@ -399,8 +451,11 @@ pub struct TurnCall {
     /// The id the model gave the call, when it is not `call_id`: what its result answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_call_id: Option<String>,
+    /// The tool the model asked for.
     pub tool: String,
+    /// The arguments the model gave.
     pub input: Value,
+    /// Its result once it ran or was refused; `None` while it waits or before it runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<CallResult>,
     /// Set when the call waits for a person (`pending` on the wire, as the API shows it).
@@ -423,15 +478,25 @@ impl TurnCall {
 /// The whole run, stored as one document beside its status fields in Redis.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Run {
+    /// The run's id, the key of all its records.
     pub run_id: RunId,
+    /// The name of the agent the run talks to.
     pub agent: String,
+    /// The agent's version when the run started (`Agent::version`, a hash of its file and
+    /// discovered tools).
     pub agent_version: String,
+    /// What the requester asked, the conversation's first message.
     pub input: String,
+    /// The principal who started the run, as the gateway authenticated them.
     #[serde(default)]
     pub requested_by: Option<String>,
+    /// The requester's own JSON about the run (order ids, amounts...), which policies read as
+    /// `metadata`; `{}` when none was given.
     #[serde(default)]
     pub metadata: Value,
+    /// Where the run is in its life.
     pub status: RunStatus,
+    /// The conversation with the model so far, starting with the user's input.
     pub messages: Vec<Message>,
     /// How many times the model has been called.
     pub turns: u32,
@@ -440,8 +505,10 @@ pub struct Run {
     /// waits on the ones held for a person; empty between turns.
     #[serde(default, rename = "held")]
     pub paused_turn: Vec<TurnCall>,
+    /// The model's final words, once the run completed.
     #[serde(default)]
     pub answer: Option<String>,
+    /// Why the run failed, once it did.
     #[serde(default)]
     pub error: Option<String>,
     /// Set once someone asked to cancel the run (kept beside the document, like the status).
@@ -451,7 +518,9 @@ pub struct Run {
     /// the run joins; none when traces are not exported. Set by the gateway that starts the run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace: Option<String>,
+    /// When the run was started, in milliseconds since the epoch.
     pub created_at: i64,
+    /// When the run document was last saved, in milliseconds since the epoch.
     pub updated_at: i64,
 }
 
@@ -598,11 +667,15 @@ fn usable_call_id(id: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
+/// What a reviewer does with a held call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Action {
+    /// Let the call run as asked.
     Approve,
+    /// Let the call run with the reviewer's input instead.
     Edit,
+    /// Refuse the call; the model is told it was rejected.
     Reject,
 }
 
@@ -620,21 +693,28 @@ impl Action {
 /// A reviewer's decision on one call, as recorded (first per call wins).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Decision {
+    /// The call decided (its `TurnCall::call_id`).
     pub call_id: String,
     /// The digest of what the reviewer was shown.
     pub digest: String,
+    /// What the reviewer did.
     pub action: Action,
+    /// The input the call runs with instead, on an edit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input: Option<Value>,
+    /// The reviewer's note on an edit, which the model is told with the result.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// Why the call was rejected, if a reason was given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The principal who decided (or the system name for a deadline or a policy change).
     pub decided_by: String,
     /// The door the decision came through: `api`, `web`, `slack`, `email`, `webhook`
     /// (`channel` on the wire).
     #[serde(rename = "channel")]
     pub door: String,
+    /// When, in milliseconds since the epoch.
     pub decided_at: i64,
     /// Identifies what was decided, not who or when, so a repeat can be told from a conflict.
     pub fingerprint: String,
@@ -689,6 +769,8 @@ impl Decision {
         }
     }
 
+    /// The fingerprint of a decision: the SHA-256 hex of its action, input, note and reason in
+    /// canonical JSON.
     pub fn fingerprint_of(
         action: Action,
         input: Option<&Value>,

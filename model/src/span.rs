@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, PartialEq)]
 pub struct Span {
     text: String,
+    /// The span as a duration.
     pub duration: std::time::Duration,
 }
 

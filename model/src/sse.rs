@@ -38,6 +38,7 @@ pub struct Decoder {
 const BOM: &[u8] = "\u{feff}".as_bytes();
 
 impl Decoder {
+    /// A decoder at the start of a stream.
     pub fn new() -> Self {
         Self::default()
     }

@@ -38,12 +38,17 @@ impl Default for Refresh {
 /// Why the key set could not be had.
 #[derive(Debug, thiserror::Error)]
 pub enum JwksError {
+    /// The JWK Set URL did not answer with a key set.
     #[error("cannot fetch the key set from {url}: {source}")]
     Fetch {
+        /// The URL fetched.
         url: String,
+        /// Why the fetch failed.
         #[source]
         source: reqwest::Error,
     },
+    /// The copy is out of date, and the last fetch failed too recently to try again; how long
+    /// ago it was tried.
     #[error("the key set is out of date and was last fetched, without success, under {0:?} ago")]
     TooSoon(Duration),
 }

@@ -116,6 +116,7 @@ impl Signer {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "Jwk", into = "Jwk")]
 pub struct PublicKey {
+    /// The key's id (`kid`), which a receipt's header names.
     pub kid: String,
     /// The 32-byte public key, base64url without padding.
     pub x: String,
@@ -183,10 +184,12 @@ impl TryFrom<Jwk> for PublicKey {
 /// key and the retired ones still accepted.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeySet {
+    /// The keys, the one that signs now and the retired ones still accepted.
     pub keys: Vec<PublicKey>,
 }
 
 impl KeySet {
+    /// The key whose id is `kid`, if the set has it.
     pub fn find(&self, kid: &str) -> Option<&PublicKey> {
         self.keys.iter().find(|k| k.kid == kid)
     }

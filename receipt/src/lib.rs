@@ -42,11 +42,13 @@ pub struct Claims {
     pub exp: i64,
     /// Unique per receipt: a tool runs a receipt once.
     pub jti: String,
+    /// The run the call belongs to.
     pub run_id: String,
     /// The turn of the run the call was asked in: with `run_id` and `call_id`, the
     /// `Idempotency-Key` the worker sends the call with (`RUN:TURN:CALL`), and the only one
     /// the receipt is spent under.
     pub turn: u32,
+    /// The call approved, its id in the run.
     pub call_id: String,
     /// The tool's name in the agent's definition.
     pub tool: String,
@@ -56,6 +58,7 @@ pub struct Claims {
     pub action: String,
     /// Everyone whose approval the decision needed, a quorum's all.
     pub decided_by: Vec<String>,
+    /// The tool's policy version the call was held and decided under.
     pub policy_version: String,
     /// The standing grant the call was approved under, when nobody was asked for it.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -15,24 +15,32 @@ const LEEWAY_SECS: u64 = 30;
 /// Why a receipt does not let the call run; each says what is wrong.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
+    /// The request carries no receipt.
     #[error("the request carries no receipt")]
     Missing,
+    /// The receipt is not a JWT the tool can decode; the decoder's message.
     #[error("the receipt is not a JWT this tool can read: {0}")]
     Malformed(String),
+    /// The receipt's key id (`kid`) is not among the published keys.
     #[error("the receipt is signed with key {0:?}, which is not published")]
     UnknownKey(String),
+    /// The signature does not verify with the published key.
     #[error("the receipt's signature does not verify")]
     BadSignature,
+    /// The receipt's `iss` is not the gateway the tool expects.
     #[error("the receipt was issued by another gateway")]
     OtherIssuer,
+    /// The receipt's `aud` or `tool` is not this tool.
     #[error("the receipt is for another tool")]
     OtherTool,
     /// The request's `Idempotency-Key` is not exactly the receipt's `RUN:TURN:CALL`, as the
     /// worker sends the call it was signed for.
     #[error("the receipt is for another call than the one this request makes")]
     OtherCall,
+    /// The receipt's `exp` has passed (beyond the clock leeway).
     #[error("the receipt has expired")]
     Expired,
+    /// The body's digest is not the one the receipt carries: the input is not the one approved.
     #[error("the input is not the one that was approved")]
     InputChanged,
     /// The body holds an integer past ±(2^53 − 1): the digest (RFC 8785) reads numbers as
@@ -41,6 +49,7 @@ pub enum Refusal {
         "the input holds an integer past 2^53 - 1, which the receipt's digest does not bind exactly"
     )]
     InexactNumber,
+    /// The receipt was used before by a request with another `Idempotency-Key`.
     #[error("the receipt was used before, by another request")]
     Reused,
     /// The published keys are out of date and cannot be fetched; the detail is for the
@@ -76,6 +85,7 @@ impl Refusal {
 /// A receipt that lets its call run.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Checked {
+    /// The receipt's claims, as signed.
     pub claims: Claims,
     /// The receipt was let through before for a request with the same `Idempotency-Key`:
     /// the tool answers as it answered that request, and runs nothing again.
@@ -107,6 +117,7 @@ impl<R: JtiStore> Verifier<R> {
         }
     }
 
+    /// The gateway's published keys the verifier checks signatures with.
     pub fn keys(&self) -> &Jwks {
         &self.keys
     }

@@ -35,10 +35,13 @@ pub const AUDIT_MAX_BYTES: i64 = 1 << 30;
 /// as approval events, so a run that waited for days can still be followed from its start.
 pub const LIVE_MAX_BYTES: i64 = 1 << 30;
 
+/// Why NATS or JetStream could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum BusError {
+    /// The client could not connect to NATS.
     #[error("cannot connect to NATS: {0}")]
     Connect(String),
+    /// A JetStream request failed, or a stream cannot be made as the deployment needs it.
     #[error("JetStream: {0}")]
     JetStream(String),
 }
@@ -174,10 +177,15 @@ fn js_err(e: impl std::fmt::Display) -> BusError {
     BusError::JetStream(e.to_string())
 }
 
+/// The connection to NATS and JetStream of one process, with the deployment's names; clones
+/// share it.
 #[derive(Clone)]
 pub struct Bus {
+    /// The NATS client, for core publishes and subscriptions.
     pub client: async_nats::Client,
+    /// The JetStream context, for streams, consumers and acknowledged publishes.
     pub js: jetstream::Context,
+    /// The subjects and streams of the deployment.
     pub names: Names,
 }
 

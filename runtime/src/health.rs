@@ -30,6 +30,7 @@ impl Consumers {
         self.0.store(false, Ordering::Relaxed);
     }
 
+    /// Whether the service pulls from its consumers now.
     pub fn is_pulling(&self) -> bool {
         self.0.load(Ordering::Relaxed)
     }
@@ -81,6 +82,7 @@ impl Readiness {
         if self.is_ready() { 200 } else { 503 }
     }
 
+    /// Whether every check passed.
     pub fn is_ready(&self) -> bool {
         self.checks.iter().all(|(_, failure)| failure.is_none())
     }

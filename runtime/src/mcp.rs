@@ -25,18 +25,30 @@ use std::time::{Duration, Instant};
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
+/// Why an MCP server could not be used or a call to it failed.
 #[derive(Debug, thiserror::Error)]
 pub enum McpError {
+    /// The server's entry cannot be used (no `url` or `command`).
     #[error("{0}")]
     Config(String),
+    /// No session could be opened: the server is unreachable, refused, or its program did not
+    /// start.
     #[error("cannot connect: {0}")]
     Connect(String),
     #[error(
         "not reachable (the last attempt failed {failures} time(s) in a row; the next is allowed in {wait_ms} ms)"
     )]
-    BackingOff { failures: u32, wait_ms: u64 },
+    /// The last sessions failed, and the backoff has not passed yet: the call fails at once.
+    BackingOff {
+        /// How many attempts in a row failed.
+        failures: u32,
+        /// Milliseconds until the next attempt is allowed.
+        wait_ms: u64,
+    },
+    /// The server did not answer within its `timeout_ms` (given, in milliseconds).
     #[error("did not answer within {0} ms")]
     Timeout(u64),
+    /// The server answered the call with an error, or with something the client cannot read.
     #[error("{0}")]
     Call(String),
 }

@@ -61,6 +61,7 @@ fn human_buckets() -> Histogram {
     Histogram::new(exponential_buckets(1.0, 3.0, 14))
 }
 
+/// One process's counters and timings (see the module's list); clones share them.
 #[derive(Clone)]
 pub struct Metrics(Arc<Inner>);
 
@@ -220,10 +221,14 @@ impl Metrics {
         text
     }
 
+    /// Counts a run's `event` in `countersign_runs_total` (`started`, `paused`,
+    /// `completed`...).
     pub fn run(&self, event: &'static str) {
         self.0.runs.get_or_create(&label("event", event)).inc();
     }
 
+    /// Counts `n` calls' `event` in `countersign_calls_total` (`held`, `expired`, `escalated`,
+    /// `resolved`).
     pub fn calls(&self, event: &'static str, n: usize) {
         self.0
             .calls
@@ -231,15 +236,20 @@ impl Metrics {
             .inc_by(n as u64);
     }
 
+    /// Counts a decision through `door` in `countersign_decisions_total`: `recorded`, or the
+    /// refusal's code.
     pub fn decision(&self, door: &str, outcome: &str) {
         let labels = vec![("door", door.to_string()), ("outcome", outcome.to_string())];
         self.0.decisions.get_or_create(&labels).inc();
     }
 
+    /// Counts a standing grant's `event` in `countersign_grants_total` (`made`, `used`,
+    /// `revoked`).
     pub fn grant(&self, event: &'static str) {
         self.0.grants.get_or_create(&label("event", event)).inc();
     }
 
+    /// Counts a change of the agents' folder, `loaded` or `refused`.
     pub fn agent_reload(&self, outcome: &'static str) {
         self.0
             .reloads
@@ -247,6 +257,8 @@ impl Metrics {
             .inc();
     }
 
+    /// Counts a call checked again after a policy change, by outcome (`released`, `reheld`,
+    /// `refused`, `superseded`).
     pub fn policy_recheck(&self, outcome: &'static str) {
         self.0
             .rechecks
@@ -254,11 +266,15 @@ impl Metrics {
             .inc();
     }
 
+    /// Counts a call of `tool` that its shadow policy sorted differently, by how (`would_hold`,
+    /// `would_release`, `other_reviewers`).
     pub fn policy_shadow(&self, tool: &str, outcome: &'static str) {
         let labels = vec![("tool", tool.to_string()), ("outcome", outcome.to_string())];
         self.0.shadow.get_or_create(&labels).inc();
     }
 
+    /// Counts a follower of a run's live events `opened`, or how it ended (`ended`, `left`,
+    /// `cut`).
     pub fn live_stream(&self, event: &'static str) {
         self.0.live.get_or_create(&label("event", event)).inc();
     }
@@ -270,41 +286,50 @@ impl Metrics {
         self.0.announcements.get_or_create(&labels).inc();
     }
 
+    /// Counts how a client waiting for a call's outcome was woken: `event` or `poll`.
     pub fn call_wait_wakeup(&self, by: &'static str) {
         self.0.wakeups.get_or_create(&label("by", by)).inc();
     }
 
+    /// Times a run from its creation to its pause, `ms` milliseconds.
     pub fn paused_after(&self, ms: i64) {
         self.0.pause.observe(seconds(ms));
     }
 
+    /// Times a call from held to decided, `ms` milliseconds.
     pub fn decided_after(&self, ms: i64) {
         self.0.decision.observe(seconds(ms));
     }
 
+    /// Times a turn from its last decision to the next model call, `ms` milliseconds.
     pub fn resumed_after(&self, ms: i64) {
         self.0.resume.observe(seconds(ms));
     }
 
+    /// Times one call of the model API of `provider`.
     pub fn model_call(&self, provider: &str, took: Duration) {
         let timing = self.0.model.get_or_create(&label("provider", provider));
         timing.observe(took.as_secs_f64());
     }
 
+    /// Times one call of `tool`.
     pub fn tool_call(&self, tool: &str, took: Duration) {
         let timing = self.0.tool.get_or_create(&label("tool", tool));
         timing.observe(took.as_secs_f64());
     }
 
+    /// Times one Redis round trip of `command`.
     pub fn redis_command(&self, command: &str, took: Duration) {
         let timing = self.0.redis.get_or_create(&label("command", command));
         timing.observe(took.as_secs_f64());
     }
 
+    /// Times one JetStream publish until it was acknowledged.
     pub fn published(&self, took: Duration) {
         self.0.publish.observe(took.as_secs_f64());
     }
 
+    /// Counts a message JetStream delivered again on `stream`.
     pub fn redelivered(&self, stream: &str) {
         self.0
             .redeliveries
@@ -312,6 +337,8 @@ impl Metrics {
             .inc();
     }
 
+    /// Counts a message on `stream` a worker acked without effect because its run is not
+    /// stored.
     pub fn unknown_run(&self, stream: &str) {
         self.0
             .unknown_runs
@@ -319,6 +346,7 @@ impl Metrics {
             .inc();
     }
 
+    /// Counts a delivery to `channel` that failed.
     pub fn delivery_failed(&self, channel: &str) {
         let failures = self
             .0

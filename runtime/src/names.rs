@@ -14,7 +14,9 @@ pub struct Names {
 /// countersign's two services, as far as what they announce on NATS goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Service {
+    /// The approval gateway.
     Gateway,
+    /// The agent worker.
     Worker,
 }
 
@@ -24,6 +26,8 @@ pub enum Service {
 pub struct BadNamespace(String);
 
 impl Names {
+    /// The names of `namespace`; refused unless it holds only ASCII letters, digits, '-' and
+    /// '_' (empty is fine).
     pub fn new(namespace: &str) -> Result<Self, BadNamespace> {
         let ok = namespace
             .chars()
@@ -103,42 +107,55 @@ impl Names {
     pub fn runs_start(&self) -> String {
         self.subject("runs.start")
     }
+    /// Where the worker announces that a run paused on held calls.
     pub fn approval_requested(&self, run: &RunId) -> String {
         self.subject(&format!("approval.requested.{run}"))
     }
+    /// Where a decision on one of the run's held calls is announced.
     pub fn approval_decided(&self, run: &RunId) -> String {
         self.subject(&format!("approval.decided.{run}"))
     }
+    /// Where the worker announces a reminder or an escalation of one of the run's held calls.
     pub fn approval_reminder(&self, run: &RunId) -> String {
         self.subject(&format!("approval.reminder.{run}"))
     }
+    /// Where the expiry of one of the run's held calls is announced.
     pub fn approval_expired(&self, run: &RunId) -> String {
         self.subject(&format!("approval.expired.{run}"))
     }
+    /// Where the gateway announces the run's held calls closed by its cancel.
     pub fn approval_cancelled(&self, run: &RunId) -> String {
         self.subject(&format!("approval.cancelled.{run}"))
     }
+    /// Where the run's end by cancel is announced.
     pub fn run_cancelled(&self, run: &RunId) -> String {
         self.subject(&format!("run.cancelled.{run}"))
     }
+    /// Every run's decisions, which workers consume to resume runs.
     pub fn approval_decided_all(&self) -> String {
         self.subject("approval.decided.*")
     }
+    /// Every `approval.*` announcement, the subjects of the `APPROVALS` stream.
     pub fn approval_all(&self) -> String {
         self.subject("approval.>")
     }
+    /// Where the run's completion is announced.
     pub fn run_completed(&self, run: &RunId) -> String {
         self.subject(&format!("run.completed.{run}"))
     }
+    /// Where a run that needs a person's look is announced.
     pub fn run_attention(&self, run: &RunId) -> String {
         self.subject(&format!("run.attention.{run}"))
     }
+    /// Where a re-check of one of the run's calls after a policy change is announced.
     pub fn run_policy_changed(&self, run: &RunId) -> String {
         self.subject(&format!("run.policy_changed.{run}"))
     }
+    /// Where a shadow policy's disagreement on one of the run's calls is announced.
     pub fn run_policy_shadow(&self, run: &RunId) -> String {
         self.subject(&format!("run.policy_shadow.{run}"))
     }
+    /// Where the run's failure is announced.
     pub fn run_failed(&self, run: &RunId) -> String {
         self.subject(&format!("run.failed.{run}"))
     }
@@ -146,6 +163,7 @@ impl Names {
     pub fn run_events(&self, run: &RunId) -> String {
         self.subject(&format!("run.*.{run}"))
     }
+    /// Every run's `run.*` events, the subjects of the `RUN_EVENTS` stream.
     pub fn run_events_all(&self) -> String {
         self.subject("run.>")
     }
@@ -157,6 +175,7 @@ impl Names {
     pub fn audit_subject_prefix(&self) -> String {
         self.subject("audit.")
     }
+    /// The whole audit log, the subjects of the `AUDIT` stream.
     pub fn audit_all(&self) -> String {
         self.subject("audit.>")
     }
@@ -166,6 +185,7 @@ impl Names {
     pub fn live_subject(&self, run: &RunId) -> String {
         self.subject(&format!("live.{run}"))
     }
+    /// Every run's live events, the subjects of the `LIVE` stream.
     pub fn live_all(&self) -> String {
         self.subject("live.*")
     }
@@ -184,6 +204,7 @@ impl Names {
     pub fn delivery(&self, kind: &str, target: &str) -> String {
         self.subject(&format!("deliver.{kind}.{target}"))
     }
+    /// Every delivery, the subjects of the `DELIVERIES` stream.
     pub fn delivery_all(&self) -> String {
         self.subject("deliver.>")
     }
@@ -200,21 +221,27 @@ impl Names {
         ]
     }
 
+    /// The work-queue stream of `runs.start` jobs (`RUNS`).
     pub fn runs_stream(&self) -> String {
         self.upper("RUNS")
     }
+    /// The stream of every `approval.*` announcement (`APPROVALS`), kept for a while.
     pub fn approvals_stream(&self) -> String {
         self.upper("APPROVALS")
     }
+    /// The stream of every `run.*` event (`RUN_EVENTS`), kept for a while.
     pub fn run_events_stream(&self) -> String {
         self.upper("RUN_EVENTS")
     }
+    /// The work-queue stream of deliveries to channels (`DELIVERIES`).
     pub fn deliveries_stream(&self) -> String {
         self.upper("DELIVERIES")
     }
+    /// The stream of the audit log (`AUDIT`), bounded in age and size.
     pub fn audit_stream(&self) -> String {
         self.upper("AUDIT")
     }
+    /// The stream of runs' live events (`LIVE`), bounded in age and size.
     pub fn live_stream(&self) -> String {
         self.upper("LIVE")
     }
@@ -242,6 +269,7 @@ impl Names {
 pub mod msg_id {
     use countersign_model::run::RunId;
 
+    /// The job that starts a run.
     pub fn start(run: &RunId) -> String {
         format!("start:{run}")
     }
@@ -249,6 +277,7 @@ pub mod msg_id {
     pub fn cancel(run: &RunId) -> String {
         format!("cancel:{run}")
     }
+    /// The pause of a run in turn `turn`.
     pub fn requested(run: &RunId, turn: u32) -> String {
         format!("requested:{run}:{turn}")
     }
@@ -256,22 +285,28 @@ pub mod msg_id {
     pub fn requested_again(run: &RunId, call: &str) -> String {
         format!("requested:{run}:{call}")
     }
+    /// The re-check of call `call` after a policy change.
     pub fn policy_changed(run: &RunId, call: &str) -> String {
         format!("policy_changed:{run}:{call}")
     }
+    /// A shadow policy's finding on call `call`.
     pub fn policy_shadow(run: &RunId, call: &str) -> String {
         format!("policy_shadow:{run}:{call}")
     }
+    /// The decision on call `call`.
     pub fn decided(run: &RunId, call: &str) -> String {
         format!("decided:{run}:{call}")
     }
+    /// The expiry of call `call`.
     pub fn expired(run: &RunId, call: &str) -> String {
         format!("expired:{run}:{call}")
     }
+    /// A reminder about call `call`, or (`escalated`) its escalation.
     pub fn reminder(run: &RunId, call: &str, escalated: bool) -> String {
         let kind = if escalated { "escalated" } else { "reminder" };
         format!("{kind}:{run}:{call}")
     }
+    /// The close of call `call` by its run's cancel.
     pub fn cancelled(run: &RunId, call: &str) -> String {
         format!("cancelled:{run}:{call}")
     }

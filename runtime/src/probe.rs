@@ -15,22 +15,35 @@ pub const TIMEOUT: Duration = Duration::from_secs(2);
 /// The most of an answer that is read; the status line and a short body fit easily.
 const MAX_ANSWER: usize = 16 * 1024;
 
+/// Why a probe did not get a 200.
 #[derive(Debug, thiserror::Error)]
 pub enum ProbeError {
+    /// The URL is not `http://host[:port][/path]`.
     #[error("{0:?} is not an http://host[:port][/path] URL")]
     BadUrl(String),
+    /// The host name did not resolve.
     #[error("cannot resolve {0}: {1}")]
     Resolve(String, std::io::Error),
+    /// No connection could be made to the address.
     #[error("cannot connect to {0}: {1}")]
     Connect(String, std::io::Error),
+    /// The answer did not come within the time given.
     #[error("no answer within {0:?}")]
     TimedOut(Duration),
+    /// Sending the request or reading the answer failed.
     #[error("the connection failed: {0}")]
     Io(std::io::Error),
+    /// The answer does not start with an HTTP status line; its start.
     #[error("the answer is not HTTP: {0:?}")]
     NotHttp(String),
+    /// The answer's status was not 200.
     #[error("answered {status}: {body}")]
-    Status { status: u16, body: String },
+    Status {
+        /// The HTTP status the answer gave.
+        status: u16,
+        /// The start of the answer's body.
+        body: String,
+    },
 }
 
 /// What a probe URL names.

@@ -5,11 +5,13 @@
 use serde::Deserialize;
 use std::fmt;
 
+/// A secret from the configuration; prints as `<redacted>`.
 #[derive(Clone, PartialEq, Eq, Deserialize)]
 #[serde(transparent)]
 pub struct Secret(String);
 
 impl Secret {
+    /// The value itself, for the code that must send it; never to be logged.
     pub fn expose(&self) -> &str {
         &self.0
     }

@@ -4,6 +4,7 @@
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
+/// Waits for SIGINT or SIGTERM and cancels `token` on the first; exits the process on a second.
 pub async fn on_signal(token: CancellationToken) {
     let (Ok(mut term), Ok(mut int)) = (
         signal(SignalKind::terminate()),

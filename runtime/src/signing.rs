@@ -30,19 +30,25 @@ impl fmt::Debug for WebhookSecret {
     }
 }
 
+/// Why a secret or a signed request is refused.
 #[derive(Debug, PartialEq, thiserror::Error)]
 pub enum SignatureError {
+    /// The secret is not `whsec_` and base64 of 24 to 64 bytes.
     #[error("the secret must be whsec_ followed by base64 of 24 to 64 bytes")]
     BadSecret,
+    /// The request lacks one of the three `webhook-*` headers.
     #[error("webhook-id, webhook-timestamp and webhook-signature are all required")]
     MissingHeader,
+    /// The request's timestamp is more than five minutes from now.
     #[error("webhook-timestamp is not within five minutes of now")]
     Stale,
+    /// No signature in `webhook-signature` matches the body.
     #[error("no webhook-signature matches the body")]
     Mismatch,
 }
 
 impl WebhookSecret {
+    /// The secret `secret`, checked: `whsec_` and base64 of 24 to 64 bytes (padding optional).
     pub fn parse(secret: &str) -> Result<Self, SignatureError> {
         // Padding is optional, as the Standard Webhooks libraries take it.
         const SECRET_B64: GeneralPurpose = GeneralPurpose::new(

@@ -48,8 +48,11 @@ pub trait Source: Copy + Send + Sync + 'static {
 
 /// A shared durable pull consumer: its stream, its name and the subjects it takes.
 pub struct Durable {
+    /// The JetStream stream it reads.
     pub stream: String,
+    /// The consumer's durable name, shared by every process of the service.
     pub name: String,
+    /// The subject it filters the stream by.
     pub subject: String,
 }
 
@@ -77,20 +80,25 @@ pub enum Outcome {
 
 /// A message taken from one of the consumers.
 pub struct Taken<S> {
+    /// The consumer it came from.
     pub source: S,
     /// Which delivery of the message this is, from 1.
     pub attempt: u64,
+    /// The message itself, with its subject, payload and headers.
     pub msg: Message,
 }
 
 /// The work a service does with a message.
 pub trait Handler<S>: Send + Sync + 'static {
+    /// Handles one message and says what is to become of it.
     fn handle(&self, taken: &Taken<S>) -> impl Future<Output = Outcome> + Send;
 }
 
 /// How a service runs its loop.
 pub struct Settings {
+    /// The consumers' ack wait and how many messages may be out unacked at once.
     pub consumer: ConsumerSettings,
+    /// What JetStream hears of a message while it is handled.
     pub in_progress: InProgress,
     /// Messages handled at once.
     pub concurrency: usize,

@@ -13,11 +13,13 @@ use serde::{Deserialize, Serialize};
 
 /// One decision of a request, with its audit entry.
 pub struct Proposal {
+    /// The decision to record.
     pub decision: Decision,
     /// For an edit: the digest of the held call its input was checked against (the tool's
     /// schema), or None if it could not be checked; the script refuses an edit checked
     /// against anything but the call it decides.
     pub checked_digest: Option<String>,
+    /// The audit entry recorded with it.
     pub entry: AuditEntry,
     /// Everyone the decision's receipt (in `decision.receipt`) names, sorted and joined with
     /// ", "; empty without one. The script refuses a receipt that does not name exactly who
@@ -27,7 +29,10 @@ pub struct Proposal {
 
 /// The decisions of one request, all by one principal through one door.
 pub struct DecideRequest<'a> {
+    /// Who the decision is recorded as made by.
     pub principal: &'a str,
+    /// The door it came through (`api`, `web`, `slack`, `email`, `webhook`, `grant`,
+    /// `deadline`, `policy`).
     pub door: &'a str,
     /// Who decides: a person, or (no approver checks) the deadline or a policy change.
     pub by: DecisionSource,
@@ -44,6 +49,7 @@ pub struct DecideRequest<'a> {
     /// `principal` is the name recorded, `alice, under grant grt_…`); none when a person
     /// decides.
     pub grant: Option<&'a Grant>,
+    /// The decisions, one per call.
     pub proposals: Vec<Proposal>,
 }
 
@@ -70,6 +76,7 @@ impl DecisionSource {
     }
 }
 
+/// How one decision of a request stands once the script ran.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DecidedStatus {
@@ -86,10 +93,15 @@ pub enum DecidedStatus {
 /// How one decision of a request stands.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 pub struct CallDecided {
+    /// The call decided.
     pub call_id: String,
+    /// How the decision stands.
     pub status: DecidedStatus,
+    /// The approvals counted so far, when this was an approval of a call that needs several;
+    /// `None` otherwise.
     #[serde(default)]
     pub approvals: Option<u32>,
+    /// How many approvals that call needs, set with `approvals`.
     #[serde(default)]
     pub quorum: Option<u32>,
     /// Whether every held call of the turn is now decided (the run resumes).
@@ -104,8 +116,11 @@ pub struct CallDecided {
 /// A refused decision, as kept in the run's capped list of refusals.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Refusal {
+    /// The call the refused decision was about.
     pub call_id: String,
+    /// Why it was refused.
     pub code: RefusalCode,
+    /// More about why, in words; empty when the code says it all.
     #[serde(default)]
     pub detail: String,
 }
@@ -116,10 +131,15 @@ pub enum DecideOutcome {
     /// Every decision of the request stands as `calls` say; `queued` are the announcements
     /// (and audit copies) to publish now.
     Decided {
+        /// How each decision stands, in the request's order.
         calls: Vec<CallDecided>,
+        /// The announcements (and audit copies) to publish now.
         queued: Vec<Announcement>,
     },
+    /// The script refused the request, for the first decision it could not record; nothing but
+    /// the refusal is kept.
     Refused(Refusal),
+    /// No run of this id is stored.
     NoRun,
     /// An expiry found its call decided already (by a person, or by an earlier sweep).
     Settled(Box<Decision>),

@@ -22,6 +22,7 @@ pub enum ExecBegin {
 pub enum Execution {
     /// An attempt started it and recorded no result (yet).
     Started,
+    /// It finished, with the result the model is told.
     Finished(CallResult),
 }
 

@@ -12,6 +12,7 @@ use futures::future::try_join_all;
 /// A run's place in the index of paused runs.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Awaiting {
+    /// The paused run.
     pub run_id: RunId,
     /// When it paused (ms since the epoch): its score in the index.
     pub since_ms: i64,

@@ -197,6 +197,7 @@ impl Shard {
     /// Fixed: changing it would leave entries in shards nobody reads.
     pub const COUNT: u8 = 16;
 
+    /// The shard of run `run`, from its id (FNV-1a).
     pub fn of(run: &RunId) -> Self {
         // FNV-1a: stable across processes and versions, unlike the std hasher.
         let hash = run.as_str().bytes().fold(0x811c_9dc5_u32, |h, b| {
@@ -205,6 +206,7 @@ impl Shard {
         Self((hash % u32::from(Self::COUNT)) as u8)
     }
 
+    /// Every shard, in order.
     pub fn all() -> impl Iterator<Item = Self> {
         (0..Self::COUNT).map(Self)
     }

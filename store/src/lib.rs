@@ -70,10 +70,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+/// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    /// Redis refused the command or could not be reached.
     #[error("redis: {0}")]
     Redis(#[from] redis::RedisError),
+    /// What Redis holds cannot be read as the store wrote it; what was wrong.
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
     /// Another worker took the run over (our lease lapsed) or it left the driving states.
@@ -88,12 +91,16 @@ pub enum StoreError {
 /// message id, and deleted from the outbox once JetStream has acknowledged it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Announcement {
+    /// The `Nats-Msg-Id` JetStream drops repeats by (see `countersign_runtime::names::msg_id`).
     pub msg_id: String,
+    /// The NATS subject it goes to.
     pub subject: String,
+    /// The event as JSON, in its envelope.
     pub payload: String,
 }
 
 impl Announcement {
+    /// The announcement of `event` on `subject` under `msg_id`.
     pub fn new(msg_id: String, subject: String, event: Event) -> Self {
         Self {
             msg_id,
@@ -134,6 +141,7 @@ pub enum Claim {
     Waiting,
     /// Completed, failed or cancelled.
     Finished(RunStatus),
+    /// No run of this id is stored.
     Missing,
 }
 
@@ -152,18 +160,24 @@ pub enum Save {
     /// runs, each call that runs without a person marked started in its execution record by
     /// the attempt `token` in the same step (so the attempt calls them without asking
     /// [`Store::exec_begin`]): `running`.
-    Turn { token: String },
+    Turn {
+        /// The attempt token the started calls' execution records carry.
+        token: String,
+    },
     /// Paused: its held calls wait for a person: `awaiting_approval`.
     Pause,
     /// Finished (`completed`, `failed` or `cancelled`): keep it this long, then let Redis drop
     /// it.
     Finish {
+        /// The status it ends in.
         status: RunStatus,
+        /// How long Redis keeps the finished run before it expires.
         retention: Duration,
     },
 }
 
 impl Save {
+    /// The status this save writes.
     pub fn status(&self) -> RunStatus {
         match self {
             Self::Turn { .. } => RunStatus::Running,
@@ -180,9 +194,12 @@ pub enum CancelOutcome {
     Requested(RunStatus, Vec<Announcement>),
     /// It had finished already, so.
     Finished(RunStatus),
+    /// No run of this id is stored.
     NoRun,
 }
 
+/// The runs in Redis: the reads and the outbox both services share, seen through a
+/// `WorkerStore` or a `GatewayStore`; clones share one connection.
 #[derive(Clone)]
 pub struct Store {
     conn: Connection,
@@ -233,10 +250,12 @@ impl Store {
         }
     }
 
+    /// The NATS names of the deployment, which the scripts' announcements go to.
     pub fn names(&self) -> &Names {
         &self.names
     }
 
+    /// The Redis keys of the deployment.
     pub fn keys(&self) -> &Keys {
         &self.keys
     }
@@ -287,6 +306,7 @@ impl Store {
         Ok(self.load_versioned(id).await?.map(|(run, _)| run))
     }
 
+    /// The recorded decisions on the run's calls, by call id; empty if none (or no such run).
     pub async fn decisions(&self, id: &RunId) -> Result<HashMap<String, Decision>, StoreError> {
         let raw: HashMap<String, String> = redis::cmd("HGETALL")
             .arg(self.keys.decisions_key(id))
@@ -583,6 +603,8 @@ impl GatewayStore {
 }
 
 impl WorkerStore {
+    /// Takes run `id` to drive it as `owner`, with a lease of `lease`, unless another worker's
+    /// lease still holds it or there is nothing to drive (see [`Claim`]).
     pub async fn claim(
         &self,
         id: &RunId,

@@ -8,6 +8,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 impl Store {
+    /// What channel `channel` recorded about call `call_id` (where its message is, or that it
+    /// was sent); `None` if nothing was recorded.
     pub async fn channel_ref(
         &self,
         id: &RunId,
@@ -69,6 +71,7 @@ impl Store {
 /// (stored as `{run_id} {request_hash}`).
 #[derive(Debug, PartialEq)]
 pub struct IdempotencyRecord {
+    /// The run the key started.
     pub run: RunId,
     /// `None` for a record stored by a version that kept the run id alone.
     pub request_hash: Option<String>,

@@ -32,14 +32,19 @@ const SWEEP_EVERY: Duration = Duration::from_secs(1);
 /// Runs one sweep looks at, at most.
 const SWEEP_BATCH: usize = 200;
 
+/// Why publishing a run's outbox failed; what was not acknowledged stays for a sweep.
 #[derive(Debug, thiserror::Error)]
 pub enum RelayError {
+    /// Reading or deleting the outbox failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// NATS did not take a publish.
     #[error(transparent)]
     Bus(#[from] BusError),
 }
 
+/// Publishes runs' outboxes to NATS: the announcements a script queued, and the late ones a
+/// sweep finds.
 #[derive(Clone)]
 pub struct Relay {
     store: Store,
@@ -49,6 +54,8 @@ pub struct Relay {
 }
 
 impl Relay {
+    /// A relay reading `store`'s outboxes, publishing through `bus`, timing each publish in
+    /// `metrics`.
     pub fn new(store: &Store, bus: Bus, metrics: Metrics) -> Self {
         Self {
             store: store.clone(),

@@ -12,7 +12,9 @@ use std::time::Duration;
 /// What is due in a shard.
 #[derive(Debug, Default)]
 pub struct Due {
+    /// Held calls whose reminder is due.
     pub reminders: Vec<DueTimer>,
+    /// Held calls whose deadline has passed.
     pub deadlines: Vec<DueTimer>,
 }
 
@@ -24,16 +26,22 @@ pub(super) fn member(id: &RunId, call_id: &str, digest: &str) -> String {
 /// The timers kept per held call.
 #[derive(Clone, Copy, Debug)]
 pub enum Timer {
+    /// When the call expires (or escalates) if nobody decided.
     Deadline,
+    /// When its approvers are reminded.
     Reminder,
 }
 
 /// A timer that is due.
 #[derive(Debug, Clone)]
 pub struct DueTimer {
+    /// Its entry in the timer set, `run_id|call_id|digest`, by which it is taken off.
     pub member: String,
+    /// The run of the held call.
     pub run_id: RunId,
+    /// The held call.
     pub call_id: String,
+    /// The call's digest when its timer was set.
     pub digest: String,
 }
 

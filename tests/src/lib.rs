@@ -2,6 +2,9 @@
 //! API of `countersign-fake-model`, the demo tools service, and the two services started
 //! in-process on port 0 with a namespace of their own.
 
+// Support code for its own tests and binaries, read beside its uses: never a library for others.
+#![allow(missing_docs)]
+
 pub mod app;
 pub mod browser;
 pub mod fake_slack;

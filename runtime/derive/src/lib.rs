@@ -11,6 +11,8 @@ use quote::quote;
 use syn::parse::ParseStream;
 use syn::{Data, DeriveInput, Ident, LitStr, Path, Token, parse_macro_input};
 
+/// Derives `Settings` for a struct: its `ENV` table from the `#[env(...)]` attributes of its
+/// fields.
 #[proc_macro_derive(Settings, attributes(env))]
 pub fn derive_settings(input: TokenStream) -> TokenStream {
     let input = parse_macro_input!(input as DeriveInput);

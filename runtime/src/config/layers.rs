@@ -15,11 +15,13 @@ use std::path::Path;
 /// A settings type: the environment variables that set its fields. Derive it with
 /// `#[derive(Settings)]` and `#[env("NAME")]` on each field a variable sets.
 pub trait Settings {
+    /// The variables that set the type's fields, as the derive gathers them.
     const ENV: &'static [EnvVar];
 }
 
 /// An environment variable that sets a key of a settings type.
 pub struct EnvVar {
+    /// The variable's name (`NATS_URL`).
     pub name: &'static str,
     /// The key (the field) it sets, at the type's top level.
     pub key: &'static str,

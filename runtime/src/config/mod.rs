@@ -25,6 +25,7 @@ pub struct Connections {
     /// NATS user and password. Default none.
     #[env("NATS_USER")]
     pub nats_user: Option<String>,
+    /// The NATS password. Never logged.
     #[env("NATS_PASSWORD")]
     pub nats_password: Option<Secret>,
     /// NATS token. Default none.
@@ -39,7 +40,9 @@ pub struct Connections {
     /// TLS to NATS: a CA file to trust, and a client certificate and key. Setting any of
     /// them requires TLS. Default none.
     pub nats_tls_ca: Option<PathBuf>,
+    /// A client certificate to present to NATS.
     pub nats_tls_cert: Option<PathBuf>,
+    /// The client certificate's private key.
     pub nats_tls_key: Option<PathBuf>,
     /// Replicas of every stream (1, or up to the cluster's size, usually 3); applied when a
     /// stream is created and reconciled at start when an existing one differs. Default 1.
@@ -59,12 +62,15 @@ pub struct Connections {
     /// used when these are unset; in sentinel mode the URLs' are the Sentinels'). Default none.
     #[env("REDIS_USERNAME")]
     pub redis_username: Option<String>,
+    /// The Redis password. Never logged.
     #[env("REDIS_PASSWORD")]
     pub redis_password: Option<Secret>,
     /// TLS to Redis (with `rediss://` URLs): a CA file to trust instead of the system's,
     /// and a client certificate and key. Default none.
     pub redis_tls_ca: Option<PathBuf>,
+    /// A client certificate to present to Redis.
     pub redis_tls_cert: Option<PathBuf>,
+    /// The client certificate's private key.
     pub redis_tls_key: Option<PathBuf>,
     /// Replicas that must hold every write before it counts as done (Redis `WAIT`), so a
     /// failover cannot lose an acknowledged decision or execution mark. Default 0 (a write

@@ -25,14 +25,20 @@ pub fn sign(secret: &str, timestamp: &str, body: &[u8]) -> String {
 /// Why a request was refused.
 #[derive(Debug, PartialEq, thiserror::Error)]
 pub enum SlackAuthError {
+    /// The request lacks the timestamp or the signature header.
     #[error("missing X-Slack-Request-Timestamp or X-Slack-Signature")]
     Missing,
+    /// The request's timestamp is more than five minutes from `now_secs`.
     #[error("the request timestamp is more than five minutes off")]
     Stale,
+    /// The signature is not the one the signing secret gives for this body.
     #[error("the signature does not match")]
     Mismatch,
 }
 
+/// Checks a Slack request: its `X-Slack-Request-Timestamp` within five minutes of `now_secs`
+/// (seconds since the epoch) and its `X-Slack-Signature` made with the signing secret `secret`
+/// over `body`.
 pub fn verify(
     secret: &str,
     timestamp: Option<&str>,
