@@ -5,7 +5,7 @@
 //! Two doors start such runs: the MCP proxy ([`crate::mcp_proxy`]) and the HTTP door for
 //! agents written in code ([`crate::door`]).
 
-use crate::run::{Block, Message, Speaker};
+use crate::run::{Block, CallOutcome, Message, Speaker};
 use serde_json::Value;
 
 /// The id of the one call of a run of `tool` asked through `door` (`mcp`, `door`): named
@@ -68,20 +68,33 @@ pub fn answer(asked: Asked<'_>, messages: &[Message]) -> Vec<Block> {
 /// the client is answered. The call is found by the id the model gave it, whichever id that
 /// was when the run started.
 pub fn result(messages: &[Message]) -> Option<(&str, bool)> {
+    match answered(messages)? {
+        Block::ToolResult {
+            content, is_error, ..
+        } => Some((content.as_str(), *is_error)),
+        _ => None,
+    }
+}
+
+/// What became of the run's call, once it has a result that says (results stored before
+/// outcomes were recorded say nothing).
+pub fn outcome(messages: &[Message]) -> Option<CallOutcome> {
+    match answered(messages)? {
+        Block::ToolResult { outcome, .. } => *outcome,
+        _ => None,
+    }
+}
+
+/// The result block of the run's call, once it has one.
+fn answered(messages: &[Message]) -> Option<&Block> {
     let mut blocks = messages.iter().flat_map(|m| &m.content);
     let asked = blocks.find_map(|block| match block {
         Block::ToolUse { id, .. } => Some(id),
         _ => None,
     })?;
-    blocks.find_map(|block| match block {
-        Block::ToolResult {
-            tool_use_id,
-            content,
-            is_error,
-            ..
-        } if tool_use_id == asked => Some((content.as_str(), *is_error)),
-        _ => None,
-    })
+    blocks.find(
+        |block| matches!(block, Block::ToolResult { tool_use_id, .. } if tool_use_id == asked),
+    )
 }
 
 #[cfg(test)]

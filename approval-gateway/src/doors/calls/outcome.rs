@@ -5,7 +5,9 @@
 
 use crate::time::rfc3339;
 use countersign_model::agent::Agent;
-use countersign_model::run::{Block, CallOutcome, Decision, Run, RunId, RunStatus};
+use countersign_model::door::DoorCall;
+use countersign_model::one_call;
+use countersign_model::run::{Action, CallOutcome, Decision, Run, RunId, RunStatus};
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
 
@@ -23,21 +25,21 @@ pub(super) fn of(
     out.insert("run_id".into(), json!(id));
     out.insert("call_id".into(), json!(call_id));
     let decision = latest(decisions, call_id);
-    let asked = run.and_then(|r| asked_call(r, call_id));
+    let asked = run.and_then(asked_call);
     if let Some((tool, input)) = asked {
         out.insert("tool".into(), json!(tool));
         let runs_itself = agent
-            .and_then(|a| a.tool(tool))
+            .and_then(|a| a.tool(&tool))
             .is_some_and(|t| t.http.is_none() && t.mcp.is_none());
         let executes = if runs_itself { "agent" } else { "countersign" };
         out.insert("executes".into(), json!(executes));
-        out.insert("input".into(), input.clone());
+        out.insert("input".into(), input);
     }
     // What may run after an edit is the reviewer's input.
     if let Some(edited) = decision.and_then(|d| d.input.as_ref()) {
         out.insert("input".into(), edited.clone());
     }
-    let status = match (run, run.and_then(|r| result(r, call_id))) {
+    let status = match (run, run.and_then(result)) {
         (_, Some((outcome, content, is_error))) => {
             finished(&mut out, outcome, content, is_error, decision)
         }
@@ -68,8 +70,8 @@ fn finished(
     decision: Option<&Decision>,
 ) -> &'static str {
     let decided = || match decision.map(|d| d.action) {
-        Some(countersign_model::run::Action::Edit) => "edited",
-        Some(countersign_model::run::Action::Approve) => "approved",
+        Some(Action::Edit) => "edited",
+        Some(Action::Approve) => "approved",
         _ => "allowed",
     };
     match outcome {
@@ -184,36 +186,19 @@ fn same_call(id: &str, call_id: &str) -> bool {
             .is_some_and(|n| n.parse::<u32>().is_ok())
 }
 
-/// The tool and input of the call the run's model asked for.
-fn asked_call<'a>(run: &'a Run, call_id: &str) -> Option<(&'a str, &'a Value)> {
-    run.messages
-        .iter()
-        .flat_map(|m| &m.content)
-        .find_map(|block| match block {
-            Block::ToolUse { id, name, input } if id == call_id => Some((name.as_str(), input)),
-            _ => None,
-        })
+/// The tool and input the agent asked to call, as its run keeps them.
+fn asked_call(run: &Run) -> Option<(String, Value)> {
+    DoorCall::of_run(&run.metadata)
+        .ok()
+        .map(|call| (call.tool, call.input))
 }
 
 /// The call's result: its outcome, text and whether it is an error.
-fn result<'a>(run: &'a Run, call_id: &str) -> Option<(CallOutcome, &'a str, bool)> {
-    run.messages
-        .iter()
-        .flat_map(|m| &m.content)
-        .find_map(|block| match block {
-            Block::ToolResult {
-                tool_use_id,
-                content,
-                is_error,
-                outcome,
-                ..
-            } if tool_use_id == call_id => {
-                let outcome = outcome.unwrap_or(match is_error {
-                    true => CallOutcome::Failed,
-                    false => CallOutcome::Executed,
-                });
-                Some((outcome, content.as_str(), *is_error))
-            }
-            _ => None,
-        })
+fn result(run: &Run) -> Option<(CallOutcome, &str, bool)> {
+    let (content, is_error) = one_call::result(&run.messages)?;
+    let outcome = one_call::outcome(&run.messages).unwrap_or(match is_error {
+        true => CallOutcome::Failed,
+        false => CallOutcome::Executed,
+    });
+    Some((outcome, content, is_error))
 }
