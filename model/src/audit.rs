@@ -29,8 +29,11 @@ pub enum AuditKind {
     Notified,
     /// A decision (or one approval of a quorum) was recorded.
     Decided,
-    /// A held call was run (or its outcome was found unknown).
+    /// A held call was run (or its outcome was found unknown); for a call released to an
+    /// external agent, the agent reported how its run ended.
     Executed,
+    /// An external agent claimed a call released to it, before running it itself.
+    Started,
     /// A held call's deadline passed with no decision.
     Expired,
     /// A held call's deadline passed and more approvers were asked.

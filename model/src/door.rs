@@ -80,6 +80,57 @@ impl DoorCall {
     }
 }
 
+/// The start of a call released to the agent, as the attempt that runs it claimed it: one
+/// attempt starts a call, and only that attempt reports its end ([`ExecEnd`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ExecStart {
+    /// The attempt's own id, chosen by the agent (random per attempt): a claim asked again
+    /// with it, after a lost answer, is the same claim.
+    pub attempt: String,
+    /// Who claimed it: the principal of the key that asked.
+    pub reported_by: String,
+    /// When, in milliseconds since the epoch.
+    pub at: i64,
+}
+
+/// How a call the agent ran ended, as the attempt that started it reported.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ExecEnd {
+    /// Whether it succeeded.
+    pub status: ExecStatus,
+    /// When it was reported, in milliseconds since the epoch.
+    pub at: i64,
+    /// What the tool gave, for a success.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    /// Why it failed, for a failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// Where a call released to the agent stands in the agent's execution record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExecStatus {
+    /// Claimed by an attempt, with no end reported (yet).
+    Started,
+    /// Ran and succeeded.
+    Succeeded,
+    /// Ran and failed.
+    Failed,
+}
+
+impl ExecStatus {
+    /// The status's name on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExecStatus::Started => "started",
+            ExecStatus::Succeeded => "succeeded",
+            ExecStatus::Failed => "failed",
+        }
+    }
+}
+
 /// The id of the one call of a door run of `tool`.
 pub fn call_id(tool: &str) -> String {
     one_call::call_id("door", tool)

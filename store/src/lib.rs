@@ -31,6 +31,7 @@
 //! sorted set indexes paused runs for the inbox; it lives in another slot, so it is kept
 //! outside the scripts and readers re-check each run's status.
 
+mod agent_exec;
 mod connection;
 mod decide;
 mod exec;
@@ -46,6 +47,7 @@ mod script;
 mod sessions;
 mod timers;
 
+pub use agent_exec::{AgentExecution, AgentStep, AgentStepped};
 pub use decide::{
     CallDecided, DecideOutcome, DecideRequest, DecidedStatus, DecisionSource, Proposal, Refusal,
     RefusalCode,

@@ -205,6 +205,7 @@ scripts! {
     ESCALATE: Escalate<'static> = on_run(&[], "escalate.lua");
     REMIND: Remind<'static> = on_run(&[], "remind.lua");
     CANCEL: Cancel<'static> = on_run(&[], "cancel.lua");
+    AGENT_EXEC: AgentExec<'static> = on_run(&[], "agent_exec.lua");
     GRANT_CREATE: GrantCreate<'static> = plain(
         &["grant_key", "uses_key", "grants_key", "for_key"], "grant_create.lua");
     GRANT_USE: GrantUse<'static> = plain(&["grant_key", "uses_key"], "grant_use.lua");
@@ -312,6 +313,19 @@ argv! {
     /// Tail: the audit entry and the announcement.
     pub(crate) struct Remind<'a> {
         call_id: &'a str,
+    }
+}
+
+argv! {
+    /// A step of the execution record of a call released to an external agent. Tail: its
+    /// audit entry.
+    pub(crate) struct AgentExec<'a> {
+        start_field: &'a str,
+        end_field: &'a str,
+        attempt: &'a str,
+        /// `started` or `ended`.
+        phase: &'a str,
+        record: &'a str,
     }
 }
 

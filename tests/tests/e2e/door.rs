@@ -234,6 +234,136 @@ async fn a_tool_without_an_endpoint_is_released_to_the_agent_with_the_edited_inp
     assert!(second.get("input").is_some());
 }
 
+/// A report of how the agent ran a call released to it, as `key`.
+async fn report(app: &TestApp, key: &str, state: &Value, body: Value) -> (StatusCode, Value) {
+    let path = format!("{}/execution", state["links"]["self"].as_str().unwrap());
+    app.request(Method::POST, &path, Some(key), Some(body))
+        .await
+}
+
+#[tokio::test]
+async fn a_released_call_is_claimed_by_one_attempt_and_its_end_is_in_the_trail() {
+    let app = app().await;
+    let email = json!({"tool": "send_email", "input": {"to": "a@example.com", "body": "Hello"}, "wait_secs": 0});
+    let (_, asked) = ask(&app, REQUESTER_KEY, "k-run-1", email.clone()).await;
+    let held = wait_for("the email held", PATIENCE, || async {
+        let (_, state) = look(&app, REQUESTER_KEY, &asked, 1).await;
+        (state["status"] == "pending").then_some(state)
+    })
+    .await;
+    // Not released while it waits for a person.
+    let started = |attempt: &str| json!({"attempt": attempt, "status": "started"});
+    let (status, body) = report(&app, REQUESTER_KEY, &held, started("early")).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["error"]["code"], "not_released", "{body}");
+    let run_id = held["run_id"].as_str().unwrap();
+    let call_id = held["call_id"].as_str().unwrap();
+    let (status, body) = app.approve(run_id, call_id, &held["held"]["digest"]).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (_, released) = look(&app, REQUESTER_KEY, &held, 30).await;
+    assert_eq!(released["status"], "approved", "{released}");
+    assert!(released.get("execution").is_none(), "{released}");
+
+    // An end from an attempt that never claimed it; a reviewer's report; a report that is
+    // neither a start nor an end: each refused, changing nothing.
+    let ended = json!({"attempt": "a", "status": "succeeded", "result": {"sent": true}});
+    let (status, body) = report(&app, REQUESTER_KEY, &released, ended.clone()).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["error"]["code"], "not_started", "{body}");
+    let (status, body) = report(&app, REVIEWER_KEY, &released, started("r")).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    let (status, body) = report(
+        &app,
+        REQUESTER_KEY,
+        &released,
+        json!({"attempt": "a", "status": "failed"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+
+    // Two processes claim it at once: one runs it, the other is told it is taken.
+    let (a, b) = tokio::join!(
+        report(&app, REQUESTER_KEY, &released, started("a")),
+        report(&app, REQUESTER_KEY, &released, started("b")),
+    );
+    let (winner, loser) = match a.0 {
+        StatusCode::OK => (("a", a), b),
+        _ => (("b", b), a),
+    };
+    assert_eq!(winner.1.0, StatusCode::OK, "{:?}", winner.1);
+    assert_eq!(loser.0, StatusCode::CONFLICT, "{:?}", loser.1);
+    assert_eq!(loser.1["error"]["code"], "execution_taken", "{}", loser.1);
+    assert_eq!(
+        loser.1["error"]["details"]["execution"]["attempt"],
+        winner.0
+    );
+    let attempt = winner.0;
+    assert_eq!(winner.1.1["execution"]["status"], "started");
+    // The winner's claim asked again (a lost answer) is the same claim.
+    let (status, _) = report(&app, REQUESTER_KEY, &released, started(attempt)).await;
+    assert_eq!(status, StatusCode::OK);
+    let loser_attempt = if attempt == "a" { "b" } else { "a" };
+    let mut ended = ended;
+    ended["attempt"] = json!(loser_attempt);
+    let (status, body) = report(&app, REQUESTER_KEY, &released, ended.clone()).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["error"]["code"], "execution_taken", "{body}");
+    ended["attempt"] = json!(attempt);
+    let (status, done) = report(&app, REQUESTER_KEY, &released, ended.clone()).await;
+    assert_eq!(status, StatusCode::OK, "{done}");
+    assert_eq!(done["execution"]["status"], "succeeded", "{done}");
+    assert_eq!(done["execution"]["result"], json!({"sent": true}));
+    // The same end again is answered as recorded; another end is refused.
+    let (status, _) = report(&app, REQUESTER_KEY, &released, ended).await;
+    assert_eq!(status, StatusCode::OK);
+    let failed = json!({"attempt": attempt, "status": "failed", "error": "bounced"});
+    let (status, body) = report(&app, REQUESTER_KEY, &released, failed).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["error"]["code"], "already_reported", "{body}");
+
+    // Asked again with the same key (another process, after a crash): the same call, with
+    // the record that says it ran, so it is not run again.
+    let (status, again) = ask(&app, REQUESTER_KEY, "k-run-1", email).await;
+    assert_eq!(status, StatusCode::OK, "{again}");
+    assert_eq!(again["run_id"], held["run_id"]);
+    assert_eq!(again["execution"]["status"], "succeeded", "{again}");
+
+    // The trail holds the claim and the end, once each, and still verifies.
+    let (_, trail) = app.get(&format!("/v1/runs/{run_id}/audit")).await;
+    assert_eq!(trail["verified"], true, "{trail}");
+    let kinds = |kind: &str| {
+        trail["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| {
+                e["entry"]["kind"] == kind && e["entry"]["detail"]["executed_by"] == "agent"
+            })
+            .map(|e| e["entry"].clone())
+            .collect::<Vec<_>>()
+    };
+    let (claims, ends) = (kinds("started"), kinds("executed"));
+    assert_eq!((claims.len(), ends.len()), (1, 1), "{trail}");
+    assert_eq!(claims[0]["actor"], "rick", "{trail}");
+    assert_eq!(ends[0]["detail"]["result"], json!({"sent": true}));
+}
+
+#[tokio::test]
+async fn a_call_countersign_runs_is_never_reported_by_the_agent() {
+    let app = app().await;
+    let (status, done) = ask(&app, REQUESTER_KEY, "k-ran", refund(5.0)).await;
+    assert_eq!(status, StatusCode::OK, "{done}");
+    let (status, body) = report(
+        &app,
+        REQUESTER_KEY,
+        &done,
+        json!({"attempt": "a", "status": "started"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["error"]["code"], "not_released", "{body}");
+}
+
 #[tokio::test]
 async fn a_bad_ask_is_refused_with_what_is_wrong_and_starts_nothing() {
     let app = app().await;

@@ -6,9 +6,13 @@
 //! endpoint is run by the worker once the call may run, and its result is in the answer; a
 //! tool without one is released to the agent, which runs it itself with the receipt.
 //!
+//! A call released to the agent is claimed and reported by it at
+//! `POST /v1/runs/{run}/calls/{call}/execution` ([`execution`]), so it never runs twice.
+//!
 //! Every ask carries an `Idempotency-Key` (per caller, as `POST /v1/runs` keeps them): the
 //! same ask again is the same run, so it never asks a person twice nor runs twice.
 
+mod execution;
 mod outcome;
 
 use crate::auth::{Caller, IdempotencyKey, JsonBody, Permission, QueryParams};
@@ -35,6 +39,7 @@ const DEFAULT_WAIT_SECS: u64 = 10;
 pub(super) fn router(stop: &CancellationToken) -> Router<AppState> {
     let ask_stop = stop.clone();
     let look_stop = stop.clone();
+    let report_stop = stop.clone();
     Router::new()
         .route(
             "/v1/agents/{agent}/calls",
@@ -45,6 +50,10 @@ pub(super) fn router(stop: &CancellationToken) -> Router<AppState> {
         .route(
             "/v1/runs/{run_id}/calls/{call_id}",
             get(move |state, caller, path, query| look(state, caller, path, query, look_stop)),
+        )
+        .route(
+            "/v1/runs/{run_id}/calls/{call_id}/execution",
+            post(move |state, caller, path, body| report(state, caller, path, body, report_stop)),
         )
 }
 
@@ -151,18 +160,42 @@ async fn look(
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     caller.require(Permission::Read)?;
     let wait = wait_for(&state, look.wait_secs)?;
+    let run = door_run(&state, &caller, &run_id, &call_id).await?;
+    answer(&state, &caller, &run.run_id, &call_id, wait, stop).await
+}
+
+async fn report(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((run_id, call_id)): Path<(String, String)>,
+    JsonBody(report): JsonBody<execution::Report>,
+    stop: CancellationToken,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    caller.require(Permission::Read)?;
+    let run = door_run(&state, &caller, &run_id, &call_id).await?;
+    execution::report(&state, &caller, &run, &call_id, report).await?;
+    answer(&state, &caller, &run.run_id, &call_id, Duration::ZERO, stop).await
+}
+
+/// The run of an external agent's call `call_id`, for a caller who may read it.
+async fn door_run(
+    state: &AppState,
+    caller: &Caller,
+    run_id: &str,
+    call_id: &str,
+) -> Result<Run, ApiError> {
     let run = state
-        .run(&run_id)
+        .run(run_id)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("no run {run_id:?}")))?;
-    caller.reading(&run_id, run.requested_by.as_deref())?;
+    caller.reading(run_id, run.requested_by.as_deref())?;
     let call = DoorCall::of_run(&run.metadata).ok().map(|c| c.call_id());
-    if call.as_deref() != Some(call_id.as_str()) {
+    if call.as_deref() != Some(call_id) {
         return Err(ApiError::not_found(format!(
             "run {run_id:?} is not an external agent's call {call_id:?}"
         )));
     }
-    answer(&state, &caller, &run.run_id, &call_id, wait, stop).await
+    Ok(run)
 }
 
 /// The call's state once it has an outcome, or as it is when `wait` is up: `200` for an
@@ -180,10 +213,18 @@ async fn answer(
     let waited = wait::outcome(state, run_id, wait, stopped.as_mut()).await?;
     let run: Option<&Run> = waited.run();
     let decisions = state.store.decisions(run_id).await?;
+    let execution = state.store.agent_execution(run_id, call_id).await?;
     let receipts = caller.holds_receipts(run.and_then(|r| r.requested_by.as_deref()));
     let catalog = state.catalog();
     let agent = run.and_then(|r| catalog.get(&r.agent));
-    let view = outcome::of(run_id, call_id, run, agent.as_deref(), &decisions, receipts);
+    let view = outcome::of(
+        run_id,
+        call_id,
+        run,
+        agent.as_deref(),
+        (&decisions, execution.as_ref()),
+        receipts,
+    );
     let status = match waited {
         Waited::Done(_) => StatusCode::OK,
         Waited::Pending(_) | Waited::Abandoned(_) => StatusCode::ACCEPTED,

@@ -5,20 +5,22 @@
 
 use crate::time::rfc3339;
 use countersign_model::agent::Agent;
-use countersign_model::door::DoorCall;
+use countersign_model::door::{DoorCall, ExecStatus};
 use countersign_model::one_call;
 use countersign_model::run::{Action, CallOutcome, Decision, Run, RunId, RunStatus};
+use countersign_store::AgentExecution;
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
 
 /// The call `call_id` of run `id` (`run`, as last read, if found) of `agent`, with its
-/// decisions; its receipt shown only if `receipts`.
+/// decisions and, for a call released to the agent, its execution record as the agent
+/// reported it; its receipt shown only if `receipts`.
 pub(super) fn of(
     id: &RunId,
     call_id: &str,
     run: Option<&Run>,
     agent: Option<&Agent>,
-    decisions: &HashMap<String, Decision>,
+    (decisions, execution): (&HashMap<String, Decision>, Option<&AgentExecution>),
     receipts: bool,
 ) -> Value {
     let mut out = Map::new();
@@ -49,6 +51,9 @@ pub(super) fn of(
     out.insert("status".into(), json!(status));
     if let Some(decision) = decision {
         out.insert("decision".into(), decided(decision, receipts));
+    }
+    if let Some(execution) = execution {
+        out.insert("execution".into(), executed(execution));
     }
     out.insert(
         "links".into(),
@@ -164,6 +169,27 @@ fn decided(decision: &Decision, receipts: bool) -> Value {
     }
     if receipts && let Some(receipt) = &decision.receipt {
         shown["receipt"] = json!(receipt);
+    }
+    shown
+}
+
+/// The agent's execution record of a call released to it: who claimed it and when, and how
+/// it ended once reported.
+fn executed((start, end): &AgentExecution) -> Value {
+    let mut shown = json!({
+        "status": end.as_ref().map_or(ExecStatus::Started, |e| e.status),
+        "attempt": start.attempt,
+        "reported_by": start.reported_by,
+        "started_at": rfc3339(start.at),
+    });
+    if let Some(end) = end {
+        shown["finished_at"] = json!(rfc3339(end.at));
+        if let Some(result) = &end.result {
+            shown["result"] = result.clone();
+        }
+        if let Some(error) = &end.error {
+            shown["error"] = json!(error);
+        }
     }
     shown
 }
