@@ -597,11 +597,14 @@ impl<'a> Stage<'a> {
                     None
                 }
             };
+            // An edit to exactly what is shown (a call edited before and held again under a
+            // new policy, edited to the same amount) is recorded as an approval (docs/api.md).
+            let unchanged = matches!(act, Act::Edit { .. }) && decision["input"] == shown;
             let asked = Asked::Decide {
                 run,
                 call_id: call_id.clone(),
                 principal: door.principal(),
-                action: act.name(),
+                action: if unchanged { "approve" } else { act.name() },
                 runs_with,
                 stale,
             };
