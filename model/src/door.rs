@@ -8,7 +8,6 @@
 //! the worker then releases the call ([`crate::run::CallOutcome::Released`]) and the agent
 //! claims it and reports what it did, so the trail holds that too.
 
-use crate::events::Evidence;
 use crate::one_call;
 use crate::run::{Block, Message};
 use serde::{Deserialize, Serialize};
@@ -62,21 +61,6 @@ impl DoorCall {
     /// The id of the run's one call.
     pub fn call_id(&self) -> String {
         call_id(&self.tool)
-    }
-
-    /// What the reviewer is shown as seen before the call, with ids of their own.
-    pub fn evidence(&self) -> Vec<Evidence> {
-        self.evidence
-            .iter()
-            .enumerate()
-            .map(|(i, seen)| Evidence {
-                call_id: format!("seen_{}", i + 1),
-                tool: seen.tool.clone(),
-                input: seen.input.clone(),
-                content: seen.content.clone(),
-                is_error: seen.is_error,
-            })
-            .collect()
     }
 }
 
@@ -169,11 +153,7 @@ mod tests {
             if text == "Charged twice." && id == "door_issue_refund" && name == "issue_refund")
         );
         let call = DoorCall::of_run(&metadata).unwrap();
-        let seen = call.evidence();
-        assert_eq!(
-            (seen[0].call_id.as_str(), seen[0].content.as_str()),
-            ("seen_1", "paid $40 twice")
-        );
+        assert_eq!(call.evidence[0].content, "paid $40 twice");
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Messages on NATS. Each is JSON with a `type` and a `version` field.
 
+use crate::door::DoorCall;
 use crate::run::{Action, FailedCall, HeldCall, Run, RunId};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -270,23 +271,37 @@ impl Event {
             turn: run.turns,
             text: run.paused_turn_text(),
             calls: run.held_calls().cloned().collect(),
-            evidence: run
-                .paused_turn
-                .iter()
-                .filter_map(|c| {
-                    let result = c.result.as_ref()?;
-                    Some(Evidence {
-                        call_id: c.call_id.clone(),
-                        tool: c.tool.clone(),
-                        input: c.input.clone(),
-                        content: result.content.clone(),
-                        is_error: result.is_error,
-                    })
-                })
-                .collect(),
+            evidence: seen_by_agent(run),
             requested_by: run.requested_by.clone(),
         }
     }
+}
+
+/// What the agent of `run` had seen when it asked for the calls it waits on: for an external
+/// agent, what it sent with its ask ([`DoorCall`]'s evidence, with ids of their own); then the
+/// results of the paused turn's calls that needed nobody.
+pub fn seen_by_agent(run: &Run) -> Vec<Evidence> {
+    let sent = DoorCall::of_run(&run.metadata)
+        .map(|call| call.evidence)
+        .unwrap_or_default();
+    let sent = sent.into_iter().enumerate().map(|(i, seen)| Evidence {
+        call_id: format!("seen_{}", i + 1),
+        tool: seen.tool,
+        input: seen.input,
+        content: seen.content,
+        is_error: seen.is_error,
+    });
+    let ran = run.paused_turn.iter().filter_map(|c| {
+        let result = c.result.as_ref()?;
+        Some(Evidence {
+            call_id: c.call_id.clone(),
+            tool: c.tool.clone(),
+            input: c.input.clone(),
+            content: result.content.clone(),
+            is_error: result.is_error,
+        })
+    });
+    sent.chain(ran).collect()
 }
 
 /// How many times [`Event::fit`] cuts before it gives up.

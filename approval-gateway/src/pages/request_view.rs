@@ -13,10 +13,10 @@ use crate::state::AppState;
 use crate::time::{readable, time_left};
 use axum::http::StatusCode;
 use countersign_model::audit::{AuditEntry, AuditKind};
+use countersign_model::events::{Evidence, seen_by_agent};
 use countersign_model::now_ms;
 use countersign_model::run::{
     Action, Block, CallOutcome, Decision, HeldCall, Message, Recheck, Run, RunStatus, Speaker,
-    TurnCall,
 };
 use countersign_store::RefusalCode;
 use maud::{Markup, html};
@@ -41,8 +41,9 @@ pub(crate) struct CallView {
     pub(crate) deadline: Option<i64>,
     /// The conversation up to the call.
     pub(crate) messages: Vec<Message>,
-    /// The calls of the same turn that needed nobody and already ran.
-    pub(crate) ran: Vec<TurnCall>,
+    /// What the agent had seen when it asked: what an external agent sent with its ask, and
+    /// the results of the same turn's calls that needed nobody.
+    pub(crate) seen: Vec<Evidence>,
     /// The call as held, while it can still be decided.
     pub(crate) open: Option<HeldCall>,
     /// The call this one replaces, when it is asked about again because its policy changed.
@@ -113,7 +114,7 @@ impl CallView {
                 Some(i) => run.messages[..=i].to_vec(),
                 None => run.messages.clone(),
             },
-            ran: Vec::new(),
+            seen: Vec::new(),
             open: None,
             outcome: Some(outcome),
         }))
@@ -144,12 +145,7 @@ impl CallView {
             deadline: call.deadline,
             open: outcome.is_none().then(|| call.clone()),
             recheck: call.recheck.clone(),
-            ran: run
-                .paused_turn
-                .iter()
-                .filter(|c| c.result.is_some())
-                .cloned()
-                .collect(),
+            seen: seen_by_agent(run),
             messages: run.messages.clone(),
             outcome,
         }
@@ -242,13 +238,11 @@ impl CallView {
                 }
                 h2 { "The conversation" }
                 (conversation(&self.messages))
-                @for call in &self.ran {
-                    @if let Some(result) = &call.result {
-                        div.turn {
-                            div.who { "Ran in the same turn without approval: " code { (call.tool) } }
-                            pre { (pretty(&call.input)) }
-                            pre { (laid_out(&result.content)) }
-                        }
+                @for seen in &self.seen {
+                    div.turn {
+                        div.who { "Seen by the agent before it asked: " code { (seen.tool) } }
+                        pre { (pretty(&seen.input)) }
+                        pre { (laid_out(&seen.content)) }
                     }
                 }
             }

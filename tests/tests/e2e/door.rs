@@ -7,6 +7,7 @@ use base64::Engine;
 use countersign_tests::app::{
     ADMIN_KEY, PATIENCE, READER_KEY, REQUESTER_KEY, REVIEWER_KEY, TestApp,
 };
+use countersign_tests::live::LiveEvents;
 use countersign_tests::wait_for;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
@@ -95,7 +96,8 @@ async fn look(app: &TestApp, key: &str, state: &Value, wait: u64) -> (StatusCode
 
 fn refund(amount: f64) -> Value {
     json!({"tool": "issue_refund", "input": {"order_id": "A-1001", "amount": amount, "reason": "damaged"},
-           "message": "The customer sent a photo of the damage.", "session": "conv-1"})
+           "message": "The customer sent a photo of the damage.", "session": "conv-1",
+           "evidence": [{"tool": "get_order", "input": {"order_id": "A-1001"}, "content": "paid $40 by card"}]})
 }
 
 #[tokio::test]
@@ -146,6 +148,12 @@ async fn a_held_call_waits_for_a_person_then_runs_with_its_receipt() {
         0,
         "nothing ran before the approval"
     );
+    // What the agent had seen goes to the reviewers with the request.
+    let (_, events) = LiveEvents::open(&app, run_id, ADMIN_KEY, None).await;
+    let requested = events.unwrap().until("approval.requested").await;
+    let evidence = &requested.last().unwrap().data["evidence"];
+    assert_eq!(evidence[0]["tool"], "get_order", "{evidence}");
+    assert_eq!(evidence[0]["content"], "paid $40 by card", "{evidence}");
     let (status, body) = app
         .approve(
             run_id,
