@@ -82,9 +82,7 @@ class Gateway:
     def client(self, key: str = REQUESTER_KEY, **options: object) -> countersign.Client:
         return countersign.Client(self.url, key, **options)  # type: ignore[arg-type]
 
-    def async_client(
-        self, key: str = REQUESTER_KEY, **options: object
-    ) -> countersign.AsyncClient:
+    def async_client(self, key: str = REQUESTER_KEY, **options: object) -> countersign.AsyncClient:
         return countersign.AsyncClient(self.url, key, **options)  # type: ignore[arg-type]
 
 
@@ -128,7 +126,9 @@ def _wait_ready(process: subprocess.Popen[bytes], gateway: Gateway) -> None:
             except httpx.HTTPError:
                 pass
         time.sleep(0.1)
-    raise RuntimeError(f"countersign-local not ready in {READY_WITHIN_SECS}s:\n{_tail(gateway.log)}")
+    raise RuntimeError(
+        f"countersign-local not ready in {READY_WITHIN_SECS}s:\n{_tail(gateway.log)}"
+    )
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:

@@ -62,7 +62,9 @@ async def test_a_run_followed_live_through_its_pause_and_a_persons_decision(
             {"order_id": "A-1005", "amount": 80, "reason": "arrived damaged"},
             idempotency_key=key(),
             message="The customer sent a photo of the damage.",
-            evidence=[{"tool": "get_order", "input": {"order_id": "A-1005"}, "content": "paid $80"}],
+            evidence=[
+                {"tool": "get_order", "input": {"order_id": "A-1005"}, "content": "paid $80"}
+            ],
             wait_secs=0,
         )
         seen: list[Event] = []
@@ -106,9 +108,14 @@ async def test_decisions_and_errors_through_the_async_client(
 ) -> None:
     async with gateway.async_client() as client, gateway.async_client(ADMIN_KEY) as reviewer:
         with pytest.raises(NotFound):
-            await client.ask("nobody", "send_email", {"to": "a", "body": "b"}, idempotency_key=key())
+            await client.ask(
+                "nobody", "send_email", {"to": "a", "body": "b"}, idempotency_key=key()
+            )
         held = await client.ask(
-            AGENT, "send_email", {"to": "bo@example.com", "body": "hi"}, idempotency_key=key(),
+            AGENT,
+            "send_email",
+            {"to": "bo@example.com", "body": "hi"},
+            idempotency_key=key(),
             wait_secs=0,
         )
         assert await until_sorted(client, held.run_id, held.call_id) is Status.PENDING

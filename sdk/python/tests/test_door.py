@@ -256,8 +256,13 @@ def test_errors_carry_the_gateways_status_code_and_refusal(
     assert unfit.value.status == 422 and "send_email" in unfit.value.message
 
     with pytest.raises(BadRequest) as too_long:
-        client.ask(AGENT, "note_customer", {"customer": "a", "note": "b"}, idempotency_key=key(),
-                   wait_secs=3600)
+        client.ask(
+            AGENT,
+            "note_customer",
+            {"customer": "a", "note": "b"},
+            idempotency_key=key(),
+            wait_secs=3600,
+        )
     assert too_long.value.code == "bad_request"
 
     held = held_email(client, key())

@@ -18,10 +18,10 @@ from .support import AGENT
 def test_the_decoder_reads_events_cut_anywhere_with_any_line_ending() -> None:
     wire = (
         ": heartbeat\r\n"
-        "id: 1\r\nevent: turn.started\r\ndata: {\"seq\":1}\r\n\r\n"
+        'id: 1\r\nevent: turn.started\r\ndata: {"seq":1}\r\n\r\n'
         "id: 2\revent: text.delta\rdata: line one\rdata:line two\r\r"
         "retry: 1500\nid: 3\nevent: run.completed\ndata: {}\n\n"
-        "event: stream.cut\ndata: {\"reason\":\"slow\"}\n\n"
+        'event: stream.cut\ndata: {"reason":"slow"}\n\n'
     )
     expected = [
         Message("turn.started", '{"seq":1}', "1"),
@@ -57,9 +57,7 @@ class CutAfterFirstEvent(httpx.BaseTransport):
             return response
         self.cut = True
         assert isinstance(response.stream, httpx.SyncByteStream)
-        return httpx.Response(
-            200, headers=response.headers, stream=FirstEventOnly(response.stream)
-        )
+        return httpx.Response(200, headers=response.headers, stream=FirstEventOnly(response.stream))
 
     def close(self) -> None:
         self.inner.close()

@@ -55,9 +55,8 @@ def test_an_exception_is_reported_failed_with_its_text_and_raised(
 ) -> None:
     call = released_note(client, key())
 
-    with pytest.raises(RuntimeError, match="the CRM is down"):
-        with client.executing(call):
-            raise RuntimeError("the CRM is down")
+    with pytest.raises(RuntimeError, match="the CRM is down"), client.executing(call):
+        raise RuntimeError("the CRM is down")
 
     after = client.get_call(call.run_id, call.call_id, wait_secs=0).execution
     assert after is not None
@@ -75,13 +74,11 @@ def test_a_second_attempt_runs_nothing_and_is_told_what_the_first_recorded(
 
     # Another process asking the same call again sees it ran, in the answer.
     asked_again = released_note(client, same)
-    with pytest.raises(AlreadyExecuted) as seen:
-        with client.executing(asked_again):
-            ran.append("asked again")
+    with pytest.raises(AlreadyExecuted) as seen, client.executing(asked_again):
+        ran.append("asked again")
     # One holding a view from before the claim is refused by the gateway.
-    with pytest.raises(AlreadyExecuted) as refused:
-        with client.executing(call):
-            ran.append("stale view")
+    with pytest.raises(AlreadyExecuted) as refused, client.executing(call):
+        ran.append("stale view")
 
     assert ran == []
     assert asked_again.run_id == call.run_id
@@ -96,18 +93,15 @@ def test_a_claim_never_finished_is_in_doubt_and_never_run_again(
 ) -> None:
     call = released_note(client, key())
     # Interrupted in the middle: it may or may not have had its effect, so no end is reported.
-    with pytest.raises(KeyboardInterrupt):
-        with client.executing(call):
-            raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt), client.executing(call):
+        raise KeyboardInterrupt
     ran: list[str] = []
 
     looked = client.get_call(call.run_id, call.call_id, wait_secs=0)
-    with pytest.raises(ExecutionInDoubt) as seen:
-        with client.executing(looked):
-            ran.append("looked again")
-    with pytest.raises(ExecutionInDoubt) as refused:
-        with client.executing(call):
-            ran.append("stale view")
+    with pytest.raises(ExecutionInDoubt) as seen, client.executing(looked):
+        ran.append("looked again")
+    with pytest.raises(ExecutionInDoubt) as refused, client.executing(call):
+        ran.append("stale view")
 
     assert ran == []
     assert looked.execution is not None and looked.execution.status is ExecutionStatus.STARTED
@@ -125,8 +119,7 @@ def test_a_call_not_released_to_the_agent_cannot_be_claimed(
     ran: list[str] = []
 
     for call in (held, ran_by_countersign):
-        with pytest.raises(Conflict) as refused:
-            with client.executing(call):
-                ran.append(call.call_id)
+        with pytest.raises(Conflict) as refused, client.executing(call):
+            ran.append(call.call_id)
         assert refused.value.code == "not_released"
     assert ran == []

@@ -1,12 +1,13 @@
 """A FastAPI tool that requires receipts (`countersign.fastapi.RequireReceipt`), sent
 receipts the real gateway signed for calls a person approved."""
 
-from __future__ import annotations
+# No `from __future__ import annotations` here: FastAPI reads the route's annotations, and a
+# dependency held in a local variable is only found while they are evaluated at once.
 
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import httpx
 import pytest
@@ -37,7 +38,7 @@ def email_tool(gateway: Gateway, jtis: FileJtis) -> tuple[FastAPI, list[Email]]:
     answers: dict[str, dict[str, Any]] = {}
 
     @app.post("/send")
-    def send(email: Email, checked: Checked = Depends(receipt)) -> dict[str, Any]:
+    def send(email: Email, checked: Annotated[Checked, Depends(receipt)]) -> dict[str, Any]:
         key = checked.claims.idempotency_key
         if checked.again:
             if key not in answers:

@@ -108,6 +108,16 @@ def test_a_receipt_for_this_call_and_input_is_accepted_once_and_recognised_again
     assert (first.claims.decided_by, first.claims.grant) == (("rita",), None)
 
 
+def test_a_receipt_signed_by_a_clock_ahead_of_the_tools_is_accepted(
+    gateway: Gateway, check: Callable[..., Any]
+) -> None:
+    ahead = int(time.time()) + 600
+
+    checked = check(gateway.receipt(iat=ahead, nbf=ahead, exp=ahead + 3600))
+
+    assert checked.claims.iat == ahead
+
+
 @pytest.mark.parametrize(
     ("refusal", "code", "make"),
     [
@@ -122,10 +132,18 @@ def test_a_receipt_for_this_call_and_input_is_accepted_once_and_recognised_again
         (OtherCall, "other_call", lambda g: (g.receipt(), "run_1:02:call_1", BODY)),
         (OtherCall, "other_call", lambda g: (g.receipt(), None, BODY)),
         (Expired, "expired", lambda g: (g.receipt(exp=int(time.time()) - 120), KEY, BODY)),
-        (InputChanged, "input_changed", lambda g: (g.receipt(), KEY, b'{"order_id":"A-1001","amount":41}')),
+        (
+            InputChanged,
+            "input_changed",
+            lambda g: (g.receipt(), KEY, b'{"order_id":"A-1001","amount":41}'),
+        ),
         (InputChanged, "input_changed", lambda g: (g.receipt(), KEY, b"not json")),
         (InputChanged, "input_changed", lambda g: (g.receipt(), KEY, b'{"amount": NaN}')),
-        (InexactNumber, "inexact_number", lambda g: (g.receipt(), KEY, b'{"order_id":"A-1001","amount":9007199254740993}')),
+        (
+            InexactNumber,
+            "inexact_number",
+            lambda g: (g.receipt(), KEY, b'{"order_id":"A-1001","amount":9007199254740993}'),
+        ),
     ],
 )
 def test_each_refusal_has_the_rust_verifiers_code(

@@ -11,9 +11,9 @@ from .calls import (
     Call,
     CallResult,
     Decision,
+    Executes,
     Execution,
     ExecutionStatus,
-    Executes,
     Held,
     Status,
 )
@@ -61,6 +61,7 @@ from .runs import (
 from .version import VERSION as __version__
 
 __all__ = [
+    "END_TYPES",
     "AlreadyExecuted",
     "Approve",
     "AsyncClient",
@@ -78,7 +79,6 @@ __all__ = [
     "Decided",
     "Decision",
     "DecisionRequest",
-    "END_TYPES",
     "Edit",
     "Event",
     "Evidence",

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Mapping, Sequence
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 
@@ -28,6 +28,9 @@ from .runs import (
     RunState,
 )
 from .settings import Settings
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 T = TypeVar("T")
 
@@ -56,7 +59,7 @@ class AsyncClient:
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def __aenter__(self) -> AsyncClient:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *_: object) -> None:
@@ -126,9 +129,7 @@ class AsyncClient:
 
     # Decisions
 
-    async def pending(
-        self, *, limit: int | None = None, cursor: str | None = None
-    ) -> PendingPage:
+    async def pending(self, *, limit: int | None = None, cursor: str | None = None) -> PendingPage:
         return await self.send(operations.pending(limit, cursor))
 
     async def decide(
@@ -143,9 +144,7 @@ class AsyncClient:
     async def approve(
         self, call: Decidable, *, note: str | None = None, decided_by: str | None = None
     ) -> Decided:
-        return await self.decide(
-            call.run_id, [Approve.of(call, note=note)], decided_by=decided_by
-        )
+        return await self.decide(call.run_id, [Approve.of(call, note=note)], decided_by=decided_by)
 
     async def edit(
         self,
@@ -194,9 +193,7 @@ class AsyncClient:
             )
         )
 
-    async def get_call(
-        self, run_id: str, call_id: str, *, wait_secs: int | None = None
-    ) -> Call:
+    async def get_call(self, run_id: str, call_id: str, *, wait_secs: int | None = None) -> Call:
         return await self.send(operations.get_call(run_id, call_id, wait_secs))
 
     async def wait(self, call: Call, timeout: float | None = None) -> Call:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 
@@ -27,6 +27,9 @@ from .runs import (
     RunState,
 )
 from .settings import Settings
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 T = TypeVar("T")
 
@@ -59,7 +62,7 @@ class Client:
     def close(self) -> None:
         self._http.close()
 
-    def __enter__(self) -> Client:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *_: object) -> None:
@@ -256,4 +259,3 @@ class Executing:
             return
         with logged_if_failing(self._attempt):
             operations.drive(finish, self._client.send)
-

@@ -197,4 +197,3 @@ class Following:
         if self._retry_ms is not None:
             return self._retry_ms / 1000
         return min(0.25 * 2.0 ** max(self._failures - 1, 0), 5.0)
-

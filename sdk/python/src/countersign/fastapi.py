@@ -27,8 +27,7 @@ from __future__ import annotations
 from fastapi import HTTPException, Request
 from starlette.concurrency import run_in_threadpool
 
-from .receipts import Checked, Refusal, Verifier
-from .receipts.verify import RECEIPT_HEADER
+from .receipts import RECEIPT_HEADER, Checked, Refusal, Verifier
 
 #: The largest body read, in bytes, as the Rust layer's `BODY_LIMIT`.
 BODY_LIMIT = 1 << 20

@@ -13,7 +13,7 @@ def instant(value: Any) -> datetime | None:
     if value is None:
         return None
     if isinstance(value, bool):
-        raise ValueError(f"not an instant: {value!r}")
+        raise TypeError(f"not an instant: {value!r}")
     if isinstance(value, (int, float)):
         return datetime.fromtimestamp(value / 1000, tz=timezone.utc)
     text = str(value)

@@ -149,8 +149,7 @@ def ask(
     optional = {
         "task": task,
         "message": message or None,
-        "evidence": [e.to_json() if isinstance(e, Evidence) else dict(e) for e in evidence]
-        or None,
+        "evidence": [e.to_json() if isinstance(e, Evidence) else dict(e) for e in evidence] or None,
         "session": session,
         "requested_by": requested_by,
         "wait_secs": wait_secs,

@@ -41,6 +41,8 @@ from .refusals import (
 from .verify import LEEWAY_SECS, RECEIPT_HEADER, Checked, Claims, Verifier
 
 __all__ = [
+    "LEEWAY_SECS",
+    "RECEIPT_HEADER",
     "BadSignature",
     "Checked",
     "Claims",
@@ -54,14 +56,12 @@ __all__ = [
     "Jwks",
     "KeysError",
     "KeysUnavailable",
-    "LEEWAY_SECS",
     "Malformed",
     "MemoryJtis",
     "Missing",
     "OtherCall",
     "OtherIssuer",
     "OtherTool",
-    "RECEIPT_HEADER",
     "Refusal",
     "Reused",
     "Seen",

@@ -122,7 +122,8 @@ class FileJtis:
             self._rewrite(lines)
         for jti, key, until in lines:
             self._remembered.record(jti, key, until)
-        self._file: IO[bytes] = open(self._path, "ab")
+        # Open for the store's life, appended to on each first use; `close` closes it.
+        self._file: IO[bytes] = open(self._path, "ab")  # noqa: SIM115
         # The file's name itself must survive a crash.
         _sync_folder(self._path.parent)
 
@@ -187,8 +188,7 @@ class FileJtis:
         """Replaces the file with `lines`, atomically: a crash leaves the old file or the new."""
         fresh = self._path.with_name(self._path.name + ".new")
         with open(fresh, "wb") as file:
-            for jti, key, until in lines:
-                file.write(_line(jti, key, until))
+            file.writelines(_line(jti, key, until) for jti, key, until in lines)
             file.flush()
             os.fsync(file.fileno())
         os.replace(fresh, self._path)

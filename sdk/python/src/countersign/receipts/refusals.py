@@ -86,8 +86,7 @@ class InputChanged(Refusal):
 class InexactNumber(Refusal):
     code = "inexact_number"
     default_message = (
-        "the input holds an integer past 2^53 - 1, which the receipt's digest does not bind "
-        "exactly"
+        "the input holds an integer past 2^53 - 1, which the receipt's digest does not bind exactly"
     )
 
 
