@@ -1,14 +1,15 @@
-"""Requiring a countersignature receipt in a FastAPI (or Starlette) tool:
+"""Requiring a countersignature receipt in a FastAPI tool:
 
+    from typing import Annotated
     from fastapi import Depends, FastAPI
     from countersign.fastapi import RequireReceipt
     from countersign.receipts import Checked, FileJtis, Verifier
 
-    receipt = RequireReceipt(Verifier(JWKS_URL, "issue_refund", GATEWAY, FileJtis(PATH)),
-                             tool="issue_refund")
+    verifier = Verifier(JWKS_URL, "issue_refund", GATEWAY, FileJtis(PATH))
+    receipt = RequireReceipt(verifier, tool="issue_refund")
 
     @app.post("/refunds")
-    def refund(order: Order, checked: Checked = Depends(receipt)) -> dict: ...
+    def refund(order: Order, checked: Annotated[Checked, Depends(receipt)]) -> dict: ...
 
 The dependency reads the receipt from the `Countersign-Receipt` header, the
 `Idempotency-Key` header and the raw JSON body, and checks them together. The handler runs
@@ -18,8 +19,8 @@ and should answer as it did the first time, running nothing.
 A refusal is answered as the Rust `RequireReceipt` layer answers it, so the worker reads a
 Python tool and a Rust one the same way: 401 with `WWW-Authenticate: Countersign-Receipt
 error="<code>"` (the worker then tells the model the call failed and flags the run for a
-person), or 503 when the keys or the jti store cannot be reached; the body says what is wrong
-and its code. A body over 1 MiB is answered 413.
+person), or 503 when the keys or the jti store cannot be reached. The body, in FastAPI's
+`detail`, says what is wrong and its code. A body over 1 MiB is answered 413.
 """
 
 from __future__ import annotations
