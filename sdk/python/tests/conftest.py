@@ -69,21 +69,20 @@ approval = "never"
 
 @dataclass(frozen=True)
 class Gateway:
-    """Where the session's countersign answers, and with which keys."""
+    """Where the session's countersign answers, and where its runner logs."""
 
     url: str
-    tools_url: str
     log: Path
 
     @property
     def jwks_url(self) -> str:
         return f"{self.url}/.well-known/jwks.json"
 
-    def client(self, key: str = REQUESTER_KEY, **options: object) -> countersign.Client:
-        return countersign.Client(self.url, key, **options)  # type: ignore[arg-type]
+    def client(self, key: str = REQUESTER_KEY) -> countersign.Client:
+        return countersign.Client(self.url, key)
 
-    def async_client(self, key: str = REQUESTER_KEY, **options: object) -> countersign.AsyncClient:
-        return countersign.AsyncClient(self.url, key, **options)  # type: ignore[arg-type]
+    def async_client(self, key: str = REQUESTER_KEY) -> countersign.AsyncClient:
+        return countersign.AsyncClient(self.url, key)
 
 
 def _free(port: int) -> bool:
@@ -170,7 +169,6 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     )
     gateway = Gateway(
         url=f"http://127.0.0.1:{8080 + offset}",
-        tools_url=f"http://127.0.0.1:{9100 + offset}",
         log=log,
     )
     with open(log, "wb") as output:

@@ -24,6 +24,7 @@ from countersign.receipts import (
     JtiStoreError,
     JtiStoreUnavailable,
     Jwks,
+    KeysError,
     KeysUnavailable,
     Malformed,
     MemoryJtis,
@@ -220,6 +221,27 @@ def test_keys_are_fetched_again_for_an_unknown_kid_at_most_once_per_interval() -
     now[0] = 400  # past max_age: fetched again even for a known kid
     assert jwks.find("k1") is not None
     assert len(fetches) == 3
+
+
+def test_keys_past_their_age_that_cannot_be_fetched_are_not_used() -> None:
+    now = [0.0]
+    up = [True]
+
+    def serve(request: httpx.Request) -> httpx.Response:
+        if not up[0]:
+            return httpx.Response(503)
+        return httpx.Response(200, json=Gateway("k1").jwks())
+
+    http = httpx.Client(transport=httpx.MockTransport(serve))
+    jwks = Jwks("https://gw/jwks", min_interval=10, max_age=300, http=http, clock=lambda: now[0])
+    assert jwks.find("k1") is not None
+    up[0] = False
+
+    now[0] = 299
+    assert jwks.find("k1") is not None  # still fresh: the copy is used
+    now[0] = 301
+    with pytest.raises(KeysError):
+        jwks.find("k1")
 
 
 def test_integers_past_two_to_the_53_are_found_in_the_text() -> None:

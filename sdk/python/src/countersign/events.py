@@ -185,7 +185,7 @@ class Following:
         self._failures += 1
         if self._failures > self._max_failures:
             raise StreamLost(
-                f"the events stream of {self.path} dropped {self._failures - 1} times in a row"
+                f"the events stream of {self.path} dropped {self._failures} times in a row"
             ) from error
 
     def pause(self) -> float:
