@@ -27,9 +27,8 @@ import httpx
 import pytest
 
 import countersign
-from countersign import BadRequest, MethodNotAllowed, NotFound, operations
 
-from .support import AGENT, released_note
+from .support import AGENT
 
 REPOSITORY = Path(__file__).resolve().parents[3]
 REQUESTER_KEY = "local-requester-key-0000"
@@ -206,21 +205,3 @@ def reviewer(gateway: Gateway) -> Iterator[countersign.Client]:
 def key() -> Callable[[], str]:
     """Fresh idempotency keys: each ask of a test is its own call unless it means otherwise."""
     return lambda: f"test-{uuid.uuid4()}"
-
-
-@pytest.fixture(scope="session")
-def execution_route(gateway: Gateway) -> None:
-    """Skips the test while the gateway has no execution route. The probe is a report with
-    an empty attempt id, which a gateway with the route refuses (400) and records nothing."""
-    with gateway.client() as client:
-        call = released_note(client, "probe-the-execution-route")
-        try:
-            client.send(operations.report_execution(call, {"attempt": "", "status": "started"}))
-        except (NotFound, MethodNotAllowed) as missing:
-            pytest.skip(
-                f"the gateway answers {missing.status} for POST .../execution: the execution "
-                "route has not landed in this build"
-            )
-        except BadRequest:
-            return
-    pytest.fail("a report with an empty attempt id was taken")

@@ -134,7 +134,6 @@ async def test_decisions_and_errors_through_the_async_client(
     assert run.run_id == held.run_id and run.agent == AGENT
 
 
-@pytest.mark.usefixtures("execution_route")
 async def test_running_a_released_call_with_the_async_client(
     gateway: Gateway, key: Callable[[], str]
 ) -> None:

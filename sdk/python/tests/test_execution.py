@@ -1,7 +1,5 @@
 """Running a call released to the agent under its execution record (`executing`), against
-the real gateway. The gateway's execution route lands separately from this SDK: these tests
-are skipped, saying so, only while the gateway answers 404 or 405 for it (see the
-`execution_route` fixture)."""
+the real gateway."""
 
 from __future__ import annotations
 
@@ -19,8 +17,6 @@ from countersign import (
 )
 
 from .support import AGENT, held_email, released_note
-
-pytestmark = pytest.mark.usefixtures("execution_route")
 
 
 def test_executing_claims_the_call_then_reports_its_result(
