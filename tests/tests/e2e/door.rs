@@ -373,6 +373,66 @@ async fn a_call_countersign_runs_is_never_reported_by_the_agent() {
 }
 
 #[tokio::test]
+async fn a_receipt_the_gateway_signed_for_a_released_call_verifies_in_node() {
+    let app = app().await;
+    let input = json!({"to": "ana@example.com", "body": "Ça va? 😀", "n": 1.5e-7});
+    let (_, asked) = ask(
+        &app,
+        REQUESTER_KEY,
+        "k-node",
+        json!({"tool": "send_email", "input": input, "wait_secs": 0}),
+    )
+    .await;
+    let held = wait_for("the email held", PATIENCE, || async {
+        let (_, state) = look(&app, REQUESTER_KEY, &asked, 1).await;
+        (state["status"] == "pending").then_some(state)
+    })
+    .await;
+    let run_id = held["run_id"].as_str().unwrap();
+    let (status, body) = app
+        .approve(
+            run_id,
+            held["call_id"].as_str().unwrap(),
+            &held["held"]["digest"],
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (_, done) = look(&app, REQUESTER_KEY, &held, 30).await;
+    let receipt = done["decision"]["receipt"].as_str().expect("a receipt");
+    let signed = claims(receipt);
+    // What the tool knows: the gateway's keys, who it expects receipts from and for, and the
+    // request it received (the receipt, the Idempotency-Key it came with, the body).
+    let case = json!({
+        "jwks_url": format!("{}/.well-known/jwks.json", app.gateway_url),
+        "issuer": signed["iss"],
+        "audience": "send_email",
+        "tool": "send_email",
+        "input": done["input"],
+        "idempotency_key": format!("{}:{}:{}", signed["run_id"].as_str().unwrap(), signed["turn"], signed["call_id"].as_str().unwrap()),
+        "receipt": receipt,
+    });
+    let file = std::env::temp_dir().join(format!("countersign-receipt-case-{run_id}.json"));
+    std::fs::write(&file, case.to_string()).unwrap();
+    let node = concat!(env!("CARGO_MANIFEST_DIR"), "/../sdk/node");
+    let out = tokio::process::Command::new("node")
+        .arg("--test")
+        .current_dir(node)
+        .env("COUNTERSIGN_RECEIPT_CASE", &file)
+        .output()
+        .await
+        .expect("node (20 or later) on the PATH");
+    std::fs::remove_file(&file).unwrap();
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{report}");
+    // The gateway's receipt was checked, not skipped.
+    assert!(report.contains("# skipped 0"), "{report}");
+    assert!(
+        report.contains("ok 5 - a receipt the gateway signed"),
+        "{report}"
+    );
+}
+
+#[tokio::test]
 async fn a_bad_ask_is_refused_with_what_is_wrong_and_starts_nothing() {
     let app = app().await;
     let cases = [
