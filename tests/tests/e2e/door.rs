@@ -36,6 +36,12 @@ name = "send_email"
 input_schema = {{ type = "object", properties = {{ to = {{ type = "string" }}, body = {{ type = "string" }} }}, required = ["to", "body"] }}
 [tools.approval]
 reason = "Email leaves the company"
+
+[[tools]]
+name = "page_oncall"
+input_schema = {{ type = "object", properties = {{ message = {{ type = "string" }} }}, required = ["message"] }}
+[tools.approval]
+timeout = "1s"
 "#
     );
     let app = app.start().await;
@@ -430,6 +436,60 @@ async fn a_receipt_the_gateway_signed_for_a_released_call_verifies_in_node() {
         report.contains("ok 5 - a receipt the gateway signed"),
         "{report}"
     );
+}
+
+#[tokio::test]
+async fn a_call_nobody_decides_in_time_expires_and_a_cancelled_one_never_runs() {
+    let app = app().await;
+    // Nobody decides the page within its second: the ask's wait ends with the expiry.
+    let page = json!({"tool": "page_oncall", "input": {"message": "disk full"}, "wait_secs": 30});
+    let (status, expired) = ask(&app, REQUESTER_KEY, "k-page", page).await;
+    assert_eq!(status, StatusCode::OK, "{expired}");
+    assert_eq!(expired["status"], "expired", "{expired}");
+    assert_eq!(expired["decision"]["expired"], true, "{expired}");
+    assert!(expired["decision"].get("receipt").is_none(), "{expired}");
+    let (status, body) = report(
+        &app,
+        REQUESTER_KEY,
+        &expired,
+        json!({"attempt": "a", "status": "started"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["error"]["code"], "not_released", "{body}");
+
+    // A held refund cancelled by the agent's key: its wait ends cancelled, nothing ran, and
+    // a late approval is refused.
+    let mut body = refund(60.0);
+    body["wait_secs"] = json!(0);
+    let (_, asked) = ask(&app, REQUESTER_KEY, "k-cancel", body).await;
+    let held = wait_for("the refund held", PATIENCE, || async {
+        let (_, state) = look(&app, REQUESTER_KEY, &asked, 1).await;
+        (state["status"] == "pending").then_some(state)
+    })
+    .await;
+    let run_id = held["run_id"].as_str().unwrap();
+    let (status, body) = app
+        .request(
+            Method::POST,
+            &format!("/v1/runs/{run_id}/cancel"),
+            Some(REQUESTER_KEY),
+            Some(json!({"reason": "the customer withdrew"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let (status, cancelled) = look(&app, REQUESTER_KEY, &held, 30).await;
+    assert_eq!(status, StatusCode::OK, "{cancelled}");
+    assert_eq!(cancelled["status"], "cancelled", "{cancelled}");
+    let (status, body) = app
+        .approve(
+            run_id,
+            held["call_id"].as_str().unwrap(),
+            &held["held"]["digest"],
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(app.tools.refunds().len(), 0, "a cancelled call never runs");
 }
 
 #[tokio::test]
