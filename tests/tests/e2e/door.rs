@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 const AGENT: &str = "desk";
 
-async fn app() -> TestApp {
+pub(super) async fn app() -> TestApp {
     let app = TestApp::builder(|_: &Value| countersign_fake_model::anthropic_text("Unused."));
     let tools = "TOOLS";
     let agent = format!(
@@ -36,6 +36,11 @@ name = "send_email"
 input_schema = {{ type = "object", properties = {{ to = {{ type = "string" }}, body = {{ type = "string" }} }}, required = ["to", "body"] }}
 [tools.approval]
 reason = "Email leaves the company"
+
+[[tools]]
+name = "note_customer"
+input_schema = {{ type = "object", properties = {{ customer = {{ type = "string" }}, note = {{ type = "string" }} }}, required = ["customer", "note"] }}
+approval = "never"
 
 [[tools]]
 name = "page_oncall"
@@ -67,7 +72,7 @@ timeout = "1s"
 }
 
 /// An ask as `key`, under idempotency key `idem`.
-async fn ask(app: &TestApp, key: &str, idem: &str, body: Value) -> (StatusCode, Value) {
+pub(super) async fn ask(app: &TestApp, key: &str, idem: &str, body: Value) -> (StatusCode, Value) {
     ask_at(app, AGENT, key, idem, body).await
 }
 
@@ -249,7 +254,12 @@ async fn a_tool_without_an_endpoint_is_released_to_the_agent_with_the_edited_inp
 }
 
 /// A report of how the agent ran a call released to it, as `key`.
-async fn report(app: &TestApp, key: &str, state: &Value, body: Value) -> (StatusCode, Value) {
+pub(super) async fn report(
+    app: &TestApp,
+    key: &str,
+    state: &Value,
+    body: Value,
+) -> (StatusCode, Value) {
     let path = format!("{}/execution", state["links"]["self"].as_str().unwrap());
     app.request(Method::POST, &path, Some(key), Some(body))
         .await

@@ -11,6 +11,7 @@ mod chaos;
 mod cli;
 mod decision_authority;
 mod door;
+mod door_histories;
 mod doors;
 mod email;
 mod error_shape;
