@@ -122,7 +122,7 @@ def receipt_checked(gateway: Gateway, call: Call) -> Checked:
 
 def brief_agent(gateway: Gateway) -> str:
     """`desk-brief`, written into the runner's agents folder (the runner reloads it within a
-    second), once the gateway has it."""
+    second), once the gateway and the worker both have it: a call of it is let through."""
     written = gateway.log.parent / "agents" / f"{BRIEF_AGENT}.toml"
     if not written.exists():
         written.write_text(BRIEF_AGENT_FILE)
@@ -130,16 +130,16 @@ def brief_agent(gateway: Gateway) -> str:
     def loaded() -> bool | None:
         with gateway.client() as client:
             try:
-                client.ask(
+                call = client.ask(
                     BRIEF_AGENT,
                     "note_customer",
                     {"customer": "probe", "note": "is the agent loaded?"},
                     idempotency_key=f"probe-{uuid.uuid4()}",
-                    wait_secs=0,
+                    wait_secs=5,
                 )
             except NotFound:
                 return None
-        return True
+        return True if call.status is Status.ALLOWED else None
 
     until(loaded)
     return BRIEF_AGENT

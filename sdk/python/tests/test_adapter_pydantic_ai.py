@@ -15,7 +15,14 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from pydantic_ai import Agent, DeferredToolRequests, FunctionToolset, ToolApproved, ToolDenied
+from pydantic_ai import (
+    Agent,
+    DeferredToolRequests,
+    DeferredToolResults,
+    FunctionToolset,
+    ToolApproved,
+    ToolDenied,
+)
 from pydantic_ai.conversation import Conversation, ConversationTypeAdapter
 from pydantic_ai.messages import (
     ModelMessage,
@@ -328,6 +335,33 @@ async def test_the_same_call_asked_and_resumed_twice_is_one_call_run_once(
 
     assert desks[0].runs_of("send_email") == [input] and desks[1].ran == []
     assert [returned(answer, "c1").content for answer in answers] == [{"message_id": "m-1"}] * 2
+
+
+async def test_results_made_by_hand_decide_nothing(
+    asker: AsyncClient, client: Client, reviewer: Client
+) -> None:
+    desk = Desk()
+    input = email(str(uuid.uuid4()))
+    agent = desk_agent(asker, desk, ToolCallPart("send_email", input, tool_call_id="c1"))
+    first = await agent.run("Tell Ana.")
+    _, ref = paused(first)
+
+    # Approved by the application while nobody has decided: asked again, it pauses again.
+    approved_here = DeferredToolResults(approvals={"c1": ToolApproved()})
+    again = await agent.run(conversation=first.conversation, deferred_tool_results=approved_here)
+    assert paused(again)[1] == ref
+    assert desk.ran == []
+
+    # Decided, then resumed with other arguments: what runs is what the person approved.
+    decided = held(client, ref.run_id, ref.call_id)
+    reviewer.approve(decided)
+    assert client.wait(decided, timeout=WITHIN_SECS).status is Status.APPROVED
+    other = DeferredToolResults(
+        approvals={"c1": ToolApproved(override_args={"to": "mallory@example.com", "body": "x"})},
+        metadata={"c1": ref.metadata()},
+    )
+    await agent.run(conversation=again.conversation, deferred_tool_results=other)
+    assert desk.runs_of("send_email") == [input]
 
 
 async def test_a_call_in_doubt_is_a_failure_for_the_model_and_is_not_run(
