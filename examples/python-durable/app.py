@@ -1,12 +1,12 @@
 """A support desk's agent as a web service that never waits for a person.
 
 A message starts a Pydantic AI run whose tools are under countersign. When a call is held
-for a person, the run pauses: its conversation (Pydantic AI's own `Conversation`: messages,
-usage, and the deferred requests it waits on) is saved to disk under the countersign runs of
-its held calls, and the request is answered 202. When a decision arrives (a webhook, a
-poller, or you with curl), `POST /countersign/runs/{run_id}/decided` loads the conversation
-in whatever process gets it and resumes the run: a refund comes back from countersign's
-worker, an email is sent here, once, with the input the reviewer approved.
+for a person, the run pauses: `start` saves it (Pydantic AI's own `Conversation`: messages,
+usage, and the deferred requests it waits on) in a folder, under the countersign ids of its
+held calls, and the request is answered 202. When a decision arrives (a webhook, a poller,
+or you with curl), `POST /countersign/runs/{run_id}/calls/{call_id}/decided` has `resume`
+load it in whatever process gets the request and run it on: a refund comes back from
+countersign's worker, an email is sent here, once, with the input the reviewer approved.
 
 The model is a `FunctionModel` that reads the message, so that it runs without keys:
 "refund A-1001 40" asks for a refund, "email ana@example.com Your refund is on its way"
@@ -23,17 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from countersign import AsyncClient
-from countersign.adapters.pydantic_ai import (
-    CallRef,
-    CountersignToolset,
-    countersign_results,
-    paused_calls,
-)
+from countersign.adapters.interrupts import FilePauses, Pause
+from countersign.adapters.pydantic_ai import CountersignToolset, resume, start
 from fastapi import FastAPI, HTTPException
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from pydantic_ai import Agent, DeferredToolRequests, FunctionToolset
-from pydantic_ai.conversation import Conversation, ConversationTypeAdapter
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
@@ -44,12 +39,13 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.run import AgentRunResult
 
 COUNTERSIGN_URL = os.environ.get("COUNTERSIGN_URL", "http://127.0.0.1:8080")
 COUNTERSIGN_KEY = os.environ.get("COUNTERSIGN_KEY", "local-requester-key-0000")
 STATE = Path(os.environ.get("DESK_STATE", "desk-state"))
-#: How long a resume waits for calls it was told were decided: a decision takes a moment to
-#: release its call once recorded, and a webhook may tell of it sooner.
+#: How long a resume waits for the calls it was told were decided: a decision takes a
+#: moment to release its call once recorded, and a webhook may tell of it sooner.
 DECIDED_WITHIN_SECS = 5
 
 
@@ -88,40 +84,9 @@ def issue_refund(order_id: str, amount: float) -> str:
 
 def send_email(to: str, body: str) -> dict[str, str]:
     """Email a customer."""
-    outbox = STATE / "outbox.jsonl"
-    with outbox.open("a") as sent:
-        sent.write(json.dumps({"to": to, "body": body}) + "\n")
+    with (STATE / "outbox.jsonl").open("a") as outbox:
+        outbox.write(json.dumps({"to": to, "body": body}) + "\n")
     return {"status": "sent", "to": to}
-
-
-class Conversations:
-    """Paused conversations on disk, each under the countersign runs it waits on."""
-
-    def __init__(self, root: Path) -> None:
-        self.by_id = root / "conversations"
-        self.by_run = root / "runs"
-        self.by_id.mkdir(parents=True, exist_ok=True)
-        self.by_run.mkdir(parents=True, exist_ok=True)
-
-    def save(self, conversation: Conversation) -> list[CallRef]:
-        """Saves `conversation`; the countersign calls it waits on, if it is paused."""
-        path = self.by_id / f"{conversation.conversation_id}.json"
-        # Written whole and renamed, so that a crash never leaves half a conversation.
-        partial = path.with_suffix(".partial")
-        partial.write_bytes(ConversationTypeAdapter.dump_json(conversation))
-        partial.replace(path)
-        requests = conversation.deferred_tool_requests
-        waiting_on = list(paused_calls(requests).values()) if requests else []
-        for ref in waiting_on:
-            (self.by_run / ref.run_id).write_text(conversation.conversation_id)
-        return waiting_on
-
-    def of_run(self, run_id: str) -> Conversation | None:
-        index = self.by_run / run_id
-        if not index.is_file():
-            return None
-        path = self.by_id / f"{index.read_text()}.json"
-        return ConversationTypeAdapter.validate_json(path.read_bytes())
 
 
 class Message(BaseModel):
@@ -139,50 +104,47 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             toolsets=[CountersignToolset(tools, client=client, agent="desk")],
             output_type=[str, DeferredToolRequests],
         )
-        app.state.conversations = Conversations(STATE)
+        app.state.pauses = FilePauses(STATE / "pauses")
         yield
 
 
 app = FastAPI(lifespan=lifespan)
 
 
-def answered(conversation: Conversation, output: Any, conversations: Conversations) -> Any:
-    """The run's answer (200), or where it waits (202), once its conversation is saved."""
-    waiting_on = conversations.save(conversation)
-    body = {"conversation_id": conversation.conversation_id}
-    if isinstance(output, DeferredToolRequests):
-        calls = [{"run_id": ref.run_id, "call_id": ref.call_id} for ref in waiting_on]
-        return JSONResponse({**body, "waiting_on": calls}, status_code=202)
-    return {**body, "answer": output}
+def answered(outcome: AgentRunResult[Any] | Pause) -> Any:
+    """The run's answer (200), or the countersign calls it waits on (202)."""
+    if isinstance(outcome, Pause):
+        calls = [{"run_id": c.run_id, "call_id": c.call_id} for c in outcome.calls]
+        body = {"conversation_id": outcome.session, "waiting_on": calls}
+        return JSONResponse(body, status_code=202)
+    return {"conversation_id": outcome.conversation.conversation_id, "answer": outcome.output}
 
 
 @app.post("/messages")
 async def message(message: Message) -> Any:
     """A customer's message: answered, or paused on the calls a person must decide."""
-    result = await app.state.agent.run(message.text, conversation_id=message.conversation_id)
-    return answered(result.conversation, result.output, app.state.conversations)
+    outcome = await start(
+        app.state.agent,
+        message.text,
+        store=app.state.pauses,
+        conversation_id=message.conversation_id,
+    )
+    return answered(outcome)
 
 
-@app.post("/countersign/runs/{run_id}/decided")
-async def decided(run_id: str) -> Any:
-    """A held call of `run_id` was decided: resumes its conversation once all its held calls
-    are. Safe to call again, or from several processes: a call runs once."""
-    conversation = app.state.conversations.of_run(run_id)
-    if conversation is None:
-        raise HTTPException(404, f"no conversation waits on run {run_id}")
-    requests = conversation.deferred_tool_requests
-    if requests is None:
-        return {"conversation_id": conversation.conversation_id, "answer": _last_text(conversation)}
-    results = await countersign_results(app.state.client, requests, timeout=DECIDED_WITHIN_SECS)
-    if requests.remaining(results) is not None:
-        raise HTTPException(409, "some of its calls still wait for a person")
-    result = await app.state.agent.run(conversation=conversation, deferred_tool_results=results)
-    return answered(result.conversation, result.output, app.state.conversations)
-
-
-def _last_text(conversation: Conversation) -> str:
-    """The answer of a conversation that was already resumed."""
-    for message in reversed(conversation.messages):
-        if isinstance(message, ModelResponse):
-            return "".join(p.content for p in message.parts if isinstance(p, TextPart))
-    return ""
+@app.post("/countersign/runs/{run_id}/calls/{call_id}/decided")
+async def decided(run_id: str, call_id: str) -> Any:
+    """Countersign call `call_id` of run `run_id` was decided: resumes the conversation that
+    waits on it once all its calls are (202 while one still waits). Safe to call again, or
+    from several processes: a call runs once."""
+    outcome = await resume(
+        app.state.agent,
+        app.state.client,
+        run_id,
+        call_id,
+        store=app.state.pauses,
+        timeout=DECIDED_WITHIN_SECS,
+    )
+    if outcome is None:
+        raise HTTPException(404, "nothing waits on this call (never, or resumed already)")
+    return answered(outcome)

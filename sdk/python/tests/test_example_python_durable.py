@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 from countersign import Client
 
 from .conftest import REPOSITORY, Gateway
-from .reviewing import held
+from .interrupts_support import held
 
 EXAMPLE = REPOSITORY / "examples" / "python-durable" / "app.py"
 
@@ -35,7 +35,6 @@ def started(gateway: Gateway, state: Path, monkeypatch: pytest.MonkeyPatch) -> M
 
 def test_a_paused_run_is_resumed_by_another_process_and_runs_once(
     gateway: Gateway,
-    client: Client,
     reviewer: Client,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -46,24 +45,23 @@ def test_a_paused_run_is_resumed_by_another_process_and_runs_once(
         paused = first.post("/messages", json={"text": f"email ana@example.com {body}"})
     assert paused.status_code == 202, paused.text
     [waiting_on] = paused.json()["waiting_on"]
-    run_id = waiting_on["run_id"]
+    decided = f"/countersign/runs/{waiting_on['run_id']}/calls/{waiting_on['call_id']}/decided"
 
-    reviewer.approve(held(client, run_id, waiting_on["call_id"]))
+    reviewer.approve(held(reviewer, "send_email", {"to": "ana@example.com", "body": body}))
 
     with TestClient(started(gateway, tmp_path, monkeypatch).app) as second:
-        answered = second.post(f"/countersign/runs/{run_id}/decided")
-        again = second.post(f"/countersign/runs/{run_id}/decided")
+        answered = second.post(decided)
+        again = second.post(decided)
 
     assert answered.status_code == 200, answered.text
-    assert "'status': 'sent'" in answered.json()["answer"]
-    assert again.json() == answered.json()
+    assert answered.json()["answer"] == "send_email: {'status': 'sent', 'to': 'ana@example.com'}"
+    assert again.status_code == 404  # resumed already: nothing runs again
     outbox = (tmp_path / "outbox.jsonl").read_text().splitlines()
     assert [json.loads(line) for line in outbox] == [{"to": "ana@example.com", "body": body}]
 
 
 def test_a_held_refund_is_resumed_with_what_countersign_ran(
     gateway: Gateway,
-    client: Client,
     reviewer: Client,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -74,9 +72,10 @@ def test_a_held_refund_is_resumed_with_what_countersign_ran(
         paused = first.post("/messages", json={"text": f"refund {order} 40"})
     assert paused.status_code == 202, paused.text
     [waiting_on] = paused.json()["waiting_on"]
-    reviewer.approve(held(client, waiting_on["run_id"], waiting_on["call_id"]))
+    decided = f"/countersign/runs/{waiting_on['run_id']}/calls/{waiting_on['call_id']}/decided"
+    reviewer.approve(held(reviewer, "issue_refund", {"order_id": order, "amount": 40.0}))
     with TestClient(started(gateway, tmp_path, monkeypatch).app) as second:
-        answered = second.post(f"/countersign/runs/{waiting_on['run_id']}/decided")
+        answered = second.post(decided)
 
     assert answered.status_code == 200, answered.text
     answer = answered.json()["answer"]

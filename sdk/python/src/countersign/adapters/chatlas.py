@@ -1,28 +1,31 @@
-"""chatlas's tools under countersign, through `Chat.on_tool_request`.
+"""countersign for chatlas (0.23): countersign's policy decides every call of a countersigned
+tool, through `Chat.on_tool_request`.
 
-chatlas (0.23) has no deferred pause: a tool request is answered in the process that got it,
-and `on_tool_request` can only let the tool run (return), reject the call
-(`ToolRejectError`, whose reason the model is told) or stop the chat (any other exception).
-So the adapter's callback asks the door, keyed by the chat's conversation id and the model's
-tool call id, and waits there for the outcome:
+chatlas has no deferred pause: a tool request is answered in the process that got it, and
+`on_tool_request` can only let the tool run (return), reject the call (`ToolRejectError`,
+whose reason the model is told) or stop the chat (any other exception). So the adapter's
+callback asks the door (`interrupts.sorted_call`, keyed by the chat's conversation id and the
+model's tool call id) and waits there for the call's outcome:
 
 - a rejection, an expiry or a cancellation raises `ToolRejectError` with what the model is
-  told (the reviewer's reason for a rejection);
-- a call that may run returns, and the tool, which the adapter wraps, then gives the model
-  the result countersign's worker got for a tool with an endpoint (the function is not run
-  again), or runs the function with countersign's input (the reviewer's, after an edit) under
-  the call's execution record, so the same call asked again, from another process, is given
-  the recorded result instead of running twice;
-- a call still waiting after `timeout` seconds is withdrawn (its run cancelled, so it never
-  runs later behind the model's back) and rejected as such.
+  told (the reviewer's reason, or that the call expired);
+- a call still waiting after `timeout` seconds is withdrawn (its run cancelled, so that it
+  never runs later behind the model's back) and rejected as cancelled;
+- a call another attempt claimed and never said how it ended raises `ExecutionInDoubt` out
+  of the chat, for a person to check;
+- a call that may run returns, and the tool, which the adapter wraps, gives the model the
+  result countersign's worker recorded for a tool with an endpoint (the function does not
+  run), or runs the function with countersign's input (the reviewer's, after an edit, and the
+  model is told) inside the call's execution claim, so that it never runs twice.
 
-The callback hands the call to the tool through a context variable: chatlas calls a request's
-tool right after its callbacks, in the same context, one request at a time.
+The callback hands the call to the tool through a context variable: chatlas runs a
+request's tool right after its callbacks, in the same context, one request at a time.
 """
 
 from __future__ import annotations
 
 import inspect
+import json
 import uuid
 from collections.abc import Callable, Collection, Sequence
 from contextvars import ContextVar
@@ -33,18 +36,18 @@ from chatlas import AssistantTurn, Chat, ContentToolRequest, Tool, ToolRejectErr
 from ..async_client import AsyncClient
 from ..calls import Call, Executes
 from ..client import Client
-from ..errors import Conflict, ExecutionClaimed, StillPending
-from ._outcomes import (
-    claimed_message,
+from ..errors import AlreadyExecuted, Conflict, ExecutionInDoubt, StillPending
+from ..operations import Flow, drive, drive_async
+from ._released import (
+    countersign_error,
     countersign_result,
-    failure,
-    idempotency_key,
-    refusal,
+    edited,
+    failed_elsewhere,
     run_released,
     run_released_async,
 )
+from .interrupts import refusal, sorted_call
 
-FRAMEWORK = "chatlas"
 #: Why a call still waiting at the adapter's timeout is withdrawn, as its run's cancel says.
 WITHDRAWN = "withdrawn by the agent: no decision within its timeout"
 #: How long a withdrawn call may take to read as cancelled (or as decided, when a decision
@@ -57,54 +60,48 @@ _cleared: ContextVar[Call | None] = ContextVar("countersign_chatlas_cleared", de
 
 class Gate:
     """What `countersign_chat` puts in front of a chat's tools. `calls` holds each tool
-    request's countersign call as last seen, by the request's id, from the moment it is asked
-    (so that the application can tell which call a waiting request is)."""
+    request's countersign call as last seen, by the request's id, from the moment it is
+    sorted (so that the application can tell which call a waiting request is)."""
 
     def __init__(
-        self,
-        chat: Chat[Any, Any],
-        agent: str,
-        names: Collection[str],
-        timeout: float | None,
-        requested_by: str | None,
+        self, chat: Chat[Any, Any], agent: str, names: Collection[str], timeout: float | None
     ) -> None:
         self.chat = chat
         self.agent = agent
         self.names = frozenset(names)
         self.timeout = timeout
-        self.requested_by = requested_by
         self.calls: dict[str, Call] = {}
 
-    def _ask(self, request: ContentToolRequest) -> dict[str, Any]:
-        """The ask of a request: the same each time it is asked, so it is the same call."""
+    def _sorted(self, request: ContentToolRequest) -> Flow[Call]:
+        """The request asked of the door until sorted: asked the same way each time, so the
+        same request of the same conversation is the same call."""
         if not isinstance(request.arguments, dict):
             raise ToolRejectError(f"{request.name} takes an object of arguments")
         if self.chat.conversation_id is None:
             self.chat.conversation_id = str(uuid.uuid4())
-        conversation = self.chat.conversation_id
         task, message = _asked(self.chat.get_turns(), request.id)
-        return {
-            "agent": self.agent,
-            "tool": request.name,
-            "input": request.arguments,
-            "idempotency_key": idempotency_key(FRAMEWORK, conversation, request.id),
-            "task": task,
-            "message": message,
-            "session": conversation,
-            "requested_by": self.requested_by,
-            "wait_secs": 0,
-        }
+        return sorted_call(
+            self.agent,
+            request.name,
+            request.arguments,
+            session=self.chat.conversation_id,
+            tool_call_id=request.id,
+            task=task,
+            message=message,
+        )
 
     def _settle(self, request: ContentToolRequest, call: Call) -> None:
         """Rejects a call that will not run; clears any other for the tool run next."""
         self.calls[request.id] = call
-        refused = refusal(call)
-        if refused is not None:
-            raise ToolRejectError(refused)
+        stopped = refusal(call)
+        if stopped is not None:
+            raise ToolRejectError(stopped)
         if not call.outcome_reached:
             # A withdrawn call read neither cancelled nor decided in time: the chat stops
             # rather than run it or tell the model it will not run.
             raise StillPending(call)
+        if call.execution is not None and not call.execution.finished:
+            raise ExecutionInDoubt(call.execution)
         _cleared.set(call)
 
     @staticmethod
@@ -141,7 +138,7 @@ class SyncGate(Gate):
     def on_tool_request(self, request: ContentToolRequest) -> None:
         if request.name not in self.names:
             return
-        call = self.client.ask(**self._ask(request))
+        call = drive(self._sorted(request), self.client.send)
         self.calls[request.id] = call
         call = self.client.wait(call, self.timeout)
         if not call.outcome_reached:
@@ -160,12 +157,13 @@ class SyncGate(Gate):
 
         def run(**_: Any) -> Any:
             call = self._take(tool.name)
-            if call.executes is Executes.COUNTERSIGN or failure(call) is not None:
-                return _without_running(call)
+            if call.executes is Executes.COUNTERSIGN:
+                return _ran_by_countersign(call)
             try:
-                return run_released(self.client, call, lambda: func(**call.input))
-            except ExecutionClaimed as claimed:
-                raise RuntimeError(claimed_message(claimed)) from claimed
+                output = run_released(self.client, call, lambda: func(**call.input))
+            except AlreadyExecuted as done:
+                raise RuntimeError(failed_elsewhere(done)) from done
+            return _told(call, output)
 
         return self._tool(tool, run)
 
@@ -181,7 +179,7 @@ class AsyncGate(Gate):
     async def on_tool_request(self, request: ContentToolRequest) -> None:
         if request.name not in self.names:
             return
-        call = await self.client.ask(**self._ask(request))
+        call = await drive_async(self._sorted(request), self.client.send)
         self.calls[request.id] = call
         call = await self.client.wait(call, self.timeout)
         if not call.outcome_reached:
@@ -200,17 +198,18 @@ class AsyncGate(Gate):
 
         async def run(**_: Any) -> Any:
             call = self._take(tool.name)
-            if call.executes is Executes.COUNTERSIGN or failure(call) is not None:
-                return _without_running(call)
+            if call.executes is Executes.COUNTERSIGN:
+                return _ran_by_countersign(call)
 
             async def invoke() -> Any:
-                result = func(**call.input)
-                return await result if inspect.isawaitable(result) else result
+                output = func(**call.input)
+                return await output if inspect.isawaitable(output) else output
 
             try:
-                return await run_released_async(self.client, call, invoke)
-            except ExecutionClaimed as claimed:
-                raise RuntimeError(claimed_message(claimed)) from claimed
+                output = await run_released_async(self.client, call, invoke)
+            except AlreadyExecuted as done:
+                raise RuntimeError(failed_elsewhere(done)) from done
+            return _told(call, output)
 
         return self._tool(tool, run)
 
@@ -222,12 +221,12 @@ def countersign_chat(
     agent: str,
     tools: Collection[str] | None = None,
     timeout: float | None = None,
-    requested_by: str | None = None,
 ) -> Gate:
     """Puts countersign in front of `chat`'s tools (those named in `tools`, default all
-    registered so far): each request for one is asked as a call of `agent`'s tool of the
-    same name, with `client`'s key, and waited for at most `timeout` seconds (None: as long as
-    it takes). A `Client` serves `chat()`; an `AsyncClient`, `chat_async()`.
+    registered so far): each request for one is asked as a call of the `external` agent
+    `agent`'s tool of the same name, with `client` (a key that may start runs), and waited for
+    at most `timeout` seconds (None: as long as it takes). A `Client` serves `chat()`; an
+    `AsyncClient`, `chat_async()`.
 
     Register the chat's tools before, and callbacks that may reject a request after (chatlas
     runs the newest first), so that a request they reject is never asked. A chat without a
@@ -236,12 +235,7 @@ def countersign_chat(
     """
     registered = chat.get_tools()
     names = {t.name for t in registered if isinstance(t, Tool)} if tools is None else set(tools)
-    settings: dict[str, Any] = {
-        "agent": agent,
-        "names": names,
-        "timeout": timeout,
-        "requested_by": requested_by,
-    }
+    settings: dict[str, Any] = {"agent": agent, "names": names, "timeout": timeout}
     gate: SyncGate | AsyncGate
     if isinstance(client, AsyncClient):
         gate = AsyncGate(chat, client, **settings)
@@ -256,13 +250,22 @@ def countersign_chat(
     return gate
 
 
-def _without_running(call: Call) -> str:
-    """The answer of a call the function does not run for: the result of the tool
-    countersign ran, or the failure the model is told as the tool's error."""
-    failed = failure(call)
-    if failed is not None:
-        raise RuntimeError(failed)
+def _ran_by_countersign(call: Call) -> str:
+    """The answer of a call whose tool countersign ran: its result, or its failure raised as
+    the tool's error, which chatlas tells the model."""
+    error = countersign_error(call)
+    if error is not None:
+        raise RuntimeError(error)
     return countersign_result(call)
+
+
+def _told(call: Call, output: Any) -> Any:
+    """The function's output, after what the model is told of an edit (chatlas keeps the
+    model's own arguments in its history, not the ones that ran)."""
+    note = edited(call)
+    if note is None:
+        return output
+    return f"{note}\n\n{output if isinstance(output, str) else json.dumps(output, default=str)}"
 
 
 def _asked(turns: Sequence[Turn], request_id: str) -> tuple[str | None, str]:
