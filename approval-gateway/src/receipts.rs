@@ -15,6 +15,8 @@ pub(crate) struct Receipts {
     signer: Option<Signer>,
     /// The published JWK Set, serialized once: it changes only with the configuration.
     published: String,
+    /// The same keys, to read the receipts decisions keep.
+    keys: KeySet,
     issuer: String,
     ttl_secs: i64,
 }
@@ -80,6 +82,7 @@ impl Receipts {
         Ok(Self {
             signer,
             published: serde_json::to_string(&published)?,
+            keys: published,
             issuer,
             ttl_secs: i64::try_from(*ttl_secs).context("receipts.ttl_secs is too large")?,
         })
@@ -89,6 +92,14 @@ impl Receipts {
     /// accepted.
     pub(crate) fn published(&self) -> &str {
         &self.published
+    }
+
+    /// The `jti` of `receipt`, a receipt a decision keeps, if one of the published keys
+    /// signed it (whatever its age: the call it let run may be long done).
+    pub(crate) fn jti(&self, receipt: &str) -> Option<String> {
+        countersign_receipt::signed_by(receipt, &self.keys)
+            .map(|claims| claims.jti)
+            .ok()
     }
 
     /// Whether approved calls get receipts (a signing key is configured).

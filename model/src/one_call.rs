@@ -76,6 +76,16 @@ pub fn result(messages: &[Message]) -> Option<(&str, bool)> {
     }
 }
 
+/// The whole MCP result of the run's call (MCP's `CallToolResult`, as JSON), when its tool
+/// was an MCP server's and the worker kept it ([`crate::run::CallResult::mcp`]): what the MCP
+/// proxy answers its client with, instead of [`result`]'s text.
+pub fn mcp_result(messages: &[Message]) -> Option<&Value> {
+    match answered(messages)? {
+        Block::ToolResult { mcp, .. } => mcp.as_ref(),
+        _ => None,
+    }
+}
+
 /// What became of the run's call, once it has a result that says (results stored before
 /// outcomes were recorded say nothing).
 pub fn outcome(messages: &[Message]) -> Option<CallOutcome> {
@@ -139,9 +149,15 @@ mod tests {
                 is_error: false,
                 outcome: None,
                 images: Vec::new(),
+                mcp: None,
             }],
         });
         assert_eq!(result(&messages), Some(("refunded", false)));
+        assert_eq!(
+            mcp_result(&messages),
+            None,
+            "an HTTP tool's result is text only"
+        );
         let last = answer(asked(), &messages);
         assert!(matches!(&last[..], [Block::Text { .. }]));
     }

@@ -183,6 +183,10 @@ pub enum Block {
         /// provider's adapter passes them on in its own format.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         images: Vec<Image>,
+        /// The call's [`CallResult::mcp`], kept with the run for the MCP proxy's client; the
+        /// providers' adapters do not send it. Absent from results stored before it was kept.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mcp: Option<Value>,
     },
 }
 
@@ -306,6 +310,13 @@ pub struct CallResult {
     /// Images besides the text, for the model (reviewers read what `content` says of them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub images: Vec<Image>,
+    /// The whole result of an MCP proxy run's call (MCP's `CallToolResult`, as JSON): every
+    /// content block, the structured content and `isError` as the upstream server answered
+    /// them, which the proxy answers its client with. Only a proxy run's MCP calls keep it,
+    /// bounded by the worker (past the bound, the text with a note); the model and the
+    /// reviewers read `content` alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp: Option<Value>,
 }
 
 impl CallResult {
@@ -316,6 +327,7 @@ impl CallResult {
             content,
             is_error: true,
             images: Vec::new(),
+            mcp: None,
         }
     }
 }
@@ -916,6 +928,7 @@ mod tests {
             is_error,
             outcome,
             images: Vec::new(),
+            mcp: None,
         };
         let (mut run, _) = answered(new_run(), &["c1", "c2"]);
         run.messages.push(Message {
@@ -965,10 +978,26 @@ mod tests {
             is_error: false,
             outcome: None,
             images: Vec::new(),
+            mcp: None,
         };
         assert_eq!(
             serde_json::to_value(&b).unwrap(),
             serde_json::json!({"type": "tool_result", "tool_use_id": "t1", "content": "ok"})
         );
+    }
+
+    #[test]
+    fn a_result_stored_before_whole_mcp_results_were_kept_still_reads() {
+        let stored = serde_json::json!({"outcome": "executed", "content": "ok", "is_error": false});
+        let result: CallResult = serde_json::from_value(stored).unwrap();
+        assert_eq!(result.mcp, None);
+        let whole = serde_json::json!({"content": [], "structuredContent": {"n": 1}});
+        let kept = CallResult {
+            mcp: Some(whole.clone()),
+            ..result
+        };
+        let again: CallResult =
+            serde_json::from_value(serde_json::to_value(&kept).unwrap()).unwrap();
+        assert_eq!(again.mcp, Some(whole));
     }
 }

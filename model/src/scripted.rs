@@ -349,6 +349,7 @@ tool_calls = [{ name = "refund", input = { order_id = "{{order}}", amount = "{{a
                 is_error,
                 outcome: None,
                 images: Vec::new(),
+                mcp: None,
             }],
         }
     }

@@ -16,6 +16,10 @@ pub const META_CALL_ID: &str = "countersign.dev/call_id";
 pub const META_IDEMPOTENCY_KEY: &str = "countersign.dev/idempotency_key";
 /// The countersignature receipt of the decision that approved the call.
 pub const META_RECEIPT: &str = "countersign.dev/receipt";
+/// In the MCP proxy's answer to a call that ran under a receipt: the receipt's `jti`, which
+/// names the receipt the upstream tool received (the receipt itself, a bearer token, stays
+/// with the decision).
+pub const META_RECEIPT_JTI: &str = "countersign.dev/receipt_jti";
 /// In a refused call's result (`isError`): the [`Refusal`] code, the MCP counterpart of an
 /// HTTP tool's `WWW-Authenticate: Countersign-Receipt error="..."`.
 pub const META_RECEIPT_REFUSED: &str = "countersign.dev/receipt_refused";

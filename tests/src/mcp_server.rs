@@ -1,8 +1,9 @@
 //! A configurable MCP server (Streamable HTTP, rmcp's server side) for tests of countersign's
-//! MCP client: tools with fixed answers of each content kind, `tools/list` in pages of a
-//! chosen size, tools that change while clients are connected, every `tools/call` recorded
-//! with its `_meta`, calls held until released, a required header, and a stop that really
-//! closes the port and drops the sessions, with a restart on the same address.
+//! MCP client: tools with fixed answers of each content kind (or a whole result of several),
+//! `tools/list` in pages of a chosen size, tools that change while clients are connected,
+//! every `tools/call` recorded with its `_meta`, calls held until released, a required
+//! header, and a stop that really closes the port and drops the sessions, with a restart on
+//! the same address.
 
 use axum::Router;
 use axum::extract::Request;
@@ -83,6 +84,8 @@ pub enum TestAnswer {
     ResourceLink { uri: String, name: String },
     /// An error result (`isError`) with one text block.
     Error(String),
+    /// This result, whole: any content blocks, structured content, `isError` and `_meta`.
+    Whole(CallToolResult),
 }
 
 impl TestAnswer {
@@ -97,6 +100,7 @@ impl TestAnswer {
                 CallToolResult::success(vec![ContentBlock::resource_link(Resource::new(uri, name))])
             }
             Self::Error(text) => CallToolResult::error(vec![ContentBlock::text(text)]),
+            Self::Whole(result) => result.clone(),
         }
     }
 }

@@ -6,7 +6,7 @@ use super::hold::Asked;
 use super::recheck::Verdict;
 use super::{Engine, Resumed, StepError, Unsaved, results_message};
 use crate::agents::RunnableAgent;
-use crate::tools::ToolCall;
+use crate::tools::{self, ToolCall};
 use countersign_model::agent::ToolDef;
 use countersign_model::audit::{AuditEntry, AuditKind};
 use countersign_model::digest::{MAX_EXACT_INTEGER, inexact_integer};
@@ -300,14 +300,16 @@ impl Engine {
             )),
             Ok(()) => self.execute(agent, tool, tool_call, outcome, false).await?,
         };
-        result.content = format!(
-            "A reviewer ({}) edited this call before it ran.\nThey changed (field: yours → theirs):\n{}\nIt ran with: {}\nTheir note: {}\nResult: {}",
+        let edited = format!(
+            "A reviewer ({}) edited this call before it ran.\nThey changed (field: yours → theirs):\n{}\nIt ran with: {}\nTheir note: {}",
             decision.decided_by,
             edit::described(&edit::changes(&call.input, runs_with)),
             runs_with,
             decision.note.as_deref().unwrap_or("none given"),
-            result.content
         );
+        // An MCP proxy's client reads the same, before the server's own content.
+        tools::mcp::told_first(&mut result.mcp, &edited);
+        result.content = format!("{edited}\nResult: {}", result.content);
         Ok(result)
     }
 }
@@ -326,6 +328,7 @@ fn not_run(decision: &Decision) -> Option<CallResult> {
                     .to_rfc3339()
             ),
             images: Vec::new(),
+            mcp: None,
         });
     }
     (decision.action == Action::Reject && !decision.superseded).then(|| CallResult {
@@ -337,5 +340,6 @@ fn not_run(decision: &Decision) -> Option<CallResult> {
             decision.reason.as_deref().unwrap_or("none given")
         ),
         images: Vec::new(),
+        mcp: None,
     })
 }

@@ -144,6 +144,7 @@ impl Engine {
                     content: "The run was cancelled before this call started, so it did not run."
                         .into(),
                     images: Vec::new(),
+                    mcp: None,
                 },
                 Some(Execution::Finished(result)) => result,
                 Some(Execution::Started) => {

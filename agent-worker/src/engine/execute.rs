@@ -96,6 +96,7 @@ impl Engine {
             is_error: true,
             content: reason,
             images: Vec::new(),
+            mcp: None,
         }
     }
 

@@ -527,6 +527,7 @@ fn results_message(calls: &[TurnCall]) -> Message {
                     is_error: result.is_error,
                     outcome: Some(result.outcome),
                     images: result.images,
+                    mcp: result.mcp,
                 }
             })
             .collect(),

@@ -180,9 +180,10 @@ fn to_anthropic(message: &Message) -> Value {
         .iter()
         .zip(out["content"].as_array_mut().unwrap())
     {
-        // Ours, kept with the run: the API knows no such field.
+        // Ours, kept with the run: the API knows no such fields.
         if let Some(fields) = wire.as_object_mut() {
             fields.remove("outcome");
+            fields.remove("mcp");
         }
         if let Block::ToolResult {
             content, images, ..
@@ -273,6 +274,27 @@ event: message_stop
 data: {"type":"message_stop"}
 
 "#;
+
+    #[test]
+    fn a_tool_result_goes_out_without_what_countersign_keeps_with_it() {
+        let message = Message {
+            role: countersign_model::run::Speaker::User,
+            content: vec![Block::ToolResult {
+                tool_use_id: "toolu_01".into(),
+                content: "[image image/png]".into(),
+                is_error: false,
+                outcome: Some(countersign_model::run::CallOutcome::Executed),
+                images: Vec::new(),
+                mcp: Some(json!({"content": [], "structuredContent": {"n": 1}})),
+            }],
+        };
+        assert_eq!(
+            to_anthropic(&message),
+            json!({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_01", "content": "[image image/png]"},
+            ]})
+        );
+    }
 
     #[tokio::test]
     async fn a_streamed_message_becomes_its_text_and_tool_use_blocks_and_its_text_is_passed_on() {

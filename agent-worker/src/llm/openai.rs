@@ -395,6 +395,8 @@ data: [DONE]
                     media_type: "image/png".into(),
                     data: "iVBORw0KGgo=".into(),
                 }],
+                // Kept for an MCP proxy's client, never sent.
+                mcp: Some(json!({"content": [], "structuredContent": {"n": 1}})),
             }],
         };
         let out = to_openai(&message);

@@ -57,6 +57,7 @@ pub(super) async fn call(
                     content: body,
                     is_error: false,
                     images: Vec::new(),
+                    mcp: None,
                 }
             } else {
                 CallResult::failed(format!(

@@ -5,7 +5,7 @@
 //! error result for the model, never a crash.
 
 mod http;
-mod mcp;
+pub(crate) mod mcp;
 
 use crate::agents::RunnableAgent;
 use countersign_model::agent::ToolDef;
@@ -13,6 +13,11 @@ use countersign_model::run::{CallOutcome, CallResult, RunId};
 
 /// The most of a tool's answer passed on to the model.
 const MAX_RESULT_CHARS: usize = 16_000;
+
+/// The most of an MCP proxy run's whole result kept with the run for its client, in bytes of
+/// its JSON (images and audio count as their base64); past it the client gets the text the
+/// model would be told, with a note (`mcp::kept_whole`).
+pub(crate) const MAX_MCP_RESULT_BYTES: usize = 1 << 20;
 
 pub(crate) fn idempotency_key(run: &RunId, turn: u32, call_id: &str) -> String {
     format!("{run}:{turn}:{call_id}")
@@ -78,6 +83,7 @@ fn released(tool: &ToolDef, call: &ToolCall<'_>) -> CallResult {
         content: content.to_string(),
         is_error: false,
         images: Vec::new(),
+        mcp: None,
     }
 }
 

@@ -439,6 +439,7 @@ mod tests {
                         is_error: false,
                         outcome: None,
                         images: Vec::new(),
+                        mcp: None,
                     }],
                 },
             ]
@@ -469,6 +470,7 @@ mod tests {
                     is_error: false,
                     outcome: None,
                     images: Vec::new(),
+                    mcp: None,
                 }],
             },
         ];

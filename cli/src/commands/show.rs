@@ -213,6 +213,7 @@ mod tests {
                     is_error: false,
                     outcome: None,
                     images: Vec::new(),
+                    mcp: None,
                 }],
             },
         ];

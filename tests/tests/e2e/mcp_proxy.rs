@@ -1,11 +1,12 @@
 //! Countersign in front of an MCP server for a client it does not run: an `mcp_client` agent
 //! at the gateway's `/mcp/{agent}`, reached by a client built from rmcp's client side, fronting
-//! a test MCP server whose `lookup` is read-only (a trusted server: it runs at once) and whose
-//! `refund` the agent's policy holds.
+//! a test MCP server whose `lookup`, `report` and `broken` are read-only (a trusted server:
+//! they run at once), whose `refund` the agent's policy holds and whose `export` the server's
+//! hints hold (it may change data).
 
 use super::inbox::Browser;
 use countersign_receipt::mcp::META_CALL_ID;
-use countersign_receipt::mcp::{META_RECEIPT, META_RUN_ID};
+use countersign_receipt::mcp::{META_RECEIPT, META_RECEIPT_JTI, META_RUN_ID};
 use countersign_tests::app::{
     ADMIN_KEY, PATIENCE, READER_KEY, REQUESTER_KEY, REVIEWER_KEY, TestApp,
 };
@@ -13,8 +14,9 @@ use countersign_tests::mcp_server::{McpServer, TestAnswer, TestTool};
 use countersign_tests::wait_for;
 use reqwest::{Method, StatusCode};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResult, NumberOrString, ProgressNotificationParam,
-    ProgressToken, ProtocolVersion, RequestMetaObject, ToolAnnotations,
+    CallToolRequestParams, CallToolResult, ContentBlock, MetaObject, NumberOrString,
+    ProgressNotificationParam, ProgressToken, ProtocolVersion, RequestMetaObject, Resource,
+    ToolAnnotations,
 };
 use rmcp::service::{
     ClientLifecycleMode, ClientServiceExt, NotificationContext, RoleClient, RunningService,
@@ -29,7 +31,37 @@ const AGENT: &str = "shopfront";
 /// The id of a refund's call: named after its tool, the same for every refund's run.
 const REFUND_CALL: &str = "mcp_refund";
 
-/// The upstream MCP server: a read-only lookup and a refund.
+/// A result of every kind the proxy must pass on whole: structured content (and its JSON as
+/// text), an image, a resource link, and the server's own `_meta` (with a receipt's jti that
+/// is not the server's to name).
+fn whole_report() -> CallToolResult {
+    let mut result = CallToolResult::structured(json!({"orders": 2, "total": 80}));
+    result.content.push(ContentBlock::image(
+        "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==",
+        "image/png",
+    ));
+    result.content.push(ContentBlock::resource_link(
+        Resource::new("file:///reports/a-1.pdf", "a-1.pdf").with_mime_type("application/pdf"),
+    ));
+    result.meta = Some(MetaObject(
+        json!({"com.example/trace": "t-1", META_RECEIPT_JTI: "forged"})
+            .as_object()
+            .unwrap()
+            .clone(),
+    ));
+    result
+}
+
+/// An error result with more than text: the proxy keeps its `isError` and its content.
+fn whole_failure() -> CallToolResult {
+    CallToolResult::error(vec![
+        ContentBlock::text("no order A-9"),
+        ContentBlock::resource_link(Resource::new("file:///orders/", "orders")),
+    ])
+}
+
+/// The upstream MCP server: a read-only lookup, report and broken tool, a refund and an
+/// export.
 async fn upstream() -> McpServer {
     let mut lookup = TestTool::new("lookup", TestAnswer::Text("A-1: $30, paid".into()));
     lookup.input_schema = json!({
@@ -44,7 +76,15 @@ async fn upstream() -> McpServer {
         "properties": {"amount": {"type": "number"}},
         "required": ["amount"],
     });
-    McpServer::start(vec![lookup, refund], 10).await
+    let read_only = |name: &str, answer: CallToolResult| {
+        let mut tool = TestTool::new(name, TestAnswer::Whole(answer));
+        tool.annotations = Some(ToolAnnotations::new().read_only(true));
+        tool
+    };
+    let report = read_only("report", whole_report());
+    let broken = read_only("broken", whole_failure());
+    let export = TestTool::new("export", TestAnswer::Whole(whole_report()));
+    McpServer::start(vec![lookup, refund, report, broken, export], 10).await
 }
 
 /// A gateway and worker with the proxy agent in front of `upstream`; a call waits at most
@@ -131,18 +171,29 @@ fn is_error(result: &CallToolResult) -> bool {
 
 /// Waits until the proxy agent's refund waits for a person; its run id and digest.
 async fn held_refund(app: &TestApp) -> (String, Value) {
-    wait_for("the refund to be held", PATIENCE, || async {
+    held(app, REFUND_CALL).await
+}
+
+/// Waits until the proxy agent's call `call_id` waits for a person; its run id and digest.
+async fn held(app: &TestApp, call_id: &str) -> (String, Value) {
+    wait_for(&format!("{call_id} to be held"), PATIENCE, || async {
         let (_, body) = app.get("/v1/approvals").await;
         let approvals = body["approvals"].as_array()?;
-        let held = approvals.iter().find(|a| a["agent"] == AGENT)?;
+        let held = approvals
+            .iter()
+            .find(|a| a["agent"] == AGENT && a["call_id"] == call_id)?;
         Some((held["run_id"].as_str()?.to_string(), held["digest"].clone()))
     })
     .await
 }
 
 async fn decide(app: &TestApp, run: &str, digest: &Value, decision: Value) {
+    decide_call(app, run, REFUND_CALL, digest, decision).await;
+}
+
+async fn decide_call(app: &TestApp, run: &str, call_id: &str, digest: &Value, decision: Value) {
     let mut decision = decision;
-    decision["call_id"] = json!(REFUND_CALL);
+    decision["call_id"] = json!(call_id);
     decision["digest"] = digest.clone();
     let (status, body) = app.decide(run, json!([decision])).await;
     assert_eq!(status, StatusCode::OK, "{body}");
@@ -167,7 +218,7 @@ async fn a_lookup_answers_at_once_and_a_held_refund_answers_once_a_person_approv
     let tools = client.list_all_tools().await.unwrap();
     let mut names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
     names.sort();
-    assert_eq!(names, ["lookup", "refund"]);
+    assert_eq!(names, ["broken", "export", "lookup", "refund", "report"]);
     let lookup = tools.iter().find(|t| t.name == "lookup").unwrap();
     assert_eq!(
         lookup.annotations.as_ref().and_then(|a| a.read_only_hint),
@@ -379,7 +430,7 @@ async fn a_client_of_the_newest_protocol_version_is_served_without_a_session() {
         )
         .await
         .unwrap();
-    assert_eq!(client.list_all_tools().await.unwrap().len(), 2);
+    assert_eq!(client.list_all_tools().await.unwrap().len(), 5);
     let looked_up = client
         .call_tool(call("lookup", json!({"order_id": "A-2"})))
         .await
@@ -583,5 +634,132 @@ async fn a_proxied_call_is_woken_by_its_run_s_events_on_nats_not_only_by_the_pol
         woken >= Some(1.0),
         "no waiting call was woken by a run event: {woken:?}"
     );
+    client.cancel().await.unwrap();
+}
+
+/// The answer's `_meta` as a JSON object.
+fn meta(result: &CallToolResult) -> &serde_json::Map<String, Value> {
+    &result.meta.as_ref().expect("the answer has _meta").0
+}
+
+/// `answered` is `given` as the upstream server gave it: its content blocks, structured
+/// content and `isError`, and its own `_meta` beside countersign's names (the server's keys
+/// under countersign's prefix are not its own).
+fn assert_whole(answered: &CallToolResult, given: &CallToolResult) {
+    assert_eq!(answered.content, given.content, "{answered:?}");
+    assert_eq!(answered.structured_content, given.structured_content);
+    assert_eq!(answered.is_error, given.is_error);
+    let servers = given.meta.iter().flat_map(|m| m.0.iter());
+    for (key, value) in servers.filter(|(key, _)| !key.starts_with("countersign.dev/")) {
+        assert_eq!(meta(answered).get(key), Some(value), "{key} kept");
+    }
+}
+
+#[tokio::test]
+async fn a_free_call_answers_the_upstream_result_whole() {
+    let upstream = upstream().await;
+    let app = proxy(&upstream, 60).await;
+    let client = connect(&app, REQUESTER_KEY).await.unwrap();
+
+    let answered = client
+        .call_tool(call("report", json!({"order_id": "A-1"})))
+        .await
+        .unwrap();
+    assert_whole(&answered, &whole_report());
+    assert_eq!(
+        answered.structured_content,
+        Some(json!({"orders": 2, "total": 80}))
+    );
+    let image = answered.content[1].as_image().expect("an image block");
+    assert_eq!(image.mime_type, "image/png");
+    assert!(image.data.starts_with("iVBORw0KGgo"), "{}", image.data);
+    let ContentBlock::ResourceLink(link) = &answered.content[2] else {
+        panic!("a resource link: {:?}", answered.content[2]);
+    };
+    assert_eq!(
+        (link.uri.as_str(), link.mime_type.as_deref()),
+        ("file:///reports/a-1.pdf", Some("application/pdf"))
+    );
+    assert_eq!(meta(&answered)[META_CALL_ID], "mcp_report");
+    assert!(meta(&answered)[META_RUN_ID].is_string());
+    assert!(
+        !meta(&answered).contains_key(META_RECEIPT_JTI),
+        "no decision, no receipt: {:?}",
+        answered.meta
+    );
+
+    // What the run keeps for the model and the reviewers is still text.
+    let run = meta(&answered)[META_RUN_ID].as_str().unwrap();
+    let (_, shown) = app.get(&format!("/v1/runs/{run}")).await;
+    let told = &shown["messages"][2]["content"][0];
+    assert_eq!(told["type"], "tool_result", "{shown}");
+    let text = told["content"].as_str().unwrap();
+    assert!(text.contains("[image image/png]"), "{text}");
+    assert!(text.contains("[resource file:///reports/a-1.pdf"), "{text}");
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_approved_call_answers_the_upstream_result_whole_with_the_receipt_it_ran_under() {
+    let upstream = upstream().await;
+    let app = proxy(&upstream, 60).await;
+    let client = connect(&app, REQUESTER_KEY).await.unwrap();
+    let peer = client.peer().clone();
+    let exporting =
+        tokio::spawn(async move { peer.call_tool(call("export", json!({"month": 5}))).await });
+    let (run, digest) = held(&app, "mcp_export").await;
+    decide_call(
+        &app,
+        &run,
+        "mcp_export",
+        &digest,
+        json!({"action": "approve"}),
+    )
+    .await;
+
+    let answered = tokio::time::timeout(PATIENCE, exporting)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_whole(&answered, &whole_report());
+    assert_eq!(meta(&answered)[META_RUN_ID], run.as_str());
+
+    let calls = upstream.calls();
+    let sent: Vec<_> = calls.iter().filter(|c| c.tool == "export").collect();
+    assert_eq!(sent.len(), 1);
+    let receipt = sent[0].meta[META_RECEIPT].as_str().expect("a receipt");
+    let (_, jwks) = app.get("/.well-known/jwks.json").await;
+    let keys: countersign_receipt::KeySet = serde_json::from_value(jwks).unwrap();
+    let claims = countersign_receipt::signed_by(receipt, &keys).unwrap();
+    assert_eq!(
+        meta(&answered)[META_RECEIPT_JTI],
+        claims.jti.as_str(),
+        "the jti of the receipt the upstream server received"
+    );
+
+    // The same call again is answered from the run: the same result, the same receipt.
+    let again = client
+        .call_tool(call("export", json!({"month": 5})))
+        .await
+        .unwrap();
+    assert_whole(&again, &whole_report());
+    assert_eq!(meta(&again)[META_RECEIPT_JTI], claims.jti.as_str());
+    assert_eq!(upstream.calls().len(), 1, "the upstream tool ran once");
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_upstream_error_result_keeps_its_is_error_and_its_content() {
+    let upstream = upstream().await;
+    let app = proxy(&upstream, 60).await;
+    let client = connect(&app, REQUESTER_KEY).await.unwrap();
+    let answered = client
+        .call_tool(call("broken", json!({"order_id": "A-9"})))
+        .await
+        .unwrap();
+    assert!(is_error(&answered));
+    assert_whole(&answered, &whole_failure());
+    assert_eq!(meta(&answered)[META_CALL_ID], "mcp_broken");
     client.cancel().await.unwrap();
 }

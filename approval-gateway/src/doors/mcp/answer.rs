@@ -1,18 +1,27 @@
 //! What a proxy call's client is answered: the result the run's call ended with (the upstream
-//! tool's after an approval, with the reviewer's changes told after an edit; the reason after
-//! a rejection or expiry), else why there is none. Every answer about a run names it and its
+//! tool's whole result as the worker kept it, its content blocks, structured content and
+//! `isError`, with the reviewer's changes told first after an edit; the reason after a
+//! rejection or expiry), else why there is none. Every answer about a run names it and its
 //! call in `_meta` (`countersign.dev/run_id`, `countersign.dev/call_id`), as countersign
-//! names them to tools.
+//! names them to tools, beside the upstream server's own `_meta`; a call that ran under a
+//! receipt names the receipt too (`countersign.dev/receipt_jti`).
 
 use crate::runs::wait::Waited;
 use countersign_model::run::{Run, RunId, RunStatus};
 use countersign_model::{mcp_proxy, one_call};
-use countersign_receipt::mcp::{META_CALL_ID, META_RUN_ID};
-use rmcp::model::{CallToolResult, ContentBlock, MetaObject};
-use serde_json::{Map, Value};
+use countersign_receipt::mcp::{META_CALL_ID, META_RECEIPT_JTI, META_RUN_ID};
+use rmcp::model::{CallToolResult, ContentBlock};
+use serde::Deserialize;
+use serde_json::Value;
 
-/// The answer to the call run `id` holds, after a wait that ended as `waited`.
-pub(super) fn of(id: &RunId, tool: &str, waited: Waited) -> CallToolResult {
+/// The answer to the call run `id` holds, after a wait that ended as `waited`; `receipt_jti`
+/// names the receipt the call ran under, if it did.
+pub(super) fn of(
+    id: &RunId,
+    tool: &str,
+    waited: Waited,
+    receipt_jti: Option<&str>,
+) -> CallToolResult {
     let result = match waited {
         Waited::Done(run) => finished(&run, tool),
         Waited::Pending(Some(run)) | Waited::Abandoned(Some(run))
@@ -25,7 +34,15 @@ pub(super) fn of(id: &RunId, tool: &str, waited: Waited) -> CallToolResult {
             return still_waiting(id, tool, &format!("the run is {status}"));
         }
     };
-    about(result, id, tool)
+    let mut result = about(result, id, tool);
+    if let Some(meta) = result.meta.as_mut() {
+        // Only countersign names the receipt: an upstream server's key of that name goes.
+        meta.0.remove(META_RECEIPT_JTI);
+        if let Some(jti) = receipt_jti {
+            meta.0.insert(META_RECEIPT_JTI.into(), Value::from(jti));
+        }
+    }
+    result
 }
 
 /// A call that has no outcome yet, for a reason that is not a person.
@@ -51,6 +68,13 @@ pub(super) fn refused(why: &str) -> CallToolResult {
 
 fn finished(run: &Run, tool: &str) -> CallToolResult {
     let id = &run.run_id;
+    // The whole result, when the worker kept it (an MCP tool's, within its bound); else the
+    // text the model was told (a refusal, a failure to call, a run stored before).
+    let whole =
+        one_call::mcp_result(&run.messages).and_then(|kept| CallToolResult::deserialize(kept).ok());
+    if let Some(whole) = whole {
+        return whole;
+    }
     if let Some((content, is_error)) = one_call::result(&run.messages) {
         return text(content.to_string(), is_error);
     }
@@ -102,11 +126,14 @@ fn text(content: String, is_error: bool) -> CallToolResult {
     }
 }
 
-/// `result`, naming the run and the call of `tool` it is about in its `_meta`.
+/// `result`, naming the run and the call of `tool` it is about in its `_meta`, beside what
+/// the upstream server put there (countersign's names win over a server's of the same key).
 fn about(mut result: CallToolResult, id: &RunId, tool: &str) -> CallToolResult {
-    let mut meta = Map::new();
-    meta.insert(META_RUN_ID.into(), Value::from(id.to_string()));
-    meta.insert(META_CALL_ID.into(), Value::from(mcp_proxy::call_id(tool)));
-    result.meta = Some(MetaObject(meta));
+    let mut meta = result.meta.take().unwrap_or_default();
+    meta.0
+        .insert(META_RUN_ID.into(), Value::from(id.to_string()));
+    meta.0
+        .insert(META_CALL_ID.into(), Value::from(mcp_proxy::call_id(tool)));
+    result.meta = Some(meta);
     result
 }

@@ -22,12 +22,14 @@ pub(super) mod route;
 mod wait;
 
 use crate::auth::Caller;
+use crate::runs::wait::Waited;
 use crate::runs::{self, Idempotency, NewRun, RunError};
 use crate::state::AppState;
 use countersign_model::agent::Agent;
 use countersign_model::digest::{canonical_json, sha256_hex};
-use countersign_model::mcp_proxy::ProxyCall;
-use countersign_model::run::RunId;
+use countersign_model::mcp_proxy::{self, ProxyCall};
+use countersign_model::one_call;
+use countersign_model::run::{Run, RunId};
 use rmcp::ServerHandler;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ErrorData, Implementation,
@@ -171,7 +173,13 @@ impl ServerHandler for Proxy {
         let wait = Duration::from_secs(self.state.config.mcp.wait_secs);
         let waited = wait::outcome(&self.state, &run_id, wait, progress, abandoned).await;
         let result: CallToolResult = match waited {
-            Ok(waited) => answer::of(&run_id, &call.tool, waited),
+            Ok(waited) => {
+                let jti = match &waited {
+                    Waited::Done(run) => self.receipt_jti(run, &call.tool).await,
+                    _ => None,
+                };
+                answer::of(&run_id, &call.tool, waited, jti.as_deref())
+            }
             Err(e) => answer::still_waiting(
                 &run_id,
                 &call.tool,
@@ -183,6 +191,27 @@ impl ServerHandler for Proxy {
 }
 
 impl Proxy {
+    /// The `jti` of the receipt the call of `tool` in `run` was sent with: the receipt of the
+    /// decision that approved (or edited) it, which the upstream server received. None for a
+    /// call that was sent without one, that did not reach the server (the worker kept no
+    /// result of its), or whose decision cannot be read now (the answer then goes without it
+    /// rather than not at all).
+    async fn receipt_jti(&self, run: &Run, tool: &str) -> Option<String> {
+        one_call::mcp_result(&run.messages)?;
+        let decisions = match self.state.store.decisions(&run.run_id).await {
+            Ok(decisions) => decisions,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the call's decision: answered without its receipt's jti");
+                return None;
+            }
+        };
+        let receipt = decisions
+            .get(&mcp_proxy::call_id(tool))?
+            .receipt
+            .as_deref()?;
+        self.state.receipts.jti(receipt)
+    }
+
     /// Starts the call's run, or finds the run the same call started before.
     async fn start(
         &self,
