@@ -370,6 +370,21 @@ fn service(bin_dir: &Path, binary: &str, config: &Path, log: &str) -> anyhow::Re
     Ok(command)
 }
 
+/// The arguments of a benchmark binary run as `[N] [--bin-dir DIR]`: how many times to
+/// measure (`default` when not given), and where the service binaries are ([`bin_dir`]).
+pub fn count_and_bin_dir(default: usize) -> anyhow::Result<(usize, PathBuf)> {
+    let mut args = std::env::args().skip(1);
+    let mut count = default;
+    let mut given = None;
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--bin-dir" => given = args.next().map(PathBuf::from),
+            n => count = n.parse()?,
+        }
+    }
+    Ok((count, bin_dir(given.as_deref())?))
+}
+
 /// Where the service binaries are: `--bin-dir`, else next to this executable.
 pub fn bin_dir(given: Option<&Path>) -> anyhow::Result<PathBuf> {
     if let Some(dir) = given {

@@ -23,19 +23,10 @@ const WARM_UP: usize = 20;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let mut args = std::env::args().skip(1);
-    let mut asks = 500;
-    let mut bin_dir = None;
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--bin-dir" => bin_dir = args.next().map(std::path::PathBuf::from),
-            n => asks = n.parse()?,
-        }
-    }
+    let (asks, bin_dir) = servers::count_and_bin_dir(500)?;
     if cfg!(debug_assertions) {
         eprintln!("warning: a debug build of the load generator; figures want --release");
     }
-    let bin_dir = servers::bin_dir(bin_dir.as_deref())?;
     let dir = std::env::temp_dir().join(format!("countersign-door-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let infra = Infra::start(None, None, &dir).await?;

@@ -25,16 +25,7 @@ const FOLLOWERS: usize = 500;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let mut args = std::env::args().skip(1);
-    let mut runs = 200;
-    let mut bin_dir = None;
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--bin-dir" => bin_dir = args.next().map(std::path::PathBuf::from),
-            n => runs = n.parse()?,
-        }
-    }
-    let bin_dir = servers::bin_dir(bin_dir.as_deref())?;
+    let (runs, bin_dir) = servers::count_and_bin_dir(200)?;
     let dir = std::env::temp_dir().join(format!("countersign-live-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let infra = Infra::start(None, None, &dir).await?;

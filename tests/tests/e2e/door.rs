@@ -105,6 +105,16 @@ async fn look(app: &TestApp, key: &str, state: &Value, wait: u64) -> (StatusCode
     app.request(Method::GET, &path, Some(key), None).await
 }
 
+/// The asked call once its policy has held it for a person (the long poll waits for an
+/// outcome, which a held call does not have, so this looks until it is held instead).
+async fn until_held(app: &TestApp, asked: &Value) -> Value {
+    wait_for("the call held", PATIENCE, || async {
+        let (_, state) = look(app, REQUESTER_KEY, asked, 1).await;
+        (state["status"] == "pending").then_some(state)
+    })
+    .await
+}
+
 fn refund(amount: f64) -> Value {
     json!({"tool": "issue_refund", "input": {"order_id": "A-1001", "amount": amount, "reason": "damaged"},
            "message": "The customer sent a photo of the damage.", "session": "conv-1",
@@ -137,11 +147,7 @@ async fn a_held_call_waits_for_a_person_then_runs_with_its_receipt() {
     body["wait_secs"] = json!(0);
     let (status, held) = ask(&app, REQUESTER_KEY, "k-big", body).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{held}");
-    let held = wait_for("the refund held", PATIENCE, || async {
-        let (_, state) = look(&app, REQUESTER_KEY, &held, 1).await;
-        (state["status"] == "pending").then_some(state)
-    })
-    .await;
+    let held = until_held(&app, &held).await;
     assert_eq!(
         held["held"]["reason"], "Refund of $40 moves money",
         "{held}"
@@ -196,18 +202,8 @@ async fn a_tool_without_an_endpoint_is_released_to_the_agent_with_the_edited_inp
     let email = |to: &str| json!({"tool": "send_email", "input": {"to": to, "body": "Hello"}, "wait_secs": 0});
     let (_, first) = ask(&app, REQUESTER_KEY, "k-mail-1", email("a@example.com")).await;
     let (_, second) = ask(&app, REQUESTER_KEY, "k-mail-2", email("b@example.com")).await;
-    let pending = |state: Value| {
-        let app = &app;
-        async move {
-            wait_for("the email held", PATIENCE, || async {
-                let (_, state) = look(app, REQUESTER_KEY, &state, 1).await;
-                (state["status"] == "pending").then_some(state)
-            })
-            .await
-        }
-    };
-    let first = pending(first).await;
-    let second = pending(second).await;
+    let first = until_held(&app, &first).await;
+    let second = until_held(&app, &second).await;
     assert_eq!(first["executes"], "agent");
     let edited = json!({"to": "a@example.com", "body": "Hello, and sorry"});
     let (status, body) = app
@@ -270,11 +266,7 @@ async fn a_released_call_is_claimed_by_one_attempt_and_its_end_is_in_the_trail()
     let app = app().await;
     let email = json!({"tool": "send_email", "input": {"to": "a@example.com", "body": "Hello"}, "wait_secs": 0});
     let (_, asked) = ask(&app, REQUESTER_KEY, "k-run-1", email.clone()).await;
-    let held = wait_for("the email held", PATIENCE, || async {
-        let (_, state) = look(&app, REQUESTER_KEY, &asked, 1).await;
-        (state["status"] == "pending").then_some(state)
-    })
-    .await;
+    let held = until_held(&app, &asked).await;
     // Not released while it waits for a person.
     let started = |attempt: &str| json!({"attempt": attempt, "status": "started"});
     let (status, body) = report(&app, REQUESTER_KEY, &held, started("early")).await;
@@ -399,11 +391,7 @@ async fn a_receipt_the_gateway_signed_for_a_released_call_verifies_in_node() {
         json!({"tool": "send_email", "input": input, "wait_secs": 0}),
     )
     .await;
-    let held = wait_for("the email held", PATIENCE, || async {
-        let (_, state) = look(&app, REQUESTER_KEY, &asked, 1).await;
-        (state["status"] == "pending").then_some(state)
-    })
-    .await;
+    let held = until_held(&app, &asked).await;
     let run_id = held["run_id"].as_str().unwrap();
     let (status, body) = app
         .approve(
@@ -473,11 +461,7 @@ async fn a_call_nobody_decides_in_time_expires_and_a_cancelled_one_never_runs() 
     let mut body = refund(60.0);
     body["wait_secs"] = json!(0);
     let (_, asked) = ask(&app, REQUESTER_KEY, "k-cancel", body).await;
-    let held = wait_for("the refund held", PATIENCE, || async {
-        let (_, state) = look(&app, REQUESTER_KEY, &asked, 1).await;
-        (state["status"] == "pending").then_some(state)
-    })
-    .await;
+    let held = until_held(&app, &asked).await;
     let run_id = held["run_id"].as_str().unwrap();
     let (status, body) = app
         .request(
