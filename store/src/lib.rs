@@ -308,6 +308,16 @@ impl Store {
         Ok(self.load_versioned(id).await?.map(|(run, _)| run))
     }
 
+    /// How much longer the run is kept: `None` for a run that does not expire (one not
+    /// finished) or does not exist.
+    pub async fn retained_for(&self, id: &RunId) -> Result<Option<Duration>, StoreError> {
+        let left: i64 = redis::cmd("PTTL")
+            .arg(self.keys.run_key(id))
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(u64::try_from(left).ok().map(Duration::from_millis))
+    }
+
     /// The recorded decisions on the run's calls, by call id; empty if none (or no such run).
     pub async fn decisions(&self, id: &RunId) -> Result<HashMap<String, Decision>, StoreError> {
         let raw: HashMap<String, String> = redis::cmd("HGETALL")

@@ -161,16 +161,17 @@ pub(crate) async fn start(
     Ok((run_id, status))
 }
 
-/// Asks `run` to stop, as `by` asked through the API with `reason`: a span of the run's trace.
+/// Asks `run` to stop, as `by` asked through `via` (`api`, `mcp`) with `reason`: a span of the
+/// run's trace.
 pub(crate) async fn cancel(
     state: &AppState,
     run: &Run,
-    by: String,
+    (by, via): (String, &str),
     reason: Option<String>,
 ) -> Result<(), RunError> {
-    let span = tracing::info_span!("run.cancel", run_id = %run.run_id, by = %by);
+    let span = tracing::info_span!("run.cancel", run_id = %run.run_id, by = %by, via);
     trace_context::adopt(&span, run.trace.as_deref());
-    request_cancel(state, run, by, reason)
+    request_cancel(state, run, (by, via), reason)
         .instrument(span)
         .await
 }
@@ -178,7 +179,7 @@ pub(crate) async fn cancel(
 async fn request_cancel(
     state: &AppState,
     run: &Run,
-    by: String,
+    (by, via): (String, &str),
     reason: Option<String>,
 ) -> Result<(), RunError> {
     let cancel = Cancellation {
@@ -188,7 +189,7 @@ async fn request_cancel(
     };
     let mut entry = AuditEntry::new(&run.run_id, AuditKind::CancelRequested);
     entry.actor = Some(by);
-    entry.via = Some("api".into());
+    entry.via = Some(via.into());
     entry.detail = json!({"reason": reason});
     let names = &state.bus.names;
     // The job that brings a worker to the run, which finishes it as cancelled.

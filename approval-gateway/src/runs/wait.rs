@@ -5,7 +5,7 @@
 //! that dropped it.
 
 use countersign_model::one_call;
-use countersign_model::run::{Run, RunId};
+use countersign_model::run::{Run, RunId, RunStatus};
 use countersign_store::StoreError;
 use futures::StreamExt;
 use std::future::Future;
@@ -18,11 +18,22 @@ use crate::state::AppState;
 /// How often the run is read when no event came.
 const POLL: Duration = Duration::from_secs(1);
 
+/// What a wait is for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Until {
+    /// The call's outcome (its result, or the end of its run).
+    Outcome,
+    /// The outcome, or the call held for a person, whichever comes first: a client that can
+    /// follow the call later (an MCP task) is answered as soon as a person must decide.
+    OutcomeOrHeld,
+}
+
 /// How a wait ended.
 pub(crate) enum Waited {
     /// The call has its result, or the run ended without one.
     Done(Run),
-    /// The time was up first; the run as last read.
+    /// The time was up first, or the call is held and the wait was [`Until::OutcomeOrHeld`];
+    /// the run as last read.
     Pending(Option<Run>),
     /// The wait was abandoned first; the run as last read.
     Abandoned(Option<Run>),
@@ -38,12 +49,12 @@ impl Waited {
     }
 }
 
-/// Waits at most `wait` for run `id` to answer its call, or until `abandoned` completes (the
-/// client went away, the gateway stops).
+/// Waits at most `wait` for run `id` to answer its call (or, `until` held, to hold it), or
+/// until `abandoned` completes (the client went away, the gateway stops).
 pub(crate) async fn outcome(
     state: &AppState,
     id: &RunId,
-    wait: Duration,
+    (wait, until): (Duration, Until),
     mut abandoned: Pin<&mut impl Future<Output = ()>>,
 ) -> Result<Waited, StoreError> {
     let started = Instant::now();
@@ -63,6 +74,9 @@ pub(crate) async fn outcome(
     loop {
         match state.store.load(id).await? {
             Some(run) if answered(&run) => return Ok(Waited::Done(run)),
+            Some(run) if until == Until::OutcomeOrHeld && held(&run) => {
+                return Ok(Waited::Pending(Some(run)));
+            }
             run => last = run.or(last),
         }
         tokio::select! {
@@ -79,8 +93,13 @@ pub(crate) async fn outcome(
 }
 
 /// Whether the run has its call's result, or has ended without one.
-fn answered(run: &Run) -> bool {
+pub(crate) fn answered(run: &Run) -> bool {
     run.status.is_terminal() || one_call::result(&run.messages).is_some()
+}
+
+/// Whether the run's call waits for a person.
+pub(crate) fn held(run: &Run) -> bool {
+    run.status == RunStatus::AwaitingApproval
 }
 
 /// Whether the next event came (false: the subscription ended), or never once there are

@@ -30,6 +30,7 @@ mod live_events;
 mod local_runner;
 mod many_workers;
 mod mcp_proxy;
+mod mcp_tasks;
 mod mcp_tools;
 mod metrics;
 mod model_check;

@@ -5,6 +5,7 @@
 //! hints hold (it may change data).
 
 use super::inbox::Browser;
+use approval_gateway::config::{ApiKey, Role};
 use countersign_receipt::mcp::META_CALL_ID;
 use countersign_receipt::mcp::{META_RECEIPT, META_RECEIPT_JTI, META_RUN_ID};
 use countersign_tests::app::{
@@ -27,14 +28,14 @@ use rmcp::{ClientHandler, ServiceExt};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-const AGENT: &str = "shopfront";
+pub(super) const AGENT: &str = "shopfront";
 /// The id of a refund's call: named after its tool, the same for every refund's run.
-const REFUND_CALL: &str = "mcp_refund";
+pub(super) const REFUND_CALL: &str = "mcp_refund";
 
 /// A result of every kind the proxy must pass on whole: structured content (and its JSON as
 /// text), an image, a resource link, and the server's own `_meta` (with a receipt's jti that
 /// is not the server's to name).
-fn whole_report() -> CallToolResult {
+pub(super) fn whole_report() -> CallToolResult {
     let mut result = CallToolResult::structured(json!({"orders": 2, "total": 80}));
     result.content.push(ContentBlock::image(
         "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==",
@@ -62,7 +63,7 @@ fn whole_failure() -> CallToolResult {
 
 /// The upstream MCP server: a read-only lookup, report and broken tool, a refund and an
 /// export.
-async fn upstream() -> McpServer {
+pub(super) async fn upstream() -> McpServer {
     let mut lookup = TestTool::new("lookup", TestAnswer::Text("A-1: $30, paid".into()));
     lookup.input_schema = json!({
         "type": "object",
@@ -90,6 +91,14 @@ async fn upstream() -> McpServer {
 /// A gateway and worker with the proxy agent in front of `upstream`; a call waits at most
 /// `wait_secs` for its outcome.
 async fn proxy(upstream: &McpServer, wait_secs: u64) -> TestApp {
+    proxy_with(upstream, wait_secs, "").await
+}
+
+/// The key of a second requester, rosa, who speaks for nobody else.
+pub(super) const OTHER_REQUESTER_KEY: &str = "test-other-requester-key-0123456789";
+
+/// [`proxy`], with `approval` added to the refund's `[tools.approval]` (a deadline, say).
+pub(super) async fn proxy_with(upstream: &McpServer, wait_secs: u64, approval: &str) -> TestApp {
     let agent = format!(
         r#"name = "{AGENT}"
 
@@ -106,17 +115,25 @@ name = "refund"
 mcp = "shop"
 [tools.approval]
 reason = "refunds move money"
-"#,
+{approval}"#,
         url = upstream.url()
     );
     TestApp::builder(|_: &Value| countersign_fake_model::anthropic_text("Unused."))
         .agent(&format!("{AGENT}.toml"), agent)
-        .gateway(move |config| config.mcp.wait_secs = wait_secs)
+        .gateway(move |config| {
+            config.mcp.wait_secs = wait_secs;
+            config.api_keys.push(ApiKey {
+                key: OTHER_REQUESTER_KEY.into(),
+                role: Role::Requester,
+                principal: "rosa".into(),
+                speaks_for: Vec::new(),
+            });
+        })
         .start()
         .await
 }
 
-fn endpoint(app: &TestApp) -> String {
+pub(super) fn endpoint(app: &TestApp) -> String {
     format!("{}/mcp/{AGENT}", app.gateway_url)
 }
 
@@ -154,28 +171,28 @@ impl ClientHandler for Progress {
     }
 }
 
-fn call(tool: &str, arguments: Value) -> CallToolRequestParams {
+pub(super) fn call(tool: &str, arguments: Value) -> CallToolRequestParams {
     let Value::Object(arguments) = arguments else {
         panic!("arguments are an object")
     };
     CallToolRequestParams::new(tool.to_string()).with_arguments(arguments)
 }
 
-fn text(result: &CallToolResult) -> &str {
+pub(super) fn text(result: &CallToolResult) -> &str {
     &result.content[0].as_text().expect("a text block").text
 }
 
-fn is_error(result: &CallToolResult) -> bool {
+pub(super) fn is_error(result: &CallToolResult) -> bool {
     result.is_error == Some(true)
 }
 
 /// Waits until the proxy agent's refund waits for a person; its run id and digest.
-async fn held_refund(app: &TestApp) -> (String, Value) {
+pub(super) async fn held_refund(app: &TestApp) -> (String, Value) {
     held(app, REFUND_CALL).await
 }
 
 /// Waits until the proxy agent's call `call_id` waits for a person; its run id and digest.
-async fn held(app: &TestApp, call_id: &str) -> (String, Value) {
+pub(super) async fn held(app: &TestApp, call_id: &str) -> (String, Value) {
     wait_for(&format!("{call_id} to be held"), PATIENCE, || async {
         let (_, body) = app.get("/v1/approvals").await;
         let approvals = body["approvals"].as_array()?;
@@ -191,7 +208,13 @@ async fn decide(app: &TestApp, run: &str, digest: &Value, decision: Value) {
     decide_call(app, run, REFUND_CALL, digest, decision).await;
 }
 
-async fn decide_call(app: &TestApp, run: &str, call_id: &str, digest: &Value, decision: Value) {
+pub(super) async fn decide_call(
+    app: &TestApp,
+    run: &str,
+    call_id: &str,
+    digest: &Value,
+    decision: Value,
+) {
     let mut decision = decision;
     decision["call_id"] = json!(call_id);
     decision["digest"] = digest.clone();
@@ -199,7 +222,7 @@ async fn decide_call(app: &TestApp, run: &str, call_id: &str, digest: &Value, de
     assert_eq!(status, StatusCode::OK, "{body}");
 }
 
-fn refunds(upstream: &McpServer) -> usize {
+pub(super) fn refunds(upstream: &McpServer) -> usize {
     upstream
         .calls()
         .iter()
@@ -638,14 +661,14 @@ async fn a_proxied_call_is_woken_by_its_run_s_events_on_nats_not_only_by_the_pol
 }
 
 /// The answer's `_meta` as a JSON object.
-fn meta(result: &CallToolResult) -> &serde_json::Map<String, Value> {
+pub(super) fn meta(result: &CallToolResult) -> &serde_json::Map<String, Value> {
     &result.meta.as_ref().expect("the answer has _meta").0
 }
 
 /// `answered` is `given` as the upstream server gave it: its content blocks, structured
 /// content and `isError`, and its own `_meta` beside countersign's names (the server's keys
 /// under countersign's prefix are not its own).
-fn assert_whole(answered: &CallToolResult, given: &CallToolResult) {
+pub(super) fn assert_whole(answered: &CallToolResult, given: &CallToolResult) {
     assert_eq!(answered.content, given.content, "{answered:?}");
     assert_eq!(answered.structured_content, given.structured_content);
     assert_eq!(answered.is_error, given.is_error);

@@ -141,7 +141,7 @@ async fn cancel_run(
     }
     let run = load_run(&state, &run_id).await?;
     let by = caller.cancelling(&run_id, run.requested_by.as_deref())?;
-    runs::cancel(&state, &run, by, reason).await?;
+    runs::cancel(&state, &run, (by, "api"), reason).await?;
     Ok((
         StatusCode::ACCEPTED,
         Json(json!({"run_id": run.run_id, "status": "cancelling"})),

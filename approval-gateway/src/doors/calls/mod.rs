@@ -17,7 +17,7 @@ mod outcome;
 
 use crate::auth::{Caller, IdempotencyKey, JsonBody, Permission, QueryParams};
 use crate::error::ApiError;
-use crate::runs::wait::{self, Waited};
+use crate::runs::wait::{self, Until, Waited};
 use crate::runs::{self, Idempotency, NewRun};
 use crate::state::AppState;
 use axum::extract::{Path, State};
@@ -210,7 +210,7 @@ async fn answer(
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let stopped = stop.cancelled_owned();
     tokio::pin!(stopped);
-    let waited = wait::outcome(state, run_id, wait, stopped.as_mut()).await?;
+    let waited = wait::outcome(state, run_id, (wait, Until::Outcome), stopped.as_mut()).await?;
     let run: Option<&Run> = waited.run();
     let decisions = state.store.decisions(run_id).await?;
     let execution = state.store.agent_execution(run_id, call_id).await?;

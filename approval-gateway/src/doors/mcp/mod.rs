@@ -19,10 +19,11 @@
 mod answer;
 pub(crate) mod owners;
 pub(super) mod route;
+mod tasks;
 mod wait;
 
 use crate::auth::Caller;
-use crate::runs::wait::Waited;
+use crate::runs::wait::{Until, Waited};
 use crate::runs::{self, Idempotency, NewRun, RunError};
 use crate::state::AppState;
 use countersign_model::agent::Agent;
@@ -32,8 +33,9 @@ use countersign_model::one_call;
 use countersign_model::run::{Run, RunId};
 use rmcp::ServerHandler;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ErrorData, Implementation,
-    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ErrorData,
+    GetTaskParams, GetTaskResult, Implementation, ListToolsResult, PaginatedRequestParams,
+    ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -100,15 +102,20 @@ pub(crate) fn service(
 
 impl ServerHandler for Proxy {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        let capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_tasks()
+            .build();
+        ServerConfig::new(capabilities)
             .with_server_info(Implementation::new(
                 format!("countersign/{}", self.agent.def.name),
                 env!("CARGO_PKG_VERSION"),
             ))
             .with_instructions(
                 "Calls of these tools go through countersign: a call its policy holds waits for \
-                 a person's decision. If the answer says the call still waits, call the tool \
-                 again with the same arguments later to get its outcome.",
+                 a person's decision. A client with the tasks extension gets a task to follow; \
+                 otherwise, if the answer says the call still waits, call the tool again with \
+                 the same arguments later to get its outcome.",
             )
     }
 
@@ -126,10 +133,8 @@ impl ServerHandler for Proxy {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        let caller = caller(&context)?;
         let parts = context.extensions.get::<axum::http::request::Parts>();
-        let Some(caller) = parts.and_then(|p| p.extensions.get::<Caller>()) else {
-            return Err(ErrorData::internal_error("the request has no caller", None));
-        };
         let session = parts
             .and_then(|p| p.headers.get(owners::SESSION_HEADER))
             .and_then(|v| v.to_str().ok());
@@ -170,16 +175,25 @@ impl ServerHandler for Proxy {
                 _ = self.stop.cancelled() => {}
             }
         };
+        // A client that can follow a task is answered as soon as a person must decide.
+        let tasks = context
+            .client_capabilities()
+            .is_some_and(|c| c.supports_tasks());
+        let until = match tasks {
+            true => Until::OutcomeOrHeld,
+            false => Until::Outcome,
+        };
         let wait = Duration::from_secs(self.state.config.mcp.wait_secs);
-        let waited = wait::outcome(&self.state, &run_id, wait, progress, abandoned).await;
+        let waited = wait::outcome(&self.state, &run_id, (wait, until), progress, abandoned).await;
         let result: CallToolResult = match waited {
-            Ok(waited) => {
-                let jti = match &waited {
-                    Waited::Done(run) => self.receipt_jti(run, &call.tool).await,
-                    _ => None,
-                };
-                answer::of(&run_id, &call.tool, waited, jti.as_deref())
+            Ok(Waited::Done(run)) => self.answer(&run, &call.tool).await,
+            Ok(waited) if tasks => {
+                return Ok(CallToolResponse::Task(tasks::created(
+                    &run_id,
+                    waited.run(),
+                )));
             }
+            Ok(waited) => answer::of(&run_id, &call.tool, waited, None),
             Err(e) => answer::still_waiting(
                 &run_id,
                 &call.tool,
@@ -188,9 +202,88 @@ impl ServerHandler for Proxy {
         };
         Ok(result.into())
     }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        let run = self.task_run(caller(&context)?, &request.task_id).await?;
+        let result = match tasks::answered(&run) {
+            true => Some(self.answer(&run, &proxied(&run)?.tool).await),
+            false => None,
+        };
+        let retained = self
+            .state
+            .store
+            .retained_for(&run.run_id)
+            .await
+            .map_err(internal)?;
+        Ok(GetTaskResult::new(tasks::detailed(&run, result, retained)))
+    }
+
+    #[tracing::instrument(skip_all, fields(agent = %self.agent.def.name, run_id = %request.task_id))]
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let caller = caller(&context)?;
+        let run = self.task_run(caller, &request.task_id).await?;
+        if tasks::answered(&run) || run.status.is_terminal() {
+            return Err(ErrorData::invalid_params(
+                format!(
+                    "task {:?} has ended: it cannot be cancelled",
+                    run.run_id.as_str()
+                ),
+                None,
+            ));
+        }
+        let by = caller
+            .cancelling(run.run_id.as_str(), run.requested_by.as_deref())
+            .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?;
+        let reason = Some("the MCP client cancelled its task".to_string());
+        match runs::cancel(&self.state, &run, (by, "mcp"), reason).await {
+            Ok(()) => Ok(()),
+            Err(RunError::Finished(why) | RunError::NoRun(why)) => {
+                Err(ErrorData::invalid_params(why, None))
+            }
+            Err(e) => Err(internal(e)),
+        }
+    }
+}
+
+/// The authenticated caller of a request (`route` put it there).
+fn caller(context: &RequestContext<RoleServer>) -> Result<&Caller, ErrorData> {
+    context
+        .extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|p| p.extensions.get::<Caller>())
+        .ok_or_else(|| ErrorData::internal_error("the request has no caller", None))
+}
+
+/// The call a proxy run keeps.
+fn proxied(run: &Run) -> Result<ProxyCall, ErrorData> {
+    ProxyCall::of_run(&run.metadata, &run.messages).map_err(internal)
+}
+
+fn internal(e: impl std::fmt::Display) -> ErrorData {
+    ErrorData::internal_error(e.to_string(), None)
 }
 
 impl Proxy {
+    /// What a `tools/call` of `tool` is answered once its run `run` has the call's outcome.
+    async fn answer(&self, run: &Run, tool: &str) -> CallToolResult {
+        let jti = self.receipt_jti(run, tool).await;
+        answer::of(&run.run_id, tool, Waited::Done(run.clone()), jti.as_deref())
+    }
+
+    /// The run of task `task_id`, if `caller` may see it.
+    async fn task_run(&self, caller: &Caller, task_id: &str) -> Result<Run, ErrorData> {
+        let run = self.state.run(task_id).await.map_err(internal)?;
+        tasks::visible(run, &self.agent.def.name, caller, task_id)
+    }
+
     /// The `jti` of the receipt the call of `tool` in `run` was sent with: the receipt of the
     /// decision that approved (or edited) it, which the upstream server received. None for a
     /// call that was sent without one, that did not reach the server (the worker kept no

@@ -1,0 +1,241 @@
+//! A held proxy call as an MCP task (the Tasks extension, `io.modelcontextprotocol/tasks`, of
+//! protocol 2026-07-28), driven by rmcp's client with the extension declared on every request:
+//! the call is answered with a task as soon as a person must decide, the task follows the run
+//! through an approval, a rejection, an expiry and a cancel by the client, on any gateway.
+
+use super::mcp_proxy::{
+    OTHER_REQUESTER_KEY, REFUND_CALL, assert_whole, call, decide_call, endpoint, held, held_refund,
+    is_error, meta, proxy_with, refunds, text, upstream, whole_report,
+};
+use countersign_receipt::mcp::{META_RECEIPT_JTI, META_RUN_ID};
+use countersign_tests::app::{PATIENCE, REQUESTER_KEY, TestApp};
+use countersign_tests::mcp_server::McpServer;
+use countersign_tests::wait_for;
+use rmcp::model::{
+    CallToolResponse, CallToolResult, CancelTaskParams, ClientCapabilities, ClientConfig,
+    GetTaskParams, GetTaskResult, Implementation, ProtocolVersion, TaskPayload, TaskStatus,
+};
+use rmcp::service::{ClientLifecycleMode, ClientServiceExt, RoleClient, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use serde_json::{Value, json};
+
+type Client = RunningService<RoleClient, ClientConfig>;
+
+/// A client of protocol 2026-07-28 that declares the tasks extension, with `key`.
+async fn tasks_client(app: &TestApp, key: &str) -> Client {
+    let info = ClientConfig::new(
+        ClientCapabilities::builder().enable_tasks().build(),
+        Implementation::new("tasks-test", "1.0.0"),
+    );
+    let config = StreamableHttpClientTransportConfig::with_uri(endpoint(app)).auth_header(key);
+    info.serve_with_lifecycle(
+        StreamableHttpClientTransport::from_config(config),
+        ClientLifecycleMode::Discover {
+            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+        },
+    )
+    .await
+    .unwrap()
+}
+
+/// Calls `tool` with `arguments`; the task it is answered with.
+async fn task_of(client: &Client, tool: &str, arguments: Value) -> String {
+    let answered = client.call_tool_once(call(tool, arguments)).await.unwrap();
+    let CallToolResponse::Task(created) = answered else {
+        panic!("a task: {answered:?}");
+    };
+    assert_eq!(created.task.status, TaskStatus::Working);
+    assert_eq!(created.task.poll_interval_ms, Some(2000));
+    created.task.task_id
+}
+
+async fn get(client: &Client, task: &str) -> GetTaskResult {
+    client.get_task(GetTaskParams::new(task)).await.unwrap()
+}
+
+/// Polls task `task` until it is `status`.
+async fn until(client: &Client, task: &str, status: TaskStatus) -> GetTaskResult {
+    wait_for(
+        &format!("task {task} to be {status:?}"),
+        PATIENCE,
+        || async {
+            let got = client.get_task(GetTaskParams::new(task)).await.ok()?;
+            (got.task.status() == status).then_some(got)
+        },
+    )
+    .await
+}
+
+fn message(got: &GetTaskResult) -> String {
+    got.task.task.status_message.clone().unwrap_or_default()
+}
+
+/// The result of a completed task.
+fn result(got: &GetTaskResult) -> CallToolResult {
+    let TaskPayload::Completed { result } = &got.task.payload else {
+        panic!("a completed task: {got:?}");
+    };
+    serde_json::from_value(Value::Object(result.clone())).unwrap()
+}
+
+/// The proxy of `upstream`, whose refunds wait at most an hour (or what `approval` says).
+async fn app(upstream: &McpServer, approval: &str) -> TestApp {
+    proxy_with(upstream, 60, approval).await
+}
+
+#[tokio::test]
+async fn a_held_call_is_a_task_that_completes_with_the_whole_result_on_any_gateway() {
+    let upstream = upstream().await;
+    let mut app = app(&upstream, "").await;
+    let client = tasks_client(&app, REQUESTER_KEY).await;
+
+    // Answered at once with a task, not after the proxy's 60 s wait.
+    let task = task_of(&client, "export", json!({"month": 5})).await;
+    let (run, digest) = held(&app, "mcp_export").await;
+    assert_eq!(task, run, "the task is the call's run");
+    let waiting = get(&client, &task).await;
+    assert_eq!(waiting.task.status(), TaskStatus::Working);
+    assert!(
+        message(&waiting).starts_with("Waits for a decision by")
+            && message(&waiting).ends_with("Nothing has run."),
+        "{}",
+        message(&waiting)
+    );
+    assert_eq!(waiting.task.task.ttl_ms, None, "a waiting run is kept");
+
+    // Another gateway answers for it after the first one stopped, and after the decision.
+    app.restart_gateway(|_| {}).await;
+    let client = tasks_client(&app, REQUESTER_KEY).await;
+    assert_eq!(get(&client, &task).await.task.status(), TaskStatus::Working);
+    decide_call(
+        &app,
+        &run,
+        "mcp_export",
+        &digest,
+        json!({"action": "approve"}),
+    )
+    .await;
+    let done = until(&client, &task, TaskStatus::Completed).await;
+    let answered = result(&done);
+    assert_whole(&answered, &whole_report());
+    assert_eq!(meta(&answered)[META_RUN_ID], run.as_str());
+    assert!(
+        meta(&answered)[META_RECEIPT_JTI].is_string(),
+        "{answered:?}"
+    );
+    assert!(done.task.task.ttl_ms.is_some(), "a finished run expires");
+    assert_eq!(upstream.calls().len(), 1, "the upstream tool ran once");
+
+    // The same call again is the same task's run, answered at once.
+    let again = client
+        .call_tool_once(call("export", json!({"month": 5})))
+        .await
+        .unwrap();
+    let CallToolResponse::Complete(again) = again else {
+        panic!("the outcome: {again:?}");
+    };
+    assert_whole(&again, &whole_report());
+    assert_eq!(upstream.calls().len(), 1);
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_free_call_is_answered_without_a_task() {
+    let upstream = upstream().await;
+    let app = app(&upstream, "").await;
+    let client = tasks_client(&app, REQUESTER_KEY).await;
+    let answered = client
+        .call_tool_once(call("lookup", json!({"order_id": "A-1"})))
+        .await
+        .unwrap();
+    let CallToolResponse::Complete(answered) = answered else {
+        panic!("the result: {answered:?}");
+    };
+    assert_eq!(text(&answered), "A-1: $30, paid");
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_rejected_or_expired_call_completes_with_the_error_the_model_is_told() {
+    let upstream = upstream().await;
+    let app = app(&upstream, "timeout = \"2s\"\n").await;
+    let client = tasks_client(&app, REQUESTER_KEY).await;
+
+    let rejected = task_of(&client, "refund", json!({"amount": 40})).await;
+    let (run, digest) = held_refund(&app).await;
+    assert_eq!(rejected, run);
+    assert!(
+        message(&get(&client, &rejected).await).contains(" until "),
+        "the deadline is named"
+    );
+    let rejection = json!({"action": "reject", "reason": "not this customer"});
+    decide_call(&app, &run, REFUND_CALL, &digest, rejection).await;
+    let done = until(&client, &rejected, TaskStatus::Completed).await;
+    let answered = result(&done);
+    assert!(is_error(&answered));
+    assert!(
+        text(&answered).contains("not this customer"),
+        "{answered:?}"
+    );
+
+    // Nobody decides the second one: it expires.
+    let expired = task_of(&client, "refund", json!({"amount": 41})).await;
+    let done = until(&client, &expired, TaskStatus::Completed).await;
+    let answered = result(&done);
+    assert!(is_error(&answered));
+    assert!(text(&answered).contains("deadline"), "{answered:?}");
+    assert_eq!(refunds(&upstream), 0, "no refund ran");
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_task_the_client_cancels_cancels_its_run_and_only_its_requester_sees_it() {
+    let upstream = upstream().await;
+    let app = app(&upstream, "").await;
+    let client = tasks_client(&app, REQUESTER_KEY).await;
+    let task = task_of(&client, "refund", json!({"amount": 75})).await;
+    held_refund(&app).await;
+
+    // Another requester is told there is no such task, and cannot cancel it.
+    let other = tasks_client(&app, OTHER_REQUESTER_KEY).await;
+    let seen = other.get_task(GetTaskParams::new(&task)).await.unwrap_err();
+    assert!(seen.to_string().contains("no task"), "{seen}");
+    let cancelled = other.cancel_task(CancelTaskParams::new(&task)).await;
+    assert!(cancelled.is_err());
+    assert_eq!(get(&client, &task).await.task.status(), TaskStatus::Working);
+    let unknown = client.get_task(GetTaskParams::new("no-such-task")).await;
+    assert!(unknown.is_err());
+
+    client
+        .cancel_task(CancelTaskParams::new(&task))
+        .await
+        .unwrap();
+    let done = until(&client, &task, TaskStatus::Cancelled).await;
+    assert!(
+        message(&done).contains("cancelled by rick"),
+        "{}",
+        message(&done)
+    );
+    app.wait_status(&task, "cancelled").await;
+    let trail = app.audit_entries(&task).await;
+    let asked = trail
+        .iter()
+        .find(|e| e["kind"] == "cancel_requested")
+        .expect("the cancel is audited");
+    assert_eq!(
+        (&asked["actor"], &asked["channel"]),
+        (&json!("rick"), &json!("mcp"))
+    );
+    assert_eq!(refunds(&upstream), 0, "nothing ran");
+
+    // An ended task cannot be cancelled again.
+    assert!(
+        client
+            .cancel_task(CancelTaskParams::new(&task))
+            .await
+            .is_err()
+    );
+    other.cancel().await.unwrap();
+    client.cancel().await.unwrap();
+}
