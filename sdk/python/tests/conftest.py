@@ -7,6 +7,10 @@ one `external` agent, `desk`:
 - `send_email` has none, so it is released to the agent, and always waits for a person.
 - `note_customer` has none and needs nobody: released to the agent at once.
 
+A second agent, `desk-mcp`, is an MCP proxy (`/mcp/desk-mcp`) in front of the demo
+service's MCP endpoint, for MCP clients countersign does not run: its `issue_refund` over $20
+waits for a person.
+
 The support desk's key (`requester`) asks; yours (`admin`) decides, since nobody may
 approve their own request.
 """
@@ -28,7 +32,7 @@ import pytest
 
 import countersign
 
-from .support import AGENT
+from .support import AGENT, MCP_AGENT
 
 REPOSITORY = Path(__file__).resolve().parents[3]
 REQUESTER_KEY = "local-requester-key-0000"
@@ -63,6 +67,27 @@ reason = "Email leaves the company"
 name = "note_customer"
 input_schema = {{ type = "object", properties = {{ customer = {{ type = "string" }}, note = {{ type = "string" }} }}, required = ["customer", "note"] }}
 approval = "never"
+"""
+
+
+MCP_AGENT_FILE = """\
+name = "{agent}"
+
+[model]
+provider = "mcp_client"
+
+[[mcp_servers]]
+name = "shop"
+url = "http://127.0.0.1:{tools_port}/mcp"
+trusted = true
+
+[[tools]]
+name = "issue_refund"
+mcp = "shop"
+idempotent = true
+[tools.approval]
+when = "input.amount > 20.0"
+reason = "Refund of ${{{{ input.amount }}}} moves money"
 """
 
 
@@ -153,6 +178,9 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     agents = home / "agents"
     agents.mkdir()
     (agents / f"{AGENT}.toml").write_text(AGENT_FILE.format(agent=AGENT, tools_port=9100 + offset))
+    (agents / f"{MCP_AGENT}.toml").write_text(
+        MCP_AGENT_FILE.format(agent=MCP_AGENT, tools_port=9100 + offset)
+    )
     log = home / "countersign-local.log"
     env = {
         key: value

@@ -7,6 +7,8 @@ import time
 from countersign import Call, Client, Status
 
 AGENT = "desk"
+#: The MCP proxy in front of the demo service's MCP endpoint.
+MCP_AGENT = "desk-mcp"
 #: How long a test waits for the system to do something it does in well under a second.
 WITHIN_SECS = 30.0
 

@@ -4,9 +4,10 @@
 //! (`countersign_model::mcp_proxy`), started as `POST /v1/runs` starts runs, with the caller's
 //! key's principal as the requester. The worker runs it like any run, so the policy, held
 //! calls, channels, deadlines, receipts, audit and the execution record all apply; the call is
-//! answered with the run's outcome once it has one (`wait`), or, past `[mcp] wait_secs`, with
-//! an error result that says a person must decide and that the same call again gets the
-//! outcome.
+//! answered with the run's outcome once it has one (`wait`). A client that follows tasks gets
+//! a task as soon as a person must decide ([`tasks`]; 2025-11-25's form in [`tasks_2025`]);
+//! any other, past `[mcp] wait_secs`, an error result that says a person must decide and that
+//! the same call again gets the outcome.
 //!
 //! The same call again is the same run: the run's idempotency key is made of the caller, the
 //! MCP session (when the client's protocol version has sessions), the tool and the RFC 8785
@@ -20,6 +21,7 @@ mod answer;
 pub(crate) mod owners;
 pub(super) mod route;
 mod tasks;
+mod tasks_2025;
 mod wait;
 
 use crate::auth::Caller;
@@ -33,9 +35,9 @@ use countersign_model::one_call;
 use countersign_model::run::{Run, RunId};
 use rmcp::ServerHandler;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ErrorData,
-    GetTaskParams, GetTaskResult, Implementation, ListToolsResult, PaginatedRequestParams,
-    ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, DetailedTask,
+    ErrorData, GetTaskParams, GetTaskResult, Implementation, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -56,14 +58,14 @@ struct Proxy {
     stop: CancellationToken,
 }
 
-/// The Streamable HTTP service of `agent` (an `mcp_client` agent); `stop` ends its sessions,
-/// streams and waits. Requests reach it authenticated (`route`), with the [`Caller`] in
-/// their extensions.
+/// The Streamable HTTP service of `agent` (an `mcp_client` agent), with 2025-11-25's tasks in
+/// front of it ([`tasks_2025`]); `stop` ends its sessions, streams and waits. Requests reach
+/// it authenticated (`route`), with the [`Caller`] in their extensions.
 pub(crate) fn service(
     state: &AppState,
     agent: Arc<Agent>,
     stop: CancellationToken,
-) -> anyhow::Result<StreamableHttpService<impl ServerHandler + 'static, LocalSessionManager>> {
+) -> anyhow::Result<axum::Router> {
     let tools = agent
         .def
         .tools
@@ -93,11 +95,10 @@ pub(crate) fn service(
         tools: Arc::new(tools),
         stop,
     };
-    Ok(StreamableHttpService::new(
-        move || Ok(proxy.clone()),
-        Default::default(),
-        config,
-    ))
+    let layer = axum::middleware::from_fn_with_state(proxy.clone(), tasks_2025::intercept);
+    let service: StreamableHttpService<Proxy, LocalSessionManager> =
+        StreamableHttpService::new(move || Ok(proxy.clone()), Default::default(), config);
+    Ok(axum::Router::new().fallback_service(service).layer(layer))
 }
 
 impl ServerHandler for Proxy {
@@ -142,27 +143,13 @@ impl ServerHandler for Proxy {
             tool: request.name.to_string(),
             arguments: Value::Object(request.arguments.unwrap_or_default()),
         };
-        if self.agent.tool(&call.tool).is_none() {
-            return Err(ErrorData::invalid_params(
-                format!("no tool {:?}", call.tool),
-                None,
-            ));
-        }
-        if let Err(problems) = self.agent.validate_input(&call.tool, &call.arguments) {
-            return Ok(answer::refused(&format!(
-                "The arguments do not fit the input schema of {}: {}. Nothing ran.",
-                call.tool,
-                problems.join("; ")
-            ))
-            .into());
+        if let Some(why) = self.misfit(&call)? {
+            return Ok(answer::refused(&why).into());
         }
         let client = context
             .client_info()
             .map(|i| json!({"name": i.name, "version": i.version}));
-        let run_id = self
-            .start(caller, session, client, &call)
-            .await
-            .map_err(|e| ErrorData::internal_error(format!("cannot start the run: {e}"), None))?;
+        let run_id = self.start(caller, session, client, &call).await?;
         tracing::Span::current().record("run_id", run_id.as_str());
         let progress = context
             .meta
@@ -209,8 +196,42 @@ impl ServerHandler for Proxy {
         context: RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, ErrorData> {
         let run = self.task_run(caller(&context)?, &request.task_id).await?;
-        let result = match tasks::answered(&run) {
-            true => Some(self.answer(&run, &proxied(&run)?.tool).await),
+        Ok(GetTaskResult::new(self.task(&run).await?))
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.cancel(caller(&context)?, &request.task_id).await
+    }
+}
+
+impl Proxy {
+    /// Why `call` is refused before any run (its arguments do not fit the tool's input
+    /// schema), or an error for a tool the agent does not have.
+    fn misfit(&self, call: &ProxyCall) -> Result<Option<String>, ErrorData> {
+        if self.agent.tool(&call.tool).is_none() {
+            return Err(ErrorData::invalid_params(
+                format!("no tool {:?}", call.tool),
+                None,
+            ));
+        }
+        let Err(problems) = self.agent.validate_input(&call.tool, &call.arguments) else {
+            return Ok(None);
+        };
+        Ok(Some(format!(
+            "The arguments do not fit the input schema of {}: {}. Nothing ran.",
+            call.tool,
+            problems.join("; ")
+        )))
+    }
+
+    /// The task of run `run`, as it stands.
+    async fn task(&self, run: &Run) -> Result<DetailedTask, ErrorData> {
+        let result = match tasks::answered(run) {
+            true => Some(self.answer(run, &proxied(run)?.tool).await),
             false => None,
         };
         let retained = self
@@ -219,17 +240,13 @@ impl ServerHandler for Proxy {
             .retained_for(&run.run_id)
             .await
             .map_err(internal)?;
-        Ok(GetTaskResult::new(tasks::detailed(&run, result, retained)))
+        Ok(tasks::detailed(run, result, retained))
     }
 
-    #[tracing::instrument(skip_all, fields(agent = %self.agent.def.name, run_id = %request.task_id))]
-    async fn cancel_task(
-        &self,
-        request: CancelTaskParams,
-        context: RequestContext<RoleServer>,
-    ) -> Result<(), ErrorData> {
-        let caller = caller(&context)?;
-        let run = self.task_run(caller, &request.task_id).await?;
+    /// Cancels task `task_id` for `caller`, as `POST /v1/runs/{id}/cancel` cancels its run.
+    #[tracing::instrument(skip_all, fields(agent = %self.agent.def.name, run_id = %task_id))]
+    async fn cancel(&self, caller: &Caller, task_id: &str) -> Result<(), ErrorData> {
+        let run = self.task_run(caller, task_id).await?;
         if tasks::answered(&run) || run.status.is_terminal() {
             return Err(ErrorData::invalid_params(
                 format!(
@@ -251,27 +268,7 @@ impl ServerHandler for Proxy {
             Err(e) => Err(internal(e)),
         }
     }
-}
 
-/// The authenticated caller of a request (`route` put it there).
-fn caller(context: &RequestContext<RoleServer>) -> Result<&Caller, ErrorData> {
-    context
-        .extensions
-        .get::<axum::http::request::Parts>()
-        .and_then(|p| p.extensions.get::<Caller>())
-        .ok_or_else(|| ErrorData::internal_error("the request has no caller", None))
-}
-
-/// The call a proxy run keeps.
-fn proxied(run: &Run) -> Result<ProxyCall, ErrorData> {
-    ProxyCall::of_run(&run.metadata, &run.messages).map_err(internal)
-}
-
-fn internal(e: impl std::fmt::Display) -> ErrorData {
-    ErrorData::internal_error(e.to_string(), None)
-}
-
-impl Proxy {
     /// What a `tools/call` of `tool` is answered once its run `run` has the call's outcome.
     async fn answer(&self, run: &Run, tool: &str) -> CallToolResult {
         let jti = self.receipt_jti(run, tool).await;
@@ -312,7 +309,7 @@ impl Proxy {
         session: Option<&str>,
         client: Option<Value>,
         call: &ProxyCall,
-    ) -> Result<RunId, RunError> {
+    ) -> Result<RunId, ErrorData> {
         let agent = &self.agent.def.name;
         // What makes two calls the same call: who, in which session, which tool, with what.
         let same = json!({
@@ -334,7 +331,27 @@ impl Proxy {
             metadata: json!({"mcp": {"session": session, "client": client, "call": call}}),
             idempotency: Some(idempotency),
         };
-        let (run_id, _) = runs::start(&self.state, new).await?;
+        let (run_id, _) = runs::start(&self.state, new)
+            .await
+            .map_err(|e| ErrorData::internal_error(format!("cannot start the run: {e}"), None))?;
         Ok(run_id)
     }
+}
+
+/// The authenticated caller of a request (`route` put it there).
+fn caller(context: &RequestContext<RoleServer>) -> Result<&Caller, ErrorData> {
+    context
+        .extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|p| p.extensions.get::<Caller>())
+        .ok_or_else(|| ErrorData::internal_error("the request has no caller", None))
+}
+
+/// The call a proxy run keeps.
+fn proxied(run: &Run) -> Result<ProxyCall, ErrorData> {
+    ProxyCall::of_run(&run.metadata, &run.messages).map_err(internal)
+}
+
+fn internal(e: impl std::fmt::Display) -> ErrorData {
+    ErrorData::internal_error(e.to_string(), None)
 }
