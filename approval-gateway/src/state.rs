@@ -29,7 +29,7 @@ pub(crate) struct AppState {
     /// Whether the deliveries' work loop pulls from its consumers (a readiness check).
     pub(crate) consumers: Consumers,
     /// The agents as last loaded (see [`AppState::catalog`]).
-    agents: Arc<std::sync::RwLock<Catalog>>,
+    agents: Arc<tokio::sync::watch::Sender<Catalog>>,
     pub(crate) config: Arc<Config>,
     /// This gateway's figures, served at `GET /metrics`.
     pub(crate) metrics: Metrics,
@@ -70,7 +70,7 @@ impl AppState {
             consumers: Consumers::default(),
             store,
             bus,
-            agents: Arc::new(std::sync::RwLock::new(catalog)),
+            agents: Arc::new(tokio::sync::watch::Sender::new(catalog)),
             people: Arc::new(Directory::new(&config.people)),
             http: reqwest::Client::builder()
                 .redirect(reqwest::redirect::Policy::none())
@@ -82,12 +82,17 @@ impl AppState {
 
     /// The agents as last loaded: a request works with the version it read first.
     pub(crate) fn catalog(&self) -> Catalog {
-        self.agents.read().expect("catalog lock").clone()
+        self.agents.borrow().clone()
     }
 
     /// Puts reloaded agents in place for the requests that start from now.
     pub(crate) fn replace_catalog(&self, catalog: Catalog) {
-        *self.agents.write().expect("catalog lock") = catalog;
+        self.agents.send_replace(catalog);
+    }
+
+    /// Changes each time reloaded agents are put in place.
+    pub(crate) fn reloads(&self) -> tokio::sync::watch::Receiver<Catalog> {
+        self.agents.subscribe()
     }
 
     /// The role a person decides with when a door names them (Slack, an email link, a

@@ -87,14 +87,18 @@ pub struct Watcher {
     mcp: McpClients,
     interval: Duration,
     seen: String,
+    /// The MCP servers' word that their tools changed: the folder is loaded again at once.
+    tools_changed: tokio::sync::watch::Receiver<u64>,
 }
 
 impl Watcher {
-    /// Watches `dir`, whose present contents are what the service loaded.
+    /// Watches `dir`, whose present contents are what the service loaded, and the tools of
+    /// the MCP servers `mcp` has sessions with.
     pub fn new(dir: &Path, mcp: McpClients, interval: Duration) -> Self {
         Self {
             seen: fingerprint(dir),
             dir: dir.to_path_buf(),
+            tools_changed: mcp.tools_changed(),
             mcp,
             interval,
         }
@@ -134,12 +138,20 @@ impl Watcher {
         }
     }
 
-    /// Waits for the next change and loads the folder.
+    /// Waits for the next change, of the folder or of an MCP server's tools, and loads the
+    /// folder.
     async fn next(&mut self) -> Result<Catalog, AgentError> {
         let mut tick = tokio::time::interval(self.interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            tick.tick().await;
+            tokio::select! {
+                _ = tick.tick() => {}
+                Ok(()) = self.tools_changed.changed() => {
+                    info!("an MCP server's tools changed: listing them again");
+                    self.seen = fingerprint(&self.dir);
+                    return load_dir(&self.dir, &self.mcp).await;
+                }
+            }
             let now = fingerprint(&self.dir);
             if now != self.seen {
                 self.seen = now;

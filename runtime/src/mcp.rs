@@ -8,19 +8,24 @@
 //! that fails is an error result for the model, as an HTTP tool's would be (the SDK itself
 //! repeats a request only when the server answers that the session expired, which means the
 //! request was not processed).
+//!
+//! A server that says its tools changed (`notifications/tools/list_changed`) is heard on its
+//! session: [`McpClients::tools_changed`] tells the agents' watcher, which lists every
+//! server's tools again at once instead of at the next change of the agents' folder.
 
 use countersign_model::mcp::{McpServerDef, McpTool};
 use rmcp::model::{CallToolRequestParams, ClientConfig, Implementation};
-use rmcp::service::{RoleClient, RunningService, ServiceError};
+use rmcp::service::{NotificationContext, RoleClient, RunningService, ServiceError};
 use rmcp::transport::TokioChildProcess;
 use rmcp::transport::streamable_http_client::{
     StreamableHttpClientTransport, StreamableHttpClientTransportConfig,
 };
-use rmcp::{Peer, ServiceExt};
+use rmcp::{ClientHandler, Peer, ServiceExt};
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use tokio::sync::watch;
 
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
@@ -54,24 +59,58 @@ pub enum McpError {
 }
 
 /// The sessions of one process, by `AGENT/SERVER`.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct McpClients {
     sessions: Arc<Mutex<HashMap<String, Arc<Session>>>>,
+    /// Counts the servers' `notifications/tools/list_changed`.
+    changed: Arc<watch::Sender<u64>>,
+}
+
+impl Default for McpClients {
+    fn default() -> Self {
+        Self {
+            sessions: Default::default(),
+            changed: Arc::new(watch::Sender::new(0)),
+        }
+    }
+}
+
+/// What a session's server is told about this client, and hears from it.
+#[derive(Clone)]
+struct Listener {
+    info: ClientConfig,
+    changed: Arc<watch::Sender<u64>>,
+}
+
+impl ClientHandler for Listener {
+    fn get_info(&self) -> ClientConfig {
+        self.info.clone()
+    }
+
+    async fn on_tool_list_changed(&self, _: NotificationContext<RoleClient>) {
+        self.changed.send_modify(|heard| *heard += 1);
+    }
 }
 
 struct Session {
     server: McpServerDef,
     state: tokio::sync::Mutex<State>,
+    changed: Arc<watch::Sender<u64>>,
 }
 
 #[derive(Default)]
 struct State {
-    client: Option<RunningService<RoleClient, ClientConfig>>,
+    client: Option<RunningService<RoleClient, Listener>>,
     failures: u32,
     retry_at: Option<Instant>,
 }
 
 impl McpClients {
+    /// Changes each time a server says its tools changed (`notifications/tools/list_changed`).
+    pub fn tools_changed(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
     /// The tools `server` (of `agent`) lists, every page of them; opens the session later
     /// calls use.
     pub async fn list_tools(
@@ -128,6 +167,7 @@ impl McpClients {
                 Arc::new(Session {
                     server: server.clone(),
                     state: Default::default(),
+                    changed: self.changed.clone(),
                 })
             })
             .clone()
@@ -171,11 +211,14 @@ impl Session {
         }
     }
 
-    async fn connect(&self) -> Result<RunningService<RoleClient, ClientConfig>, McpError> {
-        let info = ClientConfig::new(
-            Default::default(),
-            Implementation::new("countersign", env!("CARGO_PKG_VERSION")),
-        );
+    async fn connect(&self) -> Result<RunningService<RoleClient, Listener>, McpError> {
+        let info = Listener {
+            info: ClientConfig::new(
+                Default::default(),
+                Implementation::new("countersign", env!("CARGO_PKG_VERSION")),
+            ),
+            changed: self.changed.clone(),
+        };
         let connected = match (&self.server.url, &self.server.command) {
             (Some(url), _) => {
                 let config = StreamableHttpClientTransportConfig::with_uri(url.as_str())

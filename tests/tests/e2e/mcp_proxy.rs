@@ -64,6 +64,11 @@ fn whole_failure() -> CallToolResult {
 /// The upstream MCP server: a read-only lookup, report and broken tool, a refund and an
 /// export.
 pub(super) async fn upstream() -> McpServer {
+    McpServer::start(upstream_tools(), 10).await
+}
+
+/// The tools of [`upstream`].
+fn upstream_tools() -> Vec<TestTool> {
     let mut lookup = TestTool::new("lookup", TestAnswer::Text("A-1: $30, paid".into()));
     lookup.input_schema = json!({
         "type": "object",
@@ -85,7 +90,7 @@ pub(super) async fn upstream() -> McpServer {
     let report = read_only("report", whole_report());
     let broken = read_only("broken", whole_failure());
     let export = TestTool::new("export", TestAnswer::Whole(whole_report()));
-    McpServer::start(vec![lookup, refund, report, broken, export], 10).await
+    vec![lookup, refund, report, broken, export]
 }
 
 /// A gateway and worker with the proxy agent in front of `upstream`; a call waits at most
@@ -785,4 +790,62 @@ async fn an_upstream_error_result_keeps_its_is_error_and_its_content() {
     assert_whole(&answered, &whole_failure());
     assert_eq!(meta(&answered)[META_CALL_ID], "mcp_broken");
     client.cancel().await.unwrap();
+}
+
+/// A tool the upstream server adds, with no change to the agent's file: the server says its
+/// tools changed, the gateway and the worker list them again at once, the proxy tells its
+/// client, and a call of the new tool (which the server does not say is read-only) is held.
+#[tokio::test]
+async fn a_tool_the_upstream_server_adds_is_listed_and_held_at_once() {
+    let upstream = upstream().await;
+    let app = proxy(&upstream, 60).await;
+    let told = Told::default();
+    let client = connect_as(told.clone(), &app, REQUESTER_KEY).await.unwrap();
+    assert_eq!(client.list_all_tools().await.unwrap().len(), 5);
+
+    let mut more = upstream_tools();
+    more.push(TestTool::new("wipe", TestAnswer::Text("wiped".into())));
+    upstream.set_tools(more).await;
+    let mut heard = told.0.subscribe();
+    tokio::time::timeout(PATIENCE, heard.wait_for(|n| *n > 0))
+        .await
+        .expect("the proxy tells its client the tools changed")
+        .unwrap();
+    let listed = client.list_all_tools().await.unwrap();
+    assert!(listed.iter().any(|t| t.name == "wipe"), "{listed:?}");
+    let reloaded = "countersign_agent_reloads_total{outcome=\"loaded\"}";
+    wait_for("the worker to list the tools again", PATIENCE, || async {
+        (app.workers_metric(1, reloaded).await >= 1.0).then_some(())
+    })
+    .await;
+
+    let peer = client.peer().clone();
+    let wiping = tokio::spawn(async move { peer.call_tool(call("wipe", json!({}))).await });
+    let (run, digest) = held(&app, "mcp_wipe").await;
+    assert!(upstream.calls().is_empty(), "held before it ran");
+    decide_call(
+        &app,
+        &run,
+        "mcp_wipe",
+        &digest,
+        json!({"action": "approve"}),
+    )
+    .await;
+    let wiped = tokio::time::timeout(PATIENCE, wiping)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(text(&wiped), "wiped");
+    client.cancel().await.unwrap();
+}
+
+/// A client that counts `notifications/tools/list_changed`.
+#[derive(Clone, Default)]
+struct Told(watch::Sender<u32>);
+
+impl ClientHandler for Told {
+    async fn on_tool_list_changed(&self, _: NotificationContext<RoleClient>) {
+        self.0.send_modify(|n| *n += 1);
+    }
 }

@@ -39,7 +39,7 @@ use rmcp::model::{
     ErrorData, GetTaskParams, GetTaskResult, Implementation, ListToolsResult,
     PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
 };
-use rmcp::service::{RequestContext, RoleServer};
+use rmcp::service::{NotificationContext, RequestContext, RoleServer};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use serde_json::{Value, json};
@@ -47,13 +47,13 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-/// The MCP server of one `mcp_client` agent.
+/// The MCP server of one `mcp_client` agent. The agent is read from the catalog at each
+/// request, so a reload (a changed file, or a server whose tools changed) takes effect at once.
 #[derive(Clone)]
 struct Proxy {
     state: AppState,
-    agent: Arc<Agent>,
-    /// Its tools as `tools/list` answers them.
-    tools: Arc<Vec<Tool>>,
+    /// The agent's name.
+    name: Arc<str>,
     /// The gateway's stop: a call waiting for its run is answered at once.
     stop: CancellationToken,
 }
@@ -66,22 +66,7 @@ pub(crate) fn service(
     agent: Arc<Agent>,
     stop: CancellationToken,
 ) -> anyhow::Result<axum::Router> {
-    let tools = agent
-        .def
-        .tools
-        .iter()
-        .filter_map(|t| t.discovered.as_ref())
-        .map(|found| {
-            let json = serde_json::to_value(found).expect("tools serialize");
-            serde_json::from_value(json).map_err(|e| {
-                anyhow::anyhow!(
-                    "agent {:?}: tool {:?} cannot be listed: {e}",
-                    agent.def.name,
-                    found.name
-                )
-            })
-        })
-        .collect::<anyhow::Result<Vec<Tool>>>()?;
+    listed(&agent).map_err(|e| anyhow::anyhow!("agent {:?}: {}", agent.def.name, e.message))?;
     let config = StreamableHttpServerConfig::default()
         // Every request must hold a countersign key, checked before rmcp sees it, and a page
         // a DNS rebinding attack runs has none; the Host check rmcp defaults to (loopback
@@ -91,8 +76,7 @@ pub(crate) fn service(
         .with_cancellation_token(stop.child_token());
     let proxy = Proxy {
         state: state.clone(),
-        agent,
-        tools: Arc::new(tools),
+        name: agent.def.name.as_str().into(),
         stop,
     };
     let layer = axum::middleware::from_fn_with_state(proxy.clone(), tasks_2025::intercept);
@@ -105,11 +89,12 @@ impl ServerHandler for Proxy {
     fn get_info(&self) -> ServerConfig {
         let capabilities = ServerCapabilities::builder()
             .enable_tools()
+            .enable_tool_list_changed()
             .enable_tasks()
             .build();
         ServerConfig::new(capabilities)
             .with_server_info(Implementation::new(
-                format!("countersign/{}", self.agent.def.name),
+                format!("countersign/{}", self.name),
                 env!("CARGO_PKG_VERSION"),
             ))
             .with_instructions(
@@ -120,15 +105,40 @@ impl ServerHandler for Proxy {
             )
     }
 
+    /// Tells the session's client when the agent's tools change (a reload, or one of its
+    /// servers said so), until the gateway stops or the client can no longer be told.
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        let proxy = self.clone();
+        let peer = context.peer;
+        let mut reloads = self.state.reloads();
+        tokio::spawn(async move {
+            let listing = |proxy: &Proxy| proxy.agent().ok().and_then(|a| listed(&a).ok());
+            let mut told = listing(&proxy);
+            loop {
+                tokio::select! {
+                    _ = proxy.stop.cancelled() => return,
+                    reloaded = reloads.changed() => if reloaded.is_err() { return },
+                }
+                let now = listing(&proxy);
+                if now != told {
+                    told = now;
+                    if peer.notify_tool_list_changed().await.is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+    }
+
     async fn list_tools(
         &self,
         _: Option<PaginatedRequestParams>,
         _: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(self.tools.to_vec()))
+        Ok(ListToolsResult::with_all_items(listed(&*self.agent()?)?))
     }
 
-    #[tracing::instrument(skip_all, fields(agent = %self.agent.def.name, tool = %request.name, run_id = tracing::field::Empty))]
+    #[tracing::instrument(skip_all, fields(agent = %self.name, tool = %request.name, run_id = tracing::field::Empty))]
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
@@ -143,13 +153,14 @@ impl ServerHandler for Proxy {
             tool: request.name.to_string(),
             arguments: Value::Object(request.arguments.unwrap_or_default()),
         };
-        if let Some(why) = self.misfit(&call)? {
+        let agent = self.agent()?;
+        if let Some(why) = misfit(&agent, &call)? {
             return Ok(answer::refused(&why).into());
         }
         let client = context
             .client_info()
             .map(|i| json!({"name": i.name, "version": i.version}));
-        let run_id = self.start(caller, session, client, &call).await?;
+        let run_id = self.start(&agent, caller, session, client, &call).await?;
         tracing::Span::current().record("run_id", run_id.as_str());
         let progress = context
             .meta
@@ -209,23 +220,11 @@ impl ServerHandler for Proxy {
 }
 
 impl Proxy {
-    /// Why `call` is refused before any run (its arguments do not fit the tool's input
-    /// schema), or an error for a tool the agent does not have.
-    fn misfit(&self, call: &ProxyCall) -> Result<Option<String>, ErrorData> {
-        if self.agent.tool(&call.tool).is_none() {
-            return Err(ErrorData::invalid_params(
-                format!("no tool {:?}", call.tool),
-                None,
-            ));
-        }
-        let Err(problems) = self.agent.validate_input(&call.tool, &call.arguments) else {
-            return Ok(None);
-        };
-        Ok(Some(format!(
-            "The arguments do not fit the input schema of {}: {}. Nothing ran.",
-            call.tool,
-            problems.join("; ")
-        )))
+    /// The agent as the catalog has it now.
+    fn agent(&self) -> Result<Arc<Agent>, ErrorData> {
+        self.state.catalog().get(&self.name).ok_or_else(|| {
+            ErrorData::internal_error(format!("agent {:?} is not loaded", self.name), None)
+        })
     }
 
     /// The task of run `run`, as it stands.
@@ -244,7 +243,7 @@ impl Proxy {
     }
 
     /// Cancels task `task_id` for `caller`, as `POST /v1/runs/{id}/cancel` cancels its run.
-    #[tracing::instrument(skip_all, fields(agent = %self.agent.def.name, run_id = %task_id))]
+    #[tracing::instrument(skip_all, fields(agent = %self.name, run_id = %task_id))]
     async fn cancel(&self, caller: &Caller, task_id: &str) -> Result<(), ErrorData> {
         let run = self.task_run(caller, task_id).await?;
         if tasks::answered(&run) || run.status.is_terminal() {
@@ -278,7 +277,7 @@ impl Proxy {
     /// The run of task `task_id`, if `caller` may see it.
     async fn task_run(&self, caller: &Caller, task_id: &str) -> Result<Run, ErrorData> {
         let run = self.state.run(task_id).await.map_err(internal)?;
-        tasks::visible(run, &self.agent.def.name, caller, task_id)
+        tasks::visible(run, &self.name, caller, task_id)
     }
 
     /// The `jti` of the receipt the call of `tool` in `run` was sent with: the receipt of the
@@ -305,15 +304,15 @@ impl Proxy {
     /// Starts the call's run, or finds the run the same call started before.
     async fn start(
         &self,
+        agent: &Agent,
         caller: &Caller,
         session: Option<&str>,
         client: Option<Value>,
         call: &ProxyCall,
     ) -> Result<RunId, ErrorData> {
-        let agent = &self.agent.def.name;
         // What makes two calls the same call: who, in which session, which tool, with what.
         let same = json!({
-            "agent": agent,
+            "agent": agent.def.name,
             "session": session,
             "tool": call.tool,
             "arguments": sha256_hex(canonical_json(&call.arguments)),
@@ -325,7 +324,7 @@ impl Proxy {
             request_hash: sha256_hex(&same),
         };
         let new = NewRun {
-            agent: &self.agent,
+            agent,
             input: call.request(),
             requested_by: caller.principal.clone(),
             metadata: json!({"mcp": {"session": session, "client": client, "call": call}}),
@@ -354,4 +353,35 @@ fn proxied(run: &Run) -> Result<ProxyCall, ErrorData> {
 
 fn internal(e: impl std::fmt::Display) -> ErrorData {
     ErrorData::internal_error(e.to_string(), None)
+}
+
+/// The agent's tools as `tools/list` answers them: as its servers listed them.
+fn listed(agent: &Agent) -> Result<Vec<Tool>, ErrorData> {
+    let found = agent.def.tools.iter().filter_map(|t| t.discovered.as_ref());
+    found
+        .map(|found| {
+            let json = serde_json::to_value(found).map_err(internal)?;
+            serde_json::from_value(json)
+                .map_err(|e| internal(format!("tool {:?} cannot be listed: {e}", found.name)))
+        })
+        .collect()
+}
+
+/// Why `call` is refused before any run (its arguments do not fit the tool's input schema),
+/// or an error for a tool `agent` does not have.
+fn misfit(agent: &Agent, call: &ProxyCall) -> Result<Option<String>, ErrorData> {
+    if agent.tool(&call.tool).is_none() {
+        return Err(ErrorData::invalid_params(
+            format!("no tool {:?}", call.tool),
+            None,
+        ));
+    }
+    let Err(problems) = agent.validate_input(&call.tool, &call.arguments) else {
+        return Ok(None);
+    };
+    Ok(Some(format!(
+        "The arguments do not fit the input schema of {}: {}. Nothing ran.",
+        call.tool,
+        problems.join("; ")
+    )))
 }

@@ -17,7 +17,7 @@
 //!
 //! Every other request, and every request of another version, goes on to rmcp untouched.
 
-use super::{Proxy, owners, proxied, tasks};
+use super::{Proxy, misfit, owners, proxied, tasks};
 use crate::auth::Caller;
 use crate::runs::wait::{self, Until};
 use axum::body::{Body, Bytes, to_bytes};
@@ -120,10 +120,11 @@ async fn start(
             None,
         ));
     }
-    if let Some(why) = proxy.misfit(&call)? {
+    let agent = proxy.agent()?;
+    if let Some(why) = misfit(&agent, &call)? {
         return Err(ErrorData::invalid_params(why, None));
     }
-    let id = proxy.start(caller, session, None, &call).await?;
+    let id = proxy.start(&agent, caller, session, None, &call).await?;
     let run = proxy.state.run(id.as_str()).await.ok().flatten();
     let created = tasks::created(&id, run.as_ref());
     Ok(json!({"task": task(&created.task)}))
