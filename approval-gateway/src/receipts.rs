@@ -120,11 +120,14 @@ impl Receipts {
     ) -> Option<Issued> {
         let signer = self.signer.as_ref()?;
         let iat = countersign_model::now_ms() / 1000;
+        // The tool as the service that runs it knows it (an MCP tool exposed under its
+        // server's prefix is called by its own name), which is what it checks.
+        let called = tool.map_or(call.tool.as_str(), ToolDef::called);
         let claims = Claims {
             iss: self.issuer.clone(),
             aud: tool
                 .and_then(|t| t.audience.clone())
-                .unwrap_or_else(|| call.tool.clone()),
+                .unwrap_or_else(|| called.to_string()),
             iat,
             exp: iat + self.ttl_secs,
             jti: format!("rct_{}", uuid::Uuid::new_v4().simple()),
@@ -132,7 +135,7 @@ impl Receipts {
             // The turn the call is held in, which the worker's `Idempotency-Key` names.
             turn: run.turns,
             call_id: call.call_id.clone(),
-            tool: call.tool.clone(),
+            tool: called.to_string(),
             input_digest: input_digest(input),
             action: action.as_str().into(),
             decided_by: decided_by.names,

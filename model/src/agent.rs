@@ -9,7 +9,7 @@ use crate::input_problem::InputProblem;
 use crate::mcp::{self, McpServerDef, McpTool};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -53,6 +53,11 @@ impl AgentDef {
         discovered: &BTreeMap<String, Vec<McpTool>>,
     ) -> Result<(), AgentError> {
         let servers = listed_servers(&self.mcp_servers, discovered)?;
+        let shared = shared_names(&servers)?;
+        let exposed = |server: &str, tool: &str| match shared.contains(tool) {
+            true => format!("{server}__{tool}"),
+            false => tool.to_string(),
+        };
         for tool in &mut self.tools {
             let err = |error: String| AgentError::Policy {
                 tool: tool.name.clone(),
@@ -92,18 +97,21 @@ impl AgentDef {
                     tool.description = described(found);
                     tool.input_schema = found.input_schema.clone();
                     tool.discovered = Some(found.clone());
+                    tool.name = exposed(name, &found.name);
                 }
                 _ => return Err(err("give either http or mcp, not both".into())),
             }
         }
         for (server, listed) in servers.values() {
             for found in listed.iter().filter(|t| server.selects(&t.name)) {
-                let own = |t: &&ToolDef| t.name == found.name && t.mcp.is_some();
+                let own = |t: &&ToolDef| {
+                    t.mcp.as_deref() == Some(server.name.as_str()) && t.called() == found.name
+                };
                 if self.tools.iter().any(|t| own(&t)) {
                     continue;
                 }
                 self.tools.push(ToolDef {
-                    name: found.name.clone(),
+                    name: exposed(&server.name, &found.name),
                     description: described(found),
                     input_schema: found.input_schema.clone(),
                     http: None,
@@ -273,6 +281,14 @@ fn default_tool_timeout_ms() -> u64 {
 }
 
 impl ToolDef {
+    /// The name the tool's server knows it by: an MCP tool two servers offer the agent is
+    /// exposed under its server's prefix, and called by its own name.
+    pub fn called(&self) -> &str {
+        self.discovered
+            .as_ref()
+            .map_or(&self.name, |found| &found.name)
+    }
+
     /// The tool's own approval timeout, if its policy sets one.
     pub fn approval_timeout(&self) -> Option<std::time::Duration> {
         match &self.approval {
@@ -554,6 +570,39 @@ impl Catalog {
     }
 }
 
+/// The names of tools more than one of the agent's servers offer it: each is exposed as
+/// `SERVER__NAME` (the prefix of the server's name), so that neither is refused and neither
+/// shadows the other. A server whose name cannot be part of a tool's name refuses the file.
+fn shared_names<'a>(
+    servers: &BTreeMap<&str, (&McpServerDef, &'a [McpTool])>,
+) -> Result<BTreeSet<&'a str>, AgentError> {
+    let mut offered = BTreeMap::<&str, Vec<&McpServerDef>>::new();
+    for (server, listed) in servers.values() {
+        for found in listed.iter().filter(|t| server.selects(&t.name)) {
+            offered.entry(found.name.as_str()).or_default().push(server);
+        }
+    }
+    let mut shared = BTreeSet::new();
+    for (name, by) in offered.into_iter().filter(|(_, by)| by.len() > 1) {
+        let bad = by.iter().find(|s| {
+            !s.name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        });
+        if let Some(server) = bad {
+            return Err(AgentError::Mcp {
+                server: server.name.clone(),
+                error: format!(
+                    "lists {name:?} as another server does, so the tool is named after the \
+                     server; a server's name in a tool's name holds only letters, digits, _ and -"
+                ),
+            });
+        }
+        shared.insert(name);
+    }
+    Ok(shared)
+}
+
 /// Each server of an agent by name, with the tools it listed (none if it listed nothing): a
 /// server that is not usable, defined twice, or does not list a tool it is restricted to
 /// refuses the file.
@@ -742,6 +791,73 @@ when = "input.amount > 20.0"
                 .validate_input("get_order", &serde_json::json!({"amount": "x"}))
                 .is_err()
         );
+    }
+
+    /// SHOP with a second server, `billing`, whose tools the agent takes as they are, save
+    /// the default policy its entry gives.
+    fn two_shops() -> String {
+        format!(
+            "{SHOP}\n[[mcp_servers]]\nname = \"billing\"\nurl = \"http://127.0.0.1:2/mcp\"\n\
+             approval = \"never\"\n"
+        )
+    }
+
+    #[test]
+    fn a_tool_two_servers_list_is_exposed_under_each_server_s_prefix() {
+        let mut found = listed(&[
+            ("issue_refund", serde_json::json!({})),
+            ("get_order", serde_json::json!({"readOnlyHint": true})),
+        ]);
+        let billing = found["orders"]
+            .iter()
+            .cloned()
+            .chain(listed(&[("invoice", serde_json::json!({}))])["orders"].clone())
+            .collect();
+        found.insert("billing".into(), billing);
+        let agent = shop(&two_shops(), &found).unwrap();
+        let mut names: Vec<&str> = agent.def.tools.iter().map(|t| t.name.as_str()).collect();
+        names.sort_unstable();
+        assert_eq!(
+            names,
+            [
+                "billing__get_order",
+                "billing__issue_refund",
+                "invoice",
+                "orders__get_order",
+                "orders__issue_refund",
+            ]
+        );
+        // Each is called by its own name on its own server; the agent's own entry is the
+        // policy of the server it names only.
+        let ours = agent.tool("orders__issue_refund").unwrap();
+        assert_eq!(
+            (ours.called(), ours.mcp.as_deref()),
+            ("issue_refund", Some("orders"))
+        );
+        assert!(matches!(&ours.approval, ApprovalDef::Rule(r) if r.when == "input.amount > 20.0"));
+        // The other server's tools take the default its entry gives, hints or not.
+        let theirs = agent.tool("billing__issue_refund").unwrap();
+        assert_eq!(
+            (theirs.called(), theirs.mcp.as_deref()),
+            ("issue_refund", Some("billing"))
+        );
+        assert!(matches!(
+            theirs.approval,
+            ApprovalDef::Mode(ApprovalMode::Never)
+        ));
+        assert!(matches!(
+            agent.tool("invoice").unwrap().approval,
+            ApprovalDef::Mode(ApprovalMode::Never)
+        ));
+        // A server whose name cannot prefix a tool's name refuses the file.
+        let spaced = two_shops().replace("name = \"billing\"", "name = \"the billing\"");
+        let billing = found.remove("billing").unwrap();
+        found.insert("the billing".into(), billing);
+        let Err(refused) = shop(&spaced, &found) else {
+            panic!("a server named with a space prefixes no tool");
+        };
+        let refused = refused.to_string();
+        assert!(refused.contains("letters, digits"), "{refused}");
     }
 
     #[test]

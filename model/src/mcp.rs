@@ -39,6 +39,10 @@ pub struct McpServerDef {
     /// names.
     #[serde(default)]
     pub tools: ToolSelection,
+    /// The policy of the server's tools the agent's `[[tools]]` give none, instead of the one
+    /// read from the server's annotations (see [`default_approval`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<ApprovalDef>,
 }
 
 fn default_timeout_ms() -> u64 {
@@ -159,9 +163,13 @@ impl Annotations {
     }
 }
 
-/// The policy of a discovered tool the agent file gives none: from a trusted server, held
-/// unless it says it is read-only; from any other, always held.
+/// The policy of a discovered tool the agent file gives none: the server entry's `approval`
+/// if it gives one; else, from a trusted server, held unless it says it is read-only; from any
+/// other, always held.
 pub fn default_approval(server: &McpServerDef, tool: &McpTool) -> ApprovalDef {
+    if let Some(approval) = &server.approval {
+        return approval.clone();
+    }
     let hints = &tool.annotations;
     let reason = if !server.trusted {
         format!(

@@ -39,7 +39,13 @@ pub(super) async fn call(
     }
     let answered = agent
         .mcp
-        .call(&agent.agent.def.name, server, &tool.name, call.input, meta)
+        .call(
+            &agent.agent.def.name,
+            server,
+            tool.called(),
+            call.input,
+            meta,
+        )
         .await;
     let proxied = agent.agent.def.model.provider == Provider::McpClient;
     let mut receipt_refused = None;

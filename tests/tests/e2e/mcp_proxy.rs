@@ -102,8 +102,9 @@ async fn proxy(upstream: &McpServer, wait_secs: u64) -> TestApp {
 /// The key of a second requester, rosa, who speaks for nobody else.
 pub(super) const OTHER_REQUESTER_KEY: &str = "test-other-requester-key-0123456789";
 
-/// [`proxy`], with `approval` added to the refund's `[tools.approval]` (a deadline, say).
-pub(super) async fn proxy_with(upstream: &McpServer, wait_secs: u64, approval: &str) -> TestApp {
+/// [`proxy`], with `more` at the end of the agent's file: lines of the refund's
+/// `[tools.approval]` (a deadline, say), then maybe more tables.
+pub(super) async fn proxy_with(upstream: &McpServer, wait_secs: u64, more: &str) -> TestApp {
     let agent = format!(
         r#"name = "{AGENT}"
 
@@ -120,7 +121,7 @@ name = "refund"
 mcp = "shop"
 [tools.approval]
 reason = "refunds move money"
-{approval}"#,
+{more}"#,
         url = upstream.url()
     );
     TestApp::builder(|_: &Value| countersign_fake_model::anthropic_text("Unused."))
@@ -848,4 +849,90 @@ impl ClientHandler for Told {
     async fn on_tool_list_changed(&self, _: NotificationContext<RoleClient>) {
         self.0.send_modify(|n| *n += 1);
     }
+}
+
+/// Two servers that both list `refund` and `lookup`: each is exposed under its server's
+/// prefix and called there by its own name, with the policy of its own server (the agent's
+/// entry for one, the other server's default for the other), and a receipt naming the tool
+/// as its server knows it.
+#[tokio::test]
+async fn tools_two_servers_list_by_one_name_are_each_exposed_under_their_server_s_prefix() {
+    let shop = upstream().await;
+    let mut refund = TestTool::new("refund", TestAnswer::Text("refunded at the till".into()));
+    refund.input_schema = json!({"type": "object", "properties": {"amount": {"type": "number"}}});
+    let lookup = TestTool::new("lookup", TestAnswer::Text("the till looked".into()));
+    let till = McpServer::start(vec![refund, lookup], 10).await;
+    let second = format!(
+        "\n[[mcp_servers]]\nname = \"till\"\nurl = \"{}\"\napproval = \"never\"\n",
+        till.url()
+    );
+    let app = proxy_with(&shop, 60, &second).await;
+    let client = connect(&app, REQUESTER_KEY).await.unwrap();
+    let mut names: Vec<String> = client
+        .list_all_tools()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name.to_string())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "broken",
+            "export",
+            "report",
+            "shop__lookup",
+            "shop__refund",
+            "till__lookup",
+            "till__refund"
+        ]
+    );
+
+    // The till's refund runs at once, on the till, as `refund`.
+    let at_till = client
+        .call_tool(call("till__refund", json!({"amount": 5})))
+        .await
+        .unwrap();
+    assert_eq!(text(&at_till), "refunded at the till");
+    let sent = till.calls();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].tool, "refund");
+    assert_eq!(refunds(&shop), 0);
+
+    // The shop's refund is held by the agent's entry, and reaches the shop with a receipt
+    // for `refund`.
+    let peer = client.peer().clone();
+    let refunding = tokio::spawn(async move {
+        peer.call_tool(call("shop__refund", json!({"amount": 75})))
+            .await
+    });
+    let (run, digest) = held(&app, "mcp_shop__refund").await;
+    decide_call(
+        &app,
+        &run,
+        "mcp_shop__refund",
+        &digest,
+        json!({"action": "approve"}),
+    )
+    .await;
+    let refunded = tokio::time::timeout(PATIENCE, refunding)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(text(&refunded), "refunded");
+    let calls = shop.calls();
+    let sent: Vec<_> = calls.iter().filter(|c| c.tool == "refund").collect();
+    assert_eq!(sent.len(), 1);
+    let receipt = sent[0].meta[META_RECEIPT].as_str().expect("a receipt");
+    let (_, jwks) = app.get("/.well-known/jwks.json").await;
+    let keys: countersign_receipt::KeySet = serde_json::from_value(jwks).unwrap();
+    let claims = countersign_receipt::signed_by(receipt, &keys).unwrap();
+    assert_eq!(
+        (claims.tool.as_str(), claims.aud.as_str()),
+        ("refund", "refund")
+    );
+    assert_eq!(till.calls().len(), 1, "nothing more at the till");
+    client.cancel().await.unwrap();
 }

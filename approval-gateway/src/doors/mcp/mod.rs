@@ -355,14 +355,21 @@ fn internal(e: impl std::fmt::Display) -> ErrorData {
     ErrorData::internal_error(e.to_string(), None)
 }
 
-/// The agent's tools as `tools/list` answers them: as its servers listed them.
+/// The agent's tools as `tools/list` answers them: as its servers listed them, under the
+/// names the agent gives them (a name two servers list has its server's prefix).
 fn listed(agent: &Agent) -> Result<Vec<Tool>, ErrorData> {
-    let found = agent.def.tools.iter().filter_map(|t| t.discovered.as_ref());
+    let found = agent
+        .def
+        .tools
+        .iter()
+        .filter_map(|t| Some((t, t.discovered.as_ref()?)));
     found
-        .map(|found| {
+        .map(|(tool, found)| {
             let json = serde_json::to_value(found).map_err(internal)?;
-            serde_json::from_value(json)
-                .map_err(|e| internal(format!("tool {:?} cannot be listed: {e}", found.name)))
+            let mut listed: Tool = serde_json::from_value(json)
+                .map_err(|e| internal(format!("tool {:?} cannot be listed: {e}", found.name)))?;
+            listed.name = tool.name.clone().into();
+            Ok(listed)
         })
         .collect()
 }
