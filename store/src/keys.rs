@@ -147,6 +147,11 @@ impl Keys {
     pub fn mcp_session_key(&self, session_hash: &str) -> String {
         self.key(&format!("mcp-session:{session_hash}"))
     }
+    /// String: set once the MCP client of task `run` answered the elicitation that points its
+    /// user at call `call`'s page in the inbox, so the task does not ask again; it expires.
+    pub fn mcp_elicited_key(&self, run: &str, call: &str) -> String {
+        self.key(&format!("mcp-elicited:{run}:{call}"))
+    }
     /// String: whom a one-time sign-in link signs in, by the SHA-256 of its token; the first
     /// use deletes it, and it expires.
     pub fn sign_in_token_key(&self, token_hash: &str) -> String {

@@ -118,6 +118,32 @@ impl GatewayStore {
         Ok(())
     }
 
+    /// Whether the MCP client of task `run` answered the elicitation about call `call`.
+    pub async fn mcp_elicited(&self, run: &str, call: &str) -> Result<bool, StoreError> {
+        Ok(redis::cmd("EXISTS")
+            .arg(self.keys.mcp_elicited_key(run, call))
+            .query_async(&mut self.conn.clone())
+            .await?)
+    }
+
+    /// Records that the MCP client of task `run` answered the elicitation about call `call`,
+    /// for `ttl`.
+    pub async fn mark_mcp_elicited(
+        &self,
+        run: &str,
+        call: &str,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        let _: () = redis::cmd("SET")
+            .arg(self.keys.mcp_elicited_key(run, call))
+            .arg("1")
+            .arg("PX")
+            .arg(ttl.as_millis().max(1) as u64)
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(())
+    }
+
     /// Stores whom a sign-in link's token signs in (`value`), for `ttl`.
     pub async fn put_sign_in_token(
         &self,

@@ -99,6 +99,9 @@ async fn proxy(upstream: &McpServer, wait_secs: u64) -> TestApp {
     proxy_with(upstream, wait_secs, "").await
 }
 
+/// Where the gateway says reviewers reach it.
+pub(super) const PUBLIC_URL: &str = "https://approvals.example.com";
+
 /// The key of a second requester, rosa, who speaks for nobody else.
 pub(super) const OTHER_REQUESTER_KEY: &str = "test-other-requester-key-0123456789";
 
@@ -128,6 +131,8 @@ reason = "refunds move money"
         .agent(&format!("{AGENT}.toml"), agent)
         .gateway(move |config| {
             config.mcp.wait_secs = wait_secs;
+            config.inbox.public_base_url = Some(PUBLIC_URL.into());
+            super::inbox::add_keys(config);
             config.api_keys.push(ApiKey {
                 key: OTHER_REQUESTER_KEY.into(),
                 role: Role::Requester,

@@ -3,9 +3,10 @@
 //! the call is answered with a task as soon as a person must decide, the task follows the run
 //! through an approval, a rejection, an expiry and a cancel by the client, on any gateway.
 
+use super::inbox::{Browser, RICK_KEY};
 use super::mcp_proxy::{
-    OTHER_REQUESTER_KEY, REFUND_CALL, assert_whole, call, decide_call, endpoint, held, held_refund,
-    is_error, meta, proxy_with, refunds, text, upstream, whole_report,
+    OTHER_REQUESTER_KEY, PUBLIC_URL, REFUND_CALL, assert_whole, call, decide_call, endpoint, held,
+    held_refund, is_error, meta, proxy_with, refunds, text, upstream, whole_report,
 };
 use countersign_receipt::mcp::{META_RECEIPT_JTI, META_RUN_ID};
 use countersign_tests::app::{PATIENCE, REQUESTER_KEY, TestApp};
@@ -13,7 +14,9 @@ use countersign_tests::mcp_server::McpServer;
 use countersign_tests::wait_for;
 use rmcp::model::{
     CallToolResponse, CallToolResult, CancelTaskParams, ClientCapabilities, ClientConfig,
-    GetTaskParams, GetTaskResult, Implementation, ProtocolVersion, TaskPayload, TaskStatus,
+    ElicitRequestParams, ElicitationCapability, GetTaskParams, GetTaskResult, Implementation,
+    InputRequest, ProtocolVersion, TaskPayload, TaskStatus, UpdateTaskParams,
+    UrlElicitationCapability,
 };
 use rmcp::service::{ClientLifecycleMode, ClientServiceExt, RoleClient, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
@@ -24,10 +27,24 @@ type Client = RunningService<RoleClient, ClientConfig>;
 
 /// A client of protocol 2026-07-28 that declares the tasks extension, with `key`.
 async fn tasks_client(app: &TestApp, key: &str) -> Client {
-    let info = ClientConfig::new(
+    client_with(
+        app,
+        key,
         ClientCapabilities::builder().enable_tasks().build(),
-        Implementation::new("tasks-test", "1.0.0"),
-    );
+    )
+    .await
+}
+
+/// [`tasks_client`], which also opens the links it is sent (URL elicitation).
+async fn linking_client(app: &TestApp, key: &str) -> Client {
+    let mut capabilities = ClientCapabilities::builder().enable_tasks().build();
+    capabilities.elicitation =
+        Some(ElicitationCapability::new().with_url(UrlElicitationCapability::new()));
+    client_with(app, key, capabilities).await
+}
+
+async fn client_with(app: &TestApp, key: &str, capabilities: ClientCapabilities) -> Client {
+    let info = ClientConfig::new(capabilities, Implementation::new("tasks-test", "1.0.0"));
     let config = StreamableHttpClientTransportConfig::with_uri(endpoint(app)).auth_header(key);
     info.serve_with_lifecycle(
         StreamableHttpClientTransport::from_config(config),
@@ -237,5 +254,74 @@ async fn a_task_the_client_cancels_cancels_its_run_and_only_its_requester_sees_i
             .is_err()
     );
     other.cancel().await.unwrap();
+    client.cancel().await.unwrap();
+}
+
+/// The caller is a person who may decide the held call (the policy lets a requester approve
+/// their own): a client that opens links is sent to the call's page in the inbox, where the
+/// person signs in and decides. The client's answer to that decides nothing.
+#[tokio::test]
+async fn a_caller_who_may_decide_is_sent_to_the_call_s_page_and_decides_there() {
+    let upstream = upstream().await;
+    let app = app(&upstream, "allow_self_approval = true\n").await;
+    let client = linking_client(&app, REQUESTER_KEY).await;
+    let task = task_of(&client, "refund", json!({"amount": 90})).await;
+    let (run, _) = held_refund(&app).await;
+
+    let asked = until(&client, &task, TaskStatus::InputRequired).await;
+    let TaskPayload::InputRequired { input_requests } = &asked.task.payload else {
+        panic!("input required: {asked:?}");
+    };
+    let key = format!("countersign.dev/review:{REFUND_CALL}");
+    let Some(InputRequest::Elicitation(elicitation)) = input_requests.get(&key) else {
+        panic!("an elicitation under {key}: {input_requests:?}");
+    };
+    let ElicitRequestParams::UrlElicitationParams { url, .. } = &elicitation.params else {
+        panic!("a URL elicitation: {elicitation:?}");
+    };
+    let page = format!("/inbox/runs/{run}/calls/{REFUND_CALL}");
+    assert_eq!(url, &format!("{PUBLIC_URL}{page}"));
+    // A client that opens no links is not asked.
+    let plain = tasks_client(&app, REQUESTER_KEY).await;
+    assert_eq!(get(&plain, &task).await.task.status(), TaskStatus::Working);
+
+    // The client's answer is taken as answered, whatever it says, and decides nothing.
+    let declined = [(key.clone(), json!({"action": "decline"}))]
+        .into_iter()
+        .collect();
+    client
+        .update_task(UpdateTaskParams::new(&task, declined))
+        .await
+        .unwrap();
+    let waiting = get(&client, &task).await;
+    assert_eq!(waiting.task.status(), TaskStatus::Working, "asked once");
+    assert!(
+        message(&waiting).contains(url.as_str()),
+        "{}",
+        message(&waiting)
+    );
+    assert_eq!(app.get_run_status(&run).await, "awaiting_approval");
+
+    // rick decides in the inbox, under the same rule as everyone.
+    let rick = Browser::signed_in(&app, RICK_KEY).await;
+    let shown = rick.get(&page).await;
+    assert_eq!(shown.status, reqwest::StatusCode::OK, "{}", shown.html);
+    let (csrf, digest) = (shown.input("csrf"), shown.input("digest"));
+    let fields = [
+        ("csrf", csrf.as_str()),
+        ("digest", digest.as_str()),
+        ("action", "approve"),
+    ];
+    let done = rick.post(&page, &fields).await;
+    assert_eq!(done.status, reqwest::StatusCode::SEE_OTHER, "{}", done.html);
+    let done = until(&client, &task, TaskStatus::Completed).await;
+    assert_eq!(text(&result(&done)), "refunded");
+    let trail = app.audit_entries(&run).await;
+    let decided = trail.iter().find(|e| e["kind"] == "decided").unwrap();
+    assert_eq!(
+        (&decided["actor"], &decided["channel"]),
+        (&json!("rick"), &json!("web"))
+    );
+    plain.cancel().await.unwrap();
     client.cancel().await.unwrap();
 }

@@ -25,10 +25,11 @@ mod tasks_2025;
 mod wait;
 
 use crate::auth::Caller;
-use crate::runs::wait::{Until, Waited};
+use crate::runs::wait::{self as run_wait, Until, Waited};
 use crate::runs::{self, Idempotency, NewRun, RunError};
 use crate::state::AppState;
 use countersign_model::agent::Agent;
+use countersign_model::authority;
 use countersign_model::digest::{canonical_json, sha256_hex};
 use countersign_model::mcp_proxy::{self, ProxyCall};
 use countersign_model::one_call;
@@ -37,7 +38,7 @@ use rmcp::ServerHandler;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, DetailedTask,
     ErrorData, GetTaskParams, GetTaskResult, Implementation, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool, UpdateTaskParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleServer};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -206,8 +207,35 @@ impl ServerHandler for Proxy {
         request: GetTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, ErrorData> {
+        let caller = caller(&context)?;
+        let run = self.task_run(caller, &request.task_id).await?;
+        let opens_links = context
+            .client_capabilities()
+            .and_then(|c| c.elicitation)
+            .is_some_and(|e| e.url.is_some());
+        let reviewer = opens_links.then_some(caller);
+        Ok(GetTaskResult::new(self.task(&run, reviewer).await?))
+    }
+
+    /// The client's answers to the task's requests: the elicitation that sent its user to the
+    /// inbox is answered (whatever the answer: the decision is made in the inbox, never by
+    /// the client's word), so the task asks no more; other keys are none of the task's.
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
         let run = self.task_run(caller(&context)?, &request.task_id).await?;
-        Ok(GetTaskResult::new(self.task(&run).await?))
+        for key in request.input_responses.keys() {
+            if let Some(call_id) = tasks::reviewed_call(key) {
+                self.state
+                    .store
+                    .mark_mcp_elicited(run.run_id.as_str(), call_id, tasks::ELICITED_TTL)
+                    .await
+                    .map_err(internal)?;
+            }
+        }
+        Ok(())
     }
 
     async fn cancel_task(
@@ -228,7 +256,9 @@ impl Proxy {
     }
 
     /// The task of run `run`, as it stands.
-    async fn task(&self, run: &Run) -> Result<DetailedTask, ErrorData> {
+    /// `reviewer`: the caller, if their client can send them to a page (URL elicitation), to
+    /// be sent to the call's page in the inbox when they may decide it themself.
+    async fn task(&self, run: &Run, reviewer: Option<&Caller>) -> Result<DetailedTask, ErrorData> {
         let result = match tasks::answered(run) {
             true => Some(self.answer(run, &proxied(run)?.tool).await),
             false => None,
@@ -239,7 +269,40 @@ impl Proxy {
             .retained_for(&run.run_id)
             .await
             .map_err(internal)?;
-        Ok(tasks::detailed(run, result, retained))
+        let review = match reviewer {
+            Some(caller) if result.is_none() => self.review(caller, run).await?,
+            _ => None,
+        };
+        Ok(tasks::detailed(run, result, retained, review))
+    }
+
+    /// Where `caller` decides `run`'s held call themself: its page in the inbox (they sign
+    /// in and decide there, under the same rule as everyone), if `caller` is a person who may
+    /// decide it (`authority::actions_for`) and the gateway knows its public URL.
+    async fn review(&self, caller: &Caller, run: &Run) -> Result<Option<tasks::Review>, ErrorData> {
+        let base = self.state.config.public_base_url();
+        let held = run.held_calls().next();
+        let (Some(base), Some(held), true) = (base, held, run_wait::held(run)) else {
+            return Ok(None);
+        };
+        let who = authority::Principal {
+            id: &caller.principal,
+            role: self.state.person_role(&caller.principal),
+        };
+        if authority::actions_for(who, held, authority::RunFacts::of(run)).is_empty() {
+            return Ok(None);
+        }
+        let answered = self
+            .state
+            .store
+            .mcp_elicited(run.run_id.as_str(), &held.call_id)
+            .await
+            .map_err(internal)?;
+        Ok(Some(tasks::Review {
+            call_id: held.call_id.clone(),
+            url: format!("{base}/inbox/runs/{}/calls/{}", run.run_id, held.call_id),
+            answered,
+        }))
     }
 
     /// Cancels task `task_id` for `caller`, as `POST /v1/runs/{id}/cancel` cancels its run.

@@ -21,9 +21,11 @@ use countersign_model::mcp_proxy::{self, ProxyCall};
 use countersign_model::one_call;
 use countersign_model::run::{CallOutcome, Run, RunId, RunStatus};
 use rmcp::model::{
-    CallToolResult, CreateTaskResult, DetailedTask, ErrorData, Task, TaskPayload, TaskStatus,
+    CallToolResult, CreateTaskResult, DetailedTask, ElicitRequest, ElicitRequestParams, ErrorData,
+    InputRequest, Task, TaskPayload, TaskStatus,
 };
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// How often a client is asked to poll: people take minutes, and a finished call waits at
@@ -35,6 +37,25 @@ pub(super) fn created(id: &RunId, run: Option<&Run>) -> CreateTaskResult {
     let now = countersign_model::now_ms();
     let (created, updated) = run.map_or((now, now), |r| (r.created_at, r.updated_at));
     CreateTaskResult::new(task(id, (created, updated), None, Some(waiting(id, run))))
+}
+
+/// How long the answer to an elicitation is remembered: longer than a call waits.
+pub(super) const ELICITED_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// The key of the input request that sends a reviewer to the inbox, by the call it is about.
+const REVIEW_KEY: &str = "countersign.dev/review:";
+
+/// Where the caller, a person who may decide the held call, decides it: its page in the
+/// inbox, and whether their client answered the elicitation that sent them there.
+pub(super) struct Review {
+    pub(super) call_id: String,
+    pub(super) url: String,
+    pub(super) answered: bool,
+}
+
+/// The call an input response's key is about, if it answers the elicitation of a review.
+pub(super) fn reviewed_call(key: &str) -> Option<&str> {
+    key.strip_prefix(REVIEW_KEY)
 }
 
 /// Whether the call of `run` has the answer a `tools/call` gets (its result, or the end of
@@ -56,6 +77,7 @@ pub(super) fn detailed(
     run: &Run,
     result: Option<CallToolResult>,
     retained: Option<Duration>,
+    review: Option<Review>,
 ) -> DetailedTask {
     let id = &run.run_id;
     let times = (run.created_at, run.updated_at);
@@ -85,7 +107,32 @@ pub(super) fn detailed(
             };
             (TaskPayload::Completed { result }, message.to_string())
         }
-        None => (TaskPayload::Working, waiting(id, Some(run))),
+        None => match review {
+            Some(review) if !review.answered => {
+                let message = format!(
+                    "You may decide this call: open {} to sign in and decide it in the inbox.",
+                    review.url
+                );
+                let params = ElicitRequestParams::UrlElicitationParams {
+                    meta: None,
+                    message: message.clone(),
+                    url: review.url,
+                    elicitation_id: String::new(),
+                };
+                let asked = InputRequest::Elicitation(ElicitRequest::new(params));
+                let key = format!("{REVIEW_KEY}{}", review.call_id);
+                let input_requests = BTreeMap::from([(key, asked)]);
+                (TaskPayload::InputRequired { input_requests }, message)
+            }
+            Some(review) => {
+                let waits = waiting(id, Some(run));
+                (
+                    TaskPayload::Working,
+                    format!("{waits} You may decide it in the inbox: {}", review.url),
+                )
+            }
+            None => (TaskPayload::Working, waiting(id, Some(run))),
+        },
     };
     DetailedTask::new(task(id, times, ttl, Some(message)), payload)
 }

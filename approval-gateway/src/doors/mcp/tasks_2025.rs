@@ -132,7 +132,7 @@ async fn start(
 
 async fn get(proxy: &Proxy, caller: &Caller, params: &Value) -> Result<Value, ErrorData> {
     let run = proxy.task_run(caller, task_id(params)?).await?;
-    Ok(task(&proxy.task(&run).await?.task))
+    Ok(task(&proxy.task(&run, None).await?.task))
 }
 
 /// The call's answer once it has one, with the task named in its `_meta`.
@@ -140,7 +140,7 @@ async fn result(proxy: &Proxy, caller: &Caller, params: &Value) -> Result<Value,
     let run = proxy.task_run(caller, task_id(params)?).await?;
     let run = ended(proxy, run, RESULT_WAIT).await?;
     if !tasks::answered(&run) {
-        let state = proxy.task(&run).await?.task;
+        let state = proxy.task(&run, None).await?.task;
         let why = state.status_message.unwrap_or_default();
         return Err(ErrorData::invalid_params(
             format!("task {:?} has no result: {why}", run.run_id.as_str()),
@@ -159,7 +159,7 @@ async fn cancel(proxy: &Proxy, caller: &Caller, params: &Value) -> Result<Value,
     proxy.cancel(caller, id).await?;
     let run = proxy.task_run(caller, id).await?;
     let run = ended(proxy, run, CANCEL_WAIT).await?;
-    Ok(task(&proxy.task(&run).await?.task))
+    Ok(task(&proxy.task(&run, None).await?.task))
 }
 
 /// `run` once its call has an outcome or its run ended, or as it is after `at_most`.
