@@ -9,7 +9,9 @@ one `external` agent, `desk`:
 
 A second agent, `desk-mcp`, is an MCP proxy (`/mcp/desk-mcp`) in front of the demo
 service's MCP endpoint, for MCP clients countersign does not run: its `issue_refund` over $20
-waits for a person.
+waits for a person. A third, `desk-ledger`, is one in front of a server written with the
+official MCP Python SDK (`ledger_mcp`), started first: its read-only tools run at once, and
+`write_off` waits for a person.
 
 The support desk's key (`requester`) asks; yours (`admin`) decides, since nobody may
 approve their own request.
@@ -32,7 +34,8 @@ import pytest
 
 import countersign
 
-from .support import AGENT, MCP_AGENT
+from .ledger_mcp import serving
+from .support import AGENT, LEDGER_AGENT, MCP_AGENT
 
 REPOSITORY = Path(__file__).resolve().parents[3]
 REQUESTER_KEY = "local-requester-key-0000"
@@ -88,6 +91,19 @@ idempotent = true
 [tools.approval]
 when = "input.amount > 20.0"
 reason = "Refund of ${{{{ input.amount }}}} moves money"
+"""
+
+
+LEDGER_AGENT_FILE = """\
+name = "{agent}"
+
+[model]
+provider = "mcp_client"
+
+[[mcp_servers]]
+name = "ledger"
+url = "{url}"
+trusted = true
 """
 
 
@@ -168,7 +184,14 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 
 
 @pytest.fixture(scope="session")
-def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+def ledger() -> Iterator[str]:
+    """The MCP endpoint of the ledger, a server written with the official MCP Python SDK."""
+    with serving() as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def gateway(tmp_path_factory: pytest.TempPathFactory, ledger: str) -> Iterator[Gateway]:
     binaries = Path(os.environ.get("COUNTERSIGN_BIN_DIR", REPOSITORY / "target" / "debug"))
     runner = binaries / "countersign-local"
     if not runner.is_file():
@@ -180,6 +203,9 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     (agents / f"{AGENT}.toml").write_text(AGENT_FILE.format(agent=AGENT, tools_port=9100 + offset))
     (agents / f"{MCP_AGENT}.toml").write_text(
         MCP_AGENT_FILE.format(agent=MCP_AGENT, tools_port=9100 + offset)
+    )
+    (agents / f"{LEDGER_AGENT}.toml").write_text(
+        LEDGER_AGENT_FILE.format(agent=LEDGER_AGENT, url=ledger)
     )
     log = home / "countersign-local.log"
     env = {

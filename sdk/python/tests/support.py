@@ -9,6 +9,8 @@ from countersign import Call, Client, Status
 AGENT = "desk"
 #: The MCP proxy in front of the demo service's MCP endpoint.
 MCP_AGENT = "desk-mcp"
+#: The MCP proxy in front of a server written with the official MCP Python SDK.
+LEDGER_AGENT = "desk-ledger"
 #: How long a test waits for the system to do something it does in well under a second.
 WITHIN_SECS = 30.0
 

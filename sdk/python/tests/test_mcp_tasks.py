@@ -1,11 +1,13 @@
-"""The MCP proxy (`/mcp/desk-mcp`) driven by the official MCP Python SDK's 1.x client, which
-speaks protocol 2025-11-25 and its experimental tasks: a held refund is a task the client
-follows (`call_tool_as_task`, `get_task`, `get_task_result`, `cancel_task`) while a person
-decides it through countersign's API."""
+"""The MCP proxy driven by the official MCP Python SDK's 1.x client, which speaks protocol
+2025-11-25 and its experimental tasks: a held refund is a task the client follows
+(`call_tool_as_task`, `get_task`, `get_task_result`, `cancel_task`) while a person decides it
+through countersign's API; and a server written with the same SDK (`ledger_mcp`) behind the
+proxy answers its client whole."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -22,7 +24,8 @@ from countersign import Client
 from countersign.runs import PendingCall
 
 from .conftest import REQUESTER_KEY, Gateway
-from .support import MCP_AGENT, WITHIN_SECS
+from .ledger_mcp import PIXEL
+from .support import LEDGER_AGENT, MCP_AGENT, WITHIN_SECS
 
 pytestmark = [
     pytest.mark.asyncio,
@@ -35,10 +38,12 @@ RELATED_TASK = "io.modelcontextprotocol/related-task"
 
 
 @asynccontextmanager
-async def session(gateway: Gateway) -> AsyncIterator[tuple[ClientSession, InitializeResult]]:
-    """An initialized session of the proxy, with the requester's key, and how it was
+async def session(
+    gateway: Gateway, agent: str = MCP_AGENT
+) -> AsyncIterator[tuple[ClientSession, InitializeResult]]:
+    """An initialized session of `agent`'s proxy, with the requester's key, and how it was
     initialized."""
-    url = f"{gateway.url}/mcp/{MCP_AGENT}"
+    url = f"{gateway.url}/mcp/{agent}"
     headers = {"Authorization": f"Bearer {REQUESTER_KEY}"}
     async with AsyncExitStack() as stack:
         http = await stack.enter_async_context(httpx.AsyncClient(headers=headers))
@@ -149,3 +154,31 @@ async def test_a_task_the_client_cancels_is_a_cancelled_run_and_has_no_result(
             await opened.experimental.cancel_task(task_id)
         with pytest.raises(McpError, match="no task"):
             await opened.experimental.get_task("run_00000000000000000000000000000000")
+
+
+async def test_a_python_sdk_server_s_answers_reach_the_client_whole(
+    gateway: Gateway, reviewer: Client
+) -> None:
+    async with session(gateway, LEDGER_AGENT) as (opened, _):
+        names = {tool.name for tool in (await opened.list_tools()).tools}
+        assert names == {"balance", "chart", "write_off"}
+
+        balance = await opened.call_tool("balance", {"customer": "ana"})
+        assert not balance.isError, balance
+        assert balance.structuredContent == {"customer": "ana", "cents": 1250}
+        chart = await opened.call_tool("chart", {"customer": "ana"})
+        image = chart.content[0]
+        assert image.type == "image", chart
+        assert image.mimeType == "image/png"
+        assert base64.b64decode(image.data) == PIXEL
+
+        # The server says write_off may destroy data: held, then run once approved, with a
+        # receipt in its `_meta`.
+        created = await opened.experimental.call_tool_as_task(
+            "write_off", {"customer": "ana", "cents": 500}
+        )
+        task_id = created.task.taskId
+        reviewer.approve(held(reviewer, task_id))
+        written = await opened.experimental.get_task_result(task_id, CallToolResult)
+        assert not written.isError, written
+        assert written.structuredContent == {"customer": "ana", "cents": 500, "receipt": True}
