@@ -345,6 +345,9 @@ impl ToolDef {
         {
             return Err("an approver entry is empty".into());
         }
+        if let Some(limits) = self.approval.limits() {
+            crate::limits::check(limits, &r.approvers)?;
+        }
         Ok(())
     }
 

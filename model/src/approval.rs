@@ -7,6 +7,7 @@
 use crate::grant::{self, GrantLimits};
 use crate::span::Span;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 /// A policy written as one word: `approval = "never"` or `"always"`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -41,6 +42,14 @@ impl ApprovalDef {
                 on_expiry: rule.on_expiry,
                 escalate_to: rule.escalate_to.clone(),
             },
+        }
+    }
+
+    /// The policy's authority limits, if it sets any.
+    pub fn limits(&self) -> Option<&BTreeMap<String, String>> {
+        match self {
+            ApprovalDef::Rule(rule) if !rule.limits.is_empty() => Some(&rule.limits),
+            _ => None,
         }
     }
 
@@ -108,6 +117,12 @@ pub struct ApprovalRule {
     /// Who is added to the approvers on escalation: principal ids and `role:NAME` entries.
     #[serde(default)]
     pub escalate_to: Vec<String>,
+    /// Authority limits: an approver entry (as `approvers` and `escalate_to` name them) whose
+    /// decisions count only for calls its condition over `input` holds for; an entry here
+    /// that the policy does not list decides calls above every listed approver's limit that
+    /// its own covers (see [`crate::limits`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub limits: BTreeMap<String, String>,
     /// How long before the deadline to remind the approvers (`10m`, `1h`); default none.
     #[serde(default)]
     pub remind_before: Option<Span>,
@@ -165,6 +180,7 @@ impl ApprovalRule {
             timeout: None,
             on_expiry: OnExpiry::Reject,
             escalate_to: Vec::new(),
+            limits: BTreeMap::new(),
             remind_before: None,
             grants: true,
             grant_max_uses: default_grant_max_uses(),

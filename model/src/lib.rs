@@ -16,6 +16,7 @@ pub mod edit;
 pub mod events;
 pub mod grant;
 pub mod input_problem;
+pub mod limits;
 pub mod live;
 pub mod mcp;
 pub mod mcp_proxy;

@@ -22,6 +22,9 @@ pub enum RefusalCode {
     PastDeadline,
     /// The principal is not among the call's deciders (detail: them, as JSON).
     NotApprover,
+    /// The edited call is above the principal's authority limit: they would not be among
+    /// its deciders (detail: why, as the reviewer is told).
+    AboveLimit,
     /// The requester may not approve or edit their own run.
     OwnRequest,
     /// A call that needs several approvals cannot be edited (detail: the quorum).
@@ -57,6 +60,7 @@ impl RefusalCode {
             Self::StaleDigest => "stale_digest",
             Self::PastDeadline => "past_deadline",
             Self::NotApprover => "not_approver",
+            Self::AboveLimit => "above_limit",
             Self::OwnRequest => "own_request",
             Self::EditWithQuorum => "edit_with_quorum",
             Self::EditUnchecked => "edit_unchecked",

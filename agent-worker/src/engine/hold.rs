@@ -1,10 +1,11 @@
-//! Holding a call for a person: its digest, deadline, reminder and who may decide, under its
-//! tool's policy now. Both a turn's new calls (`calls`) and a decided call its changed policy
+//! Holding a call for a person: its digest, deadline, reminder and who may decide (within
+//! their authority limits), under its tool's policy now. Both a turn's new calls (`calls`) and a decided call its changed policy
 //! asks about again (`recheck`) are held this way.
 
 use super::Engine;
 use countersign_model::agent::ToolDef;
 use countersign_model::digest::call_digest;
+use countersign_model::limits;
 use countersign_model::run::{HeldCall, Run};
 use serde_json::Value;
 
@@ -29,7 +30,27 @@ impl Engine {
     ) -> HeldCall {
         let deadline = now + self.approval_timeout(tool).as_millis() as i64;
         let deadline = not_after.map_or(deadline, |limit| deadline.min(limit));
-        let reviewers = tool.reviewers();
+        let mut reviewers = tool.reviewers();
+        let mut reason = asked.reason;
+        // Authority limits narrow who decides this input, and the reviewer is told why. A
+        // call above every limit keeps an empty list of deciders: nobody, not anyone.
+        let routed = tool
+            .approval
+            .limits()
+            .and_then(|limits| limits::route(limits, &reviewers, asked.input));
+        let deciders = match routed {
+            Some(routed) => {
+                reviewers.approvers = routed.approvers;
+                reviewers.escalate_to = routed.escalate_to;
+                reason = format!("{reason}. {}", routed.why);
+                Some(
+                    self.people
+                        .resolve(&reviewers.approvers)
+                        .unwrap_or_default(),
+                )
+            }
+            None => self.people.resolve(&reviewers.approvers),
+        };
         let policy_version = tool.policy_version();
         HeldCall {
             call_id: asked.call_id.to_string(),
@@ -43,8 +64,8 @@ impl Engine {
             policy_version,
             input: asked.input.clone(),
             summary: asked.summary,
-            reason: asked.reason,
-            deciders: self.people.resolve(&reviewers.approvers),
+            reason,
+            deciders,
             reviewers,
             deadline: Some(deadline),
             remind_at: tool

@@ -57,6 +57,9 @@ impl From<countersign_store::StoreError> for DecideError {
 pub(crate) fn told(code: RefusalCode) -> Option<&'static str> {
     Some(match code {
         RefusalCode::NotApprover => "you are not among the approvers of this request",
+        RefusalCode::AboveLimit => {
+            "your edit puts this request above your authority limit: others must decide it"
+        }
         RefusalCode::OwnRequest => {
             "you asked for this run, so you may reject this request but not approve or edit it"
         }
@@ -148,6 +151,11 @@ impl DecideError {
                 );
                 (StatusCode::FORBIDDEN, "not_an_approver", message)
             }
+            RefusalCode::AboveLimit => (
+                StatusCode::FORBIDDEN,
+                "not_an_approver",
+                format!("{principal} may not edit call {call:?} to that input: {detail}"),
+            ),
             RefusalCode::OwnRequest => (
                 StatusCode::FORBIDDEN,
                 "not_an_approver",

@@ -129,6 +129,19 @@ async fn record(
     }
 }
 
+/// How policies name `principal`: their id, and `role:NAME` for each role the configured
+/// person of that id holds.
+fn policy_entries(state: &AppState, principal: &str) -> Vec<String> {
+    let roles = state.people.person(principal).map(|p| p.roles.as_slice());
+    let roles = roles
+        .unwrap_or_default()
+        .iter()
+        .map(|r| format!("role:{r}"));
+    std::iter::once(principal.to_string())
+        .chain(roles)
+        .collect()
+}
+
 async fn record_once(
     state: &AppState,
     run: &Run,
@@ -136,6 +149,7 @@ async fn record_once(
     by: &Decider<'_>,
 ) -> Result<(Vec<CallDecided>, Vec<Announcement>), DecideError> {
     let mut proposals = Vec::with_capacity(proposed.len());
+    let entries = policy_entries(state, by.principal);
     for p in proposed {
         let several = run
             .held_calls()
@@ -149,7 +163,7 @@ async fn record_once(
             &state.receipts,
             run,
             p.clone(),
-            by,
+            (by, &entries),
             &voters,
         )?);
     }

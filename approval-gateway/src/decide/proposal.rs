@@ -13,6 +13,7 @@ use countersign_model::condition::{Condition, ConditionError};
 use countersign_model::digest::{MAX_EXACT_INTEGER, inexact_integer, sha256_hex};
 use countersign_model::edit::{self, FieldChange};
 use countersign_model::grant::{Grant, GrantTerms};
+use countersign_model::limits;
 use countersign_model::run::{Action, Decision, HeldCall, Run};
 use countersign_store::{Proposal, Refusal, RefusalCode};
 use serde_json::{Value, json};
@@ -108,6 +109,40 @@ fn check_grant(
     Ok(())
 }
 
+/// Whether an edit of `pending` to `edited` by `by` (named by policies as `entries`) keeps
+/// within their authority limit: they must be among those the edited call would be held for
+/// under its tool's limits (`countersign_model::limits`). The decision script checks that they
+/// decide the call as it was held; this checks what they made of it.
+fn within_limits(
+    catalog: &Catalog,
+    run: &Run,
+    pending: &HeldCall,
+    edited: &Value,
+    (by, entries): (&Decider<'_>, &[String]),
+) -> Result<(), DecideError> {
+    let tool = catalog
+        .get(&run.agent)
+        .and_then(|a| a.tool(&pending.tool).cloned());
+    let Some((tool, limits)) = tool.as_ref().and_then(|t| Some((t, t.approval.limits()?))) else {
+        return Ok(());
+    };
+    let reviewers = tool.reviewers();
+    if limits::edit_allowed(limits, &reviewers, edited, entries) {
+        return Ok(());
+    }
+    let why = limits::route(limits, &reviewers, edited).map(|r| r.why);
+    let refusal = Refusal {
+        call_id: pending.call_id.clone(),
+        code: RefusalCode::AboveLimit,
+        detail: why.unwrap_or_default(),
+    };
+    Err(DecideError::refused(
+        run.run_id.as_str(),
+        by.principal,
+        refusal,
+    ))
+}
+
 /// Whether `by` may approve `pending`, by the rule the decision script applies; refused in
 /// the script's words when not.
 fn authorized(run: &Run, pending: &HeldCall, by: &Decider<'_>) -> Result<(), DecideError> {
@@ -140,16 +175,21 @@ fn authorized(run: &Run, pending: &HeldCall, by: &Decider<'_>) -> Result<(), Dec
 /// The decision, its audit entry and, when it lets the call run, its receipt. `voters` are
 /// who had approved the call before, for a call that needs several approvals: its receipt is
 /// signed only by the approval that completes the quorum, naming them all.
+/// `entries` are how policies name the decider: their id and `role:NAME` for each of their
+/// roles.
 pub(super) fn prepare(
     catalog: &Catalog,
     receipts: &Receipts,
     run: &Run,
     mut p: Proposed,
-    by: &Decider<'_>,
+    (by, entries): (&Decider<'_>, &[String]),
     voters: &[String],
 ) -> Result<Proposal, DecideError> {
     let pending = run.held_calls().find(|c| c.call_id == p.call_id);
     let (changes, checked_digest) = settle_edit(catalog, run, pending, &mut p)?;
+    if let (Action::Edit, Some(input), Some(pending)) = (p.action, &p.input, pending) {
+        within_limits(catalog, run, pending, input, (by, entries))?;
+    }
     if let (Some(terms), Some(pending)) = (&p.grant, pending) {
         // Authorized first: a grant's condition is compiled and evaluated only for someone
         // who may approve the call (as this copy of the run holds it; the script checks

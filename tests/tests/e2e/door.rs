@@ -77,7 +77,7 @@ pub(super) async fn ask(app: &TestApp, key: &str, idem: &str, body: Value) -> (S
 }
 
 /// An ask to `agent`'s door.
-async fn ask_at(
+pub(super) async fn ask_at(
     app: &TestApp,
     agent: &str,
     key: &str,
@@ -107,7 +107,7 @@ async fn look(app: &TestApp, key: &str, state: &Value, wait: u64) -> (StatusCode
 
 /// The asked call once its policy has held it for a person (the long poll waits for an
 /// outcome, which a held call does not have, so this looks until it is held instead).
-async fn until_held(app: &TestApp, asked: &Value) -> Value {
+pub(super) async fn until_held(app: &TestApp, asked: &Value) -> Value {
     wait_for("the call held", PATIENCE, || async {
         let (_, state) = look(app, REQUESTER_KEY, asked, 1).await;
         (state["status"] == "pending").then_some(state)

@@ -25,6 +25,7 @@ mod inbox_batch;
 mod inbox_grants;
 mod inbox_paging;
 mod interleavings;
+mod limits;
 mod listener;
 mod live_events;
 mod local_runner;

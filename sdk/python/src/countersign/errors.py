@@ -35,6 +35,7 @@ class RefusalCode(str, Enum):
     STALE_DIGEST = "stale_digest"
     PAST_DEADLINE = "past_deadline"
     NOT_APPROVER = "not_approver"
+    ABOVE_LIMIT = "above_limit"
     OWN_REQUEST = "own_request"
     EDIT_WITH_QUORUM = "edit_with_quorum"
     EDIT_UNCHECKED = "edit_unchecked"
