@@ -4,8 +4,8 @@
 //! why, and an edit counts only from someone the edited call would be held for.
 
 use super::door::{ask_at, until_held};
-use countersign_tests::app::{REQUESTER_KEY, TestApp};
-use reqwest::StatusCode;
+use countersign_tests::app::{INTEGRATION_KEY, REQUESTER_KEY, TestApp};
+use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
 const AGENT: &str = "till";
@@ -129,4 +129,53 @@ async fn an_edit_counts_only_within_its_decider_s_limit() {
         .await;
     assert_eq!(state["status"], "edited", "{state}");
     assert_eq!(state["input"], json!({"amount": 40.0}), "{state}");
+}
+
+/// A standing grant decides in its maker's name, so it keeps to their limit: carol's grant on
+/// refunds up to $500 releases the next $80 refund, but one of $300 waits for finance and the
+/// grant is not used on it.
+#[tokio::test]
+async fn a_standing_grant_releases_only_what_its_maker_s_limit_covers() {
+    let app = app().await;
+    let first = held_refund(&app, 60.0).await;
+    let terms = json!({
+        "run_id": first["run_id"], "call_id": first["call_id"], "digest": first["held"]["digest"],
+        "condition": "input.amount <= 500.0", "max_uses": 5, "expires_in": "1h",
+        "decided_by": "carol",
+    });
+    let (status, made) = app
+        .request(
+            Method::POST,
+            "/v1/grants",
+            Some(INTEGRATION_KEY),
+            Some(terms),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{made}");
+    let grant = format!("/v1/grants/{}", made["grant"]["id"].as_str().unwrap());
+
+    let ask = json!({"tool": "refund", "input": {"amount": 80.0}, "wait_secs": 20});
+    let (status, small) = ask_at(&app, AGENT, REQUESTER_KEY, "refund-80", ask).await;
+    assert_eq!(
+        (status, &small["status"]),
+        (StatusCode::OK, &json!("approved")),
+        "{small}"
+    );
+    let by = small["decision"]["decided_by"].as_str().unwrap();
+    assert!(by.starts_with("carol, under grant "), "{small}");
+    let (_, state) = app.get(&grant).await;
+    let uses = state["uses"].clone();
+
+    let big = held_refund(&app, 300.0).await;
+    assert_eq!(
+        big["held"]["deciders"],
+        json!(["alice", "bob", "rick"]),
+        "{big}"
+    );
+    app.wait_deliveries_settled().await;
+    let path = big["links"]["self"].as_str().unwrap();
+    let (_, still) = app.get(path).await;
+    assert_eq!(still["status"], "pending", "{still}");
+    let (_, state) = app.get(&grant).await;
+    assert_eq!(state["uses"], uses, "the grant was not used on it: {state}");
 }
