@@ -141,6 +141,7 @@ impl Receipts {
             decided_by: decided_by.names,
             policy_version: call.policy_version.clone(),
             grant: decided_by.grant.map(str::to_string),
+            risk: call.risk.map(|r| r.as_str().to_string()),
         };
         Some(Issued {
             token: signer.sign(&claims),

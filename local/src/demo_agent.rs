@@ -61,7 +61,8 @@ base_url = "{model_url}"
 }
 
 /// The refund's policy; last in the file, so a test can add lines to it.
-const REFUND_APPROVAL: &str = r#"[tools.approval]
+const REFUND_APPROVAL: &str = r#"risk = "costly"
+[tools.approval]
 when = "input.amount > 20.0"
 reason = "Refund of ${{ input.amount }} moves money"
 summary = "Refund ${{ input.amount }} for order {{ input.order_id }}"

@@ -231,6 +231,7 @@ async fn a_refund_over_the_limit_runs_with_a_valid_receipt_in_meta() {
         decided_by: vec!["rita".into()],
         policy_version: "p".into(),
         grant: None,
+        risk: None,
     });
 
     let ran = client

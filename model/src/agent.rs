@@ -2,7 +2,7 @@
 //! approval policy. Both services load the same directory: the worker to run agents, the
 //! gateway to refuse unknown agents and to check reviewers' edits against tool schemas.
 
-use crate::approval::{ApprovalDef, Channel, OnExpiry, Reviewers};
+use crate::approval::{ApprovalDef, Channel, OnExpiry, Reviewers, Risk};
 use crate::digest::{canonical_json, sha256_hex};
 use crate::edit;
 use crate::input_problem::InputProblem;
@@ -97,6 +97,7 @@ impl AgentDef {
                     tool.description = described(found);
                     tool.input_schema = found.input_schema.clone();
                     tool.discovered = Some(found.clone());
+                    tool.risk = tool.risk.or_else(|| mcp::default_risk(server, found));
                     tool.name = exposed(name, &found.name);
                 }
                 _ => return Err(err("give either http or mcp, not both".into())),
@@ -121,6 +122,7 @@ impl AgentDef {
                     shadow: None,
                     audience: None,
                     idempotent: mcp::default_idempotent(server, found),
+                    risk: mcp::default_risk(server, found),
                 });
             }
         }
@@ -263,6 +265,11 @@ pub struct ToolDef {
     /// crash may be sent again with the same key instead of being reported as unknown.
     #[serde(default)]
     pub idempotent: bool,
+    /// What its calls do to the world, shown to reviewers and named in receipts; part of the
+    /// policy version, since a reviewer decides on it. An MCP tool of a trusted server the
+    /// file gives none has the class its annotations say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub risk: Option<Risk>,
 }
 
 /// How an HTTP tool is reached (`[tools.http]`).
@@ -361,6 +368,9 @@ impl ToolDef {
         });
         if let Some(discovered) = &self.discovered {
             bound["mcp"] = serde_json::json!({"server": self.mcp, "tool": discovered});
+        }
+        if let Some(risk) = self.risk {
+            bound["risk"] = serde_json::json!(risk);
         }
         sha256_hex(canonical_json(&bound))[..16].to_string()
     }

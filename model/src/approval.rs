@@ -333,3 +333,40 @@ mod tests {
         }
     }
 }
+
+/// What a call of a tool does to the world, as the tool's entry declares it (`risk`): shown to
+/// reviewers beside the policy's reason and named in the receipts of its calls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Risk {
+    /// It only reads.
+    ReadOnly,
+    /// What it changes can be undone.
+    Reversible,
+    /// It spends money or another budget.
+    Costly,
+    /// What it changes cannot be undone.
+    Destructive,
+}
+
+impl Risk {
+    /// The class as the file, the receipt and the API name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Risk::ReadOnly => "read_only",
+            Risk::Reversible => "reversible",
+            Risk::Costly => "costly",
+            Risk::Destructive => "destructive",
+        }
+    }
+
+    /// The class as a reviewer reads it.
+    pub fn told(self) -> &'static str {
+        match self {
+            Risk::ReadOnly => "read-only: it changes nothing",
+            Risk::Reversible => "reversible: what it changes can be undone",
+            Risk::Costly => "costly: it spends money",
+            Risk::Destructive => "destructive: what it changes cannot be undone",
+        }
+    }
+}

@@ -327,6 +327,7 @@ mod tests {
             remind_at: None,
             escalated: false,
             recheck: None,
+            risk: None,
         }
     }
 

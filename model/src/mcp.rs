@@ -3,7 +3,7 @@
 //! and how a `tools/call` result reads to the model and to reviewers. Talking to the servers
 //! is the runtime's part; this is the pure rest.
 
-use crate::approval::{ApprovalDef, ApprovalMode, ApprovalRule};
+use crate::approval::{ApprovalDef, ApprovalMode, ApprovalRule, Risk};
 use crate::run::Image;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -193,6 +193,20 @@ pub fn default_approval(server: &McpServerDef, tool: &McpTool) -> ApprovalDef {
         reason: Some(reason),
         ..ApprovalRule::held()
     }))
+}
+
+/// The risk class of a discovered tool the agent file gives none: what a trusted server's
+/// annotations say (read-only; else destructive unless it says otherwise, as the
+/// specification reads absent hints); none for a server nobody vouched for.
+pub fn default_risk(server: &McpServerDef, tool: &McpTool) -> Option<Risk> {
+    let hints = &tool.annotations;
+    server
+        .trusted
+        .then(|| match (hints.read_only(), hints.destructive()) {
+            (true, _) => Risk::ReadOnly,
+            (false, true) => Risk::Destructive,
+            (false, false) => Risk::Reversible,
+        })
 }
 
 /// Whether a crash may send a discovered tool's call again: only where a trusted server

@@ -372,6 +372,9 @@ pub struct HeldCall {
     /// held: what it replaces, so reviewers see what changed and what was decided before.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recheck: Option<Recheck>,
+    /// What the call does to the world, as its tool's entry declares it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub risk: Option<crate::approval::Risk>,
 }
 
 /// What a call held again after a policy change replaces.

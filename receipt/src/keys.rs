@@ -264,6 +264,7 @@ mod tests {
             decided_by: vec!["p".into()],
             policy_version: "v".into(),
             grant: None,
+            risk: None,
         });
         let keys = KeySet {
             keys: vec![signer.public().clone()],

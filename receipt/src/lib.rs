@@ -63,6 +63,11 @@ pub struct Claims {
     /// The standing grant the call was approved under, when nobody was asked for it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grant: Option<String>,
+    /// What the call does to the world, as its tool's policy declares it (`read_only`,
+    /// `reversible`, `costly`, `destructive`), when it declares it: what the deciders were
+    /// shown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub risk: Option<String>,
 }
 
 /// The digest of a JSON input as anyone can recompute it: `sha256:` and the lowercase hex

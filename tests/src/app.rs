@@ -909,6 +909,7 @@ impl TestApp {
             decided_by: vec!["rita".into()],
             policy_version: "p".into(),
             grant: None,
+            risk: None,
         }
     }
 

@@ -147,6 +147,11 @@ impl Drop for NatsAuth {
     }
 }
 
+/// Whether Docker could not start a container because its host port was taken meanwhile.
+fn taken(error: &str) -> bool {
+    error.contains("port is already allocated") || error.contains("address already in use")
+}
+
 /// A free port on the loopback, for a container that must keep its address across restarts
 /// or a listener a service binds itself.
 pub fn free_port() -> u16 {
@@ -164,14 +169,14 @@ impl Infra {
     }
 
     /// Servers on fixed host ports, so a restarted one is found where it was. A port found
-    /// free can be taken (by another test's container) before Docker binds it: then other
-    /// ports are tried.
+    /// free can be taken before Docker binds it, by another test's container ("already
+    /// allocated") or by a process's listener ("already in use"): then other ports are tried.
     pub async fn start_restartable() -> Self {
         let mut attempts = 0;
         loop {
             match Self::start_on(Some((free_port(), free_port()))).await {
                 Ok(infra) => return infra,
-                Err(e) if attempts < 5 && e.contains("port is already allocated") => attempts += 1,
+                Err(e) if attempts < 5 && taken(&e) => attempts += 1,
                 Err(e) => panic!("start NATS and Redis: {e}"),
             }
         }

@@ -17,11 +17,14 @@ impl Engine {
         let requested: Vec<AuditEntry> = run
             .held_calls()
             .map(|p| {
-                let detail = serde_json::json!({
+                let mut detail = serde_json::json!({
                     "tool": p.tool, "input": p.input, "summary": p.summary, "reason": p.reason,
                     "approvers": p.reviewers.approvers, "deciders": p.deciders,
                     "quorum": p.reviewers.quorum, "deadline": p.deadline, "turn": run.turns,
                 });
+                if let Some(risk) = p.risk {
+                    detail["risk"] = serde_json::json!(risk);
+                }
                 let mut entry = self.entry(&run, AuditKind::Requested, Some(p), detail);
                 // The agent asks for a person, not the worker process that ran its turn.
                 entry.actor = Some(run.agent.clone());

@@ -74,6 +74,7 @@ impl Engine {
                 .filter(|at| *at > now),
             escalated: false,
             recheck: None,
+            risk: tool.risk,
         }
     }
 }

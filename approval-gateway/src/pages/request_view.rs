@@ -12,6 +12,7 @@ use crate::error::ApiError;
 use crate::state::AppState;
 use crate::time::{readable, time_left};
 use axum::http::StatusCode;
+use countersign_model::approval::Risk;
 use countersign_model::audit::{AuditEntry, AuditKind};
 use countersign_model::events::{Evidence, seen_by_agent};
 use countersign_model::now_ms;
@@ -34,6 +35,8 @@ pub(crate) struct CallView {
     pub(crate) digest: String,
     pub(crate) summary: String,
     pub(crate) reason: String,
+    /// What the call does to the world, as its tool's entry declares it.
+    pub(crate) risk: Option<Risk>,
     /// The agent's words in the turn that made the call.
     pub(crate) said: String,
     /// What the person asked the agent: the run's input.
@@ -106,6 +109,7 @@ impl CallView {
             digest: requested.digest.clone().unwrap_or_default(),
             summary: text("summary"),
             reason: text("reason"),
+            risk: serde_json::from_value(detail["risk"].clone()).ok(),
             said: asked_in.map(|i| run.messages[i].text()).unwrap_or_default(),
             asked: run.input.clone(),
             deadline: detail["deadline"].as_i64(),
@@ -140,6 +144,7 @@ impl CallView {
             digest: call.digest.clone(),
             summary: call.summary.clone(),
             reason: call.reason.clone(),
+            risk: call.risk,
             said: run.paused_turn_text(),
             asked: run.input.clone(),
             deadline: call.deadline,
@@ -179,6 +184,9 @@ impl CallView {
         html! {
             section.request {
                 p.reason { strong { "Why it needs a person: " } (self.reason) }
+                @if let Some(risk) = self.risk {
+                    p.risk { strong { "Risk: " } (risk.told()) }
+                }
                 @if let Some(before) = &self.recheck {
                     p.recheck {
                         strong { "Asked again: " }

@@ -47,6 +47,7 @@ fn main() -> anyhow::Result<()> {
             decided_by: vec!["alice".into()],
             policy_version: "3f2a9c1b7d4e5f60".into(),
             grant: None,
+            risk: None,
         };
         let started = Instant::now();
         let token = signer.sign(&claims);

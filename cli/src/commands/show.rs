@@ -110,6 +110,10 @@ fn call_block(run_id: &str, pending: &HeldView) -> String {
     let mut block = format!("Call {} ({}): {}\n", call.call_id, call.tool, call.summary);
     block.push_str(&indent(&fields(&[
         ("reason", call.reason.clone()),
+        (
+            "risk",
+            call.risk.map(|r| r.told().to_string()).unwrap_or_default(),
+        ),
         ("deadline", deadline),
         ("approvers", approvers),
         ("quorum", quorum),

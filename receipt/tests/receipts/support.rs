@@ -38,6 +38,7 @@ pub(crate) fn claims(input: &Value, jti: &str) -> Claims {
         decided_by: vec!["rita".into()],
         policy_version: "p1".into(),
         grant: None,
+        risk: None,
     }
 }
 

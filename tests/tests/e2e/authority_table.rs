@@ -154,6 +154,7 @@ fn held_call(policy: Policy) -> HeldCall {
         remind_at: None,
         escalated: matches!(policy.approvers, Approvers::Escalated),
         recheck: None,
+        risk: None,
     }
 }
 

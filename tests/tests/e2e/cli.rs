@@ -173,6 +173,7 @@ async fn a_reviewer_sees_a_paused_run_in_pending_and_show_and_approves_it_with_t
         "The order arrived broken; I will check it and refund it.",
         "Call toolu_2 (issue_refund): Refund $129 for order A-1001",
         "Refund of $129 moves money",
+        "costly: it spends money",
         "\"amount\": 129",
         "none yet",
     ] {

@@ -98,6 +98,7 @@ async fn an_email_link_opened_decides_nothing_its_form_decides_once() {
         mail.data
     );
     assert!(mail.data.contains("Why: Refund of $129 moves money"));
+    assert!(mail.data.contains("Risk: costly: it spends money"));
     assert!(mail.data.contains("Evidence from get_order"));
 
     // A scanner fetches every link, twice, and sends HEAD too.

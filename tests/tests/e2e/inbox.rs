@@ -519,6 +519,7 @@ async fn approving_from_the_request_page_completes_the_run_and_the_next_page_and
         &[
             "Refund $129 for order A-1001",
             "Refund of $129 moves money",
+            "<strong>Risk: </strong>costly: it spends money",
             "The order arrived broken; I will check it and refund it.",
             "get_order",
             "&quot;amount&quot;: 129",

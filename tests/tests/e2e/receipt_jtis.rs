@@ -155,6 +155,7 @@ async fn while_its_jti_store_is_down_a_tool_answers_503_and_runs_nothing() {
             decided_by: vec!["rita".into()],
             policy_version: "p1".into(),
             grant: None,
+            risk: None,
         });
         reqwest::Client::new()
             .post(&url)

@@ -115,6 +115,11 @@ async fn approved_and_edited_calls_reach_the_tool_with_receipts_that_name_exactl
         (app.gateway_url.as_str(), "issue_refund")
     );
     assert_eq!(first.action, "approve");
+    assert_eq!(
+        first.risk.as_deref(),
+        Some("costly"),
+        "what the deciders were shown"
+    );
     assert_eq!(first.decided_by, vec!["rita".to_string()]);
     assert_eq!(first.input_digest, input_digest(&asked()));
     assert_eq!(

@@ -607,7 +607,9 @@ async fn markup_in_tool_results_and_the_agents_words_is_posted_inert() {
         summary.contains("A-1001 &lt;!channel&gt; &lt;@U123&gt; &lt;https://evil.example|x&gt;"),
         "the summary, escaped: {summary}"
     );
-    let words = posted.body["blocks"][2]["text"]["text"].as_str().unwrap();
+    let risk = posted.body["blocks"][2]["text"]["text"].as_str().unwrap();
+    assert_eq!(risk, "*Risk:* costly: it spends money");
+    let words = posted.body["blocks"][3]["text"]["text"].as_str().unwrap();
     assert!(words.contains("broken &lt;!channel&gt;"), "{words}");
     assert!(
         posted.body["text"]

@@ -28,6 +28,9 @@ impl Request<'_, '_> {
     pub(super) fn text(&self) -> String {
         let (ask, call) = (self.ask, self.ask.call);
         let mut body = format!("{}\n\nWhy: {}\n", self.subject(), call.reason);
+        if let Some(risk) = call.risk {
+            body += &format!("Risk: {}\n", risk.told());
+        }
         body += &format!("Input: {}\n", pretty(&call.input));
         if !ask.text.is_empty() {
             body += &format!("The agent said: {}\n", ask.text);
@@ -70,6 +73,9 @@ impl Request<'_, '_> {
             reason = escape(&call.reason),
             input = escape(&pretty(&call.input)),
         );
+        if let Some(risk) = call.risk {
+            body += &format!("<p><strong>Risk:</strong> {}</p>", escape(risk.told()));
+        }
         if !ask.text.is_empty() {
             body += &format!(
                 "<p><strong>The agent said:</strong> {}</p>",

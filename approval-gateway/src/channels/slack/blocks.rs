@@ -215,6 +215,9 @@ pub(crate) fn request_message(r: &Request) -> Value {
         section("*Approval needed:* ", &r.call.summary, SUMMARY_CHARS),
         section("*Why:* ", &r.call.reason, REASON_CHARS),
     ];
+    if let Some(risk) = r.call.risk {
+        blocks.push(section("*Risk:* ", risk.told(), REASON_CHARS));
+    }
     if !r.text.is_empty() {
         blocks.push(section("*The agent said:* ", r.text, WORDS_CHARS));
     }
