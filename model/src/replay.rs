@@ -4,12 +4,16 @@
 //! as a worker sorts a call; nothing is written.
 
 use crate::agent::{Agent, ToolDef};
+use crate::limits;
 use crate::policy::{Gate, Policy, PolicyError};
 use crate::run::HeldCall;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+
+/// How a report names the approvers of a call above every authority limit.
+const NOBODY: &str = "nobody (above every limit)";
 
 /// A tool call a run made, as the model asked for it.
 #[derive(Clone, Debug)]
@@ -162,8 +166,18 @@ impl<'a> Side<'a> {
             Gate::Run => Sorted::Run,
             Gate::Ask { .. } => {
                 let reviewers = def.reviewers();
+                // Who the authority limits leave to decide it, as a worker holds it.
+                let routed = def
+                    .approval
+                    .limits()
+                    .and_then(|limits| limits::route(limits, &reviewers, input));
+                let approvers = match routed {
+                    Some(routed) if routed.approvers.is_empty() => vec![NOBODY.to_string()],
+                    Some(routed) => routed.approvers,
+                    None => reviewers.approvers,
+                };
                 Sorted::Hold {
-                    approvers: reviewers.approvers,
+                    approvers,
                     quorum: reviewers.quorum,
                 }
             }
@@ -334,6 +348,25 @@ http = {{ url = "http://127.0.0.1:1/" }}
         // Two held live, one approval each; one held by the candidate, two approvals.
         assert_eq!(report.approvals_per_day.live["anyone"], 1.0);
         assert_eq!(report.approvals_per_day.candidate["role:finance"], 1.0);
+    }
+
+    #[test]
+    fn limits_are_replayed_as_who_would_have_been_asked() {
+        let live = agent(
+            "[tools.approval]\nwhen = \"input.amount > 20.0\"\napprovers = [\"role:support\"]",
+        );
+        let candidate = agent(
+            "[tools.approval]\nwhen = \"input.amount > 20.0\"\napprovers = [\"role:support\"]\n\
+             limits = { \"role:support\" = \"input.amount <= 100.0\", \
+             \"role:finance\" = \"input.amount <= 400.0\" }",
+        );
+        let report = replay(&live, &candidate, &calls(&[50, 180, 450]), &[], 1.0).unwrap();
+        let counts = &report.tools["issue_refund"];
+        assert_eq!((counts.unchanged, counts.other_reviewers), (1, 2));
+        let asked = &report.approvals_per_day.candidate;
+        assert_eq!(asked["role:support"], 1.0);
+        assert_eq!(asked["role:finance"], 1.0);
+        assert_eq!(asked[NOBODY], 1.0);
     }
 
     #[test]
