@@ -48,6 +48,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
+/// How often a session's watcher of the agent's tools looks whether the session ended.
+const SESSION_CHECK: Duration = Duration::from_secs(30);
+
 /// The MCP server of one `mcp_client` agent. The agent is read from the catalog at each
 /// request, so a reload (a changed file, or a server whose tools changed) takes effect at once.
 #[derive(Clone)]
@@ -107,7 +110,8 @@ impl ServerHandler for Proxy {
     }
 
     /// Tells the session's client when the agent's tools change (a reload, or one of its
-    /// servers said so), until the gateway stops or the client can no longer be told.
+    /// servers said so), until the gateway stops or the session ends (looked at every
+    /// [`SESSION_CHECK`], so an ended session's watcher does not outlive it for long).
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
         let proxy = self.clone();
         let peer = context.peer;
@@ -115,9 +119,16 @@ impl ServerHandler for Proxy {
         tokio::spawn(async move {
             let listing = |proxy: &Proxy| proxy.agent().ok().and_then(|a| listed(&a).ok());
             let mut told = listing(&proxy);
+            let mut check = tokio::time::interval(SESSION_CHECK);
             loop {
                 tokio::select! {
                     _ = proxy.stop.cancelled() => return,
+                    _ = check.tick() => {
+                        if peer.is_transport_closed() {
+                            return;
+                        }
+                        continue;
+                    }
                     reloaded = reloads.changed() => if reloaded.is_err() { return },
                 }
                 let now = listing(&proxy);
