@@ -233,6 +233,29 @@ pub(super) async fn decide_call(
     assert_eq!(status, StatusCode::OK, "{body}");
 }
 
+/// Calls `tool` with `arguments` through `peer`, approves the call (`call_id`) once it is
+/// held, after `while_held` looked at the app; the answer, and the call's run.
+async fn approved(
+    app: &TestApp,
+    peer: &rmcp::Peer<RoleClient>,
+    (tool, arguments): (&str, Value),
+    call_id: &str,
+    while_held: impl FnOnce(),
+) -> (CallToolResult, String) {
+    let peer = peer.clone();
+    let params = call(tool, arguments);
+    let calling = tokio::spawn(async move { peer.call_tool(params).await });
+    let (run, digest) = held(app, call_id).await;
+    while_held();
+    decide_call(app, &run, call_id, &digest, json!({"action": "approve"})).await;
+    let answered = tokio::time::timeout(PATIENCE, calling)
+        .await
+        .expect("answered once approved")
+        .unwrap()
+        .unwrap();
+    (answered, run)
+}
+
 pub(super) fn refunds(upstream: &McpServer) -> usize {
     upstream
         .calls()
@@ -738,24 +761,8 @@ async fn an_approved_call_answers_the_upstream_result_whole_with_the_receipt_it_
     let upstream = upstream().await;
     let app = proxy(&upstream, 60).await;
     let client = connect(&app, REQUESTER_KEY).await.unwrap();
-    let peer = client.peer().clone();
-    let exporting =
-        tokio::spawn(async move { peer.call_tool(call("export", json!({"month": 5}))).await });
-    let (run, digest) = held(&app, "mcp_export").await;
-    decide_call(
-        &app,
-        &run,
-        "mcp_export",
-        &digest,
-        json!({"action": "approve"}),
-    )
-    .await;
-
-    let answered = tokio::time::timeout(PATIENCE, exporting)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    let export = ("export", json!({"month": 5}));
+    let (answered, run) = approved(&app, client.peer(), export, "mcp_export", || {}).await;
     assert_whole(&answered, &whole_report());
     assert_eq!(meta(&answered)[META_RUN_ID], run.as_str());
 
@@ -825,23 +832,9 @@ async fn a_tool_the_upstream_server_adds_is_listed_and_held_at_once() {
     })
     .await;
 
-    let peer = client.peer().clone();
-    let wiping = tokio::spawn(async move { peer.call_tool(call("wipe", json!({}))).await });
-    let (run, digest) = held(&app, "mcp_wipe").await;
-    assert!(upstream.calls().is_empty(), "held before it ran");
-    decide_call(
-        &app,
-        &run,
-        "mcp_wipe",
-        &digest,
-        json!({"action": "approve"}),
-    )
-    .await;
-    let wiped = tokio::time::timeout(PATIENCE, wiping)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    let held_first = || assert!(upstream.calls().is_empty(), "held before it ran");
+    let wipe = ("wipe", json!({}));
+    let (wiped, _) = approved(&app, client.peer(), wipe, "mcp_wipe", held_first).await;
     assert_eq!(text(&wiped), "wiped");
     client.cancel().await.unwrap();
 }
@@ -907,25 +900,8 @@ async fn tools_two_servers_list_by_one_name_are_each_exposed_under_their_server_
 
     // The shop's refund is held by the agent's entry, and reaches the shop with a receipt
     // for `refund`.
-    let peer = client.peer().clone();
-    let refunding = tokio::spawn(async move {
-        peer.call_tool(call("shop__refund", json!({"amount": 75})))
-            .await
-    });
-    let (run, digest) = held(&app, "mcp_shop__refund").await;
-    decide_call(
-        &app,
-        &run,
-        "mcp_shop__refund",
-        &digest,
-        json!({"action": "approve"}),
-    )
-    .await;
-    let refunded = tokio::time::timeout(PATIENCE, refunding)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    let refund = ("shop__refund", json!({"amount": 75}));
+    let (refunded, _) = approved(&app, client.peer(), refund, "mcp_shop__refund", || {}).await;
     assert_eq!(text(&refunded), "refunded");
     let calls = shop.calls();
     let sent: Vec<_> = calls.iter().filter(|c| c.tool == "refund").collect();
