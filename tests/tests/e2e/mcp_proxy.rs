@@ -6,6 +6,7 @@
 
 use super::inbox::Browser;
 use approval_gateway::config::{ApiKey, Role};
+use countersign_receipt::Claims;
 use countersign_receipt::mcp::META_CALL_ID;
 use countersign_receipt::mcp::{META_RECEIPT, META_RECEIPT_JTI, META_RUN_ID};
 use countersign_tests::app::{
@@ -254,6 +255,18 @@ async fn approved(
         .unwrap()
         .unwrap();
     (answered, run)
+}
+
+/// The claims of the receipt `upstream` received with its one call of `tool`, checked
+/// against the gateway's published keys.
+async fn received_receipt(app: &TestApp, upstream: &McpServer, tool: &str) -> Claims {
+    let calls = upstream.calls();
+    let sent: Vec<_> = calls.iter().filter(|c| c.tool == tool).collect();
+    assert_eq!(sent.len(), 1, "one call of {tool}");
+    let receipt = sent[0].meta[META_RECEIPT].as_str().expect("a receipt");
+    let (_, jwks) = app.get("/.well-known/jwks.json").await;
+    let keys: countersign_receipt::KeySet = serde_json::from_value(jwks).unwrap();
+    countersign_receipt::signed_by(receipt, &keys).unwrap()
 }
 
 pub(super) fn refunds(upstream: &McpServer) -> usize {
@@ -766,13 +779,7 @@ async fn an_approved_call_answers_the_upstream_result_whole_with_the_receipt_it_
     assert_whole(&answered, &whole_report());
     assert_eq!(meta(&answered)[META_RUN_ID], run.as_str());
 
-    let calls = upstream.calls();
-    let sent: Vec<_> = calls.iter().filter(|c| c.tool == "export").collect();
-    assert_eq!(sent.len(), 1);
-    let receipt = sent[0].meta[META_RECEIPT].as_str().expect("a receipt");
-    let (_, jwks) = app.get("/.well-known/jwks.json").await;
-    let keys: countersign_receipt::KeySet = serde_json::from_value(jwks).unwrap();
-    let claims = countersign_receipt::signed_by(receipt, &keys).unwrap();
+    let claims = received_receipt(&app, &upstream, "export").await;
     assert_eq!(
         meta(&answered)[META_RECEIPT_JTI],
         claims.jti.as_str(),
@@ -903,13 +910,7 @@ async fn tools_two_servers_list_by_one_name_are_each_exposed_under_their_server_
     let refund = ("shop__refund", json!({"amount": 75}));
     let (refunded, _) = approved(&app, client.peer(), refund, "mcp_shop__refund", || {}).await;
     assert_eq!(text(&refunded), "refunded");
-    let calls = shop.calls();
-    let sent: Vec<_> = calls.iter().filter(|c| c.tool == "refund").collect();
-    assert_eq!(sent.len(), 1);
-    let receipt = sent[0].meta[META_RECEIPT].as_str().expect("a receipt");
-    let (_, jwks) = app.get("/.well-known/jwks.json").await;
-    let keys: countersign_receipt::KeySet = serde_json::from_value(jwks).unwrap();
-    let claims = countersign_receipt::signed_by(receipt, &keys).unwrap();
+    let claims = received_receipt(&app, &shop, "refund").await;
     assert_eq!(
         (claims.tool.as_str(), claims.aud.as_str()),
         ("refund", "refund")
