@@ -597,11 +597,7 @@ fn shared_names<'a>(
     }
     let mut shared = BTreeSet::new();
     for (name, by) in offered.into_iter().filter(|(_, by)| by.len() > 1) {
-        let bad = by.iter().find(|s| {
-            !s.name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-        });
+        let bad = by.iter().find(|s| !crate::run::plain(&s.name));
         if let Some(server) = bad {
             return Err(AgentError::Mcp {
                 server: server.name.clone(),

@@ -55,7 +55,16 @@ pub fn route(
     reviewers: &Reviewers,
     input: &Value,
 ) -> Option<Routed> {
-    let covers = |entry: &String| covers(limits, entry, input);
+    // Each limit evaluated once: an entry without one has none, and one that cannot be
+    // evaluated covers nothing.
+    let within: BTreeMap<&str, bool> = limits
+        .iter()
+        .map(|(entry, source)| {
+            let holds = Condition::compile(source).is_ok_and(|limit| limit.matches(input));
+            (entry.as_str(), holds)
+        })
+        .collect();
+    let covers = |entry: &String| within.get(entry.as_str()).copied().unwrap_or(true);
     let named = reviewers.approvers.iter().chain(&reviewers.escalate_to);
     let above: Vec<&String> = named.filter(|e| !covers(e)).collect();
     if above.is_empty() {
@@ -110,14 +119,6 @@ pub fn route(
     })
 }
 
-/// Whether `entry`'s limit covers `input`: an entry without a limit has none; a limit that
-/// cannot be evaluated covers nothing.
-fn covers(limits: &BTreeMap<String, String>, entry: &str, input: &Value) -> bool {
-    limits
-        .get(entry)
-        .is_none_or(|source| Condition::compile(source).is_ok_and(|limit| limit.matches(input)))
-}
-
 /// Whether someone who is `decider`'s entries (their id and `role:NAME` for each of their
 /// roles) may edit a call of a policy with `reviewers` and `limits` to `edited`: they must be
 /// among those the edited call would be held for.
@@ -127,9 +128,14 @@ pub fn edit_allowed(
     edited: &Value,
     decider: &[String],
 ) -> bool {
-    match route(limits, reviewers, edited) {
-        None => true,
-        Some(routed) => routed.approvers.iter().any(|e| decider.contains(e)),
+    route(limits, reviewers, edited).is_none_or(|routed| routed.admits(decider))
+}
+
+impl Routed {
+    /// Whether someone named by policies as `entries` (their id, `role:NAME` for each of
+    /// their roles) is among those the call is held for.
+    pub fn admits(&self, entries: &[String]) -> bool {
+        self.approvers.iter().any(|e| entries.contains(e))
     }
 }
 

@@ -37,10 +37,7 @@ impl RunId {
     /// Accepts ids made only of ASCII letters, digits, '_' and '-' (they become parts of
     /// NATS subjects and Redis keys), at most 64 characters.
     pub fn parse(s: &str) -> Option<Self> {
-        let ok = !s.is_empty()
-            && s.len() <= 64
-            && s.chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        let ok = !s.is_empty() && s.len() <= 64 && plain(s);
         ok.then(|| Self(s.to_string()))
     }
 
@@ -408,6 +405,12 @@ impl TurnCall {
 }
 
 impl HeldCall {
+    /// Whether nobody may decide the call: its approvers resolved to no one (as above every
+    /// approver's authority limit), which is not "anyone" (no list at all).
+    pub fn nobody_decides(&self) -> bool {
+        self.deciders.as_ref().is_some_and(Vec::is_empty)
+    }
+
     /// What the decision script checks a decision on this call against, held in `turn`.
     pub fn terms(&self, turn: u32) -> DecisionTerms {
         DecisionTerms {
@@ -676,10 +679,14 @@ impl Run {
 
 /// Whether a model's call id may serve as the call's own (see [`Run::calls_asked`]).
 fn usable_call_id(id: &str) -> bool {
-    (1..=64).contains(&id.len())
-        && id
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    (1..=64).contains(&id.len()) && plain(id)
+}
+
+/// Whether `s` holds only ASCII letters, digits, `_` and `-`: safe in NATS subjects, Redis
+/// keys and the tool names model APIs take.
+pub fn plain(s: &str) -> bool {
+    s.chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
 /// What a reviewer does with a held call.

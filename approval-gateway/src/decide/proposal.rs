@@ -120,21 +120,19 @@ fn within_limits(
     edited: &Value,
     (by, entries): (&Decider<'_>, &[String]),
 ) -> Result<(), DecideError> {
-    let tool = catalog
-        .get(&run.agent)
-        .and_then(|a| a.tool(&pending.tool).cloned());
-    let Some((tool, limits)) = tool.as_ref().and_then(|t| Some((t, t.approval.limits()?))) else {
+    let agent = catalog.get(&run.agent);
+    let tool = agent.as_ref().and_then(|a| a.tool(&pending.tool));
+    let Some((tool, limits)) = tool.and_then(|t| Some((t, t.approval.limits()?))) else {
         return Ok(());
     };
-    let reviewers = tool.reviewers();
-    if limits::edit_allowed(limits, &reviewers, edited, entries) {
+    let routed = limits::route(limits, &tool.reviewers(), edited);
+    let Some(routed) = routed.filter(|r| !r.admits(entries)) else {
         return Ok(());
-    }
-    let why = limits::route(limits, &reviewers, edited).map(|r| r.why);
+    };
     let refusal = Refusal {
         call_id: pending.call_id.clone(),
         code: RefusalCode::AboveLimit,
-        detail: why.unwrap_or_default(),
+        detail: routed.why,
     };
     Err(DecideError::refused(
         run.run_id.as_str(),

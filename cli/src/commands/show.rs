@@ -94,7 +94,7 @@ fn call_block(run_id: &str, pending: &HeldView) -> String {
     // The people the policy's approvers were resolved to when the call was held, which is
     // what a decision is checked against.
     let approvers = match &call.deciders {
-        Some(people) if people.is_empty() => "nobody (above every approver's limit)".to_string(),
+        _ if call.nobody_decides() => "nobody (above every approver's limit)".to_string(),
         Some(people) => people.join(", "),
         None => "anyone whose key may decide".to_string(),
     };

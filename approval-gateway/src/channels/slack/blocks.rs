@@ -222,11 +222,12 @@ pub(crate) fn request_message(r: &Request) -> Value {
         blocks.push(section("*The agent said:* ", r.text, WORDS_CHARS));
     }
     blocks.extend(evidence_blocks(r.evidence, &r.target.run_id));
-    let approvers = match &r.call.deciders {
-        // Above every approver's authority limit: nobody may decide it.
-        Some(people) if people.is_empty() => "nobody".to_string(),
-        _ if r.call.reviewers.approvers.is_empty() => "any reviewer".to_string(),
-        _ => r.call.reviewers.approvers.join(", "),
+    let approvers = if r.call.nobody_decides() {
+        "nobody".to_string()
+    } else if r.call.reviewers.approvers.is_empty() {
+        "any reviewer".to_string()
+    } else {
+        r.call.reviewers.approvers.join(", ")
     };
     blocks.push(
         json!({"type": "context", "elements": [{"type": "mrkdwn", "text": format!(

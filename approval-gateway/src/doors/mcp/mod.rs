@@ -274,12 +274,16 @@ impl Proxy {
             true => Some(self.answer(run, &proxied(run)?.tool).await),
             false => None,
         };
-        let retained = self
-            .state
-            .store
-            .retained_for(&run.run_id)
-            .await
-            .map_err(internal)?;
+        // A run's keys expire only once it has ended: no need to ask Redis before.
+        let retained = match run.status.is_terminal() {
+            true => self
+                .state
+                .store
+                .retained_for(&run.run_id)
+                .await
+                .map_err(internal)?,
+            false => None,
+        };
         let review = match reviewer {
             Some(caller) if result.is_none() => self.review(caller, run).await?,
             _ => None,

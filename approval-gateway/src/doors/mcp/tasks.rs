@@ -17,7 +17,6 @@
 use crate::auth::Caller;
 use crate::runs::wait;
 use crate::time::rfc3339;
-use countersign_model::mcp_proxy::{self, ProxyCall};
 use countersign_model::one_call;
 use countersign_model::run::{CallOutcome, Run, RunId, RunStatus};
 use rmcp::model::{
@@ -166,20 +165,18 @@ pub(super) fn waiting(id: &RunId, run: Option<&Run>) -> String {
     if run.status != RunStatus::AwaitingApproval {
         return format!("Run {id} is {}.", run.status.as_str());
     }
-    let tool = ProxyCall::of_run(&run.metadata, &run.messages).map(|c| c.tool);
-    let call_id = tool.as_deref().map(mcp_proxy::call_id).unwrap_or_default();
-    let held = run.held_calls().find(|c| c.call_id == call_id);
-    let Some(held) = held else {
+    // A run of one call holds at most one (held again under a new id after a policy change).
+    let Some(held) = run.held_calls().next() else {
         return format!("Run {id} waits for a person's decision. Nothing has run.");
     };
-    let who = held
+    let who = match held
         .deciders
-        .as_ref()
-        .filter(|d| !d.is_empty())
-        .unwrap_or(&held.reviewers.approvers);
-    let who = match who.is_empty() {
-        true => "a reviewer".to_string(),
-        false => who.join(", "),
+        .as_deref()
+        .unwrap_or(&held.reviewers.approvers)
+    {
+        _ if held.nobody_decides() => "nobody".to_string(),
+        [] => "a reviewer".to_string(),
+        named => named.join(", "),
     };
     let until = held
         .deadline

@@ -49,7 +49,13 @@ pub(super) async fn intercept(
     request: Request,
     next: Next,
 ) -> Response {
-    if request.method() != axum::http::Method::POST {
+    // Only a POST of 2025-11-25, or one naming no version yet (an `initialize`), can be one
+    // of these: any other goes on to rmcp unread.
+    let other_version = request
+        .headers()
+        .get(VERSION_HEADER)
+        .is_some_and(|v| v.as_bytes() != VERSION.as_bytes());
+    if request.method() != axum::http::Method::POST || other_version {
         return next.run(request).await;
     }
     let (parts, body) = request.into_parts();
