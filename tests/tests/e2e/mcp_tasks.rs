@@ -14,11 +14,13 @@ use countersign_tests::mcp_server::McpServer;
 use countersign_tests::wait_for;
 use rmcp::model::{
     CallToolResponse, CallToolResult, CancelTaskParams, ClientCapabilities, ClientConfig,
-    ElicitRequestParams, ElicitationCapability, GetTaskParams, GetTaskResult, Implementation,
-    InputRequest, ProtocolVersion, TaskPayload, TaskStatus, UpdateTaskParams,
+    ElicitRequestParams, ElicitationCapability, ErrorCode, GetTaskParams, GetTaskResult,
+    Implementation, InputRequest, ProtocolVersion, TaskPayload, TaskStatus, UpdateTaskParams,
     UrlElicitationCapability,
 };
-use rmcp::service::{ClientLifecycleMode, ClientServiceExt, RoleClient, RunningService};
+use rmcp::service::{
+    ClientLifecycleMode, ClientServiceExt, RoleClient, RunningService, ServiceError,
+};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use serde_json::{Value, json};
@@ -322,6 +324,37 @@ async fn a_caller_who_may_decide_is_sent_to_the_call_s_page_and_decides_there() 
         (&decided["actor"], &decided["channel"]),
         (&json!("rick"), &json!("web"))
     );
+    plain.cancel().await.unwrap();
+    client.cancel().await.unwrap();
+}
+
+/// A client of protocol 2026-07-28 that does not follow tasks never hears "call again": a held
+/// call is answered with the error that version has for it (-32021, naming the tasks
+/// extension), and the same call from a client that follows tasks is that run's task.
+#[tokio::test]
+async fn a_newest_client_without_tasks_is_told_the_extension_it_needs() {
+    let upstream = upstream().await;
+    let app = app(&upstream, "").await;
+    let plain = client_with(&app, REQUESTER_KEY, ClientCapabilities::default()).await;
+    let refused = plain
+        .call_tool_once(call("refund", json!({"amount": 75})))
+        .await
+        .expect_err("no answer without tasks");
+    let ServiceError::McpError(error) = refused else {
+        panic!("a JSON-RPC error: {refused:?}");
+    };
+    assert_eq!(error.code, ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY);
+    let required = &error.data.expect("what it requires")["requiredCapabilities"];
+    assert_eq!(
+        required["extensions"]["io.modelcontextprotocol/tasks"],
+        json!({})
+    );
+
+    let (run, _) = held_refund(&app).await;
+    let client = tasks_client(&app, REQUESTER_KEY).await;
+    let task = task_of(&client, "refund", json!({"amount": 75})).await;
+    assert_eq!(task, run, "the same call is the same run");
+    assert_eq!(refunds(&upstream), 0);
     plain.cancel().await.unwrap();
     client.cancel().await.unwrap();
 }

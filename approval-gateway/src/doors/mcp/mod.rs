@@ -6,8 +6,9 @@
 //! calls, channels, deadlines, receipts, audit and the execution record all apply; the call is
 //! answered with the run's outcome once it has one (`wait`). A client that follows tasks gets
 //! a task as soon as a person must decide ([`tasks`]; 2025-11-25's form in [`tasks_2025`]);
-//! any other, past `[mcp] wait_secs`, an error result that says a person must decide and that
-//! the same call again gets the outcome.
+//! one of 2026-07-28 that does not, the error that version has for it (the tasks extension is
+//! required); one of an older version, past `[mcp] wait_secs`, an error result that says a
+//! person must decide and that the same call again gets the outcome.
 //!
 //! The same call again is the same run: the run's idempotency key is made of the caller, the
 //! MCP session (when the client's protocol version has sessions), the tool and the RFC 8785
@@ -36,8 +37,8 @@ use countersign_model::one_call;
 use countersign_model::run::{Run, RunId};
 use rmcp::ServerHandler;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, DetailedTask,
-    ErrorData, GetTaskParams, GetTaskResult, Implementation, ListToolsResult,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ClientCapabilities,
+    DetailedTask, ErrorData, GetTaskParams, GetTaskResult, Implementation, ListToolsResult,
     PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool, UpdateTaskParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleServer};
@@ -185,11 +186,17 @@ impl ServerHandler for Proxy {
                 _ = self.stop.cancelled() => {}
             }
         };
-        // A client that can follow a task is answered as soon as a person must decide.
+        // A client that can follow a task is answered as soon as a person must decide. One of
+        // a protocol version without sessions (2026-07-28 on) that cannot is told at once that
+        // it needs the tasks extension, as that version has a server say; only clients of
+        // older versions get the fallback that says to call again.
         let tasks = context
             .client_capabilities()
             .is_some_and(|c| c.supports_tasks());
-        let until = match tasks {
+        let sessionless = context
+            .protocol_version()
+            .is_some_and(|v| !v.has_initialize());
+        let until = match tasks || sessionless {
             true => Until::OutcomeOrHeld,
             false => Until::Outcome,
         };
@@ -203,7 +210,12 @@ impl ServerHandler for Proxy {
                     waited.run(),
                 )));
             }
+            Ok(_) if sessionless => {
+                let required = ClientCapabilities::builder().enable_tasks().build();
+                return Err(ErrorData::missing_required_client_capability(required));
+            }
             Ok(waited) => answer::of(&run_id, &call.tool, waited, None),
+            Err(e) if sessionless => return Err(internal(e)),
             Err(e) => answer::still_waiting(
                 &run_id,
                 &call.tool,
