@@ -358,3 +358,131 @@ async fn a_newest_client_without_tasks_is_told_the_extension_it_needs() {
     plain.cancel().await.unwrap();
     client.cancel().await.unwrap();
 }
+
+/// What a generated history does to one held refund: a decision, a cancel by the MCP client,
+/// or both at once (the second after a drawn delay).
+#[derive(Debug, Clone, Copy)]
+enum Race {
+    Approve,
+    Reject,
+    Cancel,
+    ApproveAndCancel(u64),
+    CancelAndApprove(u64),
+}
+
+/// Generated histories of held refunds followed as tasks, each decided through the API, cancelled
+/// through `tasks/cancel`, or both at once, checked against what must hold whatever the order:
+/// the upstream tool runs at most once, never after a refused approval nor in a run whose task
+/// ends `cancelled`, and a task completes with the tool's result only if it ran once.
+#[tokio::test]
+async fn generated_races_of_decisions_and_task_cancels_run_each_refund_at_most_once() {
+    let seed = std::env::var("MODEL_CHECK_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| uuid::Uuid::new_v4().as_u64_pair().0);
+    println!("task races: seed {seed} (MODEL_CHECK_SEED={seed} plays them again)");
+    let mut rng = countersign_tests::model_check::rng::Rng::new(seed);
+    let upstream = upstream().await;
+    let app = app(&upstream, "").await;
+    let client = tasks_client(&app, REQUESTER_KEY).await;
+    let races: Vec<Race> = (0..12)
+        .map(|_| match rng.below(5) {
+            0 => Race::Approve,
+            1 => Race::Reject,
+            2 => Race::Cancel,
+            3 => Race::ApproveAndCancel(rng.below(40)),
+            _ => Race::CancelAndApprove(rng.below(40)),
+        })
+        .collect();
+    let played = futures::future::join_all(races.iter().enumerate().map(|(i, race)| {
+        let (app, client) = (&app, &client);
+        async move {
+            let amount = 100 + i;
+            let task = task_of(client, "refund", json!({"amount": amount})).await;
+            app.wait_status(&task, "awaiting_approval").await;
+            let (_, run) = app.get(&format!("/v1/runs/{task}")).await;
+            let digest = run["pending"][0]["digest"].clone();
+            let decide = |action: &'static str, wait: u64| {
+                let mut decision =
+                    json!({"call_id": REFUND_CALL, "digest": digest, "action": action});
+                if action == "reject" {
+                    decision["reason"] = json!("not now");
+                }
+                let task = task.clone();
+                async move {
+                    tokio::time::sleep(std::time::Duration::from_millis(wait)).await;
+                    app.decide(&task, json!([decision])).await.0 == reqwest::StatusCode::OK
+                }
+            };
+            let cancel = |wait: u64| {
+                let task = task.clone();
+                async move {
+                    tokio::time::sleep(std::time::Duration::from_millis(wait)).await;
+                    client
+                        .cancel_task(CancelTaskParams::new(task))
+                        .await
+                        .is_ok()
+                }
+            };
+            let (approved, cancelled) = match *race {
+                Race::Approve => (Some(decide("approve", 0).await), None),
+                Race::Reject => {
+                    assert!(decide("reject", 0).await, "a lone rejection is recorded");
+                    (Some(false), None)
+                }
+                Race::Cancel => (None, Some(cancel(0).await)),
+                Race::ApproveAndCancel(d) => {
+                    let (a, c) = tokio::join!(decide("approve", 0), cancel(d));
+                    (Some(a), Some(c))
+                }
+                Race::CancelAndApprove(d) => {
+                    let (c, a) = tokio::join!(cancel(0), decide("approve", d));
+                    (Some(a), Some(c))
+                }
+            };
+            let ended = wait_for(&format!("task {task} to end"), PATIENCE, || async {
+                let got = client.get_task(GetTaskParams::new(&task)).await.ok()?;
+                got.task.status().is_terminal().then_some(got)
+            })
+            .await;
+            (task, *race, approved, cancelled, ended)
+        }
+    }))
+    .await;
+
+    let calls = upstream.calls();
+    for (task, race, approved, cancelled, ended) in played {
+        let ran = calls
+            .iter()
+            .filter(|c| c.meta.get(META_RUN_ID).and_then(Value::as_str) == Some(task.as_str()))
+            .count();
+        let about = format!(
+            "seed {seed}, {race:?}: approved {approved:?}, cancel acked {cancelled:?}, ran {ran}, \
+             ended {:?}",
+            ended.task.status()
+        );
+        println!("{about}");
+        assert!(ran <= 1, "{about}");
+        if approved != Some(true) {
+            assert_eq!(ran, 0, "a refund nobody approved ran: {about}");
+        }
+        match ended.task.status() {
+            TaskStatus::Cancelled => assert_eq!(ran, 0, "{about}"),
+            TaskStatus::Completed => {
+                let answered = result(&ended);
+                assert_eq!(!is_error(&answered), ran == 1, "{about}");
+            }
+            other => panic!("a task ended {other:?}: {about}"),
+        }
+        if cancelled == Some(true) && approved != Some(true) {
+            assert_eq!(ended.task.status(), TaskStatus::Cancelled, "{about}");
+        }
+        if cancelled.is_none() && approved == Some(true) {
+            assert_eq!(
+                ran, 1,
+                "an approved refund nobody cancelled did not run: {about}"
+            );
+        }
+    }
+    client.cancel().await.unwrap();
+}
