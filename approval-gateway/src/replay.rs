@@ -11,6 +11,7 @@ use countersign_model::now_ms;
 use countersign_model::replay::{self, Recorded, Report, Waiting};
 use countersign_model::run::{Block, Run, RunStatus, Speaker};
 use serde::Serialize;
+use serde_json::Value;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -53,7 +54,8 @@ pub(crate) async fn replay(
             None => runs_not_retained += 1,
             Some(run) if run.agent == name => {
                 runs += 1;
-                recorded.extend(calls_of(&run));
+                let trail = state.store.audit_trail(id).await?.unwrap_or_default();
+                recorded.extend(calls_of(&run, &trail));
             }
             Some(_) => {}
         }
@@ -95,23 +97,42 @@ fn candidate_agent(live: &Agent, text: &str) -> Result<Agent, ApiError> {
     Agent::from_def(text, def, &live.dir, &listed).map_err(|e| refuse(&e))
 }
 
-/// Every tool call the model asked for in `run`, as it asked.
-fn calls_of(run: &Run) -> impl Iterator<Item = Recorded> + '_ {
+/// Every tool call the model asked for in `run`, as it asked, with when it ran and whether
+/// it did, as its audit `trail` says (`executed` entries; a call without one did not run and
+/// is dated when the run was made).
+fn calls_of<'a>(run: &'a Run, trail: &'a [Value]) -> impl Iterator<Item = Recorded> + 'a {
+    let executed = |call_id: &str| {
+        trail
+            .iter()
+            .find(|entry| entry["kind"] == "executed" && entry["call_id"].as_str() == Some(call_id))
+    };
     run.messages
         .iter()
         .filter(|m| m.role == Speaker::Assistant)
         .flat_map(|m| &m.content)
-        .filter_map(|block| match block {
-            Block::ToolUse { id, name, input } => Some(Recorded {
-                run_id: run.run_id.to_string(),
-                call_id: id.clone(),
-                tool: name.clone(),
-                input: input.clone(),
-                metadata: run.metadata.clone(),
-            }),
+        .filter_map(move |block| match block {
+            Block::ToolUse { id, name, input } => {
+                let ran = executed(id).filter(|entry| {
+                    let outcome = entry["detail"]["outcome"].as_str().unwrap_or("");
+                    RAN.contains(&outcome)
+                });
+                Some(Recorded {
+                    run_id: run.run_id.to_string(),
+                    call_id: id.clone(),
+                    tool: name.clone(),
+                    input: input.clone(),
+                    metadata: run.metadata.clone(),
+                    requester: run.requested_by.clone().unwrap_or_default(),
+                    at: ran.and_then(|e| e["at"].as_i64()).unwrap_or(run.created_at),
+                    ran: ran.is_some(),
+                })
+            }
             _ => None,
         })
 }
+
+/// The outcomes of a call that ran (or may have: `unknown` counts, as a window would).
+const RAN: [&str; 4] = ["executed", "approved", "edited", "unknown"];
 
 /// The calls of agent `name` waiting for a decision now.
 async fn waiting(state: &AppState, name: &str) -> Result<Vec<Waiting>, ApiError> {
@@ -132,6 +153,7 @@ async fn waiting(state: &AppState, name: &str) -> Result<Vec<Waiting>, ApiError>
                 run_id: run.run_id.to_string(),
                 held: held.clone(),
                 metadata: run.metadata.clone(),
+                requester: run.requested_by.clone().unwrap_or_default(),
             });
         }
     }

@@ -355,6 +355,9 @@ impl ToolDef {
         if let Some(limits) = self.approval.limits() {
             crate::limits::check(limits, &r.approvers)?;
         }
+        if let Some(windows) = self.approval.windows() {
+            crate::window::Window::compile_all(&cel::Env::stdlib(), windows)?;
+        }
         Ok(())
     }
 

@@ -6,6 +6,7 @@
 
 use crate::grant::{self, GrantLimits};
 use crate::span::Span;
+use crate::window::WindowDef;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -49,6 +50,14 @@ impl ApprovalDef {
     pub fn limits(&self) -> Option<&BTreeMap<String, String>> {
         match self {
             ApprovalDef::Rule(rule) if !rule.limits.is_empty() => Some(&rule.limits),
+            _ => None,
+        }
+    }
+
+    /// The policy's windows, if it has any.
+    pub fn windows(&self) -> Option<&BTreeMap<String, WindowDef>> {
+        match self {
+            ApprovalDef::Rule(rule) if !rule.windows.is_empty() => Some(&rule.windows),
             _ => None,
         }
     }
@@ -123,6 +132,10 @@ pub struct ApprovalRule {
     /// its own covers (see [`crate::limits`]).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub limits: BTreeMap<String, String>,
+    /// Running counts and sums over the tool's recent calls, which `when` reads as
+    /// `window.NAME` (see [`crate::window`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub windows: BTreeMap<String, WindowDef>,
     /// How long before the deadline to remind the approvers (`10m`, `1h`); default none.
     #[serde(default)]
     pub remind_before: Option<Span>,
@@ -181,6 +194,7 @@ impl ApprovalRule {
             on_expiry: OnExpiry::Reject,
             escalate_to: Vec::new(),
             limits: BTreeMap::new(),
+            windows: BTreeMap::new(),
             remind_before: None,
             grants: true,
             grant_max_uses: default_grant_max_uses(),

@@ -328,6 +328,7 @@ mod tests {
             escalated: false,
             recheck: None,
             risk: None,
+            windows: Vec::new(),
         }
     }
 

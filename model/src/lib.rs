@@ -29,6 +29,7 @@ pub mod run;
 pub mod scripted;
 pub mod span;
 pub mod sse;
+pub mod window;
 
 /// Milliseconds since the Unix epoch, the one clock every stored timestamp uses.
 pub fn now_ms() -> i64 {

@@ -4,6 +4,7 @@
 //! doubt the call waits rather than runs.
 
 use crate::approval::{ApprovalDef, ApprovalMode};
+use crate::window::{Facts, Share, Window};
 use cel::{Context, Env, Program, Value as Cel};
 use serde_json::Value;
 use std::sync::Arc;
@@ -35,6 +36,7 @@ pub struct Policy {
     when: When,
     reason: Option<Template>,
     summary: Option<Template>,
+    windows: Vec<Window>,
 }
 
 /// A policy whose condition or templates do not compile as CEL; says which and why.
@@ -80,19 +82,58 @@ impl Policy {
                 )
             }
         };
+        let windows = approval
+            .windows()
+            .map(|defs| Window::compile_all(&env, defs))
+            .transpose()
+            .map_err(|e| err("windows", "", e))?
+            .unwrap_or_default();
         Ok(Self {
             env,
             tool: tool.to_string(),
             when,
             reason,
             summary,
+            windows,
         })
+    }
+
+    /// Whether the policy reads windows: then each call's shares are added to them (see
+    /// [`crate::window`]) before [`Policy::gate_with`] decides it.
+    pub fn has_windows(&self) -> bool {
+        !self.windows.is_empty()
+    }
+
+    /// The call's share of each of the policy's windows, or why one cannot be read; `agent`
+    /// names the agent whose tool this is (each agent's tool has windows of its own).
+    pub fn shares(&self, agent: &str, facts: &Facts<'_>) -> Result<Vec<Share>, String> {
+        let scope = format!("{agent}\n{}", self.tool);
+        self.windows
+            .iter()
+            .map(|w| w.share(&self.env, facts, &scope))
+            .collect()
     }
 
     /// Whether a call with `input`, in a run with `metadata`, runs now or waits; a condition
     /// that cannot be evaluated waits.
     pub fn gate(&self, input: &Value, metadata: &Value) -> Gate {
-        let ctx = match self.context(input, metadata) {
+        self.gate_with(input, metadata, &Value::Object(Default::default()))
+    }
+
+    /// A call whose windows cannot be read waits, and the reviewer is told why.
+    pub fn unreadable(&self, why: &str) -> Gate {
+        self.ask(
+            None,
+            Some(format!(
+                "the policy could not read the call's window: {why}"
+            )),
+        )
+    }
+
+    /// As [`Policy::gate`], with `window` the totals of the policy's windows with the call
+    /// counted ([`crate::window::totals`]).
+    pub fn gate_with(&self, input: &Value, metadata: &Value, window: &Value) -> Gate {
+        let ctx = match self.context(input, metadata, window) {
             Ok(ctx) => ctx,
             Err(e) => {
                 return self.ask(
@@ -121,12 +162,16 @@ impl Policy {
         }
     }
 
-    fn context(&self, input: &Value, metadata: &Value) -> Result<Context<'_, '_>, String> {
+    fn context(
+        &self,
+        input: &Value,
+        metadata: &Value,
+        window: &Value,
+    ) -> Result<Context<'_, '_>, String> {
         let mut ctx = Context::with_env(self.env.clone());
-        ctx.add_variable("input", input)
-            .map_err(|e| e.to_string())?;
-        ctx.add_variable("metadata", metadata)
-            .map_err(|e| e.to_string())?;
+        for (name, value) in [("input", input), ("metadata", metadata), ("window", window)] {
+            ctx.add_variable(name, value).map_err(|e| e.to_string())?;
+        }
         Ok(ctx)
     }
 

@@ -7,6 +7,7 @@ use crate::agent::{Agent, ToolDef};
 use crate::limits;
 use crate::policy::{Gate, Policy, PolicyError};
 use crate::run::HeldCall;
+use crate::window::{self, Facts, Share};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
@@ -28,6 +29,13 @@ pub struct Recorded {
     pub input: Value,
     /// The run's metadata, which policies may read.
     pub metadata: Value,
+    /// Who requested the run ("" if nobody is named), which a window may count by.
+    pub requester: String,
+    /// When it ran, or was asked for if it did not (ms): windows count calls in this order.
+    pub at: i64,
+    /// Whether it ran (at once, approved or edited): a call a side holds counts in that
+    /// side's windows only if a person let it run.
+    pub ran: bool,
 }
 
 /// A call waiting for a person now.
@@ -39,6 +47,8 @@ pub struct Waiting {
     pub held: HeldCall,
     /// The run's metadata, which policies may read.
     pub metadata: Value,
+    /// Who requested the run ("" if nobody is named).
+    pub requester: String,
 }
 
 /// How many calls of one tool each kind of difference took.
@@ -138,10 +148,37 @@ enum Sorted {
     Refused,
 }
 
-/// An agent with its policies compiled.
+/// An agent with its policies compiled, and its windows' shares as it would have counted them.
 struct Side<'a> {
     agent: &'a Agent,
     policies: HashMap<String, Policy>,
+    tally: Tally,
+}
+
+/// Windows' shares as one side counts them: per window and key, when and how much.
+#[derive(Default)]
+struct Tally(HashMap<String, Vec<(i64, f64)>>);
+
+impl Tally {
+    /// The total of `share`'s window at `at`.
+    fn before(&self, share: &Share, at: i64) -> f64 {
+        self.0.get(&share.id).map_or(0.0, |counted| {
+            counted
+                .iter()
+                .filter(|(t, _)| *t <= at && *t > at - share.over_ms)
+                .map(|(_, amount)| amount)
+                .sum()
+        })
+    }
+
+    fn count(&mut self, shares: &[Share], at: i64) {
+        for share in shares {
+            self.0
+                .entry(share.id.clone())
+                .or_default()
+                .push((at, share.amount));
+        }
+    }
 }
 
 impl<'a> Side<'a> {
@@ -152,17 +189,58 @@ impl<'a> Side<'a> {
             let policy = Policy::compile(env.clone(), &tool.name, &tool.approval)?;
             policies.insert(tool.name.clone(), policy);
         }
-        Ok(Self { agent, policies })
+        Ok(Self {
+            agent,
+            policies,
+            tally: Tally::default(),
+        })
     }
 
-    fn sort(&self, tool: &str, input: &Value, metadata: &Value) -> Sorted {
-        let Some(def) = self.agent.tool(tool) else {
-            return Sorted::Refused;
+    /// As [`Side::sort`], counting the call's shares in this side's windows if this side
+    /// runs it at once, or holds it and a person let it run (`ran`).
+    fn sorted(&mut self, tool: &str, facts: &Facts<'_>, at: i64, ran: bool) -> Sorted {
+        let (sorted, shares) = self.sort(tool, facts, at);
+        let runs = match sorted {
+            Sorted::Run => true,
+            Sorted::Hold { .. } => ran,
+            Sorted::Refused => false,
         };
-        if self.agent.validate_input(tool, input).is_err() {
-            return Sorted::Refused;
+        if runs {
+            self.tally.count(&shares, at);
         }
-        match self.policies[tool].gate(input, metadata) {
+        sorted
+    }
+
+    /// How this side sorts a call made at `at` (`facts`: its input, its run's metadata and
+    /// requester), and its shares of the policy's windows, their totals as this side counted
+    /// the calls before it.
+    fn sort(&self, tool: &str, facts: &Facts<'_>, at: i64) -> (Sorted, Vec<Share>) {
+        let Some(def) = self.agent.tool(tool) else {
+            return (Sorted::Refused, Vec::new());
+        };
+        if self.agent.validate_input(tool, facts.input).is_err() {
+            return (Sorted::Refused, Vec::new());
+        }
+        let policy = &self.policies[tool];
+        let (gate, shares) = if policy.has_windows() {
+            match policy.shares(&self.agent.def.name, facts) {
+                Ok(mut shares) => {
+                    for share in &mut shares {
+                        share.before = self.tally.before(share, at);
+                    }
+                    let totals = window::totals(&shares);
+                    (
+                        policy.gate_with(facts.input, facts.metadata, &totals),
+                        shares,
+                    )
+                }
+                Err(why) => (policy.unreadable(&why), Vec::new()),
+            }
+        } else {
+            (policy.gate(facts.input, facts.metadata), Vec::new())
+        };
+        let input = facts.input;
+        let sorted = match gate {
             Gate::Run => Sorted::Run,
             Gate::Ask { .. } => {
                 let reviewers = def.reviewers();
@@ -181,7 +259,8 @@ impl<'a> Side<'a> {
                     quorum: reviewers.quorum,
                 }
             }
-        }
+        };
+        (sorted, shares)
     }
 }
 
@@ -193,7 +272,10 @@ pub fn replay(
     waiting: &[Waiting],
     days: f64,
 ) -> Result<Report, PolicyError> {
-    let (live_side, candidate_side) = (Side::new(live)?, Side::new(candidate)?);
+    let (mut live_side, mut candidate_side) = (Side::new(live)?, Side::new(candidate)?);
+    // Windows count the calls in the order they were made.
+    let mut recorded: Vec<&Recorded> = recorded.iter().collect();
+    recorded.sort_by_key(|call| call.at);
     let mut tools: BTreeMap<String, ToolCounts> = BTreeMap::new();
     let mut examples: BTreeMap<String, Vec<Example>> = BTreeMap::new();
     // Approvals asked for, by approver group, now and with the candidate.
@@ -208,9 +290,14 @@ pub fn replay(
             *into.entry(group).or_default() += u64::from(*quorum);
         }
     };
-    for call in recorded {
-        let before = live_side.sort(&call.tool, &call.input, &call.metadata);
-        let after = candidate_side.sort(&call.tool, &call.input, &call.metadata);
+    for call in &recorded {
+        let facts = Facts {
+            input: &call.input,
+            metadata: &call.metadata,
+            requester: &call.requester,
+        };
+        let before = live_side.sorted(&call.tool, &facts, call.at, call.ran);
+        let after = candidate_side.sorted(&call.tool, &facts, call.at, call.ran);
         count(&before, &mut asked_live);
         count(&after, &mut asked_candidate);
         let counts = tools.entry(call.tool.clone()).or_default();
@@ -272,7 +359,12 @@ fn waiting_now(candidate_side: &Side<'_>, candidate: &Agent, waiting: &[Waiting]
             call_id: held.call_id.clone(),
             tool: held.tool.clone(),
         };
-        match candidate_side.sort(&held.tool, &held.input, &call.metadata) {
+        let facts = Facts {
+            input: &held.input,
+            metadata: &call.metadata,
+            requester: &call.requester,
+        };
+        match candidate_side.sort(&held.tool, &facts, crate::now_ms()).0 {
             Sorted::Refused => now.refused.push(named),
             Sorted::Run => now.released.push(named),
             Sorted::Hold { .. } => {
@@ -321,8 +413,34 @@ http = {{ url = "http://127.0.0.1:1/" }}
                 tool: "issue_refund".into(),
                 input: json!({"amount": amount}),
                 metadata: json!({}),
+                requester: "rick".into(),
+                at: 1_000 * i as i64,
+                ran: true,
             })
             .collect()
+    }
+
+    #[test]
+    fn windows_are_replayed_in_the_order_calls_were_made() {
+        // Live, every refund ran at once; the candidate lets through 100 a day.
+        let live = agent("approval = \"never\"");
+        let candidate = agent(
+            "[tools.approval]\nwhen = \"window.daily > 100.0\"\n\
+             [tools.approval.windows.daily]\nsum = \"input.amount\"\nover = \"24h\"",
+        );
+        let mut made = calls(&[40, 40, 40, 10, 30]);
+        // The third refund was made last: the window holds 40 + 40 + 10 before it.
+        made[2].at = 10_000;
+        // A held refund a person rejected does not count: it never ran.
+        made[4].ran = false;
+        let report = replay(&live, &candidate, &made, &[], 1.0).unwrap();
+        let counts = &report.tools["issue_refund"];
+        assert_eq!((counts.unchanged, counts.newly_held), (3, 2), "{report:?}");
+        let held: Vec<&str> = report.examples["newly_held"]
+            .iter()
+            .map(|e| e.run_id.as_str())
+            .collect();
+        assert_eq!(held, ["run_4", "run_2"]);
     }
 
     #[test]

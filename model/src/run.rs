@@ -372,6 +372,9 @@ pub struct HeldCall {
     /// What the call does to the world, as its tool's entry declares it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub risk: Option<crate::approval::Risk>,
+    /// Its shares of its policy's windows, each with the window's total before it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub windows: Vec<crate::window::Share>,
 }
 
 /// What a call held again after a policy change replaces.

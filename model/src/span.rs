@@ -39,6 +39,12 @@ impl std::str::FromStr for Span {
     }
 }
 
+impl std::fmt::Display for Span {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
 /// Parses `90s`, `30m`, `24h` or `7d`.
 fn parse_duration(text: &str) -> Option<std::time::Duration> {
     let text = text.trim();

@@ -109,6 +109,15 @@ impl Keys {
         let id = countersign_model::digest::sha256_hex(format!("{agent}\n{tool}"));
         self.key(&format!("grants-for:{{grants}}:{}", &id[..32]))
     }
+    /// Sorted set of the calls counted in one window and key (`Share::id`), scored by when
+    /// each was counted (ms); with [`Keys::window_amounts_key`], in the window's own slot.
+    pub fn window_entries_key(&self, id: &str) -> String {
+        self.key(&format!("window:{{w:{id}}}"))
+    }
+    /// Hash: each counted call's amount in one window and key.
+    pub fn window_amounts_key(&self, id: &str) -> String {
+        self.key(&format!("window-amounts:{{w:{id}}}"))
+    }
     /// String: the body hash a signed request's `webhook-id` came with, per sender.
     pub fn webhook_id_key(&self, sender: &str, webhook_id: &str) -> String {
         let id = countersign_model::digest::sha256_hex(format!("{sender}\n{webhook_id}"));

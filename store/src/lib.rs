@@ -23,7 +23,8 @@
 //!   `spent:` and the grant, until they expire).
 //!
 //! Outside the runs' slots, the web inbox keeps `session:{hash}`, `sign-in:{hash}` and
-//! `sign-in-mailed:{hash}` strings (see `sessions`).
+//! `sign-in-mailed:{hash}` strings (see `sessions`), and each policy window's key a
+//! `window:{w:id}` sorted set and `window-amounts:{w:id}` hash in its own slot (see `windows`).
 //!
 //! Leases and deadlines are compared with Redis's clock (`TIME` in the scripts). Finished runs
 //! get a retention TTL on all their keys, the audit trail included (its elements are on the
@@ -46,6 +47,7 @@ pub mod relay;
 mod script;
 mod sessions;
 mod timers;
+mod windows;
 
 pub use agent_exec::{AgentExecution, AgentStep, AgentStepped};
 pub use decide::{

@@ -211,6 +211,9 @@ scripts! {
     GRANT_USE: GrantUse<'static> = plain(&["grant_key", "uses_key"], "grant_use.lua");
     GRANT_RELEASE: GrantRelease<'static> = plain(&["grant_key", "uses_key"], "grant_release.lua");
     GRANT_REVOKE: GrantRevoke<'static> = plain(&["grant_key"], "grant_revoke.lua");
+    WINDOW_ADD: WindowAdd<'static> = plain(&["entries_key", "amounts_key"], "window_add.lua");
+    WINDOW_REMOVE: WindowMember<'static> =
+        plain(&["entries_key", "amounts_key"], "window_remove.lua");
     /// The one place a decision becomes true; `link_key` is the email link used, if any.
     DECIDE: Decide<'static> = on_run(&["link_key"], "decide.lua");
 }
@@ -405,6 +408,23 @@ argv! {
         use_key: &'a str,
         /// The [`countersign_model::grant::GrantUse`] (JSON), `at` set by the script.
         use_json: &'a str,
+    }
+}
+
+argv! {
+    /// One call's share of a window.
+    pub(crate) struct WindowAdd<'a> {
+        /// `run_id|call_id`.
+        member: &'a str,
+        amount: &'a str,
+        over_ms: i64,
+    }
+}
+
+argv! {
+    pub(crate) struct WindowMember<'a> {
+        /// `run_id|call_id`.
+        member: &'a str,
     }
 }
 

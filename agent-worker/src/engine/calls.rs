@@ -73,7 +73,9 @@ impl Engine {
                         )));
                     }
                     Ok(()) => {
-                        let gate = agent.policies[&tool.name].gate(&call.input, &run.metadata);
+                        let (gate, shares) = self
+                            .sort_call(run, agent, &tool.name, &call.call_id, &call.input)
+                            .await?;
                         self.shadow(run, agent, tool, &call, &gate, unsaved);
                         let ask = match gate {
                             Gate::Ask { reason, summary } => Some((reason, summary)),
@@ -84,6 +86,7 @@ impl Engine {
                             .and_then(|_| unholdable(&tool.name, &call.input, held_input));
                         if let Some(why) = refused {
                             warn!(call_id = %call.call_id, tool = %tool.name, "a call the policy holds cannot be held; the model is told");
+                            self.give_back(&shares).await?;
                             call.result = Some(CallResult::failed(why));
                         } else if let Some((reason, summary)) = ask {
                             held_input += serde_json::to_vec(&call.input).map_or(0, |v| v.len());
@@ -96,6 +99,7 @@ impl Engine {
                                 input: &call.input,
                                 reason,
                                 summary,
+                                shares,
                             };
                             call.held = Some(self.hold(run, tool, asked, now, None));
                         }
@@ -222,8 +226,12 @@ impl Engine {
                 Action::Edit => decision.input.clone().unwrap_or(Value::Null),
                 Action::Approve | Action::Reject => call.input.clone(),
             };
+            let counted = call.held.as_ref().map_or(&[][..], |h| &h.windows);
             let result = match not_run(decision) {
-                Some(result) => result,
+                Some(result) => {
+                    self.give_back(counted).await?;
+                    result
+                }
                 None => {
                     // A call closed while it waited because its policy changed has no decision
                     // to run under: the policy now says.
@@ -236,7 +244,10 @@ impl Engine {
                             self.run_decided(run, agent, tool, call, decided, &runs_with)
                                 .await?
                         }
-                        Verdict::Refused(result) => result,
+                        Verdict::Refused(result) => {
+                            self.give_back(counted).await?;
+                            result
+                        }
                         Verdict::Reheld(again) => {
                             *call = *again;
                             continue;
@@ -290,6 +301,10 @@ impl Engine {
             Some(Action::Edit) => CallOutcome::Edited,
             Some(_) => CallOutcome::Approved,
         };
+        // It counts in its windows from now, with what it runs with.
+        let counted = call.held.as_ref().map_or(&[][..], |h| &h.windows);
+        self.count_run(run, agent, (&tool.name, &call.call_id), runs_with, counted)
+            .await?;
         let Some(decision) = decision.filter(|d| d.action == Action::Edit) else {
             return Ok(self.execute(agent, tool, tool_call, outcome, false).await?);
         };

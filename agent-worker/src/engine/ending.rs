@@ -159,6 +159,11 @@ impl Engine {
                     self.reported_unknown(&run.run_id, about, reason).await
                 }
             };
+            if result.outcome == CallOutcome::Cancelled
+                && let Some(held) = &call.held
+            {
+                self.give_back(&held.windows).await?;
+            }
             if result.outcome != CallOutcome::Cancelled && !audited.contains(&call.call_id) {
                 audits.push(self.executed(run, call, None, &result));
             }

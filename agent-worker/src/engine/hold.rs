@@ -7,6 +7,7 @@ use countersign_model::agent::ToolDef;
 use countersign_model::digest::call_digest;
 use countersign_model::limits;
 use countersign_model::run::{HeldCall, Run};
+use countersign_model::window::Share;
 use serde_json::Value;
 
 /// A call the policy asks a person about, and what to tell them.
@@ -15,6 +16,8 @@ pub(super) struct Asked<'a> {
     pub input: &'a Value,
     pub reason: String,
     pub summary: String,
+    /// Its shares of the policy's windows, with their totals before it.
+    pub shares: Vec<Share>,
 }
 
 impl Engine {
@@ -51,6 +54,10 @@ impl Engine {
             }
             None => self.people.resolve(&reviewers.approvers),
         };
+        // The windows' totals the policy read, told as the limits' routing is.
+        for share in &asked.shares {
+            reason = format!("{reason}. {}", share.told());
+        }
         let policy_version = tool.policy_version();
         HeldCall {
             call_id: asked.call_id.to_string(),
@@ -75,6 +82,7 @@ impl Engine {
             escalated: false,
             recheck: None,
             risk: tool.risk,
+            windows: asked.shares,
         }
     }
 }

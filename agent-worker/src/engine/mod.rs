@@ -24,6 +24,7 @@ mod live;
 mod recheck;
 mod shadow;
 mod timers;
+mod windows;
 
 use crate::agents::{Agents, RunnableAgent};
 use crate::llm::{ModelError, ModelRequest};

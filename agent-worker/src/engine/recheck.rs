@@ -11,6 +11,7 @@ use countersign_model::audit::AuditKind;
 use countersign_model::events::Event;
 use countersign_model::policy::Gate;
 use countersign_model::run::{CallResult, Decision, HeldCall, Recheck, Run, RunStatus, TurnCall};
+use countersign_model::window::Share;
 use countersign_runtime::names::msg_id;
 use countersign_store::{Announcement, Closing, DecideOutcome, StoreError};
 use serde_json::Value;
@@ -73,10 +74,10 @@ impl Engine {
                     "its input no longer fits the tool's schema: {}",
                     errors.join("; ")
                 )),
-                Ok(()) => match agent.policies[&tool.name].gate(input, &run.metadata) {
-                    Gate::Run => Verdict::Released(tool),
-                    Gate::Ask { reason, summary } => {
-                        let asked = (input, reason, summary);
+                Ok(()) => match self.resorted(run, agent, call, input).await? {
+                    (Gate::Run, _) => Verdict::Released(tool),
+                    (Gate::Ask { reason, summary }, shares) => {
+                        let asked = (input, reason, summary, shares);
                         Verdict::Reheld(Box::new(
                             self.held_again(run, tool, call, decision, asked).await?,
                         ))
@@ -88,6 +89,25 @@ impl Engine {
         Ok(verdict)
     }
 
+    /// The policy now on `call` about to run with `input`: its shares of the policy's windows
+    /// now are added under the id it was counted under, and those of windows it no longer
+    /// counts in given back.
+    async fn resorted(
+        &self,
+        run: &Run,
+        agent: &RunnableAgent,
+        call: &TurnCall,
+        input: &Value,
+    ) -> Result<(Gate, Vec<Share>), StepError> {
+        let pending = call.held.as_ref().expect("a held call");
+        let (gate, shares) = self
+            .sort_call(run, agent, &pending.tool, &call.call_id, input)
+            .await?;
+        self.give_back(&super::windows::not_among(&pending.windows, &shares))
+            .await?;
+        Ok((gate, shares))
+    }
+
     /// `call` held again under a new id, as the policy now asks (`asked`: the input, the
     /// policy's reason and summary), bound to the decision it had (`decision`) for the record.
     async fn held_again(
@@ -96,7 +116,7 @@ impl Engine {
         tool: &ToolDef,
         call: &TurnCall,
         decision: Option<&Decision>,
-        (input, reason, summary): (&Value, String, String),
+        (input, reason, summary, shares): (&Value, String, String, Vec<Share>),
     ) -> Result<TurnCall, StepError> {
         let pending = call.held.as_ref().expect("a held call");
         let mut again = call.clone();
@@ -108,6 +128,7 @@ impl Engine {
             input,
             reason,
             summary,
+            shares,
         };
         // A call closed while it waited keeps the time it had left, at most.
         let not_after = if decision.is_none() {

@@ -155,6 +155,7 @@ fn held_call(policy: Policy) -> HeldCall {
         escalated: matches!(policy.approvers, Approvers::Escalated),
         recheck: None,
         risk: None,
+        windows: Vec::new(),
     }
 }
 

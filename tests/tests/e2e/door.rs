@@ -97,7 +97,12 @@ pub(super) async fn ask_at(
 }
 
 /// The call's state as `key` sees it, waiting up to `wait` seconds for an outcome.
-async fn look(app: &TestApp, key: &str, state: &Value, wait: u64) -> (StatusCode, Value) {
+pub(super) async fn look(
+    app: &TestApp,
+    key: &str,
+    state: &Value,
+    wait: u64,
+) -> (StatusCode, Value) {
     let path = format!(
         "{}?wait_secs={wait}",
         state["links"]["self"].as_str().unwrap()

@@ -55,3 +55,4 @@ mod traces;
 mod turn_calls;
 mod unknown_outcome;
 mod webhooks;
+mod windows;

@@ -1,0 +1,178 @@
+//! Windows, through the door of external agents: a kiosk may refund a customer up to $100 a
+//! day without anyone (`when = "window.daily > 100.0"`, the day's refunds to that customer
+//! with this one). Calls asked at once race for the window's room; a held call reserves its
+//! share until it is decided, and gives it back when it does not run.
+
+use super::door::{ask_at, look};
+use countersign_tests::app::{PATIENCE, REQUESTER_KEY, TestApp};
+use countersign_tests::wait_for;
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+
+const AGENT: &str = "kiosk";
+
+const AGENT_FILE: &str = r#"name = "kiosk"
+
+[model]
+provider = "external"
+
+[[tools]]
+name = "refund"
+input_schema = { type = "object", properties = { customer = { type = "string" }, amount = { type = "number" } }, required = ["customer", "amount"] }
+[tools.approval]
+when = "window.daily > 100.0"
+reason = "refunds past $100 a day to one customer"
+[tools.approval.windows.daily]
+sum = "input.amount"
+over = "24h"
+by = "input.customer"
+"#;
+
+async fn app() -> TestApp {
+    TestApp::builder(|_: &Value| countersign_fake_model::anthropic_text("Unused."))
+        .agent(&format!("{AGENT}.toml"), AGENT_FILE.to_string())
+        .start()
+        .await
+}
+
+/// A refund of `amount` to `customer` asked at the door (`idem` its idempotency key), once
+/// its policy has sorted it: let through (`allowed`) or held (`pending`).
+async fn refund(app: &TestApp, idem: &str, customer: &str, amount: f64) -> Value {
+    let ask = json!({"tool": "refund", "input": {"customer": customer, "amount": amount}, "wait_secs": 0});
+    let (status, asked) = ask_at(app, AGENT, REQUESTER_KEY, idem, ask).await;
+    assert!(status.is_success(), "{status} {asked}");
+    settled(app, &asked, &["allowed", "pending"]).await
+}
+
+/// The call's state once its status is one of `statuses`.
+async fn settled(app: &TestApp, asked: &Value, statuses: &[&str]) -> Value {
+    wait_for("the call sorted", PATIENCE, || async {
+        let (_, state) = look(app, REQUESTER_KEY, asked, 1).await;
+        statuses
+            .contains(&state["status"].as_str().unwrap_or(""))
+            .then_some(state)
+    })
+    .await
+}
+
+/// The total the reviewer of a held call is told the window had before it.
+fn total_before(held: &Value) -> f64 {
+    let reason = held["held"]["reason"].as_str().unwrap();
+    let told = reason
+        .split("window daily (24h, c-1): ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("the reason names the window: {reason}"));
+    told.split(' ').next().unwrap().parse().unwrap()
+}
+
+#[tokio::test]
+async fn calls_racing_for_a_window_let_through_exactly_what_fits_and_a_rejection_gives_back() {
+    let app = app().await;
+    // Eight refunds of $30 to one customer at once: three fit in $100, five wait.
+    let keys: Vec<String> = (0..8).map(|i| format!("race-{i}")).collect();
+    let asked =
+        futures::future::join_all(keys.iter().map(|key| refund(&app, key, "c-1", 30.0))).await;
+    let (allowed, held): (Vec<&Value>, Vec<&Value>) =
+        asked.iter().partition(|s| s["status"] == "allowed");
+    assert_eq!((allowed.len(), held.len()), (3, 5), "{asked:#?}");
+    // Each held call was told the total before it, the three let through at least, and each
+    // later one reserved its share: five distinct totals from 90 up.
+    let mut totals: Vec<f64> = held.iter().map(|h| total_before(h)).collect();
+    totals.sort_by(f64::total_cmp);
+    assert_eq!(totals, [90.0, 120.0, 150.0, 180.0, 210.0], "{held:#?}");
+    for h in &held {
+        let reason = h["held"]["reason"].as_str().unwrap();
+        assert!(
+            reason
+                .starts_with("refunds past $100 a day to one customer. window daily (24h, c-1): "),
+            "{reason}"
+        );
+        assert!(reason.ends_with("before this call's 30"), "{reason}");
+    }
+    // Another customer has a window of their own.
+    let other = refund(&app, "other", "c-2", 30.0).await;
+    assert_eq!(other["status"], "allowed", "{other}");
+
+    // A $10 refund now waits: the five held calls reserve their shares.
+    let small = refund(&app, "small-1", "c-1", 10.0).await;
+    assert_eq!(small["status"], "pending", "{small}");
+    assert_eq!(total_before(&small), 240.0, "{small}");
+    // Rejected, none of them runs, and each gives its share back.
+    for h in held.iter().copied().chain([&small]) {
+        let decision = json!({"call_id": h["call_id"], "digest": h["held"]["digest"],
+                              "action": "reject", "reason": "not today"});
+        let (status, answer) = app
+            .decide_as("alice", h["run_id"].as_str().unwrap(), decision)
+            .await;
+        assert_eq!(status, StatusCode::OK, "{answer}");
+        settled(&app, h, &["rejected"]).await;
+    }
+    // $90 ran today: a $10 refund fits, and then a $1 one does not.
+    let ten = refund(&app, "small-2", "c-1", 10.0).await;
+    assert_eq!(ten["status"], "allowed", "{ten}");
+    let one = refund(&app, "small-3", "c-1", 1.0).await;
+    assert_eq!(one["status"], "pending", "{one}");
+    assert_eq!(total_before(&one), 100.0, "{one}");
+}
+
+#[tokio::test]
+async fn an_approved_call_counts_with_the_input_it_ran_with() {
+    let app = app().await;
+    let big = refund(&app, "big", "c-1", 150.0).await;
+    assert_eq!(big["status"], "pending", "{big}");
+    assert_eq!(total_before(&big), 0.0);
+    // Edited down to $60 and approved, it counts $60.
+    let decision = json!({"call_id": big["call_id"], "digest": big["held"]["digest"],
+                          "action": "edit", "input": {"customer": "c-1", "amount": 60.0},
+                          "note": "what the receipt shows"});
+    let (status, answer) = app
+        .decide_as("alice", big["run_id"].as_str().unwrap(), decision)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    settled(&app, &big, &["edited"]).await;
+    let fits = refund(&app, "fits", "c-1", 40.0).await;
+    assert_eq!(fits["status"], "allowed", "{fits}");
+    let over = refund(&app, "over", "c-1", 0.5).await;
+    assert_eq!(over["status"], "pending", "{over}");
+    assert_eq!(total_before(&over), 100.0, "{over}");
+}
+
+#[tokio::test]
+async fn a_share_the_policy_cannot_read_holds_the_call() {
+    let app = app().await;
+    let negative = refund(&app, "negative", "c-1", -500.0).await;
+    assert_eq!(negative["status"], "pending", "{negative}");
+    let reason = negative["held"]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("could not read the call's window"),
+        "{reason}"
+    );
+    // It added nothing: $100 still fits.
+    let fits = refund(&app, "fits", "c-1", 100.0).await;
+    assert_eq!(fits["status"], "allowed", "{fits}");
+}
+
+#[tokio::test]
+async fn a_held_call_whose_run_is_cancelled_gives_its_share_back() {
+    let app = app().await;
+    let big = refund(&app, "big", "c-1", 150.0).await;
+    assert_eq!(big["status"], "pending", "{big}");
+    let run_id = big["run_id"].as_str().unwrap();
+    let (status, body) = app
+        .request(
+            Method::POST,
+            &format!("/v1/runs/{run_id}/cancel"),
+            Some(REQUESTER_KEY),
+            Some(json!({"reason": "the customer withdrew"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    // Once a worker has ended the run (the cancel alone does not give shares back).
+    wait_for("the run ended", PATIENCE, || async {
+        let (_, run) = app.get(&format!("/v1/runs/{run_id}")).await;
+        (run["status"] == "cancelled").then_some(())
+    })
+    .await;
+    let fits = refund(&app, "fits", "c-1", 100.0).await;
+    assert_eq!(fits["status"], "allowed", "{fits}");
+}
