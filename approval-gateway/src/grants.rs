@@ -148,6 +148,7 @@ async fn decide_under(
         door: "grant",
         link: None,
         grant: Some(grant),
+        delegation: None,
     };
     let proposed = Proposed {
         call_id: call.call_id.clone(),

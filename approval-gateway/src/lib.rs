@@ -14,6 +14,7 @@ pub(crate) mod auth;
 pub(crate) mod channels;
 pub mod config;
 pub(crate) mod decide;
+pub(crate) mod delegations;
 pub(crate) mod deliveries;
 pub(crate) mod doors;
 pub(crate) mod error;

@@ -94,6 +94,21 @@ pub(crate) enum Command {
         #[arg(long, value_name = "WHO")]
         revoked_by: Option<String>,
     },
+    /// Hand your approvals (or, as an admin, someone's) to another person for a while
+    Delegate(DelegateArgs),
+    /// Delegations you made or received (all, for an admin), or one with what it decided
+    Delegations(DelegationsArgs),
+    /// End a delegation: from the gateway's answer on, nothing is decided under it
+    Undelegate {
+        /// The delegation's id (`dlg_…`)
+        delegation: String,
+        /// Why, for the record
+        #[arg(long)]
+        reason: Option<String>,
+        /// The person ending it, when the key may speak for others
+        #[arg(long, value_name = "WHO")]
+        by: Option<String>,
+    },
     /// Agent policies: what a change would do before it ships
     #[command(subcommand)]
     Policy(PolicyCommand),
@@ -319,4 +334,34 @@ mod tests {
         }
         assert!(Cli::try_parse_from(["countersign", "pending"]).is_ok());
     }
+}
+
+#[derive(Args)]
+pub(crate) struct DelegateArgs {
+    /// The person who may decide in your place
+    pub to: String,
+    /// For how long from now (`8h`, `14d`; at most 90 days)
+    #[arg(long = "for", value_name = "SPAN")]
+    pub lasts: String,
+    /// Why, for the record
+    #[arg(long)]
+    pub reason: Option<String>,
+    /// Whose approvals (an admin may hand anyone's); default yours
+    #[arg(long, value_name = "WHO")]
+    pub from: Option<String>,
+    /// The person making it, when the key may speak for others
+    #[arg(long, value_name = "WHO")]
+    pub by: Option<String>,
+}
+
+#[derive(Args)]
+pub(crate) struct DelegationsArgs {
+    /// One delegation's id: its terms and every call decided under it
+    pub delegation: Option<String>,
+    /// Only delegations standing now
+    #[arg(long, conflicts_with = "delegation")]
+    pub active: bool,
+    /// Whose delegations, when the key may speak for others
+    #[arg(long, value_name = "WHO", conflicts_with = "delegation")]
+    pub person: Option<String>,
 }

@@ -2,6 +2,7 @@
 //! where it has them (`--json` prints the answers whole instead).
 
 use countersign_model::audit::AuditEntry;
+use countersign_model::delegation::{Delegation, DelegationStatus, DelegationUse};
 use countersign_model::grant::{Grant, GrantStatus, GrantUse};
 use countersign_model::run::{Cancellation, Decision, FailedCall, HeldCall, Message, Speaker};
 use serde::Deserialize;
@@ -73,6 +74,16 @@ pub(crate) struct GrantView {
     pub status: GrantStatus,
     #[serde(default)]
     pub used_by: Vec<GrantUse>,
+}
+
+/// A delegation of `GET /v1/delegations` and `GET /v1/delegations/{id}` (with its uses).
+#[derive(Deserialize)]
+pub(crate) struct DelegationView {
+    #[serde(flatten)]
+    pub delegation: Delegation,
+    pub status: DelegationStatus,
+    #[serde(default)]
+    pub used_by: Vec<DelegationUse>,
 }
 
 /// `GET /v1/runs/{run_id}/audit`.

@@ -32,7 +32,13 @@
 //! their sessions do; and it is made only in the name of someone it knows
 //! ([`may_make_grant`]). It is read by whoever may read the run it was made on, or the runs
 //! it is limited to ([`may_read_grant`]).
+//!
+//! A delegation ([`crate::delegation`]) lets its delegate take its maker's place among a
+//! call's deciders ([`deciding_for`]), never the requester's check; it is made by a person
+//! for their own approvals or by an admin ([`may_delegate`]), and read or ended by either of
+//! its people or an admin ([`may_touch_delegation`]).
 
+use crate::delegation::Delegation;
 use crate::grant::Grant;
 use crate::refusal::RefusalCode;
 use crate::run::{Action, HeldCall, Run};
@@ -205,6 +211,79 @@ pub fn may_revoke(who: Principal<'_>, grant: &Grant, deciders: Option<&[String]>
                 || deciders.is_none_or(|d| d.iter().any(|p| p == who.id))))
 }
 
+/// Who `who` decides `call` as, if they may take `action` on it: `None`, themselves, when
+/// [`may_decide`] lets them; else the first of `delegators` (the people whose approvals are
+/// handed to `who` by a delegation active now) whose place among the call's deciders `who`
+/// takes, under every other rule. The requester check stays `who`'s own: a delegation never
+/// lets anyone approve their own request.
+pub fn deciding_for<'d>(
+    who: Principal<'_>,
+    delegators: &'d [String],
+    action: Action,
+    call: &HeldCall,
+    run: RunFacts<'_>,
+) -> Result<Option<&'d str>, RefusalCode> {
+    match may_decide(who, action, call, run) {
+        Err(RefusalCode::NotApprover) => {}
+        done => return done.map(|()| None),
+    }
+    let deciders = call.deciders.as_deref().unwrap_or_default();
+    let Some(from) = delegators
+        .iter()
+        .find(|d| *d != who.id && deciders.contains(d))
+    else {
+        return Err(RefusalCode::NotApprover);
+    };
+    action_allowed(action, call, run.requested_by == Some(who.id))?;
+    Ok(Some(from.as_str()))
+}
+
+/// [`actions_for`] for someone to whom `delegators` handed their approvals.
+pub fn actions_for_delegate(
+    who: Principal<'_>,
+    delegators: &[String],
+    call: &HeldCall,
+    run: RunFacts<'_>,
+) -> Vec<Action> {
+    ALL_ACTIONS
+        .into_iter()
+        .filter(|a| deciding_for(who, delegators, *a, call, run).is_ok())
+        .collect()
+}
+
+/// Whether `who` may hand `from`'s approvals to `to`: a person their own, an admin anyone's,
+/// between two people the configuration knows with roles that decide (`role_of`), never to
+/// oneself.
+pub fn may_delegate(
+    who: Principal<'_>,
+    from: &str,
+    to: &str,
+    role_of: impl Fn(&str) -> Option<Role>,
+) -> Result<(), String> {
+    if who.role != Role::Admin && !(who.role.decides() && who.id == from) {
+        return Err(format!(
+            "{} may hand over only their own approvals (an admin, anyone's)",
+            who.id
+        ));
+    }
+    if from == to {
+        return Err("a delegation hands approvals to someone else".into());
+    }
+    for person in [from, to] {
+        if !role_of(person).is_some_and(Role::decides) {
+            return Err(format!(
+                "{person} is not someone the configuration knows with a role that decides"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether `who` may read or end `delegation`: either of its two people, or an admin.
+pub fn may_touch_delegation(who: Principal<'_>, delegation: &Delegation) -> bool {
+    who.role == Role::Admin || who.id == delegation.from || who.id == delegation.to
+}
+
 /// The part of the rule that depends on the action: self-approval and quorum.
 fn action_allowed(action: Action, call: &HeldCall, own_run: bool) -> Result<(), RefusalCode> {
     if action != Action::Reject && own_run && !call.reviewers.allow_self_approval {
@@ -372,6 +451,75 @@ mod tests {
             Err(RefusalCode::RoleMayNotDecide)
         );
         assert!(may_decide(who("alice", Role::Reviewer), Action::Approve, &listed, RUN).is_ok());
+    }
+
+    #[test]
+    fn a_delegate_takes_the_delegator_s_place_but_never_approves_their_own_request() {
+        let listed = call(Some(&["alice"]), 1, false);
+        let from_alice = ["alice".to_string()];
+        let carol = who("carol", Role::Reviewer);
+        assert_eq!(
+            deciding_for(carol, &[], Action::Approve, &listed, RUN),
+            Err(RefusalCode::NotApprover)
+        );
+        assert_eq!(
+            deciding_for(carol, &from_alice, Action::Approve, &listed, RUN),
+            Ok(Some("alice"))
+        );
+        assert_eq!(
+            actions_for_delegate(carol, &from_alice, &listed, RUN),
+            ALL_ACTIONS
+        );
+        // Someone a call lists decides as themselves; someone else's delegation is no help.
+        let alice = who("alice", Role::Reviewer);
+        assert_eq!(
+            deciding_for(alice, &[], Action::Approve, &listed, RUN),
+            Ok(None)
+        );
+        let bob_only = ["bob".to_string()];
+        assert_eq!(
+            deciding_for(carol, &bob_only, Action::Approve, &listed, RUN),
+            Err(RefusalCode::NotApprover)
+        );
+        // The requester (rita) approves nothing of her own run as anyone's delegate, and a
+        // delegate whose role does not decide decides nothing.
+        assert_eq!(
+            deciding_for(
+                who("rita", Role::Reviewer),
+                &from_alice,
+                Action::Approve,
+                &listed,
+                RUN
+            ),
+            Err(RefusalCode::OwnRequest)
+        );
+        assert_eq!(
+            deciding_for(
+                who("carol", Role::Reader),
+                &from_alice,
+                Action::Reject,
+                &listed,
+                RUN
+            ),
+            Err(RefusalCode::RoleMayNotDecide)
+        );
+    }
+
+    #[test]
+    fn a_person_delegates_their_own_approvals_and_an_admin_anyone_s() {
+        let roles = |id: &str| match id {
+            "alice" | "carol" => Some(Role::Reviewer),
+            "reed" => Some(Role::Reader),
+            _ => None,
+        };
+        let alice = who("alice", Role::Reviewer);
+        assert!(may_delegate(alice, "alice", "carol", roles).is_ok());
+        assert!(may_delegate(alice, "carol", "alice", roles).is_err());
+        assert!(may_delegate(alice, "alice", "alice", roles).is_err());
+        assert!(may_delegate(alice, "alice", "reed", roles).is_err());
+        assert!(may_delegate(alice, "alice", "nobody", roles).is_err());
+        assert!(may_delegate(who("ann", Role::Admin), "carol", "alice", roles).is_ok());
+        assert!(may_delegate(who("reed", Role::Reader), "reed", "alice", roles).is_err());
     }
 
     #[test]

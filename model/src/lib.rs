@@ -10,6 +10,7 @@ pub mod approval;
 pub mod audit;
 pub mod authority;
 pub mod condition;
+pub mod delegation;
 pub mod digest;
 pub mod door;
 pub mod edit;

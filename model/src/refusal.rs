@@ -27,6 +27,9 @@ pub enum RefusalCode {
     AboveLimit,
     /// The requester may not approve or edit their own run.
     OwnRequest,
+    /// This person's approval of a call that needs several already counts under another name:
+    /// as themselves, as someone's delegate, or through their delegate (detail: the person).
+    CountedOtherwise,
     /// A call that needs several approvals cannot be edited (detail: the quorum).
     EditWithQuorum,
     /// The edit was not checked against this call's schema (the call was not held when it
@@ -62,6 +65,7 @@ impl RefusalCode {
             Self::NotApprover => "not_approver",
             Self::AboveLimit => "above_limit",
             Self::OwnRequest => "own_request",
+            Self::CountedOtherwise => "counted_otherwise",
             Self::EditWithQuorum => "edit_with_quorum",
             Self::EditUnchecked => "edit_unchecked",
             Self::LinkUsed => "link_used",
@@ -92,6 +96,6 @@ mod tests {
             let parsed: RefusalCode = serde_json::from_value((*code).into()).unwrap();
             assert_eq!(parsed.as_str(), *code);
         }
-        assert_eq!(codes.len(), 15, "{codes:?}");
+        assert_eq!(codes.len(), 16, "{codes:?}");
     }
 }

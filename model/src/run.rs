@@ -761,6 +761,10 @@ pub struct Decision {
     /// The standing grant that decided the call, when nobody was asked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub under_grant: Option<String>,
+    /// The delegation the decider decided under (see [`crate::delegation`]); `decided_by`
+    /// then names both people.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delegation: Option<String>,
 }
 
 impl Decision {
@@ -791,6 +795,7 @@ impl Decision {
             receipt: None,
             grant: None,
             under_grant: None,
+            delegation: None,
         }
     }
 

@@ -49,6 +49,10 @@ pub struct DecideRequest<'a> {
     /// `principal` is the name recorded, `alice, under grant grt_…`); none when a person
     /// decides.
     pub grant: Option<&'a Grant>,
+    /// The delegation a person decides under: (its maker, its delegate). `principal` is then
+    /// the name recorded (`carol for alice`); the delegate is checked against the requester,
+    /// the maker against each call's deciders.
+    pub delegation: Option<(&'a str, &'a str)>,
     /// The decisions, one per call.
     pub proposals: Vec<Proposal>,
 }
@@ -169,6 +173,10 @@ impl Store {
             under_grant: &match request.grant {
                 None => String::new(),
                 Some(grant) => to_json(grant)?,
+            },
+            delegated: &match request.delegation {
+                None => String::new(),
+                Some((from, to)) => serde_json::json!({"from": from, "to": to}).to_string(),
             },
         };
         let (status, detail, queued) = self

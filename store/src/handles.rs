@@ -87,6 +87,7 @@ impl WorkerStore {
             role_decides: true,
             receipts: false,
             grant: None,
+            delegation: None,
             proposals,
         };
         self.0.decide(id, &request).await

@@ -109,6 +109,20 @@ impl Keys {
         let id = countersign_model::digest::sha256_hex(format!("{agent}\n{tool}"));
         self.key(&format!("grants-for:{{grants}}:{}", &id[..32]))
     }
+    /// Hash: a delegation's `def` (JSON) and, once ended early, `ended` (JSON). Every
+    /// delegation key shares the hash tag `{delegations}`, so a use and an end are atomic
+    /// against each other.
+    pub fn delegation_key(&self, id: &str) -> String {
+        self.key(&format!("delegation:{{delegations}}:{id}"))
+    }
+    /// Hash: `run_id|call_id` -> the decision a delegation was used for (JSON).
+    pub fn delegation_uses_key(&self, id: &str) -> String {
+        self.key(&format!("delegation-uses:{{delegations}}:{id}"))
+    }
+    /// Sorted set of every delegation id kept, scored by when it was made.
+    pub fn delegations_key(&self) -> String {
+        self.key("delegations:{delegations}")
+    }
     /// Sorted set of the calls counted in one window and key (`Share::id`), scored by when
     /// each was counted (ms); with [`Keys::window_amounts_key`], in the window's own slot.
     pub fn window_entries_key(&self, id: &str) -> String {

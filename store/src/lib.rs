@@ -35,6 +35,7 @@
 mod agent_exec;
 mod connection;
 mod decide;
+mod delegations;
 mod exec;
 mod grants;
 mod handles;

@@ -211,6 +211,13 @@ scripts! {
     GRANT_USE: GrantUse<'static> = plain(&["grant_key", "uses_key"], "grant_use.lua");
     GRANT_RELEASE: GrantRelease<'static> = plain(&["grant_key", "uses_key"], "grant_release.lua");
     GRANT_REVOKE: GrantRevoke<'static> = plain(&["grant_key"], "grant_revoke.lua");
+    DELEGATION_CREATE: DelegationCreate<'static> =
+        plain(&["delegation_key", "delegations_key"], "delegation_create.lua");
+    DELEGATION_USE: GrantUse<'static> =
+        plain(&["delegation_key", "uses_key"], "delegation_use.lua");
+    DELEGATION_RELEASE: GrantRelease<'static> =
+        plain(&["delegation_key", "uses_key"], "delegation_release.lua");
+    DELEGATION_END: DelegationEnd<'static> = plain(&["delegation_key"], "delegation_end.lua");
     WINDOW_ADD: WindowAdd<'static> = plain(&["entries_key", "amounts_key"], "window_add.lua");
     WINDOW_REMOVE: WindowMember<'static> =
         plain(&["entries_key", "amounts_key"], "window_remove.lua");
@@ -361,6 +368,8 @@ argv! {
         grant: &'a str,
         /// The standing grant deciding (JSON); empty when a person decides.
         under_grant: &'a str,
+        /// The delegation a person decides under (JSON, `from` and `to`); empty if none.
+        delegated: &'a str,
     }
 }
 
@@ -408,6 +417,24 @@ argv! {
         use_key: &'a str,
         /// The [`countersign_model::grant::GrantUse`] (JSON), `at` set by the script.
         use_json: &'a str,
+    }
+}
+
+argv! {
+    pub(crate) struct DelegationCreate<'a> {
+        id: &'a str,
+        /// The delegation (JSON); the script sets `created_at` and `ends_at` on Redis's clock.
+        def: &'a str,
+        lasts_ms: u64,
+        /// How long an ended delegation is kept to be listed.
+        keep_ms: u64,
+    }
+}
+
+argv! {
+    pub(crate) struct DelegationEnd<'a> {
+        /// The [`countersign_model::delegation::Ended`] (JSON), `at` set by the script.
+        ending: &'a str,
     }
 }
 

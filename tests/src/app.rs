@@ -825,6 +825,7 @@ impl TestApp {
             receipt,
             grant: None,
             under_grant: None,
+            delegation: None,
         };
         let mut entry = AuditEntry::new(&run_id, AuditKind::Decided);
         entry.actor = Some("rita".into());
@@ -837,6 +838,7 @@ impl TestApp {
             role_decides: true,
             receipts: signed,
             grant: None,
+            delegation: None,
             proposals: vec![Proposal {
                 decision,
                 checked_digest: None,

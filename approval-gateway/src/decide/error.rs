@@ -63,6 +63,9 @@ pub(crate) fn told(code: RefusalCode) -> Option<&'static str> {
         RefusalCode::OwnRequest => {
             "you asked for this run, so you may reject this request but not approve or edit it"
         }
+        RefusalCode::CountedOtherwise => {
+            "your approval of this request already counts, as yourself or through a delegation"
+        }
         RefusalCode::RoleMayNotDecide => "your role in countersign does not decide requests",
         RefusalCode::EditWithQuorum => {
             "this request needs several approvals, so it cannot be edited: approve or reject it"
@@ -160,6 +163,13 @@ impl DecideError {
                 StatusCode::FORBIDDEN,
                 "not_an_approver",
                 format!("{principal} requested this run and may not approve their own request"),
+            ),
+            RefusalCode::CountedOtherwise => (
+                StatusCode::FORBIDDEN,
+                "not_an_approver",
+                format!(
+                    "{detail}'s approval of call {call:?} already counts under another name (as themselves, as someone's delegate, or through theirs): one person counts once"
+                ),
             ),
             RefusalCode::RoleMayNotDecide => (
                 StatusCode::FORBIDDEN,

@@ -3,6 +3,7 @@
 
 use super::error::DecideError;
 use crate::config::Role;
+use countersign_model::delegation::Delegation;
 use countersign_model::grant::{Grant, GrantTerms};
 use countersign_model::run::Action;
 use serde::Deserialize;
@@ -39,6 +40,9 @@ pub(crate) struct Decider<'a> {
     /// The standing grant deciding, in its makers' names (then `principal` is
     /// [`Grant::decided_by`]).
     pub(crate) grant: Option<&'a Grant>,
+    /// The delegation they decide under (then `principal` is [`Delegation::decider_name`]):
+    /// set by `decide` itself, for someone a held call does not list.
+    pub(crate) delegation: Option<&'a Delegation>,
 }
 
 impl<'a> Decider<'a> {
@@ -50,6 +54,7 @@ impl<'a> Decider<'a> {
             door: "api",
             link: None,
             grant: None,
+            delegation: None,
         }
     }
 }

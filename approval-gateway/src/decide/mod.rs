@@ -69,6 +69,34 @@ pub(crate) async fn decide(
         .run(run_id)
         .await?
         .ok_or_else(|| DecideError::NoRun(format!("no run {run_id:?}")))?;
+    // Someone the held calls do not list may decide them in the place of someone who handed
+    // them their approvals, each use of the delegation taken first (atomic with ending it).
+    if by.grant.is_none() && by.delegation.is_none() {
+        let calls: Vec<&str> = proposed.iter().map(|p| p.call_id.as_str()).collect();
+        if let Some(used) = crate::delegations::take(state, &run, &calls, by.principal).await? {
+            let name = used.delegation.decider_name();
+            let delegated = Decider {
+                principal: &name,
+                delegation: Some(&used.delegation),
+                ..*by
+            };
+            let decided = decide_run(state, run, proposed, &delegated).await;
+            if let Err(DecideError::Refused { .. }) = &decided {
+                used.give_back(state).await?;
+            }
+            return decided;
+        }
+    }
+    decide_run(state, run, proposed, by).await
+}
+
+/// [`decide`], on `run` as read.
+async fn decide_run(
+    state: &AppState,
+    run: Run,
+    proposed: Vec<Proposed>,
+    by: &Decider<'_>,
+) -> Result<Vec<CallDecided>, DecideError> {
     // A span of the run's trace, whichever channel and gateway the decision came through.
     let span = tracing::info_span!("decision", run_id = %run.run_id, door = by.door, principal = by.principal);
     trace_context::adopt(&span, run.trace.as_deref());
@@ -149,7 +177,8 @@ async fn record_once(
     by: &Decider<'_>,
 ) -> Result<(Vec<CallDecided>, Vec<Announcement>), DecideError> {
     let mut proposals = Vec::with_capacity(proposed.len());
-    let entries = policy_entries(state, by.principal);
+    // A delegate's limits are those of the person whose place they take.
+    let entries = policy_entries(state, by.delegation.map_or(by.principal, |d| &d.from));
     for p in proposed {
         let several = run
             .held_calls()
@@ -175,6 +204,7 @@ async fn record_once(
         role_decides: by.role.decides(),
         receipts: state.receipts.signs(),
         grant: by.grant,
+        delegation: by.delegation.map(|d| (d.from.as_str(), d.to.as_str())),
         proposals,
     };
     match state.store.decide(&run.run_id, &request).await? {

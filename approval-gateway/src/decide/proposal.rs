@@ -223,6 +223,11 @@ pub(super) fn prepare(
     if let Some(grant) = by.grant {
         entry.detail["under_grant"] = json!(grant.id);
     }
+    if let Some(delegation) = by.delegation {
+        entry.detail["delegation"] = json!({
+            "id": delegation.id, "from": delegation.from, "to": delegation.to,
+        });
+    }
     let (receipt, receipt_for) = issue_receipt(catalog, receipts, run, pending, &p, by, voters);
     if let Some(issued) = &receipt {
         entry.detail["receipt"] = json!({"jti": issued.jti, "kid": issued.kid});
@@ -244,6 +249,7 @@ pub(super) fn prepare(
             receipt: receipt.map(|issued| issued.token),
             grant: p.grant,
             under_grant: by.grant.map(|g| g.id.clone()),
+            delegation: by.delegation.map(|d| d.id.clone()),
         },
         checked_digest,
         entry,

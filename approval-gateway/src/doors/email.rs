@@ -236,6 +236,7 @@ async fn submit(
         door: CHANNEL,
         link: Some((&hash, &raw)),
         grant: None,
+        delegation: None,
     };
     match decide::decide_one(&state, grant.run_id.as_str(), proposed, &by).await {
         Ok(_) => {

@@ -51,6 +51,7 @@ impl<'a> Page<'a> {
                             @if self.signed_in.is_some() {
                                 a href="/inbox" { "Queue" }
                                 a href="/inbox/grants" { "Grants" }
+                                a href="/inbox/delegations" { "Delegations" }
                             }
                         }
                         @if let Some((who, csrf)) = self.signed_in {

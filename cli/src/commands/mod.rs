@@ -2,6 +2,7 @@
 
 mod audit;
 mod decide;
+mod delegations;
 mod grants;
 mod listed;
 mod pending;
@@ -33,6 +34,13 @@ pub(crate) async fn run(cli: Cli) -> Result<(), CliError> {
             reason,
             revoked_by,
         } => grants::revoke(&gateway, &grant, reason, revoked_by, json).await,
+        Command::Delegate(args) => delegations::delegate(&gateway, args, json).await,
+        Command::Delegations(args) => delegations::list(&gateway, args, json).await,
+        Command::Undelegate {
+            delegation,
+            reason,
+            by,
+        } => delegations::end(&gateway, &delegation, reason, by, json).await,
         Command::Policy(command) => policy::run(&gateway, command, json).await,
         Command::Audit { run, verify } => audit::run(&gateway, &run, verify, json).await,
     }

@@ -17,6 +17,11 @@
 -- policy version and requester must be the run's and the call's as stored, whatever the
 -- message that brought the call to the gateway said; everyone who made it is checked as if
 -- deciding, and together they must make the call's quorum.
+-- `delegated`, when not empty, is the delegation a person decides under (JSON, `from` and
+-- `to`; the gateway took a use of it first, atomic with ending it): `principal` is then the
+-- name the decision records (`carol for alice`), `to` is checked against the requester and
+-- `from` against the call's deciders. One person's approval counts once on a call that needs
+-- several, under whichever name: as themselves, as someone's delegate, or through theirs.
 -- Replies {'ok', results JSON, outbox...}, {'refused', refusal JSON}, or {'missing', ''}.
 local expiry = by == 'deadline'
 local by_policy = by == 'policy'
@@ -70,8 +75,31 @@ local function grant_differs(held)
   if standing.requester and standing.requester ~= run[4] then return 'requester' end
   return nil
 end
--- Who is deciding, each checked: the principal, or everyone who made the grant.
+local delegation = nil
+if delegated ~= '' then delegation = cjson.decode(delegated) end
+-- Who is deciding, each checked: the principal, everyone who made the grant, or the delegate.
 local deciding = granters or {principal}
+if delegation then deciding = {delegation.to} end
+
+-- Whether `person`'s approval of `call_id` counts already under a name other than `name`:
+-- as themselves, as someone's delegate (`person for x`), or through their delegate (`x for
+-- person`).
+local function counted_otherwise(call_id, person, name)
+  local prefix = call_id .. '|'
+  local as_delegate = person .. ' for '
+  local through = ' for ' .. person
+  for _, field in ipairs(redis.call('HKEYS', votes_key)) do
+    if string.sub(field, 1, #prefix) == prefix then
+      local voter = string.sub(field, #prefix + 1)
+      if voter ~= name and (voter == person
+          or string.sub(voter, 1, #as_delegate) == as_delegate
+          or (#voter > #through and string.sub(voter, -#through) == through)) then
+        return true
+      end
+    end
+  end
+  return false
+end
 
 local decisions = {}
 local p = tail + 1
@@ -113,9 +141,12 @@ for _, d in ipairs(decisions) do
       end
       for _, who in ipairs(deciding) do
         if held.deciders then
+          -- A delegate takes the place of the person who delegated.
+          local listed_as = who
+          if delegation then listed_as = delegation.from end
           local listed = false
           for _, p in ipairs(held.deciders) do
-            if p == who then listed = true end
+            if p == listed_as then listed = true end
           end
           if not listed then return refuse(d, 'not_approver', cjson.encode(held.deciders)) end
         end
@@ -138,6 +169,15 @@ for _, d in ipairs(decisions) do
       if votes and d.action == 'approve'
         and redis.call('HEXISTS', votes_key, d.call_id .. '|' .. principal) == 1 then
         d.result = 'already_voted'
+      end
+      if votes and d.action == 'approve' and not d.result then
+        local people = {principal}
+        if delegation then people = {delegation.to, delegation.from} end
+        for _, person in ipairs(people) do
+          if counted_otherwise(d.call_id, person, principal) then
+            return refuse(d, 'counted_otherwise', person)
+          end
+        end
       end
       -- A decision that lets the call run carries the receipt of exactly that decision: the
       -- gateway signed it for who it expected to complete it, which another approval of a

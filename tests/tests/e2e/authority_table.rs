@@ -238,6 +238,7 @@ async fn script_accepts(
         receipt: None,
         grant: None,
         under_grant: None,
+        delegation: None,
     };
     let mut entry = AuditEntry::new(id, AuditKind::Decided);
     entry.actor = Some(principal.into());
@@ -249,6 +250,7 @@ async fn script_accepts(
         role_decides: role.decides(),
         receipts: false,
         grant: None,
+        delegation: None,
         proposals: vec![Proposal {
             decision,
             checked_digest: (action == Action::Edit).then(|| call.digest.clone()),
@@ -355,6 +357,7 @@ async fn decided_under(store: &Store, id: &RunId, call: &HeldCall, grant: &Grant
         receipt: None,
         grant: None,
         under_grant: Some(grant.id.clone()),
+        delegation: None,
     };
     let mut entry = AuditEntry::new(id, AuditKind::Decided);
     entry.actor = Some(principal.clone());
@@ -366,6 +369,7 @@ async fn decided_under(store: &Store, id: &RunId, call: &HeldCall, grant: &Grant
         role_decides: true,
         receipts: false,
         grant: Some(grant),
+        delegation: None,
         proposals: vec![Proposal {
             decision,
             checked_digest: None,

@@ -13,7 +13,7 @@ use reqwest::header::{LOCATION, SET_COOKIE};
 use serde_json::Value;
 
 pub(super) const ALICE_KEY: &str = "inbox-alice-key-0123456789";
-const CAROL_KEY: &str = "inbox-carol-key-0123456789";
+pub(super) const CAROL_KEY: &str = "inbox-carol-key-0123456789";
 /// rick asks for the runs (the requester key is his); this key lets him review too.
 pub(super) const RICK_KEY: &str = "inbox-rick-key-0123456789";
 

@@ -10,6 +10,7 @@ mod cancel;
 mod chaos;
 mod cli;
 mod decision_authority;
+mod delegations;
 mod door;
 mod door_histories;
 mod doors;

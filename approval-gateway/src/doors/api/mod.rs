@@ -3,6 +3,7 @@
 mod approvals;
 mod audit;
 mod decisions;
+mod delegations;
 mod events;
 mod grants;
 mod health;
@@ -22,6 +23,7 @@ pub(super) fn router(stop: &CancellationToken) -> Router<AppState> {
         .merge(events::router(stop.clone()))
         .merge(decisions::router())
         .merge(grants::router())
+        .merge(delegations::router())
         .merge(audit::router())
         .merge(replay::router())
         .merge(approvals::router())

@@ -159,6 +159,7 @@ fn decided(decision: &Decision, receipts: bool) -> Value {
         ("input", decision.input.clone()),
         ("note", decision.note.clone().map(Value::from)),
         ("reason", decision.reason.clone().map(Value::from)),
+        ("delegation", decision.delegation.clone().map(Value::from)),
     ] {
         if let Some(value) = value {
             shown[name] = value;

@@ -108,6 +108,7 @@ async fn submit(
         door: super::CHANNEL,
         link: None,
         grant: None,
+        delegation: None,
     };
     let runs = match decide::decide_batch(&state, decisions, &by).await {
         Ok(runs) => runs,

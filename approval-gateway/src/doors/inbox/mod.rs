@@ -10,6 +10,7 @@
 
 mod allow_similar;
 mod batch;
+mod delegations_page;
 mod grants_page;
 mod live_view;
 mod next;
@@ -30,6 +31,7 @@ pub(super) fn router(stop: &tokio_util::sync::CancellationToken) -> Router<AppSt
         .merge(queue_page::router())
         .merge(batch::router())
         .merge(grants_page::router())
+        .merge(delegations_page::router())
         .merge(request::router())
         .merge(run_page::router())
         .merge(live_view::router(stop.clone()))

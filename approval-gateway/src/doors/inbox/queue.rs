@@ -76,6 +76,8 @@ pub(super) async fn waiting(
     let mut lines = Vec::new();
     let mut after = None;
     let mut read = 0;
+    // The calls of those who handed their approvals to `principal` are theirs too.
+    let delegators = crate::delegations::delegators(state, principal.id).await?;
     loop {
         let batch = state.store.awaiting(after.as_ref(), BATCH).await?;
         let exhausted = batch.len() < BATCH;
@@ -86,7 +88,12 @@ pub(super) async fn waiting(
             };
             let failed = run.failed_calls().len();
             for call in calls {
-                let may = authority::actions_for(principal, &call, RunFacts::of(&run));
+                let may = authority::actions_for_delegate(
+                    principal,
+                    &delegators,
+                    &call,
+                    RunFacts::of(&run),
+                );
                 if !may.contains(&Action::Approve) || !filters.keeps(&run.agent, &call.tool) {
                     continue;
                 }

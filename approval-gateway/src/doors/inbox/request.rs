@@ -12,6 +12,7 @@ use super::allow_similar;
 use super::live_view::refreshed;
 use super::next::{self, Recorded};
 use crate::decide::{self, DecideError, Decider};
+use crate::delegations;
 use crate::error::ApiError;
 use crate::pages::form_fields;
 use crate::pages::forms::{self, FieldErrors, Forms, Typed};
@@ -136,14 +137,14 @@ const LIVE: &str = r#"
 /// fields, what was typed kept; `recorded` says what the reviewer's last decision was.
 fn render(
     state: &AppState,
-    session: &Session,
+    (session, delegators): (&Session, &[String]),
     view: &CallView,
     status: StatusCode,
     typed: &Typed,
     errors: &FieldErrors,
     recorded: Markup,
 ) -> Response {
-    let actions = actions_of(session, view);
+    let actions = actions_of(session, delegators, view);
     let offer = allow_similar::offer(state, view, &actions);
     // Without the form, what was wrong with its terms (sent by hand) is said above the others.
     let errors = &match offer {
@@ -204,12 +205,14 @@ fn render(
     })
 }
 
-/// What the reviewer may do with the call: nothing once it is no longer open.
-fn actions_of(session: &Session, view: &CallView) -> Vec<Action> {
+/// What the reviewer (in the place of `delegators`, who handed them their approvals) may do
+/// with the call: nothing once it is no longer open.
+fn actions_of(session: &Session, delegators: &[String], view: &CallView) -> Vec<Action> {
     match &view.open {
         // A call is open only while its run waits and nobody asked to cancel it.
-        Some(call) => authority::actions_for(
+        Some(call) => authority::actions_for_delegate(
             session.principal(),
+            delegators,
             call,
             RunFacts {
                 requested_by: view.requested_by.as_deref(),
@@ -283,6 +286,7 @@ async fn show(
     Query(recorded): Query<Recorded>,
 ) -> Result<Response, PageError> {
     let view = view_of(&state, &run_id, &call_id).await?;
+    let delegators = delegations::delegators(&state, &session.principal).await?;
     let mut recorded = next::note(&state, &recorded).await?;
     if view.open.is_some() {
         let others = others_looking(&state, &session, &view).await?;
@@ -290,7 +294,7 @@ async fn show(
     }
     Ok(render(
         &state,
-        &session,
+        (&session, &delegators),
         &view,
         StatusCode::OK,
         &Typed::new(),
@@ -310,8 +314,10 @@ async fn submit(
         return Ok(refused.into_response());
     }
     let view = view_of(&state, &run_id, &call_id).await?;
+    let delegators = delegations::delegators(&state, &session.principal).await?;
     let again = |status, errors: FieldErrors| {
-        render(&state, &session, &view, status, &typed, &errors, html! {})
+        let who = (&session, delegators.as_slice());
+        render(&state, who, &view, status, &typed, &errors, html! {})
     };
     if view.open.is_none() {
         // Decided meanwhile: the page says how, and nothing is recorded.
@@ -335,6 +341,7 @@ async fn submit(
         door: CHANNEL,
         link: None,
         grant: None,
+        delegation: None,
     };
     let refused = match (
         decide::decide_one(&state, &run_id, proposed, &by).await,
@@ -362,7 +369,7 @@ async fn submit(
     let view = view_of(&state, &run_id, &call_id).await?;
     Ok(render(
         &state,
-        &session,
+        (&session, &delegators),
         &view,
         status,
         &typed,

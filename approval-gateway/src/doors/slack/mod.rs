@@ -151,7 +151,11 @@ async fn may_open(
         role,
     };
     if let Some(call) = run.held_calls().find(|p| p.call_id == target.call_id) {
-        if let Err(refused) = authority::may_decide(who, modal_action, call, RunFacts::of(&run)) {
+        let delegators = crate::delegations::delegators(state, principal).await?;
+        let run_facts = RunFacts::of(&run);
+        if let Err(refused) =
+            authority::deciding_for(who, &delegators, modal_action, call, run_facts)
+        {
             return Ok(Err(refused));
         }
         return Ok(Ok(call.input.clone()));
@@ -203,6 +207,7 @@ async fn approve(
         door: CHANNEL,
         link: None,
         grant: None,
+        delegation: None,
     };
     if let Err(e) = decide::decide_one(state, &target.run_id, proposed, &by).await {
         ephemeral(state, payload, &ApiError::from(e).message).await;
@@ -263,6 +268,7 @@ async fn view_submission(state: &AppState, payload: &Value, principal: Option<St
         door: CHANNEL,
         link: None,
         grant: None,
+        delegation: None,
     };
     match decide::decide_one(state, &run_id, proposed, &by).await {
         // The confirmation closes with the edit modal beneath it.

@@ -37,6 +37,7 @@ class RefusalCode(str, Enum):
     NOT_APPROVER = "not_approver"
     ABOVE_LIMIT = "above_limit"
     OWN_REQUEST = "own_request"
+    COUNTED_OTHERWISE = "counted_otherwise"
     EDIT_WITH_QUORUM = "edit_with_quorum"
     EDIT_UNCHECKED = "edit_unchecked"
     LINK_USED = "link_used"
