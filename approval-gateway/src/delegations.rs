@@ -1,109 +1,13 @@
 //! Delegations on the gateway (see `countersign_model::delegation`): made by a person for
-//! their own approvals or by an admin, ended early by either person or an admin, and taken by
-//! `decide` for someone a held call does not list: one use per call, taken on the delegation
-//! (atomic with ending it, see `store/src/delegations.rs`) before the decision script records
-//! the decision in both people's names; a decision refused there gives its uses back.
+//! their own approvals or by an admin, and ended early by either person or an admin. `decide`
+//! takes them for someone a held call does not list (`decide/delegation.rs`).
 
 use crate::auth::error::AuthError;
 use crate::error::ApiError;
 use crate::state::AppState;
 use countersign_model::authority::{self, Principal};
-use countersign_model::delegation::{
-    self, Delegation, DelegationStatus, DelegationTerms, DelegationUse, Ended,
-};
-use countersign_model::now_ms;
-use countersign_model::run::{Run, RunId};
-use countersign_store::{StoreError, UseOutcome};
+use countersign_model::delegation::{self, Delegation, DelegationTerms, Ended};
 use tracing::info;
-
-/// The delegations handing approvals to `who`, active now: whose places they may take.
-pub(crate) async fn delegators(state: &AppState, who: &str) -> Result<Vec<String>, StoreError> {
-    let now = now_ms();
-    Ok(state
-        .store
-        .delegations()
-        .await?
-        .into_iter()
-        .filter(|d| d.to == who && d.status(now) == DelegationStatus::Active)
-        .map(|d| d.from)
-        .collect())
-}
-
-/// A delegation whose uses were taken for one request's calls.
-pub(crate) struct Taken {
-    pub(crate) delegation: Delegation,
-    uses: Vec<DelegationUse>,
-}
-
-impl Taken {
-    /// Gives the uses back: the decision they were taken for was refused.
-    pub(crate) async fn give_back(&self, state: &AppState) -> Result<(), StoreError> {
-        for used in &self.uses {
-            state
-                .store
-                .release_delegation_use(&self.delegation.id, used)
-                .await?;
-        }
-        Ok(())
-    }
-}
-
-/// The delegation `principal` decides `calls` of `run` under, its uses taken: when the first
-/// call is held for listed people `principal` is not among, and one of them handed their
-/// approvals to `principal` by a delegation still standing when its use is taken. None: they
-/// decide as themselves (and the script refuses them if the call does not list them).
-pub(crate) async fn take(
-    state: &AppState,
-    run: &Run,
-    calls: &[&str],
-    principal: &str,
-) -> Result<Option<Taken>, StoreError> {
-    let Some(deciders) = calls
-        .first()
-        .and_then(|first| run.held_calls().find(|c| c.call_id == *first))
-        .and_then(|held| held.deciders.clone())
-    else {
-        return Ok(None);
-    };
-    if deciders.iter().any(|d| d == principal) {
-        return Ok(None);
-    }
-    let now = now_ms();
-    let found = state.store.delegations().await?.into_iter().find(|d| {
-        d.to == principal && d.status(now) == DelegationStatus::Active && deciders.contains(&d.from)
-    });
-    let Some(delegation) = found else {
-        return Ok(None);
-    };
-    let mut taken = Taken {
-        delegation,
-        uses: Vec::new(),
-    };
-    for call_id in calls {
-        let used = use_for(&run.run_id, call_id);
-        match state
-            .store
-            .use_delegation(&taken.delegation.id, &used)
-            .await?
-        {
-            UseOutcome::Ended => {
-                // Ended (or past its end) since it was read: nothing is decided under it.
-                taken.give_back(state).await?;
-                return Ok(None);
-            }
-            UseOutcome::Counted | UseOutcome::Again => taken.uses.push(used),
-        }
-    }
-    Ok(Some(taken))
-}
-
-fn use_for(run_id: &RunId, call_id: &str) -> DelegationUse {
-    DelegationUse {
-        run_id: run_id.to_string(),
-        call_id: call_id.to_string(),
-        at: 0,
-    }
-}
 
 /// Makes the delegation `terms` ask for, as `who`.
 pub(crate) async fn make(

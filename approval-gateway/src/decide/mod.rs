@@ -9,12 +9,14 @@
 //! the outbox sweepers if NATS is away.
 
 mod batch;
+mod delegation;
 pub(crate) mod error;
 mod grant;
 mod input;
 mod proposal;
 
 pub(crate) use batch::{MAX_BATCH, RunDecided, decide_batch};
+pub(crate) use delegation::delegators;
 pub(crate) use error::{DecideError, told};
 pub(crate) use input::{Decider, MAX_TEXT, Proposed};
 
@@ -73,7 +75,7 @@ pub(crate) async fn decide(
     // them their approvals, each use of the delegation taken first (atomic with ending it).
     if by.grant.is_none() && by.delegation.is_none() {
         let calls: Vec<&str> = proposed.iter().map(|p| p.call_id.as_str()).collect();
-        if let Some(used) = crate::delegations::take(state, &run, &calls, by.principal).await? {
+        if let Some(used) = delegation::take(state, &run, &calls, by.principal).await? {
             let name = used.delegation.decider_name();
             let delegated = Decider {
                 principal: &name,

@@ -77,7 +77,7 @@ pub(super) async fn waiting(
     let mut after = None;
     let mut read = 0;
     // The calls of those who handed their approvals to `principal` are theirs too.
-    let delegators = crate::delegations::delegators(state, principal.id).await?;
+    let delegators = crate::decide::delegators(state, principal.id).await?;
     loop {
         let batch = state.store.awaiting(after.as_ref(), BATCH).await?;
         let exhausted = batch.len() < BATCH;

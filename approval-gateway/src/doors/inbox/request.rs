@@ -12,7 +12,6 @@ use super::allow_similar;
 use super::live_view::refreshed;
 use super::next::{self, Recorded};
 use crate::decide::{self, DecideError, Decider};
-use crate::delegations;
 use crate::error::ApiError;
 use crate::pages::form_fields;
 use crate::pages::forms::{self, FieldErrors, Forms, Typed};
@@ -286,7 +285,7 @@ async fn show(
     Query(recorded): Query<Recorded>,
 ) -> Result<Response, PageError> {
     let view = view_of(&state, &run_id, &call_id).await?;
-    let delegators = delegations::delegators(&state, &session.principal).await?;
+    let delegators = decide::delegators(&state, &session.principal).await?;
     let mut recorded = next::note(&state, &recorded).await?;
     if view.open.is_some() {
         let others = others_looking(&state, &session, &view).await?;
@@ -314,7 +313,7 @@ async fn submit(
         return Ok(refused.into_response());
     }
     let view = view_of(&state, &run_id, &call_id).await?;
-    let delegators = delegations::delegators(&state, &session.principal).await?;
+    let delegators = decide::delegators(&state, &session.principal).await?;
     let again = |status, errors: FieldErrors| {
         let who = (&session, delegators.as_slice());
         render(&state, who, &view, status, &typed, &errors, html! {})

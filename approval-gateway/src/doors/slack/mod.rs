@@ -151,7 +151,7 @@ async fn may_open(
         role,
     };
     if let Some(call) = run.held_calls().find(|p| p.call_id == target.call_id) {
-        let delegators = crate::delegations::delegators(state, principal).await?;
+        let delegators = crate::decide::delegators(state, principal).await?;
         let run_facts = RunFacts::of(&run);
         if let Err(refused) =
             authority::deciding_for(who, &delegators, modal_action, call, run_facts)
