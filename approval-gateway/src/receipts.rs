@@ -7,7 +7,7 @@ use crate::config::{Config, ReceiptsConfig};
 use anyhow::Context;
 use countersign_model::agent::ToolDef;
 use countersign_model::run::{Action, HeldCall, Run};
-use countersign_receipt::{Claims, KeySet, Signer, input_digest};
+use countersign_receipt::{Claims, KeySet, Signer, StageClaim, input_digest};
 use serde_json::Value;
 
 /// The signing key, if configured, and the keys published for verification.
@@ -142,6 +142,16 @@ impl Receipts {
             policy_version: call.policy_version.clone(),
             grant: decided_by.grant.map(str::to_string),
             risk: call.risk.map(|r| r.as_str().to_string()),
+            stages: call.stage.as_ref().map_or_else(Vec::new, |stage| {
+                stage
+                    .approved
+                    .iter()
+                    .map(|a| StageClaim {
+                        stage: a.number,
+                        decided_by: a.decided_by.clone(),
+                    })
+                    .collect()
+            }),
         };
         Some(Issued {
             token: signer.sign(&claims),

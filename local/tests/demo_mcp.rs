@@ -232,6 +232,7 @@ async fn a_refund_over_the_limit_runs_with_a_valid_receipt_in_meta() {
         policy_version: "p".into(),
         grant: None,
         risk: None,
+        stages: Vec::new(),
     });
 
     let ran = client

@@ -296,19 +296,26 @@ impl ToolDef {
             .map_or(&self.name, |found| &found.name)
     }
 
-    /// The tool's own approval timeout, if its policy sets one.
-    pub fn approval_timeout(&self) -> Option<std::time::Duration> {
+    /// The tool's own approval timeout at `stage` (1 without stages), if its policy sets one.
+    pub fn approval_timeout(&self, stage: u32) -> Option<std::time::Duration> {
         match &self.approval {
-            ApprovalDef::Rule(rule) => rule.timeout.as_ref().map(|t| t.duration),
+            ApprovalDef::Rule(rule) => match rule.stages.get(stage.max(1) as usize - 1) {
+                Some(at) => at.timeout.as_ref().map(|t| t.duration),
+                None => rule.timeout.as_ref().map(|t| t.duration),
+            },
             ApprovalDef::Mode(_) => None,
         }
     }
 
     /// Where the tool's held calls are sent.
-    pub fn channels(&self) -> &[Channel] {
+    pub fn channels(&self) -> Vec<&Channel> {
         match &self.approval {
-            ApprovalDef::Rule(rule) => &rule.channels,
-            ApprovalDef::Mode(_) => &[],
+            ApprovalDef::Rule(rule) => rule
+                .channels
+                .iter()
+                .chain(rule.stages.iter().flat_map(|s| &s.channels))
+                .collect(),
+            ApprovalDef::Mode(_) => Vec::new(),
         }
     }
 
@@ -354,6 +361,9 @@ impl ToolDef {
         }
         if let Some(limits) = self.approval.limits() {
             crate::limits::check(limits, &r.approvers)?;
+        }
+        if let ApprovalDef::Rule(rule) = &self.approval {
+            crate::stage::check(&rule.stages, rule)?;
         }
         if let Some(windows) = self.approval.windows() {
             crate::window::Window::compile_all(&cel::Env::stdlib(), windows)?;

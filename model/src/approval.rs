@@ -6,6 +6,7 @@
 
 use crate::grant::{self, GrantLimits};
 use crate::span::Span;
+use crate::stage::StageDef;
 use crate::window::WindowDef;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -31,18 +32,38 @@ pub enum ApprovalDef {
 }
 
 impl ApprovalDef {
-    /// Who may decide the calls it holds, how many must approve, and where to ask.
+    /// Who may decide the calls it holds, how many must approve, and where to ask (with
+    /// stages, at the first).
     pub fn reviewers(&self) -> Reviewers {
+        self.reviewers_at(1)
+    }
+
+    /// [`ApprovalDef::reviewers`] at stage `number` (1-based) of a policy with stages; the
+    /// policy's own without.
+    pub fn reviewers_at(&self, number: u32) -> Reviewers {
+        let ApprovalDef::Rule(rule) = self else {
+            return Reviewers::default();
+        };
+        let stage = rule.stages.get(number.max(1) as usize - 1);
+        let (approvers, quorum, channels) = match stage {
+            Some(s) => (&s.approvers, s.quorum, &s.channels),
+            None => (&rule.approvers, rule.quorum, &rule.channels),
+        };
+        Reviewers {
+            approvers: approvers.clone(),
+            quorum,
+            channels: channels.iter().map(Channel::to_string).collect(),
+            allow_self_approval: rule.allow_self_approval,
+            on_expiry: rule.on_expiry,
+            escalate_to: rule.escalate_to.clone(),
+        }
+    }
+
+    /// The policy's stages, in order (none without).
+    pub fn stages(&self) -> &[StageDef] {
         match self {
-            ApprovalDef::Mode(_) => Reviewers::default(),
-            ApprovalDef::Rule(rule) => Reviewers {
-                approvers: rule.approvers.clone(),
-                quorum: rule.quorum,
-                channels: rule.channels.iter().map(Channel::to_string).collect(),
-                allow_self_approval: rule.allow_self_approval,
-                on_expiry: rule.on_expiry,
-                escalate_to: rule.escalate_to.clone(),
-            },
+            ApprovalDef::Rule(rule) => &rule.stages,
+            ApprovalDef::Mode(_) => &[],
         }
     }
 
@@ -71,7 +92,8 @@ impl ApprovalDef {
             ApprovalDef::Mode(_) => &default,
         };
         GrantLimits {
-            allowed: rule.grants,
+            // A grant would approve in its makers' names past stages they are not.
+            allowed: rule.grants && rule.stages.is_empty(),
             max_uses: rule.grant_max_uses,
             max_duration_secs: rule
                 .grant_max_duration
@@ -132,6 +154,11 @@ pub struct ApprovalRule {
     /// its own covers (see [`crate::limits`]).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub limits: BTreeMap<String, String>,
+    /// Approvals in order: each stage with its own approvers, quorum, deadline and channels,
+    /// asked only once the stages before it approved (see [`crate::stage`]). With stages, the
+    /// policy's own `approvers`, `quorum`, `timeout` and `channels` are those of the stages.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stages: Vec<StageDef>,
     /// Running counts and sums over the tool's recent calls, which `when` reads as
     /// `window.NAME` (see [`crate::window`]).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -195,6 +222,7 @@ impl ApprovalRule {
             escalate_to: Vec::new(),
             limits: BTreeMap::new(),
             windows: BTreeMap::new(),
+            stages: Vec::new(),
             remind_before: None,
             grants: true,
             grant_max_uses: default_grant_max_uses(),

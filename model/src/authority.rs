@@ -408,6 +408,7 @@ mod tests {
             recheck: None,
             risk: None,
             windows: Vec::new(),
+            stage: None,
         }
     }
 

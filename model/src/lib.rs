@@ -30,6 +30,7 @@ pub mod run;
 pub mod scripted;
 pub mod span;
 pub mod sse;
+pub mod stage;
 pub mod window;
 
 /// Milliseconds since the Unix epoch, the one clock every stored timestamp uses.

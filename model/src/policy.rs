@@ -120,6 +120,17 @@ impl Policy {
         self.gate_with(input, metadata, &Value::Object(Default::default()))
     }
 
+    /// The reason and summary a held call with `input`, in a run with `metadata`, is shown
+    /// (the templates filled in; a window they read shows `?`).
+    pub fn described(&self, input: &Value, metadata: &Value) -> (String, String) {
+        let empty = Value::Object(Default::default());
+        let ctx = self.context(input, metadata, &empty).ok();
+        match self.ask(ctx.as_ref(), None) {
+            Gate::Ask { reason, summary } => (reason, summary),
+            Gate::Run => unreachable!("asking always asks"),
+        }
+    }
+
     /// A call whose windows cannot be read waits, and the reviewer is told why.
     pub fn unreadable(&self, why: &str) -> Gate {
         self.ask(

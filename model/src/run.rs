@@ -375,6 +375,9 @@ pub struct HeldCall {
     /// Its shares of its policy's windows, each with the window's total before it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub windows: Vec<crate::window::Share>,
+    /// The stage it is held at, with a policy of stages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage: Option<crate::stage::Stage>,
 }
 
 /// What a call held again after a policy change replaces.
@@ -428,7 +431,19 @@ impl HeldCall {
             escalates: self.reviewers.on_expiry == crate::approval::OnExpiry::Escalate
                 && !self.escalated,
             channels: self.reviewers.channels.clone(),
+            runs_on: self.stage.as_ref().map(|stage| {
+                [Action::Approve, Action::Edit]
+                    .into_iter()
+                    .filter(|a| stage.next(*a).is_none())
+                    .collect()
+            }),
         }
+    }
+
+    /// Whether `action` on it lets it run (the last stage's approval, with stages), so that
+    /// its decision carries a receipt.
+    pub fn lets_run(&self, action: Action) -> bool {
+        action != Action::Reject && self.stage.as_ref().is_none_or(|s| s.next(action).is_none())
     }
 }
 
@@ -461,6 +476,10 @@ pub struct DecisionTerms {
     pub escalates: bool,
     /// Where it was sent, to be told the outcome.
     pub channels: Vec<String>,
+    /// The actions whose decision lets it run, and so carries a receipt, when not both
+    /// approve and edit: at a stage before the last, neither (see [`crate::stage`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runs_on: Option<Vec<Action>>,
 }
 
 /// One tool call of the turn a run is paused on, in the order the model asked for it:

@@ -265,6 +265,7 @@ mod tests {
             policy_version: "v".into(),
             grant: None,
             risk: None,
+            stages: Vec::new(),
         });
         let keys = KeySet {
             keys: vec![signer.public().clone()],

@@ -68,6 +68,19 @@ pub struct Claims {
     /// shown.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub risk: Option<String>,
+    /// With approvals in stages, who approved each stage before the last (whose deciders are
+    /// `decided_by`), in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stages: Vec<StageClaim>,
+}
+
+/// Who approved one stage of a call approved in stages.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StageClaim {
+    /// The stage, from 1.
+    pub stage: u32,
+    /// Who approved it, as the decision names them.
+    pub decided_by: String,
 }
 
 /// The digest of a JSON input as anyone can recompute it: `sha256:` and the lowercase hex

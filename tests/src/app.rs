@@ -912,6 +912,7 @@ impl TestApp {
             policy_version: "p".into(),
             grant: None,
             risk: None,
+            stages: Vec::new(),
         }
     }
 

@@ -14,6 +14,7 @@ use countersign_model::edit;
 use countersign_model::live::{Disposition, LiveEvent};
 use countersign_model::policy::Gate;
 use countersign_model::run::{Action, CallOutcome, CallResult, Decision, Run, TurnCall};
+use countersign_model::stage::Stage;
 use countersign_store::StoreError;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -100,6 +101,7 @@ impl Engine {
                                 reason,
                                 summary,
                                 shares,
+                                stage: Stage::first(tool.approval.stages()),
                             };
                             call.held = Some(self.hold(run, tool, asked, now, None));
                         }
@@ -241,6 +243,12 @@ impl Engine {
                         .await?;
                     match checked {
                         Verdict::Unchanged(tool) | Verdict::Released(tool) => {
+                            // A stage before the last passes the call on to the next.
+                            let next = self.next_stage(run, agent, tool, call, decided, &runs_with);
+                            if let Some(again) = next.await? {
+                                *call = again;
+                                continue;
+                            }
                             self.run_decided(run, agent, tool, call, decided, &runs_with)
                                 .await?
                         }

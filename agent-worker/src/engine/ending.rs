@@ -25,6 +25,9 @@ impl Engine {
                 if let Some(risk) = p.risk {
                     detail["risk"] = serde_json::json!(risk);
                 }
+                if let Some(stage) = &p.stage {
+                    detail["stage"] = serde_json::json!(stage);
+                }
                 let mut entry = self.entry(&run, AuditKind::Requested, Some(p), detail);
                 // The agent asks for a person, not the worker process that ran its turn.
                 entry.actor = Some(run.agent.clone());

@@ -1,5 +1,5 @@
 //! Holding a call for a person: its digest, deadline, reminder and who may decide (within
-//! their authority limits), under its tool's policy now. Both a turn's new calls (`calls`) and a decided call its changed policy
+//! their authority limits, at its stage), under its tool's policy now. Both a turn's new calls (`calls`) and a decided call its changed policy
 //! asks about again (`recheck`) are held this way.
 
 use super::Engine;
@@ -7,6 +7,7 @@ use countersign_model::agent::ToolDef;
 use countersign_model::digest::call_digest;
 use countersign_model::limits;
 use countersign_model::run::{HeldCall, Run};
+use countersign_model::stage::Stage;
 use countersign_model::window::Share;
 use serde_json::Value;
 
@@ -18,6 +19,8 @@ pub(super) struct Asked<'a> {
     pub summary: String,
     /// Its shares of the policy's windows, with their totals before it.
     pub shares: Vec<Share>,
+    /// The stage it is held at, with a policy of stages.
+    pub stage: Option<Stage>,
 }
 
 impl Engine {
@@ -31,9 +34,11 @@ impl Engine {
         now: i64,
         not_after: Option<i64>,
     ) -> HeldCall {
-        let deadline = now + self.approval_timeout(tool).as_millis() as i64;
+        // With stages, the stage's approvers, quorum, channels and deadline.
+        let number = asked.stage.as_ref().map_or(1, |s| s.number);
+        let deadline = now + self.approval_timeout(tool, number).as_millis() as i64;
         let deadline = not_after.map_or(deadline, |limit| deadline.min(limit));
-        let mut reviewers = tool.reviewers();
+        let mut reviewers = tool.approval.reviewers_at(number);
         let mut reason = asked.reason;
         // Authority limits narrow who decides this input, and the reviewer is told why. A
         // call above every limit keeps an empty list of deciders: nobody, not anyone.
@@ -57,6 +62,9 @@ impl Engine {
         // The windows' totals the policy read, told as the limits' routing is.
         for share in &asked.shares {
             reason = format!("{reason}. {}", share.told());
+        }
+        if let Some(stage) = &asked.stage {
+            reason = format!("{reason}. Approvals in order: {}", stage.told());
         }
         let policy_version = tool.policy_version();
         HeldCall {
@@ -83,6 +91,7 @@ impl Engine {
             recheck: None,
             risk: tool.risk,
             windows: asked.shares,
+            stage: asked.stage,
         }
     }
 }

@@ -23,6 +23,7 @@ mod hold;
 mod live;
 mod recheck;
 mod shadow;
+mod stages;
 mod timers;
 mod windows;
 

@@ -11,6 +11,7 @@ use countersign_model::audit::AuditKind;
 use countersign_model::events::Event;
 use countersign_model::policy::Gate;
 use countersign_model::run::{CallResult, Decision, HeldCall, Recheck, Run, RunStatus, TurnCall};
+use countersign_model::stage::Stage;
 use countersign_model::window::Share;
 use countersign_runtime::names::msg_id;
 use countersign_store::{Announcement, Closing, DecideOutcome, StoreError};
@@ -129,6 +130,8 @@ impl Engine {
             reason,
             summary,
             shares,
+            // Under a changed policy, every stage is asked again.
+            stage: Stage::first(tool.approval.stages()),
         };
         // A call closed while it waited keeps the time it had left, at most.
         let not_after = if decision.is_none() {

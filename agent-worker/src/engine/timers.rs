@@ -25,8 +25,8 @@ const SWEEP_BATCH: usize = 100;
 const SYSTEM_ACTOR: &str = "countersign";
 
 impl Engine {
-    pub(super) fn approval_timeout(&self, tool: &ToolDef) -> Duration {
-        tool.approval_timeout()
+    pub(super) fn approval_timeout(&self, tool: &ToolDef, stage: u32) -> Duration {
+        tool.approval_timeout(stage)
             .unwrap_or(self.settings.approval_timeout)
     }
 
@@ -123,9 +123,10 @@ impl Engine {
             .agents()
             .get(&run.agent)
             .and_then(|a| a.agent.tool(&call.tool).cloned());
-        let extension = tool
-            .as_ref()
-            .map_or(self.settings.approval_timeout, |t| self.approval_timeout(t));
+        let extension = tool.as_ref().map_or(self.settings.approval_timeout, |t| {
+            let stage = call.stage.as_ref().map_or(1, |s| s.number);
+            self.approval_timeout(t, stage)
+        });
         let now = self.store.time_ms().await?;
         let Some(held) = run
             .paused_turn

@@ -295,8 +295,9 @@ fn issue_receipt(
 ) -> (Option<Issued>, Vec<String>) {
     let mut receipt_for = Vec::new();
     let mut receipt = None;
+    // At a stage before the last, an approval lets nothing run: no receipt.
     if let (Some(held), Some(runs_with)) = (pending, p.input.as_ref().or(pending.map(|c| &c.input)))
-        && p.action != Action::Reject
+        && held.lets_run(p.action)
     {
         receipt_for = match by.grant {
             Some(grant) => grant.granted_by.clone(),

@@ -48,6 +48,7 @@ fn main() -> anyhow::Result<()> {
             policy_version: "3f2a9c1b7d4e5f60".into(),
             grant: None,
             risk: None,
+            stages: Vec::new(),
         };
         let started = Instant::now();
         let token = signer.sign(&claims);

@@ -39,6 +39,7 @@ pub(crate) fn claims(input: &Value, jti: &str) -> Claims {
         policy_version: "p1".into(),
         grant: None,
         risk: None,
+        stages: Vec::new(),
     }
 }
 

@@ -182,7 +182,16 @@ for _, d in ipairs(decisions) do
       -- A decision that lets the call run carries the receipt of exactly that decision: the
       -- gateway signed it for who it expected to complete it, which another approval of a
       -- quorum may have changed since.
-      if receipts == '1' and d.action ~= 'reject' and not d.result then
+      -- (At a stage before the last, `runs_on` says neither approving nor editing lets the
+      -- call run, so neither carries a receipt.)
+      local runs = d.action ~= 'reject'
+      if runs and held.runs_on then
+        runs = false
+        for _, a in ipairs(held.runs_on) do
+          if a == d.action then runs = true end
+        end
+      end
+      if receipts == '1' and runs and not d.result then
         local names = {principal}
         local final = true
         if granters then

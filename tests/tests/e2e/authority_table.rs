@@ -156,6 +156,7 @@ fn held_call(policy: Policy) -> HeldCall {
         recheck: None,
         risk: None,
         windows: Vec::new(),
+        stage: None,
     }
 }
 

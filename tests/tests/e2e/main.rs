@@ -51,6 +51,7 @@ mod restarts;
 mod reviewers;
 mod run_start;
 mod slack;
+mod stages;
 mod start_race;
 mod traces;
 mod turn_calls;

@@ -156,6 +156,7 @@ async fn while_its_jti_store_is_down_a_tool_answers_503_and_runs_nothing() {
             policy_version: "p1".into(),
             grant: None,
             risk: None,
+            stages: Vec::new(),
         });
         reqwest::Client::new()
             .post(&url)
