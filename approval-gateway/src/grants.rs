@@ -100,19 +100,27 @@ pub(crate) async fn apply(
     let mut decided = Vec::new();
     for call in calls {
         let grants = state.store.grants_for(&run.agent, &call.tool).await?;
-        let covering = grants.into_iter().filter(|g| {
-            g.is_for(&Held {
+        let covering = grants.into_iter().filter_map(|g| {
+            let covers = g.is_for(&Held {
                 agent: &run.agent,
                 run_id: run.run_id.as_str(),
                 requester: run.requested_by.as_deref(),
                 call_id: &call.call_id,
                 tool: &call.tool,
                 policy_version: &call.policy_version,
-            }) && stands(state, g)
-                && Condition::compile(&g.condition).is_ok_and(|c| c.matches(&call.input))
+            }) && stands(state, &g)
+                && Condition::compile(&g.condition).is_ok_and(|c| c.matches(&call.input));
+            // What the call adds to a grant's total: one it cannot be read for is not covered.
+            let amount = match &g.total {
+                None => Some(0.0),
+                Some(total) => Condition::compile(&total.sum)
+                    .ok()
+                    .and_then(|sum| sum.number(&call.input).ok()),
+            };
+            Some((g, amount?)).filter(|_| covers)
         });
-        for grant in covering {
-            if decide_under(state, &run.run_id, call, &grant).await? {
+        for (grant, amount) in covering {
+            if decide_under(state, &run.run_id, call, (&grant, amount)).await? {
                 decided.push(call.call_id.clone());
                 break;
             }
@@ -121,19 +129,21 @@ pub(crate) async fn apply(
     Ok(decided)
 }
 
-/// Takes a use of `grant` for `call` and decides the call under it; false, with the use
-/// given back, when the grant has ended or its makers may not decide this call.
+/// Takes a use of `grant` for `call` (adding `amount` to its total, with one) and decides the
+/// call under it; false, with the use given back, when the grant has ended, its total has no
+/// room for the call, or its makers may not decide this call.
 async fn decide_under(
     state: &AppState,
     run_id: &RunId,
     call: &HeldCall,
-    grant: &Grant,
+    (grant, amount): (&Grant, f64),
 ) -> Result<bool, DecideError> {
     let used = GrantUse {
         run_id: run_id.to_string(),
         call_id: call.call_id.clone(),
         digest: call.digest.clone(),
         at: 0,
+        amount,
     };
     let outcome = state.store.use_grant(&grant.id, &used).await?;
     if outcome == UseOutcome::Ended {

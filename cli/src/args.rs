@@ -266,6 +266,13 @@ pub(crate) struct GrantArgs {
     /// Only calls of runs requested by whoever requested this one
     #[arg(long)]
     pub same_requester: bool,
+    /// A cap on what the calls it approves add up to: what each adds, in CEL (e.g.
+    /// 'input.amount'); with --max-total
+    #[arg(long, value_name = "CEL", requires = "max_total")]
+    pub total_of: Option<String>,
+    /// The most the calls it approves may add up to; with --total-of
+    #[arg(long, value_name = "N", requires = "total_of")]
+    pub max_total: Option<f64>,
 }
 
 #[derive(Args)]

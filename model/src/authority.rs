@@ -336,6 +336,8 @@ mod tests {
             created_at: 0,
             expires_at: 1,
             uses: 0,
+            total: None,
+            spent: 0.0,
             revoked: None,
         }
     }

@@ -96,6 +96,37 @@ impl Condition {
     /// input is over [`MAX_INPUT`], a field it reads is missing, or it gave something other
     /// than true or false).
     pub fn check(&self, input: &Value) -> Result<bool, ConditionError> {
+        match self.evaluate(input)? {
+            Cel::Bool(b) => Ok(b),
+            other => Err(ConditionError::Invalid(format!(
+                "it gave {other:?}, not true or false"
+            ))),
+        }
+    }
+
+    /// What the expression gives for `input` as a number of at least 0: what a call adds to
+    /// a grant's total (`input.amount`). `Err` says why it does not.
+    pub fn number(&self, input: &Value) -> Result<f64, ConditionError> {
+        let n = match self.evaluate(input)? {
+            Cel::Int(i) => i as f64,
+            Cel::UInt(u) => u as f64,
+            Cel::Float(f) => f,
+            other => {
+                return Err(ConditionError::Invalid(format!(
+                    "it gave {other:?}, not a number"
+                )));
+            }
+        };
+        if !n.is_finite() || n < 0.0 {
+            return Err(ConditionError::Invalid(format!(
+                "it gave {n}, not a number of at least 0"
+            )));
+        }
+        Ok(n)
+    }
+
+    /// The expression evaluated for `input`, within the bounds of every condition.
+    fn evaluate(&self, input: &Value) -> Result<Cel, ConditionError> {
         let size = serde_json::to_vec(input).map_or(usize::MAX, |v| v.len());
         if size > MAX_INPUT {
             return Err(ConditionError::Limit(format!(
@@ -105,13 +136,9 @@ impl Condition {
         let mut ctx = Context::with_env(ENV.clone());
         ctx.add_variable("input", input)
             .map_err(|e| ConditionError::Invalid(e.to_string()))?;
-        match self.program.execute(&ctx) {
-            Ok(Cel::Bool(b)) => Ok(b),
-            Ok(other) => Err(ConditionError::Invalid(format!(
-                "it gave {other:?}, not true or false"
-            ))),
-            Err(e) => Err(ConditionError::Invalid(e.to_string())),
-        }
+        self.program
+            .execute(&ctx)
+            .map_err(|e| ConditionError::Invalid(e.to_string()))
     }
 
     /// Whether `input` satisfies the condition; one that cannot be evaluated does not.

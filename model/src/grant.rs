@@ -24,6 +24,20 @@ pub struct GrantTerms {
     pub max_uses: u32,
     /// How long it lasts from when it is made (`30m`, `8h`, `7d`).
     pub expires_in: Span,
+    /// A cap on what the calls it approves may add up to, besides their number.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total: Option<GrantTotal>,
+}
+
+/// A cap on what a grant's calls add up to: `{"sum": "input.amount", "max": 500}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GrantTotal {
+    /// CEL over `input` giving what each call adds (a number of at least 0), within the
+    /// bounds of a condition ([`crate::condition`]).
+    pub sum: String,
+    /// The most the calls it approves may add up to.
+    pub max: f64,
 }
 
 impl GrantTerms {
@@ -73,6 +87,12 @@ pub struct Grant {
     /// Uses so far (the store counts them).
     #[serde(default)]
     pub uses: u32,
+    /// The cap on what its calls add up to, if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total: Option<GrantTotal>,
+    /// What the calls it approved added up to (the store counts it), with a `total`.
+    #[serde(default)]
+    pub spent: f64,
     /// Set once someone revoked it; it approves nothing more.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revoked: Option<Revocation>,
@@ -118,6 +138,9 @@ pub struct GrantUse {
     pub digest: String,
     /// When, in milliseconds since the epoch.
     pub at: i64,
+    /// What it added to the grant's total, with one.
+    #[serde(default)]
+    pub amount: f64,
 }
 
 impl Grant {
@@ -205,6 +228,11 @@ impl GrantLimits {
                 self.max_uses
             ));
         }
+        if let Some(total) = &terms.total
+            && !(total.max.is_finite() && total.max > 0.0)
+        {
+            return Err("total.max must be a number above 0".into());
+        }
         if terms.expires_in.duration.as_secs() > self.max_duration_secs {
             return Err(format!(
                 "expires_in may be at most {}s for this tool",
@@ -237,6 +265,8 @@ mod tests {
             created_at: 0,
             expires_at: 1000,
             uses: 0,
+            total: None,
+            spent: 0.0,
             revoked: None,
         }
     }
@@ -315,6 +345,7 @@ mod tests {
             same_requester: false,
             max_uses: uses,
             expires_in: serde_json::from_value(json!(span)).unwrap(),
+            total: None,
         };
         let limits = GrantLimits {
             allowed: true,

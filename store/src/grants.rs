@@ -18,7 +18,7 @@ pub enum UseOutcome {
     Counted,
     /// This call's use was counted before (a redelivery): decide it again.
     Again,
-    /// The grant no longer approves anything.
+    /// The grant approves nothing more, or not this call: its total has no room for it.
     Ended,
 }
 
@@ -76,7 +76,8 @@ impl Store {
                 .arg(self.keys.grant_key(id))
                 .arg("def")
                 .arg("uses")
-                .arg("revoked");
+                .arg("revoked")
+                .arg("spent");
         }
         let rows: Vec<Vec<Option<String>>> = pipe.query_async(&mut self.conn.clone()).await?;
         rows.into_iter()
@@ -93,13 +94,15 @@ fn use_key(used: &GrantUse) -> String {
     format!("{}|{}", used.run_id, used.call_id)
 }
 
-/// A grant from its stored `def`, `uses` and `revoked` (empty if not).
+/// A grant from its stored `def`, `uses`, `revoked` (empty if not) and `spent` (absent or
+/// empty: nothing).
 fn read_grant(fields: &[String]) -> Result<Grant, StoreError> {
-    let [def, uses, revoked, ..] = fields else {
+    let [def, uses, revoked, rest @ ..] = fields else {
         return Err(StoreError::Corrupt(format!("a grant read as {fields:?}")));
     };
     let mut grant: Grant = from_json(def)?;
     grant.uses = uses.parse().unwrap_or(0);
+    grant.spent = rest.first().and_then(|s| s.parse().ok()).unwrap_or(0.0);
     grant.revoked = match revoked.as_str() {
         "" => None,
         r => Some(from_json(r)?),

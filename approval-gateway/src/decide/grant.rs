@@ -57,6 +57,8 @@ pub(super) async fn made(
         created_at: 0,
         expires_at: 0,
         uses: 0,
+        total: terms.total.clone(),
+        spent: 0.0,
         revoked: None,
     };
     let (grant, created) = state

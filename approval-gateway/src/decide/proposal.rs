@@ -103,6 +103,20 @@ fn check_grant(
             ));
         }
     }
+    if let Some(total) = &terms.total {
+        let sum = Condition::compile(&total.sum).map_err(|e| match e {
+            ConditionError::Invalid(why) => DecideError::BadInput(format!("total.sum: {why}")),
+            ConditionError::Limit(why) => DecideError::ConditionLimit(format!("total.sum: {why}")),
+        })?;
+        // It must read the calls it covers as this one: a number of at least 0.
+        if let Err(e) = sum.number(&pending.input) {
+            return bad(format!(
+                "total.sum {:?} cannot be read for call {:?}: {e}",
+                sum.source(),
+                pending.call_id
+            ));
+        }
+    }
     if terms.same_requester && run.requested_by.is_none() {
         return bad("same_requester: this run has no requester to limit the grant to".into());
     }

@@ -43,6 +43,10 @@ pub(super) async fn grant(gateway: &Gateway, args: GrantArgs, json: bool) -> Res
         "condition": condition.source(), "max_uses": args.uses,
         "expires_in": args.expires_in, "same_requester": args.same_requester,
     });
+    if let (Some(sum), Some(max)) = (&args.total_of, args.max_total) {
+        Condition::compile(sum).map_err(|e| CliError::Usage(format!("--total-of: {e}")))?;
+        body["total"] = json!({"sum": sum, "max": max});
+    }
     if let Some(by) = &args.call.decided_by {
         body["decided_by"] = by.clone().into();
     }
@@ -214,6 +218,13 @@ fn terms(g: &Grant) -> String {
                 .unwrap_or_default(),
         ),
         ("uses", format!("{} of {}", g.uses, g.max_uses)),
+        (
+            "total",
+            g.total
+                .as_ref()
+                .map(|t| format!("{} of {}, the sum of {}", g.spent, t.max, t.sum))
+                .unwrap_or_default(),
+        ),
         (
             "expires",
             format!("{} ({})", moment(g.expires_at), time_left(g.expires_at)),

@@ -418,6 +418,8 @@ async fn the_script_decides_under_a_grant_only_the_calls_its_terms_name_as_store
         created_at: 0,
         expires_at: i64::MAX,
         uses: 0,
+        total: None,
+        spent: 0.0,
         revoked: None,
     };
     let id = paused(&store, &call, policy).await;

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 const AGENT: &str = "cover";
 
-const AGENT_FILE: &str = r#"name = "cover"
+pub(super) const AGENT_FILE: &str = r#"name = "cover"
 
 [model]
 provider = "external"
@@ -42,7 +42,7 @@ async fn app() -> TestApp {
 }
 
 /// A `tool` call of `amount` asked by rick at the door, once held.
-async fn held(app: &TestApp, tool: &str, idem: &str, amount: f64) -> Value {
+pub(super) async fn held(app: &TestApp, tool: &str, idem: &str, amount: f64) -> Value {
     let ask = json!({"tool": tool, "input": {"amount": amount}, "wait_secs": 0});
     let (status, asked) = ask_at(app, AGENT, REQUESTER_KEY, idem, ask).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{asked}");
@@ -50,7 +50,12 @@ async fn held(app: &TestApp, tool: &str, idem: &str, amount: f64) -> Value {
 }
 
 /// `person` approves (or, with `reject`, rejects) the held call.
-async fn decide(app: &TestApp, person: &str, call: &Value, action: &str) -> (StatusCode, Value) {
+pub(super) async fn decide(
+    app: &TestApp,
+    person: &str,
+    call: &Value,
+    action: &str,
+) -> (StatusCode, Value) {
     let decision = json!({"call_id": call["call_id"], "digest": call["held"]["digest"],
                           "action": action, "reason": "not this one"});
     app.decide_as(person, call["run_id"].as_str().unwrap(), decision)
@@ -58,7 +63,7 @@ async fn decide(app: &TestApp, person: &str, call: &Value, action: &str) -> (Sta
 }
 
 /// `person` (through the key that speaks for people) hands `from`'s approvals to `to`.
-async fn delegate(
+pub(super) async fn delegate(
     app: &TestApp,
     person: &str,
     from: Option<&str>,
@@ -85,7 +90,7 @@ async fn end(app: &TestApp, person: &str, id: &str) -> (StatusCode, Value) {
 }
 
 /// The decision recorded on the held call.
-async fn recorded(app: &TestApp, call: &Value) -> Value {
+pub(super) async fn recorded(app: &TestApp, call: &Value) -> Value {
     let path = format!(
         "/v1/runs/{}/calls/{}?wait_secs=0",
         call["run_id"].as_str().unwrap(),

@@ -654,3 +654,113 @@ async fn a_grant_s_condition_is_run_only_for_who_may_approve_and_only_if_its_cos
     assert_eq!(status, StatusCode::CREATED, "{body}");
     app.wait_status(&run, "completed").await;
 }
+
+/// A grant capped by a total as well as by uses: refunds of 40 and 35 fit in 100, one of 30
+/// then does not (it waits for a person) while one of 25 does. (Refunds of $20 or less need
+/// nobody under the demo policy.)
+#[tokio::test]
+async fn a_grant_capped_by_a_total_approves_only_what_fits() {
+    let app = TestApp::spawn(refund_asked).await;
+    let first = start(&app, 30, "A-0", None).await;
+    let mut capped = terms(10);
+    capped["total"] = json!({"sum": "input.amount", "max": 100});
+    let (status, made) = grant(&app, REVIEWER_KEY, &first, capped).await;
+    assert_eq!(status, StatusCode::CREATED, "{made}");
+    let id = made["grant"]["id"].as_str().unwrap().to_string();
+    app.wait_status(&first, "completed").await;
+
+    for (amount, order) in [(40, "A-1"), (35, "A-2")] {
+        let run = start(&app, amount, order, None).await;
+        app.wait_status(&run, "completed").await;
+    }
+    let over = start(&app, 30, "A-3", None).await;
+    held(&app, &over).await;
+    let fits = start(&app, 25, "A-4", None).await;
+    app.wait_status(&fits, "completed").await;
+    let state = grant_state(&app, &id).await;
+    assert_eq!(
+        (state["uses"].as_u64(), state["spent"].as_f64()),
+        (Some(3), Some(100.0)),
+        "{state}"
+    );
+
+    // A sum that cannot be read for the call it is made on is refused, and so is a max of 0.
+    let another = start(&app, 30, "A-5", None).await;
+    for total in [
+        json!({"sum": "input.missing", "max": 100}),
+        json!({"sum": "input.amount", "max": 0}),
+    ] {
+        let mut bad = terms(10);
+        bad["total"] = total.clone();
+        let (status, answer) = grant(&app, REVIEWER_KEY, &another, bad).await;
+        assert!(status.is_client_error(), "{total}: {status} {answer}");
+    }
+}
+
+/// Twenty calls of 25 at once against a grant with 125 of room: exactly five are approved
+/// under it. Once five completed, rejecting every other is recorded for exactly fifteen (a
+/// call decided under the grant refuses a second decision).
+#[tokio::test]
+async fn concurrent_calls_against_a_total_approve_exactly_what_fits() {
+    let app = TestApp::spawn(refund_asked).await;
+    let first = start(&app, 30, "A-0", None).await;
+    let mut capped = terms(100);
+    capped["total"] = json!({"sum": "input.amount", "max": 125});
+    let (status, made) = grant(&app, REVIEWER_KEY, &first, capped).await;
+    assert_eq!(status, StatusCode::CREATED, "{made}");
+    let id = made["grant"]["id"].as_str().unwrap().to_string();
+    app.wait_status(&first, "completed").await;
+    let runs = futures::future::join_all((1..=20).map(|i| {
+        let app = &app;
+        async move { start(app, 25, &format!("A-{i}"), None).await }
+    }))
+    .await;
+    wait_for(
+        "five runs under the grant",
+        Duration::from_secs(60),
+        || async {
+            let mut done = 0;
+            for run in &runs {
+                done += usize::from(app.get_run_status(run).await == "completed");
+            }
+            (done >= 5).then_some(())
+        },
+    )
+    .await;
+    let mut rejections = Vec::new();
+    for run in &runs {
+        if let Some(digest) = held_or_done(&app, run).await {
+            rejections.push(
+                json!({"run_id": run, "call_id": "toolu_2", "digest": digest,
+                                   "action": "reject", "reason": "not now"}),
+            );
+        }
+    }
+    let (status, answer) = app
+        .request(
+            Method::POST,
+            "/v1/decisions",
+            Some(REVIEWER_KEY),
+            Some(json!({"decisions": rejections})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    let recorded = answer["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["status"] == "recorded")
+        .count();
+    assert_eq!(recorded, 15, "{answer}");
+    let state = grant_state(&app, &id).await;
+    assert_eq!(
+        (state["uses"].as_u64(), state["spent"].as_f64()),
+        (Some(5), Some(125.0)),
+        "{state}"
+    );
+    assert_eq!(
+        app.tools.refunds().len(),
+        6,
+        "the first refund and the five under the grant ran"
+    );
+}

@@ -183,6 +183,36 @@ async fn on_a_cluster_a_killed_master_is_replaced_and_every_run_completes_once()
     assert!(killed.contains("fail"), "{nodes}");
 }
 
+/// The steps that span runs keep their atomicity on a cluster, each one script on its own
+/// slot wherever the runs' keys are: a window's (eight refunds of $30 at once against $100 a
+/// day: exactly three run), the delegations' (carol decides alice's call in both names).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_windows_and_delegations_keep_their_atomic_steps() {
+    let infra = Infra::start_cluster().await;
+    let app = TestApp::builder(|_: &Value| countersign_fake_model::anthropic_text("Unused."))
+        .agent("kiosk.toml", super::windows::AGENT_FILE.to_string())
+        .agent("cover.toml", super::delegations::AGENT_FILE.to_string())
+        .on(infra)
+        .start()
+        .await;
+    let keys: Vec<String> = (0..8).map(|i| format!("race-{i}")).collect();
+    let asked = join_all(
+        keys.iter()
+            .map(|key| super::windows::refund(&app, key, "c-1", 30.0)),
+    )
+    .await;
+    let allowed = asked.iter().filter(|s| s["status"] == "allowed").count();
+    assert_eq!(allowed, 3, "{asked:#?}");
+
+    let (status, made) = super::delegations::delegate(&app, "alice", None, "carol").await;
+    assert_eq!(status, reqwest::StatusCode::CREATED, "{made}");
+    let call = super::delegations::held(&app, "refund", "on-cluster", 40.0).await;
+    let (status, answer) = super::delegations::decide(&app, "carol", &call, "approve").await;
+    assert_eq!(status, reqwest::StatusCode::OK, "{answer}");
+    let decision = super::delegations::recorded(&app, &call).await;
+    assert_eq!(decision["decided_by"], "carol for alice", "{decision}");
+}
+
 #[tokio::test]
 async fn services_reach_a_redis_that_requires_tls_and_a_client_certificate() {
     let infra = Infra::start_with_redis_tls().await;

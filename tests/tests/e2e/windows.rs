@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 const AGENT: &str = "kiosk";
 
-const AGENT_FILE: &str = r#"name = "kiosk"
+pub(super) const AGENT_FILE: &str = r#"name = "kiosk"
 
 [model]
 provider = "external"
@@ -37,7 +37,7 @@ async fn app() -> TestApp {
 
 /// A refund of `amount` to `customer` asked at the door (`idem` its idempotency key), once
 /// its policy has sorted it: let through (`allowed`) or held (`pending`).
-async fn refund(app: &TestApp, idem: &str, customer: &str, amount: f64) -> Value {
+pub(super) async fn refund(app: &TestApp, idem: &str, customer: &str, amount: f64) -> Value {
     let ask = json!({"tool": "refund", "input": {"customer": customer, "amount": amount}, "wait_secs": 0});
     let (status, asked) = ask_at(app, AGENT, REQUESTER_KEY, idem, ask).await;
     assert!(status.is_success(), "{status} {asked}");

@@ -362,6 +362,7 @@ fn presets(limits: Option<GrantLimits>) -> Vec<(u32, Span)> {
                 same_requester: false,
                 max_uses,
                 expires_in,
+                total: None,
             };
             limits
                 .check(&terms)

@@ -22,7 +22,7 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use countersign_model::authority::{self, Principal};
-use countersign_model::grant::{Grant, GrantStatus, GrantTerms};
+use countersign_model::grant::{Grant, GrantStatus, GrantTerms, GrantTotal};
 use countersign_model::now_ms;
 use countersign_model::run::Action;
 use countersign_model::span::Span;
@@ -52,6 +52,8 @@ struct MakeBody {
     same_requester: bool,
     max_uses: u32,
     expires_in: Span,
+    /// A cap on what the calls it approves may add up to.
+    total: Option<GrantTotal>,
     /// The person deciding, when the key belongs to a system deciding for them.
     decided_by: Option<String>,
 }
@@ -69,6 +71,7 @@ async fn make(
         same_requester: body.same_requester,
         max_uses: body.max_uses,
         expires_in: body.expires_in,
+        total: body.total,
     };
     let proposed = Proposed {
         call_id: body.call_id,

@@ -255,6 +255,7 @@ pub(super) fn grant_from_form(
             same_requester: typed.contains_key("same_requester"),
             max_uses,
             expires_in,
+            total: None,
         }),
     })
 }

@@ -76,6 +76,10 @@ pub(super) fn facts(grant: &Grant, status: GrantStatus, now: i64) -> Markup {
                 @if let Some(requester) = &grant.requester { ", in runs requested by " (requester) }
             }
             dt { "Uses" } dd.uses { (grant.uses) " of " (grant.max_uses) }
+            @if let Some(total) = &grant.total {
+                dt { "Total" }
+                dd.total { (grant.spent) " of " (total.max) ", the sum of " code { (total.sum) } }
+            }
             dt { @if status == GrantStatus::Expired { "Expired" } @else { "Expires" } }
             dd {
                 (readable(grant.expires_at))

@@ -187,6 +187,7 @@ async fn grant_proposal(
             same_requester: false,
             max_uses: preset.max_uses,
             expires_in: preset.expires_in,
+            total: None,
         });
     }
     Ok(proposed)
