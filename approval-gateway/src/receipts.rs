@@ -7,7 +7,7 @@ use crate::config::{Config, ReceiptsConfig};
 use anyhow::Context;
 use countersign_model::agent::ToolDef;
 use countersign_model::run::{Action, HeldCall, Run};
-use countersign_receipt::{Claims, KeySet, Signer, StageClaim, input_digest};
+use countersign_receipt::{Claims, KeySet, Signer, StageClaim, WindowClaim, input_digest};
 use serde_json::Value;
 
 /// The signing key, if configured, and the keys published for verification.
@@ -152,6 +152,17 @@ impl Receipts {
                     })
                     .collect()
             }),
+            windows: call
+                .windows
+                .iter()
+                .map(|w| WindowClaim {
+                    name: w.name.clone(),
+                    key: w.key.clone(),
+                    over: w.over.clone(),
+                    before: w.before,
+                    amount: w.amount,
+                })
+                .collect(),
         };
         Some(Issued {
             token: signer.sign(&claims),

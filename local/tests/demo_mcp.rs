@@ -233,6 +233,7 @@ async fn a_refund_over_the_limit_runs_with_a_valid_receipt_in_meta() {
         grant: None,
         risk: None,
         stages: Vec::new(),
+        windows: Vec::new(),
     });
 
     let ran = client

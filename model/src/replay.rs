@@ -140,10 +140,9 @@ pub const EXAMPLES: usize = 3;
 #[derive(Debug, PartialEq)]
 enum Sorted {
     Run,
-    Hold {
-        approvers: Vec<String>,
-        quorum: u32,
-    },
+    /// Held: who is asked and how many of them must approve, at each stage in order (one
+    /// without stages).
+    Hold(Vec<(Vec<String>, u32)>),
     /// Unknown tool, or an input its schema refuses.
     Refused,
 }
@@ -202,7 +201,7 @@ impl<'a> Side<'a> {
         let (sorted, shares) = self.sort(tool, facts, at);
         let runs = match sorted {
             Sorted::Run => true,
-            Sorted::Hold { .. } => ran,
+            Sorted::Hold(_) => ran,
             Sorted::Refused => false,
         };
         if runs {
@@ -254,10 +253,16 @@ impl<'a> Side<'a> {
                     Some(routed) => routed.approvers,
                     None => reviewers.approvers,
                 };
-                Sorted::Hold {
-                    approvers,
-                    quorum: reviewers.quorum,
-                }
+                // With stages, each is asked in turn (a policy with stages has no limits).
+                let later = (2..=def.approval.stages().len() as u32).map(|n| {
+                    let at = def.approval.reviewers_at(n);
+                    (at.approvers, at.quorum)
+                });
+                Sorted::Hold(
+                    std::iter::once((approvers, reviewers.quorum))
+                        .chain(later)
+                        .collect(),
+                )
             }
         };
         (sorted, shares)
@@ -281,13 +286,15 @@ pub fn replay(
     // Approvals asked for, by approver group, now and with the candidate.
     let (mut asked_live, mut asked_candidate) = (BTreeMap::new(), BTreeMap::new());
     let count = |held: &Sorted, into: &mut BTreeMap<String, u64>| {
-        if let Sorted::Hold { approvers, quorum } = held {
-            let group = if approvers.is_empty() {
-                "anyone".to_string()
-            } else {
-                approvers.join(", ")
-            };
-            *into.entry(group).or_default() += u64::from(*quorum);
+        if let Sorted::Hold(stages) = held {
+            for (approvers, quorum) in stages {
+                let group = if approvers.is_empty() {
+                    "anyone".to_string()
+                } else {
+                    approvers.join(", ")
+                };
+                *into.entry(group).or_default() += u64::from(*quorum);
+            }
         }
     };
     for call in &recorded {
@@ -304,14 +311,12 @@ pub fn replay(
         counts.calls += 1;
         // The kind of difference, and its count.
         let (kind, count) = match (&before, &after) {
-            (Sorted::Run, Sorted::Hold { .. }) => ("newly_held", &mut counts.newly_held),
-            (Sorted::Hold { .. }, Sorted::Run) => ("newly_released", &mut counts.newly_released),
-            (Sorted::Hold { .. }, Sorted::Hold { .. }) if before != after => {
+            (Sorted::Run, Sorted::Hold(_)) => ("newly_held", &mut counts.newly_held),
+            (Sorted::Hold(_), Sorted::Run) => ("newly_released", &mut counts.newly_released),
+            (Sorted::Hold(_), Sorted::Hold(_)) if before != after => {
                 ("other_reviewers", &mut counts.other_reviewers)
             }
-            (Sorted::Run | Sorted::Hold { .. }, Sorted::Refused) => {
-                ("refused", &mut counts.refused)
-            }
+            (Sorted::Run | Sorted::Hold(_), Sorted::Refused) => ("refused", &mut counts.refused),
             _ => ("unchanged", &mut counts.unchanged),
         };
         *count += 1;
@@ -367,7 +372,7 @@ fn waiting_now(candidate_side: &Side<'_>, candidate: &Agent, waiting: &[Waiting]
         match candidate_side.sort(&held.tool, &facts, crate::now_ms()).0 {
             Sorted::Refused => now.refused.push(named),
             Sorted::Run => now.released.push(named),
-            Sorted::Hold { .. } => {
+            Sorted::Hold(_) => {
                 let version = candidate.tool(&held.tool).map(ToolDef::policy_version);
                 if version.as_deref() == Some(held.policy_version.as_str()) {
                     now.unchanged += 1;
@@ -418,6 +423,22 @@ http = {{ url = "http://127.0.0.1:1/" }}
                 ran: true,
             })
             .collect()
+    }
+
+    #[test]
+    fn every_stage_is_counted_among_the_approvals_asked() {
+        let live = agent(
+            "[tools.approval]\nwhen = \"input.amount > 20.0\"\napprovers = [\"role:support\"]",
+        );
+        let candidate = agent(
+            "[tools.approval]\nwhen = \"input.amount > 20.0\"\n\
+             [[tools.approval.stages]]\napprovers = [\"role:support\"]\n\
+             [[tools.approval.stages]]\napprovers = [\"role:finance\"]\nquorum = 2",
+        );
+        let report = replay(&live, &candidate, &calls(&[50, 180]), &[], 1.0).unwrap();
+        assert_eq!(report.tools["issue_refund"].other_reviewers, 2);
+        let asked = &report.approvals_per_day.candidate;
+        assert_eq!((asked["role:support"], asked["role:finance"]), (2.0, 4.0));
     }
 
     #[test]

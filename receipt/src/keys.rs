@@ -266,6 +266,7 @@ mod tests {
             grant: None,
             risk: None,
             stages: Vec::new(),
+            windows: Vec::new(),
         });
         let keys = KeySet {
             keys: vec![signer.public().clone()],

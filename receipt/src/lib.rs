@@ -72,6 +72,25 @@ pub struct Claims {
     /// `decided_by`), in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stages: Vec<StageClaim>,
+    /// With a policy that reads windows, each window's total before the call and the call's
+    /// share, as the deciders were shown them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub windows: Vec<WindowClaim>,
+}
+
+/// One window a call was counted in, as its deciders were shown it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WindowClaim {
+    /// The window's name in the policy.
+    pub name: String,
+    /// Its key for this call (empty without `by`).
+    pub key: String,
+    /// How far back it reaches, as the policy wrote it.
+    pub over: String,
+    /// Its total before the call.
+    pub before: f64,
+    /// What the call adds.
+    pub amount: f64,
 }
 
 /// Who approved one stage of a call approved in stages.

@@ -913,6 +913,7 @@ impl TestApp {
             grant: None,
             risk: None,
             stages: Vec::new(),
+            windows: Vec::new(),
         }
     }
 

@@ -113,3 +113,15 @@ pub async fn start_until_paused(
     .await;
     run_id
 }
+
+/// The claims of a receipt (a compact JWS), read without checking its signature: what a test
+/// compares with what the deciders were shown.
+pub fn receipt_claims(token: &serde_json::Value) -> serde_json::Value {
+    use base64::Engine;
+    let token = token.as_str().expect("a receipt");
+    let payload = token.split('.').nth(1).expect("a compact JWS");
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload)
+        .expect("base64url");
+    serde_json::from_slice(&bytes).expect("JSON claims")
+}

@@ -49,6 +49,7 @@ fn main() -> anyhow::Result<()> {
             grant: None,
             risk: None,
             stages: Vec::new(),
+            windows: Vec::new(),
         };
         let started = Instant::now();
         let token = signer.sign(&claims);

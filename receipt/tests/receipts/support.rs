@@ -40,6 +40,7 @@ pub(crate) fn claims(input: &Value, jti: &str) -> Claims {
         grant: None,
         risk: None,
         stages: Vec::new(),
+        windows: Vec::new(),
     }
 }
 

@@ -5,9 +5,8 @@
 //! after its end.
 
 use super::cli::ok;
-use super::door::{ask_at, until_held};
+use super::door::{ask_at, external, until_held};
 use super::inbox::{ALICE_KEY, Browser, CAROL_KEY, add_keys};
-use base64::Engine;
 use countersign_tests::app::{ADMIN_KEY, INTEGRATION_KEY, REQUESTER_KEY, TestApp};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
@@ -34,11 +33,7 @@ quorum = 2
 "#;
 
 async fn app() -> TestApp {
-    TestApp::builder(|_: &Value| countersign_fake_model::anthropic_text("Unused."))
-        .agent(&format!("{AGENT}.toml"), AGENT_FILE.to_string())
-        .gateway(add_keys)
-        .start()
-        .await
+    external(AGENT, AGENT_FILE).gateway(add_keys).start().await
 }
 
 /// A `tool` call of `amount` asked by rick at the door, once held.
@@ -135,14 +130,7 @@ async fn a_delegate_decides_in_both_names_until_the_delegation_ends() {
     assert_eq!(decision["decided_by"], "carol for alice", "{decision}");
     assert_eq!(decision["delegation"], id, "{decision}");
     // The receipt the tool is sent names both too.
-    let token = decision["receipt"].as_str().expect("an approval's receipt");
-    let payload = token.split('.').nth(1).unwrap();
-    let claims: Value = serde_json::from_slice(
-        &base64::engine::general_purpose::URL_SAFE_NO_PAD
-            .decode(payload)
-            .unwrap(),
-    )
-    .unwrap();
+    let claims = countersign_tests::receipt_claims(&decision["receipt"]);
     assert_eq!(claims["decided_by"], json!(["carol for alice"]), "{claims}");
     let run = first["run_id"].as_str().unwrap();
     let (_, trail) = app.get(&format!("/v1/runs/{run}/audit")).await;

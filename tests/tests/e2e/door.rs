@@ -5,7 +5,7 @@
 
 use base64::Engine;
 use countersign_tests::app::{
-    ADMIN_KEY, PATIENCE, READER_KEY, REQUESTER_KEY, REVIEWER_KEY, TestApp,
+    ADMIN_KEY, PATIENCE, READER_KEY, REQUESTER_KEY, REVIEWER_KEY, TestApp, TestAppBuilder,
 };
 use countersign_tests::live::LiveEvents;
 use countersign_tests::wait_for;
@@ -74,6 +74,25 @@ timeout = "1s"
 /// An ask as `key`, under idempotency key `idem`.
 pub(super) async fn ask(app: &TestApp, key: &str, idem: &str, body: Value) -> (StatusCode, Value) {
     ask_at(app, AGENT, key, idem, body).await
+}
+
+/// An app with the external agent `name` defined by `file` (its model is never asked).
+pub(super) fn external<'a>(name: &str, file: &str) -> TestAppBuilder<'a> {
+    TestApp::builder(|_: &Value| countersign_fake_model::anthropic_text("Unused."))
+        .agent(&format!("{name}.toml"), file.to_string())
+}
+
+/// Cancels `run_id` with the requester's key, as the agent that asked would.
+pub(super) async fn cancelled_by_requester(app: &TestApp, run_id: &str) {
+    let (status, body) = app
+        .request(
+            Method::POST,
+            &format!("/v1/runs/{run_id}/cancel"),
+            Some(REQUESTER_KEY),
+            Some(json!({"reason": "the customer withdrew"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
 }
 
 /// An ask to `agent`'s door.
@@ -468,15 +487,7 @@ async fn a_call_nobody_decides_in_time_expires_and_a_cancelled_one_never_runs() 
     let (_, asked) = ask(&app, REQUESTER_KEY, "k-cancel", body).await;
     let held = until_held(&app, &asked).await;
     let run_id = held["run_id"].as_str().unwrap();
-    let (status, body) = app
-        .request(
-            Method::POST,
-            &format!("/v1/runs/{run_id}/cancel"),
-            Some(REQUESTER_KEY),
-            Some(json!({"reason": "the customer withdrew"})),
-        )
-        .await;
-    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    cancelled_by_requester(&app, run_id).await;
     let (status, cancelled) = look(&app, REQUESTER_KEY, &held, 30).await;
     assert_eq!(status, StatusCode::OK, "{cancelled}");
     assert_eq!(cancelled["status"], "cancelled", "{cancelled}");

@@ -3,7 +3,7 @@
 //! above that. Each call is held for the people whose limits cover it, the reviewer is told
 //! why, and an edit counts only from someone the edited call would be held for.
 
-use super::door::{ask_at, until_held};
+use super::door::{ask_at, external, until_held};
 use countersign_tests::app::{INTEGRATION_KEY, REQUESTER_KEY, TestApp};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
@@ -25,10 +25,7 @@ limits = { "role:support" = "input.amount <= 100.0", "role:finance" = "input.amo
 "#;
 
 async fn app() -> TestApp {
-    TestApp::builder(|_: &Value| countersign_fake_model::anthropic_text("Unused."))
-        .agent(&format!("{AGENT}.toml"), AGENT_FILE.to_string())
-        .start()
-        .await
+    external(AGENT, AGENT_FILE).start().await
 }
 
 /// A refund of `amount` asked at the door, once it is held: its state.

@@ -157,6 +157,7 @@ async fn while_its_jti_store_is_down_a_tool_answers_503_and_runs_nothing() {
             grant: None,
             risk: None,
             stages: Vec::new(),
+            windows: Vec::new(),
         });
         reqwest::Client::new()
             .post(&url)

@@ -189,8 +189,7 @@ async fn on_a_cluster_a_killed_master_is_replaced_and_every_run_completes_once()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_cluster_windows_and_delegations_keep_their_atomic_steps() {
     let infra = Infra::start_cluster().await;
-    let app = TestApp::builder(|_: &Value| countersign_fake_model::anthropic_text("Unused."))
-        .agent("kiosk.toml", super::windows::AGENT_FILE.to_string())
+    let app = super::door::external("kiosk", super::windows::AGENT_FILE)
         .agent("cover.toml", super::delegations::AGENT_FILE.to_string())
         .on(infra)
         .start()

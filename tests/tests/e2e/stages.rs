@@ -3,10 +3,9 @@
 //! asked only once the earlier ones approved, a rejection at any stage ends it, an edit at
 //! stage 2 sends the edited call back to stage 1, and the receipt names every stage.
 
-use super::door::{ask_at, until_held};
-use base64::Engine;
+use super::door::{ask_at, external, until_held};
 use countersign_tests::app::{PATIENCE, REQUESTER_KEY, TestApp};
-use countersign_tests::wait_for;
+use countersign_tests::{receipt_claims, wait_for};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -31,10 +30,7 @@ approvers = ["alice", "bob"]
 "#;
 
 async fn app() -> TestApp {
-    TestApp::builder(|_: &Value| countersign_fake_model::anthropic_text("Unused."))
-        .agent(&format!("{AGENT}.toml"), AGENT_FILE.to_string())
-        .start()
-        .await
+    external(AGENT, AGENT_FILE).start().await
 }
 
 /// A deploy of `version` asked by rick at the door, once held at stage 1; its run's id.
@@ -81,20 +77,6 @@ async fn decide(
     app.decide_as(person, run, decision).await
 }
 
-/// The claims of a receipt.
-fn claims(receipt: &Value) -> Value {
-    let payload = receipt
-        .as_str()
-        .expect("a receipt")
-        .split('.')
-        .nth(1)
-        .unwrap();
-    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(payload)
-        .unwrap();
-    serde_json::from_slice(&bytes).unwrap()
-}
-
 /// The decision recorded on the run's call `call_id`, once there is one.
 async fn decided(app: &TestApp, run: &str, call_id: &str) -> Value {
     wait_for("the decision", PATIENCE, || async {
@@ -139,7 +121,7 @@ async fn stages_are_asked_in_order_and_the_receipt_names_every_stage() {
     let (status, answer) = decide(&app, "bob", &run, &second, None).await;
     assert_eq!(status, StatusCode::OK, "{answer}");
     let last = decided(&app, &run, second["call_id"].as_str().unwrap()).await;
-    let claims = claims(&last["receipt"]);
+    let claims = receipt_claims(&last["receipt"]);
     assert_eq!(claims["decided_by"], json!(["bob"]), "{claims}");
     assert_eq!(
         claims["stages"],
@@ -208,7 +190,7 @@ async fn an_edit_at_stage_two_goes_back_to_stage_one_and_an_edit_at_stage_one_go
         StatusCode::OK
     );
     let decision = decided(&app, &run, last["call_id"].as_str().unwrap()).await;
-    let claims = claims(&decision["receipt"]);
+    let claims = receipt_claims(&decision["receipt"]);
     assert_eq!(
         claims["input_digest"],
         countersign_receipt::input_digest(&json!({"service": "api", "version": "1.2.2"}))

@@ -3,10 +3,10 @@
 //! with this one). Calls asked at once race for the window's room; a held call reserves its
 //! share until it is decided, and gives it back when it does not run.
 
-use super::door::{ask_at, look};
+use super::door::{ask_at, cancelled_by_requester, external, look};
 use countersign_tests::app::{PATIENCE, REQUESTER_KEY, TestApp};
 use countersign_tests::wait_for;
-use reqwest::{Method, StatusCode};
+use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 const AGENT: &str = "kiosk";
@@ -29,10 +29,7 @@ by = "input.customer"
 "#;
 
 async fn app() -> TestApp {
-    TestApp::builder(|_: &Value| countersign_fake_model::anthropic_text("Unused."))
-        .agent(&format!("{AGENT}.toml"), AGENT_FILE.to_string())
-        .start()
-        .await
+    external(AGENT, AGENT_FILE).start().await
 }
 
 /// A refund of `amount` to `customer` asked at the door (`idem` its idempotency key), once
@@ -129,7 +126,20 @@ async fn an_approved_call_counts_with_the_input_it_ran_with() {
         .decide_as("alice", big["run_id"].as_str().unwrap(), decision)
         .await;
     assert_eq!(status, StatusCode::OK, "{answer}");
-    settled(&app, &big, &["edited"]).await;
+    let edited = settled(&app, &big, &["edited"]).await;
+    // Its receipt names the window as the reviewer was shown it.
+    let path = format!(
+        "/v1/runs/{}/calls/{}?wait_secs=0",
+        big["run_id"].as_str().unwrap(),
+        big["call_id"].as_str().unwrap()
+    );
+    let (_, state) = app.get(&path).await;
+    let claims = countersign_tests::receipt_claims(&state["decision"]["receipt"]);
+    assert_eq!(
+        claims["windows"],
+        json!([{"name": "daily", "key": "c-1", "over": "24h", "before": 0.0, "amount": 150.0}]),
+        "{edited}"
+    );
     let fits = refund(&app, "fits", "c-1", 40.0).await;
     assert_eq!(fits["status"], "allowed", "{fits}");
     let over = refund(&app, "over", "c-1", 0.5).await;
@@ -158,15 +168,7 @@ async fn a_held_call_whose_run_is_cancelled_gives_its_share_back() {
     let big = refund(&app, "big", "c-1", 150.0).await;
     assert_eq!(big["status"], "pending", "{big}");
     let run_id = big["run_id"].as_str().unwrap();
-    let (status, body) = app
-        .request(
-            Method::POST,
-            &format!("/v1/runs/{run_id}/cancel"),
-            Some(REQUESTER_KEY),
-            Some(json!({"reason": "the customer withdrew"})),
-        )
-        .await;
-    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    cancelled_by_requester(&app, run_id).await;
     // Once a worker has ended the run (the cancel alone does not give shares back).
     wait_for("the run ended", PATIENCE, || async {
         let (_, run) = app.get(&format!("/v1/runs/{run_id}")).await;

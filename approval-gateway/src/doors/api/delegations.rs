@@ -90,15 +90,7 @@ async fn list(
     QueryParams(query): QueryParams<ListQuery>,
 ) -> Result<Json<Value>, ApiError> {
     caller.require(Permission::Read)?;
-    let active_only = match query.status.as_deref() {
-        None | Some("all") => false,
-        Some("active") => true,
-        Some(other) => {
-            return Err(ApiError::bad_request(format!(
-                "status {other:?} is not one of active, all"
-            )));
-        }
-    };
+    let active_only = super::active_only(query.status.as_deref())?;
     let (id, role) = acting(&caller, query.person.as_deref(), &state)?;
     let who = Principal { id: &id, role };
     let now = now_ms();

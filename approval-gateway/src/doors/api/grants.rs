@@ -139,15 +139,7 @@ async fn list(
     QueryParams(query): QueryParams<ListQuery>,
 ) -> Result<Json<Value>, ApiError> {
     caller.require(Permission::Read)?;
-    let active_only = match query.status.as_deref() {
-        None | Some("all") => false,
-        Some("active") => true,
-        Some(other) => {
-            return Err(ApiError::bad_request(format!(
-                "status {other:?} is not one of active, all"
-            )));
-        }
-    };
+    let active_only = super::active_only(query.status.as_deref())?;
     let limit = query.limit.unwrap_or(MAX_LIST);
     if !(1..=MAX_LIST).contains(&limit) {
         return Err(ApiError::bad_request(format!(

@@ -12,6 +12,7 @@ mod replay;
 mod runs;
 mod sessions;
 
+use crate::error::ApiError;
 use crate::state::AppState;
 use axum::Router;
 use tokio_util::sync::CancellationToken;
@@ -30,4 +31,16 @@ pub(super) fn router(stop: &CancellationToken) -> Router<AppState> {
         .merge(sessions::router())
         .merge(health::router())
         .merge(jwks::router())
+}
+
+/// Whether a listing's `?status=` asks for standing entries only: `active`, or `all` (the
+/// default); anything else is refused.
+fn active_only(status: Option<&str>) -> Result<bool, ApiError> {
+    match status {
+        None | Some("all") => Ok(false),
+        Some("active") => Ok(true),
+        Some(other) => Err(ApiError::bad_request(format!(
+            "status {other:?} is not one of active, all"
+        ))),
+    }
 }
