@@ -202,3 +202,150 @@ async fn an_edit_at_stage_two_goes_back_to_stage_one_and_an_edit_at_stage_one_go
     );
     app.wait_status(&run, "completed").await;
 }
+
+/// Where a generated history's deploy stands, in the reference model.
+#[derive(Debug)]
+struct Expected {
+    stage: u64,
+    version: String,
+    /// Who approved stage 1 of the call as it stands, when it is at stage 2.
+    first: Option<&'static str>,
+}
+
+/// Generated histories (seeded, `MODEL_CHECK_SEED` replays): four deploys at once, each
+/// decided by a drawn sequence of approvals, edits, a rejection, a person of the other stage
+/// trying, and a late click on the call of a stage already passed, checked step by step
+/// against a reference model of the stages: the stage the call waits at, its input, who the
+/// reason says approved stage 1; a wrong person and a late click change nothing; the call
+/// runs at most once, only after stage 2's approval, with a receipt naming both stages and
+/// binding the input as last edited.
+#[tokio::test]
+async fn generated_histories_of_stage_decisions_follow_the_reference_model() {
+    let seed = std::env::var("MODEL_CHECK_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| uuid::Uuid::new_v4().as_u64_pair().0);
+    println!("stage histories: seed {seed} (MODEL_CHECK_SEED={seed} plays them again)");
+    let mut rng = countersign_tests::model_check::rng::Rng::new(seed);
+    let histories: Vec<Vec<u64>> = (0..4)
+        .map(|_| (0..8).map(|_| rng.below(10)).collect())
+        .collect();
+    let app = app().await;
+    let played = futures::future::join_all(histories.iter().enumerate().map(|(i, draws)| {
+        let app = &app;
+        async move { play(app, i, draws).await }
+    }))
+    .await;
+    for (draws, log) in histories.iter().zip(played) {
+        println!("{draws:?}: {log}");
+    }
+}
+
+/// Plays one history, checking each step; what happened, in words.
+async fn play(app: &TestApp, i: usize, draws: &[u64]) -> String {
+    let run = deploy(app, &format!("history-{i}"), "1.0.0").await;
+    let mut expected = Expected {
+        stage: 1,
+        version: "1.0.0".into(),
+        first: None,
+    };
+    let mut log = Vec::new();
+    let mut passed: Option<Value> = None;
+    let mut edits = 0;
+    // The history, then approvals until it ends.
+    for draw in draws.iter().copied().chain(std::iter::repeat(0)) {
+        let held = at_stage(app, &run, expected.stage).await;
+        assert_eq!(
+            held["input"]["version"],
+            expected.version.as_str(),
+            "{held}"
+        );
+        let reason = held["reason"].as_str().unwrap();
+        match expected.first {
+            Some(who) => assert!(
+                reason.ends_with(&format!("stage 1 (on-call) approved by {who}")),
+                "{reason}"
+            ),
+            None => assert!(!reason.contains("approved by"), "{reason}"),
+        }
+        let (person, wrong) = match expected.stage {
+            1 => ("carol", "alice"),
+            _ => (["alice", "bob"][draw as usize % 2], "carol"),
+        };
+        match draw {
+            // Someone of the other stage tries: refused, nothing changes.
+            7 => {
+                let (status, answer) = decide(app, wrong, &run, &held, None).await;
+                assert_eq!(status, StatusCode::FORBIDDEN, "{answer}");
+                log.push(format!("{wrong} refused at {}", expected.stage));
+            }
+            // A late click on the call of the stage passed before: refused, or, from the one
+            // who decided it, answered as the repeat it is; either way nothing changes.
+            8 if passed.is_some() => {
+                let old = passed.as_ref().unwrap();
+                let (status, answer) = decide(app, "carol", &run, old, None).await;
+                let repeat = answer["decisions"][0]["status"] == "already_recorded";
+                assert!(status.is_client_error() || repeat, "{status} {answer}");
+                log.push("late click changed nothing".into());
+            }
+            // A rejection ends it: nothing runs.
+            9 => {
+                let reject = json!({"call_id": held["call_id"], "digest": held["digest"],
+                                    "action": "reject", "reason": "not now"});
+                let (status, answer) = app.decide_as(person, &run, reject).await;
+                assert_eq!(status, StatusCode::OK, "{answer}");
+                app.wait_status(&run, "completed").await;
+                log.push(format!("{person} rejected at {}", expected.stage));
+                return log.join(", ");
+            }
+            // An edit (at most three: then the history goes on to its end).
+            4..=6 if edits < 3 => {
+                edits += 1;
+                let version = format!("1.0.{edits}");
+                let (status, answer) = decide(app, person, &run, &held, Some(&version)).await;
+                assert_eq!(status, StatusCode::OK, "{answer}");
+                log.push(format!("{person} edited at {}", expected.stage));
+                expected = match expected.stage {
+                    1 => Expected {
+                        stage: 2,
+                        version,
+                        first: Some(person),
+                    },
+                    _ => Expected {
+                        stage: 1,
+                        version,
+                        first: None,
+                    },
+                };
+                passed = Some(held);
+            }
+            // An approval: on to stage 2, or, at stage 2, the deploy runs.
+            _ => {
+                let (status, answer) = decide(app, person, &run, &held, None).await;
+                assert_eq!(status, StatusCode::OK, "{answer}");
+                log.push(format!("{person} approved at {}", expected.stage));
+                if expected.stage == 2 {
+                    let decision = decided(app, &run, held["call_id"].as_str().unwrap()).await;
+                    let claims = receipt_claims(&decision["receipt"]);
+                    assert_eq!(claims["decided_by"], json!([person]), "{claims}");
+                    let first = expected.first.unwrap();
+                    assert_eq!(claims["stages"], json!([{"stage": 1, "decided_by": first}]));
+                    let input = json!({"service": "api", "version": expected.version});
+                    assert_eq!(
+                        claims["input_digest"],
+                        countersign_receipt::input_digest(&input)
+                    );
+                    app.wait_status(&run, "completed").await;
+                    return log.join(", ");
+                }
+                expected = Expected {
+                    stage: 2,
+                    version: expected.version,
+                    first: Some(person),
+                };
+                passed = Some(held);
+            }
+        }
+    }
+    unreachable!("a history ends with an approval or a rejection")
+}
