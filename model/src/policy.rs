@@ -125,10 +125,7 @@ impl Policy {
     pub fn described(&self, input: &Value, metadata: &Value) -> (String, String) {
         let empty = Value::Object(Default::default());
         let ctx = self.context(input, metadata, &empty).ok();
-        match self.ask(ctx.as_ref(), None) {
-            Gate::Ask { reason, summary } => (reason, summary),
-            Gate::Run => unreachable!("asking always asks"),
-        }
+        self.told(ctx.as_ref(), None)
     }
 
     /// A call whose windows cannot be read waits, and the reviewer is told why.
@@ -187,6 +184,13 @@ impl Policy {
     }
 
     fn ask(&self, ctx: Option<&Context>, failure: Option<String>) -> Gate {
+        let (reason, summary) = self.told(ctx, failure);
+        Gate::Ask { reason, summary }
+    }
+
+    /// The reason (a failure to evaluate the policy, if there was one, else the template's)
+    /// and the summary a held call is shown, the templates filled in from `ctx`.
+    fn told(&self, ctx: Option<&Context>, failure: Option<String>) -> (String, String) {
         let render = |t: &Option<Template>| match (t, ctx) {
             (Some(t), Some(ctx)) => Some(t.render(ctx)),
             _ => None,
@@ -195,7 +199,7 @@ impl Policy {
             .or_else(|| render(&self.reason))
             .unwrap_or_else(|| format!("the policy requires a person to approve {}", self.tool));
         let summary = render(&self.summary).unwrap_or_else(|| format!("Call {}", self.tool));
-        Gate::Ask { reason, summary }
+        (reason, summary)
     }
 }
 
