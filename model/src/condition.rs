@@ -107,22 +107,7 @@ impl Condition {
     /// What the expression gives for `input` as a number of at least 0: what a call adds to
     /// a grant's total (`input.amount`). `Err` says why it does not.
     pub fn number(&self, input: &Value) -> Result<f64, ConditionError> {
-        let n = match self.evaluate(input)? {
-            Cel::Int(i) => i as f64,
-            Cel::UInt(u) => u as f64,
-            Cel::Float(f) => f,
-            other => {
-                return Err(ConditionError::Invalid(format!(
-                    "it gave {other:?}, not a number"
-                )));
-            }
-        };
-        if !n.is_finite() || n < 0.0 {
-            return Err(ConditionError::Invalid(format!(
-                "it gave {n}, not a number of at least 0"
-            )));
-        }
-        Ok(n)
+        amount(self.evaluate(input)?).map_err(|e| ConditionError::Invalid(format!("it {e}")))
     }
 
     /// The expression evaluated for `input`, within the bounds of every condition.
@@ -145,6 +130,21 @@ impl Condition {
     pub fn matches(&self, input: &Value) -> bool {
         self.check(input).unwrap_or(false)
     }
+}
+
+/// What a CEL value adds to a total (a grant's, a window's): a number of at least 0, or what
+/// it gave instead (`gave "40", not a number`).
+pub(crate) fn amount(value: Cel) -> Result<f64, String> {
+    let n = match value {
+        Cel::Int(i) => i as f64,
+        Cel::UInt(u) => u as f64,
+        Cel::Float(f) => f,
+        other => return Err(format!("gave {other:?}, not a number")),
+    };
+    if !n.is_finite() || n < 0.0 {
+        return Err(format!("gave {n}, not a number of at least 0"));
+    }
+    Ok(n)
 }
 
 /// What a walk of a condition's expression counted.

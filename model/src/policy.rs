@@ -244,14 +244,22 @@ impl Template {
     }
 }
 
+/// A number as a person reads it: whole ones without `.0`.
+pub(crate) fn number_text(n: f64) -> String {
+    if n.fract() == 0.0 && n.abs() < 1e15 {
+        format!("{}", n as i64)
+    } else {
+        n.to_string()
+    }
+}
+
 /// Values as a person reads them: strings without quotes, whole floats without `.0`.
 fn display(value: &Cel) -> String {
     match value {
         Cel::String(s) => s.to_string(),
         Cel::Int(i) => i.to_string(),
         Cel::UInt(u) => u.to_string(),
-        Cel::Float(f) if f.fract() == 0.0 && f.abs() < 1e15 => format!("{}", *f as i64),
-        Cel::Float(f) => f.to_string(),
+        Cel::Float(f) => number_text(*f),
         Cel::Bool(b) => b.to_string(),
         Cel::Null => "null".into(),
         other => match other.json() {

@@ -16,6 +16,7 @@
 //! the call, or the sum is negative or not a number) adds nothing and the call is held.
 
 use crate::digest::sha256_hex;
+use crate::policy::number_text;
 use crate::span::Span;
 use cel::{Context, Env, Program, Value as Cel};
 use serde::{Deserialize, Serialize};
@@ -73,18 +74,9 @@ impl Share {
             "window {} ({}{key}): {} before this call's {}",
             self.name,
             self.over,
-            number(self.before),
-            number(self.amount)
+            number_text(self.before),
+            number_text(self.amount)
         )
-    }
-}
-
-/// A number as a person reads it: whole ones without `.0`.
-fn number(n: f64) -> String {
-    if n.fract() == 0.0 && n.abs() < 1e15 {
-        format!("{}", n as i64)
-    } else {
-        format!("{n}")
     }
 }
 
@@ -138,16 +130,10 @@ impl Window {
         let amount = match &self.sum {
             None => 1.0,
             Some(sum) => match sum.execute(&ctx) {
-                Ok(Cel::Int(i)) => i as f64,
-                Ok(Cel::UInt(u)) => u as f64,
-                Ok(Cel::Float(f)) => f,
-                Ok(other) => return Err(format!("its sum gave {other:?}, not a number")),
+                Ok(value) => crate::condition::amount(value).map_err(|e| format!("its sum {e}"))?,
                 Err(e) => return Err(format!("its sum could not be evaluated: {e}")),
             },
         };
-        if !amount.is_finite() || amount < 0.0 {
-            return Err(format!("its sum gave {amount}, not a number of at least 0"));
-        }
         let key = match &self.by {
             None => String::new(),
             Some(by) => match by.execute(&ctx) {

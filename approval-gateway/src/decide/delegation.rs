@@ -10,8 +10,17 @@ use countersign_model::now_ms;
 use countersign_model::run::{Run, RunId};
 use countersign_store::{StoreError, UseOutcome};
 
-/// The delegations handing approvals to `who`, active now: whose places they may take.
+/// Who handed their approvals to `who` by a delegation active now: whose places they may take.
 pub(crate) async fn delegators(state: &AppState, who: &str) -> Result<Vec<String>, StoreError> {
+    Ok(active_to(state, who)
+        .await?
+        .into_iter()
+        .map(|d| d.from)
+        .collect())
+}
+
+/// The delegations handing approvals to `who`, active now.
+async fn active_to(state: &AppState, who: &str) -> Result<Vec<Delegation>, StoreError> {
     let now = now_ms();
     Ok(state
         .store
@@ -19,7 +28,6 @@ pub(crate) async fn delegators(state: &AppState, who: &str) -> Result<Vec<String
         .await?
         .into_iter()
         .filter(|d| d.to == who && d.status(now) == DelegationStatus::Active)
-        .map(|d| d.from)
         .collect())
 }
 
@@ -62,10 +70,10 @@ pub(super) async fn take(
     if deciders.iter().any(|d| d == principal) {
         return Ok(None);
     }
-    let now = now_ms();
-    let found = state.store.delegations().await?.into_iter().find(|d| {
-        d.to == principal && d.status(now) == DelegationStatus::Active && deciders.contains(&d.from)
-    });
+    let found = active_to(state, principal)
+        .await?
+        .into_iter()
+        .find(|d| deciders.contains(&d.from));
     let Some(delegation) = found else {
         return Ok(None);
     };

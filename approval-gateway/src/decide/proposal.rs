@@ -76,10 +76,7 @@ fn check_grant(
     if let Err(e) = tool.grant_limits().check(terms) {
         return Err(DecideError::GrantRefused(e));
     }
-    let condition = Condition::compile(&terms.condition).map_err(|e| match e {
-        ConditionError::Invalid(why) => DecideError::BadInput(why),
-        ConditionError::Limit(why) => DecideError::ConditionLimit(why),
-    })?;
+    let condition = compiled(&terms.condition, "")?;
     match condition.check(&pending.input) {
         Ok(true) => {}
         Ok(false) => {
@@ -104,10 +101,7 @@ fn check_grant(
         }
     }
     if let Some(total) = &terms.total {
-        let sum = Condition::compile(&total.sum).map_err(|e| match e {
-            ConditionError::Invalid(why) => DecideError::BadInput(format!("total.sum: {why}")),
-            ConditionError::Limit(why) => DecideError::ConditionLimit(format!("total.sum: {why}")),
-        })?;
+        let sum = compiled(&total.sum, "total.sum: ")?;
         // It must read the calls it covers as this one: a number of at least 0.
         if let Err(e) = sum.number(&pending.input) {
             return bad(format!(
@@ -121,6 +115,15 @@ fn check_grant(
         return bad("same_requester: this run has no requester to limit the grant to".into());
     }
     Ok(())
+}
+
+/// A grant's expression compiled, or refused as bad input or too costly, `field` naming it
+/// before the reason.
+fn compiled(source: &str, field: &str) -> Result<Condition, DecideError> {
+    Condition::compile(source).map_err(|e| match e {
+        ConditionError::Invalid(why) => DecideError::BadInput(format!("{field}{why}")),
+        ConditionError::Limit(why) => DecideError::ConditionLimit(format!("{field}{why}")),
+    })
 }
 
 /// Whether an edit of `pending` to `edited` by `by` (named by policies as `entries`) keeps
