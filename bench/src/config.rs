@@ -33,6 +33,8 @@ usage: cargo run --release -p countersign-bench -- [options]
                           folder in the temp dir, removed unless a check fails)
   --keep                  keep the default work dir too
   --log-level FILTER      RUST_LOG of the services (default info, as deployed)
+  --otlp                  the services export their spans over OTLP/HTTP to a sink in the
+                          bench (as with OTEL_EXPORTER_OTLP_ENDPOINT set; off by default)
   --perf DIR              record `perf` samples of the gateway and the first worker during
                           the measured window of one level (with the first worker count), into
                           DIR; that level's figures then include perf's own cost
@@ -69,6 +71,7 @@ pub struct Options {
     pub work_dir: Option<PathBuf>,
     pub keep: bool,
     pub log_level: String,
+    pub otlp: bool,
     pub perf: Option<PathBuf>,
     pub perf_level: usize,
     #[serde(serialize_with = "secs")]
@@ -98,6 +101,7 @@ impl Default for Options {
             work_dir: None,
             keep: false,
             log_level: "info".into(),
+            otlp: false,
             perf: None,
             perf_level: 64,
             timeout: Duration::from_secs(30),
@@ -144,6 +148,7 @@ impl Options {
                 "--work-dir" => o.work_dir = Some(value()?.into()),
                 "--keep" => o.keep = true,
                 "--log-level" => o.log_level = value()?,
+                "--otlp" => o.otlp = true,
                 "--perf" => o.perf = Some(value()?.into()),
                 "--perf-level" => o.perf_level = number(&flag, &value()?)?,
                 "--timeout-secs" => {

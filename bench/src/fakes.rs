@@ -5,7 +5,8 @@
 //! They run on their own Tokio runtime whose threads are named `fakes`, so their CPU time is
 //! read apart from the load generator's (see [`crate::measure::own_threads_ticks`]).
 //! `countersign-local`'s demo tools keep every answer; that cost does not belong in a
-//! benchmark, so the tools service is written here.
+//! benchmark, so the tools service is written here. The same server takes the services'
+//! spans when they export them (`--otlp`), answering as an OTLP/HTTP collector does.
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
@@ -62,6 +63,7 @@ impl Fakes {
         let tools_app = Router::new()
             .route("/orders/lookup", post(lookup))
             .route("/refunds", post(refund))
+            .route("/v1/traces", post(traces))
             .with_state(ledger.clone());
         std::thread::Builder::new()
             .name(THREADS.into())
@@ -94,6 +96,12 @@ impl Fakes {
             .cloned()
             .unwrap_or_default()
     }
+}
+
+/// An OTLP/HTTP export of spans, taken and dropped: an empty `ExportTraceServiceResponse`
+/// (no rejected spans) in protobuf.
+async fn traces() -> (StatusCode, [(&'static str, &'static str); 1]) {
+    (StatusCode::OK, [("content-type", "application/x-protobuf")])
 }
 
 /// `run_id` and `call_id` of an `Idempotency-Key: run_id:turn:call_id` header.

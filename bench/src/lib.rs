@@ -152,6 +152,7 @@ impl SystemBench {
                 namespace: &namespace,
                 agents_dir: &agents_dir,
                 log_level: &options.log_level,
+                otlp: options.otlp.then_some(fakes.tools_url.as_str()),
             },
             workers,
             options.worker_concurrency,

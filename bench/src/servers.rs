@@ -221,6 +221,8 @@ pub struct Shared<'a> {
     pub namespace: &'a str,
     pub agents_dir: &'a Path,
     pub log_level: &'a str,
+    /// Where the services export their spans (OTLP/HTTP), if they do.
+    pub otlp: Option<&'a str>,
 }
 
 impl Shared<'_> {
@@ -277,7 +279,7 @@ impl System {
         )?;
         let gateway = Proc::spawn(
             "approval-gateway",
-            &mut service(bin_dir, "approval-gateway", &config, shared.log_level)?,
+            &mut service(bin_dir, "approval-gateway", &config, shared)?,
             &dir.join("gateway.log"),
         )?;
         let mut system = Self {
@@ -305,7 +307,7 @@ impl System {
             let name = format!("agent-worker-{n}");
             system.workers.push(Proc::spawn(
                 &name,
-                &mut service(bin_dir, "agent-worker", &config, shared.log_level)?,
+                &mut service(bin_dir, "agent-worker", &config, shared)?,
                 &dir.join(format!("{name}.log")),
             )?);
             system
@@ -344,7 +346,12 @@ impl System {
     }
 }
 
-fn service(bin_dir: &Path, binary: &str, config: &Path, log: &str) -> anyhow::Result<Command> {
+fn service(
+    bin_dir: &Path,
+    binary: &str,
+    config: &Path,
+    shared: &Shared<'_>,
+) -> anyhow::Result<Command> {
     let path = bin_dir.join(binary);
     if !path.is_file() {
         bail!(
@@ -355,8 +362,9 @@ fn service(bin_dir: &Path, binary: &str, config: &Path, log: &str) -> anyhow::Re
     let mut command = Command::new(path);
     command
         .env("COUNTERSIGN_CONFIG", config)
-        .env("RUST_LOG", log)
+        .env("RUST_LOG", shared.log_level)
         // Whatever the caller's shell has must not reconfigure the services.
+        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
         .env_remove("NATS_URL")
         .env_remove("REDIS_URL")
         .env_remove("COUNTERSIGN_NAMESPACE")
@@ -367,6 +375,10 @@ fn service(bin_dir: &Path, binary: &str, config: &Path, log: &str) -> anyhow::Re
         .env_remove("WORKER_ID")
         .env_remove("LOG_FORMAT")
         .env_remove("ANTHROPIC_BASE_URL");
+    match shared.otlp {
+        Some(url) => command.env("OTEL_EXPORTER_OTLP_ENDPOINT", url),
+        None => command.env_remove("OTEL_EXPORTER_OTLP_ENDPOINT"),
+    };
     Ok(command)
 }
 

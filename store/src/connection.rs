@@ -73,6 +73,12 @@ impl Connection {
         })
     }
 
+    /// Whether the keys live on several servers (Redis Cluster), so one script may take only
+    /// the keys of one slot.
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.route, Route::Cluster(_))
+    }
+
     /// After a write, waits until the replicas asked for hold it (and everything this
     /// connection wrote before it); fewer within the timeout is an error, as the write could
     /// still be lost in a failover.

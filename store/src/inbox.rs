@@ -4,8 +4,6 @@
 
 use super::{Store, StoreError, WorkerStore};
 use crate::keys::Shard;
-use crate::script;
-use countersign_model::now_ms;
 use countersign_model::run::RunId;
 use futures::future::try_join_all;
 
@@ -114,41 +112,6 @@ impl Store {
 }
 
 impl WorkerStore {
-    /// A run resumes: out of the paused-runs index, and the timers of its held calls (given
-    /// as `(call_id, digest)`) gone, so decided calls do not wait in the sweepers' sets until
-    /// their deadline.
-    pub async fn resumed(&self, id: &RunId, calls: &[(&str, &str)]) -> Result<(), StoreError> {
-        let shard = Shard::of(id);
-        let mut script = script::INBOX_RESUMED.invocation(None, &script::Mark { run: id.as_str() });
-        script
-            .key(self.keys.awaiting_key(shard))
-            .key(self.keys.deadlines_key(shard))
-            .key(self.keys.reminders_key(shard));
-        for (call_id, digest) in calls {
-            script.arg(super::timers::member(id, call_id, digest));
-        }
-        let _: i64 = script.invoke_async(&mut self.conn.clone()).await?;
-        Ok(())
-    }
-
-    /// Adds or removes a run in the index of paused runs.
-    pub async fn index_awaiting(&self, id: &RunId, awaiting: bool) -> Result<(), StoreError> {
-        let mut cmd = if awaiting {
-            let mut c = redis::cmd("ZADD");
-            c.arg(self.keys.awaiting_key(Shard::of(id))).arg(now_ms());
-            c
-        } else {
-            let mut c = redis::cmd("ZREM");
-            c.arg(self.keys.awaiting_key(Shard::of(id)));
-            c
-        };
-        let _: i64 = cmd
-            .arg(id.as_str())
-            .query_async(&mut self.conn.clone())
-            .await?;
-        Ok(())
-    }
-
     /// Whether `worker` is the first to take on checking the calls that wait under earlier
     /// versions of `agent` than `version`: one worker does it per version, for `ttl`.
     pub async fn take_recheck(

@@ -69,6 +69,16 @@ impl Keys {
     pub fn outbox_index_key(&self, shard: Shard) -> String {
         self.shard_key("outbox", shard)
     }
+    /// The indexes of a shard a step on one of its runs changes, in the order the scripts
+    /// expect (`SHARD_KEYS` in `script.rs`).
+    pub fn shard_keys(&self, shard: Shard) -> [String; 4] {
+        [
+            self.outbox_index_key(shard),
+            self.awaiting_key(shard),
+            self.deadlines_key(shard),
+            self.reminders_key(shard),
+        ]
+    }
     /// Every key a run's scripts take, in the order the scripts expect (see
     /// `lua/prelude.lua`).
     pub fn run_keys(&self, run: &RunId) -> [String; 9] {

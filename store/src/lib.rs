@@ -59,6 +59,7 @@ pub use exec::{ExecBegin, Execution};
 pub use grants::{KEEP_ENDED, UseOutcome};
 pub use handles::{Closing, GatewayStore, WorkerStore};
 pub use inbox::Awaiting;
+pub use outbox::Indexes;
 pub use records::IdempotencyRecord;
 pub use timers::{Due, DueTimer, Timer};
 
@@ -68,12 +69,12 @@ use countersign_model::events::{Envelope, Event};
 use countersign_model::run::{Decision, DecisionTerms, Run, RunId, RunStatus};
 use countersign_runtime::metrics::Metrics;
 use countersign_runtime::names::{Names, msg_id};
-use keys::Keys;
+use keys::{Keys, Shard};
 use redis::ScriptInvocation;
 use script::{Argv, Lua, NoArgs};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -159,6 +160,19 @@ pub struct Claimed {
     pub decisions: HashMap<String, Decision>,
 }
 
+/// What a save writes besides the run: the audit entries of what changed, the announcements
+/// others must hear of, and what changes in the run's shard's indexes (a pause's own listing
+/// and timers are added by the save).
+#[derive(Clone, Debug, Default)]
+pub struct Changes {
+    /// Appended to the run's audit chain.
+    pub audits: Vec<AuditEntry>,
+    /// Queued in the run's outbox.
+    pub announce: Vec<Announcement>,
+    /// Changed in the shard's indexes.
+    pub index: Indexes,
+}
+
 /// How a saved run goes on; the kind decides the status written.
 pub enum Save {
     /// Still being driven: the turn the model just asked for, stored before any of its calls
@@ -212,6 +226,7 @@ pub struct Store {
     names: Names,
     keys: Keys,
     heads: Heads,
+    clock: Clock,
 }
 
 impl Store {
@@ -229,6 +244,7 @@ impl Store {
             keys: Keys::of(&names),
             names,
             heads: Heads::default(),
+            clock: Clock::default(),
         })
     }
 
@@ -273,32 +289,62 @@ impl Store {
         Ok(())
     }
 
-    /// Redis's clock in milliseconds: the one leases and deadlines are compared with.
+    /// Redis's clock in milliseconds: the one leases and deadlines are compared with. Read
+    /// from Redis at most once per [`Clock::FRESH`]; meanwhile carried forward on this
+    /// process's monotonic clock, which costs no round trip and is off by at most the read's.
     pub async fn time_ms(&self) -> Result<i64, StoreError> {
+        if let Some(now) = self.clock.now() {
+            return Ok(now);
+        }
+        let asked = Instant::now();
         let (secs, micros): (i64, i64) = redis::cmd("TIME")
             .query_async(&mut self.conn.clone())
             .await?;
-        Ok(secs * 1000 + micros / 1000)
+        let now = secs * 1000 + micros / 1000;
+        self.clock.read(asked, now);
+        Ok(now)
     }
     /// The run with the version it was read at, for [`Store::escalate`]. The status and the
     /// cancellation are the hash's, which the scripts keep.
     pub async fn load_versioned(&self, id: &RunId) -> Result<Option<(Run, String)>, StoreError> {
-        type Fields = (
-            Option<String>,
-            Option<String>,
-            Option<String>,
-            Option<String>,
-            Option<String>,
-        );
-        let (status, doc, version, cancel, head): Fields = redis::cmd("HMGET")
-            .arg(self.keys.run_key(id))
-            .arg("status")
-            .arg("doc")
-            .arg("version")
-            .arg("cancel")
-            .arg("audit_head")
+        let fields: RunFields = self
+            .run_fields(id)
             .query_async(&mut self.conn.clone())
             .await?;
+        self.read_fields(id, fields)
+    }
+
+    /// The run and the recorded decisions on its calls, read in one round trip.
+    pub async fn load_with_decisions(
+        &self,
+        id: &RunId,
+    ) -> Result<Option<(Run, HashMap<String, Decision>)>, StoreError> {
+        let (fields, decisions): (RunFields, HashMap<String, String>) = redis::pipe()
+            .add_command(self.run_fields(id))
+            .hgetall(self.keys.decisions_key(id))
+            .query_async(&mut self.conn.clone())
+            .await?;
+        let Some((run, _)) = self.read_fields(id, fields)? else {
+            return Ok(None);
+        };
+        Ok(Some((run, read_decisions(decisions)?)))
+    }
+
+    /// The run hash's fields a load reads.
+    fn run_fields(&self, id: &RunId) -> redis::Cmd {
+        let mut cmd = redis::cmd("HMGET");
+        cmd.arg(self.keys.run_key(id))
+            .arg(&["status", "doc", "version", "cancel", "audit_head"]);
+        cmd
+    }
+
+    /// The run and its version from the fields [`Store::run_fields`] reads; none if it is
+    /// not stored.
+    fn read_fields(
+        &self,
+        id: &RunId,
+        (status, doc, version, cancel, head): RunFields,
+    ) -> Result<Option<(Run, String)>, StoreError> {
         let (Some(status), Some(doc), Some(version)) = (status, doc, version) else {
             return Ok(None);
         };
@@ -327,15 +373,10 @@ impl Store {
             .arg(self.keys.decisions_key(id))
             .query_async(&mut self.conn.clone())
             .await?;
-        raw.into_iter()
-            .map(|(k, v)| Ok((k, from_json(&v)?)))
-            .collect()
+        read_decisions(raw)
     }
 
-    /// A script on one run: all its keys, the common arguments and `args`, after marking the
-    /// run in the outbox index (marked again if the script found the mark too old); `tail`
-    /// adds what follows, with its audit entries linked through the [`Chain`]. Replies with
-    /// the script's status and detail, and the announcements it queued.
+    /// [`Store::on_run_indexed`], changing nothing in the shard's indexes but the mark.
     async fn on_run<A: Argv>(
         &self,
         script: &Lua<A>,
@@ -343,29 +384,46 @@ impl Store {
         args: &A,
         tail: impl Fn(&mut ScriptInvocation<'_>, &mut Chain) -> Result<(), StoreError>,
     ) -> Result<(String, String, Vec<Announcement>), StoreError> {
-        self.on_run_marked(script, id, false, args, tail).await
+        self.on_run_indexed(script, id, &Indexes::default(), args, tail)
+            .await
     }
 
-    /// [`Store::on_run`]; with `pausing`, the mark also lists the run in the paused-runs index.
-    async fn on_run_marked<A: Argv>(
+    /// A script on one run: all its keys, the common arguments and `args`; `tail` adds what
+    /// follows, with its audit entries linked through the [`Chain`]. The script marks the run
+    /// in the outbox index and makes the changes `index` lists in its shard's indexes in the
+    /// same step; under Cluster, where those are in another slot, a script of their own does
+    /// that just before (and again if the run's script found that mark too old). Replies with
+    /// the script's status and detail, and the announcements it queued.
+    async fn on_run_indexed<A: Argv>(
         &self,
         script: &Lua<A>,
         id: &RunId,
-        pausing: bool,
+        index: &Indexes,
         args: &A,
         tail: impl Fn(&mut ScriptInvocation<'_>, &mut Chain) -> Result<(), StoreError>,
     ) -> Result<(String, String, Vec<Announcement>), StoreError> {
         let audit_subject = self.names.audit_subject(id);
+        let index = index.arg();
         let mut attempt = 0;
         loop {
-            let mark = self.mark(id, pausing).await?;
+            let (mark, index, shard_keys) = if self.conn.is_cluster() {
+                // The shard's key names stand for nothing here: the run's own key, in its slot.
+                (
+                    self.mark(id, &index).await?,
+                    "",
+                    [(); 4].map(|_| self.keys.run_key(id)),
+                )
+            } else {
+                (0, index.as_str(), self.keys.shard_keys(Shard::of(id)))
+            };
             let common = script::OnRun {
                 run_id: id.as_str(),
                 audit_subject: &audit_subject,
                 mark,
+                index,
             };
             let mut invocation = script.invocation(Some(&common), args);
-            for key in self.keys.run_keys(id) {
+            for key in self.keys.run_keys(id).into_iter().chain(shard_keys) {
                 invocation.key(key);
             }
             let mut chain = Chain {
@@ -483,6 +541,25 @@ impl AuditLinked {
     }
 }
 
+/// Redis's clock as last read, and when (on this process's monotonic clock) it was asked.
+#[derive(Clone, Default)]
+struct Clock(Arc<Mutex<Option<(Instant, i64)>>>);
+
+impl Clock {
+    /// How long a reading is carried forward before Redis is asked again.
+    const FRESH: Duration = Duration::from_secs(1);
+
+    fn now(&self) -> Option<i64> {
+        let (asked, ms) = (*self.0.lock().expect("lock poisoned"))?;
+        let since = asked.elapsed();
+        (since < Self::FRESH).then(|| ms + since.as_millis() as i64)
+    }
+
+    fn read(&self, asked: Instant, ms: i64) {
+        *self.0.lock().expect("lock poisoned") = Some((asked, ms));
+    }
+}
+
 /// The last audit head this process saw per run, from its reads and its scripts' replies:
 /// the start of the next links it computes. Bounded: past a size it starts again empty,
 /// which costs only slower appends (Redis computes the links) until heads are seen again.
@@ -521,6 +598,21 @@ fn announce_args(script: &mut ScriptInvocation<'_>, announce: &[Announcement]) {
 
 /// The run from its stored document, with the status and cancellation the hash holds (the
 /// scripts keep those, not the document).
+/// The run hash's status, document, version, cancellation and audit head.
+type RunFields = (
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+);
+
+fn read_decisions(raw: HashMap<String, String>) -> Result<HashMap<String, Decision>, StoreError> {
+    raw.into_iter()
+        .map(|(k, v)| Ok((k, from_json(&v)?)))
+        .collect()
+}
+
 fn read_run(status: &str, doc: &str, cancel: Option<&str>) -> Result<Run, StoreError> {
     let mut run: Run = from_json(doc)?;
     run.status = RunStatus::parse(status)
@@ -687,20 +779,31 @@ impl WorkerStore {
         Ok(ok == 1)
     }
 
-    /// Writes the run as the lease holder, with the audit entries of what changed and the
-    /// announcements others must hear of, in one step. A pause is listed in the paused-runs
-    /// index just before, in the step that marks its outbox, so a run seen paused is always
-    /// found in the inbox (which re-checks each run's status, so a listing whose save failed
-    /// shows nothing).
+    /// Writes the run as the lease holder, with its [`Changes`], in one step. A pause is
+    /// listed in the paused-runs index and its held calls' timers set in that step (under
+    /// Cluster, in the step that marks its outbox just before: the inbox and the sweepers
+    /// check each run's status, so a listing whose save failed shows and does nothing).
     pub async fn save(
         &self,
         run: &Run,
         owner: &str,
         lease: Duration,
         how: Save,
-        audits: &[AuditEntry],
-        announce: &[Announcement],
+        changes: &Changes,
     ) -> Result<Vec<Announcement>, StoreError> {
+        let Changes {
+            audits,
+            announce,
+            index,
+        } = changes;
+        let paused;
+        let index = match how {
+            Save::Pause => {
+                paused = index.clone().then(Indexes::paused(run));
+                &paused
+            }
+            _ => index,
+        };
         let held: Vec<(&str, String)> = match how {
             Save::Pause => run
                 .held_calls()
@@ -736,21 +839,15 @@ impl WorkerStore {
             starts: &starts,
         };
         let (status, detail, queued) = self
-            .on_run_marked(
-                &script::SAVE,
-                &run.run_id,
-                matches!(how, Save::Pause),
-                &args,
-                |script, chain| {
-                    script.arg(held.len());
-                    for (call_id, terms) in &held {
-                        script::HeldTerms { call_id, terms }.push(script);
-                    }
-                    chain.args(script, audits);
-                    announce_args(script, announce);
-                    Ok(())
-                },
-            )
+            .on_run_indexed(&script::SAVE, &run.run_id, index, &args, |script, chain| {
+                script.arg(held.len());
+                for (call_id, terms) in &held {
+                    script::HeldTerms { call_id, terms }.push(script);
+                }
+                chain.args(script, audits);
+                announce_args(script, announce);
+                Ok(())
+            })
             .await?;
         match status.as_str() {
             "ok" => Ok(queued),

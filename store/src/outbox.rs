@@ -1,26 +1,99 @@
 //! The outbox index: which runs may hold announcements JetStream has not acknowledged. A run
-//! is marked (scored with Redis's time) before any script that may queue something for it,
-//! and that script refuses to write if its mark is older than two seconds; so a sweeper that
+//! is marked (scored with Redis's time) by any script that may queue something for it, in the
+//! same step on one server; under Cluster, where the index is in another slot than the run,
+//! just before, and then that script refuses to write if its mark is older than two seconds; so a sweeper that
 //! finds a mark older than its grace period and the run's outbox empty knows nothing is still
 //! on its way, and may drop the mark if nobody marked the run again since.
 
 use super::{Announcement, Store, StoreError};
 use crate::keys::Shard;
 use crate::script;
-use countersign_model::run::RunId;
+use crate::timers::member;
+use countersign_model::run::{HeldCall, Run, RunId};
+
+/// What a step on a run changes in its shard's indexes besides the outbox mark: the paused
+/// runs and the held calls' timers (see `lua/shard.lua`). On one server the step's own script
+/// makes these changes; under Cluster the script that marks the run, just before.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct Indexes {
+    /// Lists the run as paused (true) or takes it off (false); `None` leaves it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    awaiting: Option<bool>,
+    /// Timers taken off (`run_id|call_id|digest`), before any is put on.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    unlist: Vec<String>,
+    /// Deadlines put on: (when, in ms, as text; member).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    deadlines: Vec<(String, String)>,
+    /// Reminders put on, the same way.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    reminders: Vec<(String, String)>,
+}
+
+impl Indexes {
+    /// A run pausing: listed as paused, with its held calls' deadlines and reminders.
+    pub fn paused(run: &Run) -> Self {
+        let timers = |pick: fn(&HeldCall) -> Option<i64>| {
+            run.held_calls()
+                .filter_map(|p| {
+                    let at = pick(p)?;
+                    Some((at.to_string(), member(&run.run_id, &p.call_id, &p.digest)))
+                })
+                .collect()
+        };
+        Self {
+            awaiting: Some(true),
+            unlist: Vec::new(),
+            deadlines: timers(|p| p.deadline),
+            reminders: timers(|p| p.remind_at),
+        }
+    }
+
+    /// A run resuming, or ending while paused: off the paused runs, and the timers of its
+    /// held calls (`(call_id, digest)`) gone, so decided calls do not wait in the sweepers'
+    /// sets until their deadline.
+    pub fn resumed(run: &RunId, calls: &[(&str, &str)]) -> Self {
+        Self {
+            awaiting: Some(false),
+            unlist: calls
+                .iter()
+                .map(|(call, digest)| member(run, call, digest))
+                .collect(),
+            ..Self::default()
+        }
+    }
+
+    /// These changes, then `later`'s.
+    pub fn then(mut self, later: Indexes) -> Self {
+        self.awaiting = later.awaiting.or(self.awaiting);
+        self.unlist.extend(later.unlist);
+        self.deadlines.extend(later.deadlines);
+        self.reminders.extend(later.reminders);
+        self
+    }
+
+    /// The scripts' argument: '' when nothing changes.
+    pub(crate) fn arg(&self) -> String {
+        if *self == Self::default() {
+            return String::new();
+        }
+        serde_json::to_string(self).expect("indexes serialize")
+    }
+}
 
 impl Store {
-    /// Marks the run in the outbox index; returns the mark. With `pausing`, the same step
-    /// lists it as paused in the inbox index (both are in the run's shard): listed before the
-    /// pause is saved, so a run seen paused is always found in the inbox (which re-checks
-    /// each run's status).
-    pub(super) async fn mark(&self, id: &RunId, pausing: bool) -> Result<i64, StoreError> {
-        let shard = Shard::of(id);
-        let mut invocation =
-            script::OUTBOX_MARK.invocation(None, &script::Mark { run: id.as_str() });
-        invocation.key(self.keys.outbox_index_key(shard));
-        if pausing {
-            invocation.key(self.keys.awaiting_key(shard));
+    /// Marks the run in the outbox index, with what `index` (see [`Indexes::arg`]) changes in
+    /// the shard's other indexes in the same step; returns the mark.
+    pub(super) async fn mark(&self, id: &RunId, index: &str) -> Result<i64, StoreError> {
+        let mut invocation = script::OUTBOX_MARK.invocation(
+            None,
+            &script::Mark {
+                run: id.as_str(),
+                index,
+            },
+        );
+        for key in self.keys.shard_keys(Shard::of(id)) {
+            invocation.key(key);
         }
         Ok(invocation.invoke_async(&mut self.conn.clone()).await?)
     }

@@ -44,6 +44,15 @@ macro_rules! argv {
     };
 }
 
+/// The keys of a run's shard's indexes, in the order [`crate::keys::Keys::shard_keys`] gives
+/// them: a script on a run takes them after the run's, on one server (see `lua/shard.lua`).
+pub(crate) const SHARD_KEYS: [&str; 4] = [
+    "outbox_index_key",
+    "awaiting_key",
+    "deadlines_key",
+    "reminders_key",
+];
+
 /// The keys of a run, in the order [`crate::keys::Keys::run_keys`] gives them.
 pub(crate) const RUN_KEYS: [&str; 9] = [
     "run_key",
@@ -63,8 +72,12 @@ argv! {
         run_id: &'a str,
         /// The subject of the global audit log for this run.
         audit_subject: &'a str,
-        /// When the run was marked in the outbox index (ms, Redis's clock).
+        /// When the run was marked in the outbox index (ms, Redis's clock), or 0: the script
+        /// marks it itself, with the shard's keys it is given.
         mark: i64,
+        /// What the step changes in the shard's indexes (see `lua/shard.lua`), when the script
+        /// marks the run itself; '' otherwise.
+        index: &'a str,
     }
 }
 
@@ -97,17 +110,23 @@ pub(crate) struct Lua<A> {
 }
 
 impl<A: Argv> Lua<A> {
-    /// A script on one run: the run's keys, then `extra_keys` (which a caller may leave out:
-    /// they are `nil` then); [`OnRun`], then `A`. It has the whole prelude: the audit chain,
-    /// the outbox and the tail's readers.
+    /// A script on one run: the run's keys, its shard's, then `extra_keys` (which a caller
+    /// may leave out: they are `nil` then); [`OnRun`], then `A`. It has the whole prelude: the
+    /// audit chain, the outbox, the shard's indexes and the tail's readers.
     pub(crate) fn on_run(extra_keys: &[&str], body: &str) -> Self {
-        let keys: Vec<&str> = RUN_KEYS.iter().chain(extra_keys).copied().collect();
+        let keys: Vec<&str> = RUN_KEYS
+            .iter()
+            .chain(&SHARD_KEYS)
+            .chain(extra_keys)
+            .copied()
+            .collect();
         let argv: Vec<&str> = OnRun::NAMES.iter().chain(A::NAMES).copied().collect();
         let mut header = Self::header(&keys, &argv);
         group::<AuditLink>(&mut header, "audit_link");
         group::<Queued>(&mut header, "queued");
         group::<HeldTerms>(&mut header, "held_terms");
         group::<Proposed>(&mut header, "proposed");
+        header.push_str(include_str!("lua/shard.lua"));
         header.push_str(include_str!("lua/prelude.lua"));
         Self::new(header, body)
     }
@@ -116,6 +135,13 @@ impl<A: Argv> Lua<A> {
     /// `in_chunks`: the scripts that run most often pay for nothing they do not use.
     pub(crate) fn plain(keys: &[&str], body: &str) -> Self {
         Self::new(Self::header(keys, A::NAMES), body)
+    }
+
+    /// A script on a run's shard's indexes alone (see `lua/shard.lua`).
+    pub(crate) fn marking(keys: &[&str], body: &str) -> Self {
+        let mut header = Self::header(keys, A::NAMES);
+        header.push_str(include_str!("lua/shard.lua"));
+        Self::new(header, body)
     }
 
     /// Names for the keys and arguments, and where a tail would start.
@@ -187,15 +213,12 @@ macro_rules! scripts {
 }
 
 scripts! {
-    OUTBOX_MARK: Mark<'static> = plain(&["outbox_index_key", "awaiting_key"], "outbox_mark.lua");
+    OUTBOX_MARK: Mark<'static> = marking(&SHARD_KEYS, "outbox_mark.lua");
     OUTBOX_DUE: OutboxDue = plain(&["outbox_index_key"], "outbox_due.lua");
     OUTBOX_TAKE: Marked<'static> = plain(&["outbox_index_key"], "outbox_take.lua");
     OUTBOX_DROP: Marked<'static> = plain(&["outbox_index_key"], "outbox_drop.lua");
     TIMERS_DUE: TimersDue<'static> =
         plain(&["lease_key", "reminders_key", "deadlines_key"], "timers_due.lua");
-    /// Tail: the timer members of the run's decided calls.
-    INBOX_RESUMED: Mark<'static> =
-        plain(&["awaiting_key", "deadlines_key", "reminders_key"], "inbox_resumed.lua");
     CREATE: Create<'static> = plain(&["run_key"], "create.lua");
     CLAIM: Lease<'static> = plain(&["run_key", "decisions_key"], "claim.lua");
     LEASE: Lease<'static> = plain(&["run_key"], "lease.lua");
@@ -226,9 +249,11 @@ scripts! {
 }
 
 argv! {
-    /// A run in a shard's index.
+    /// A run to mark in its shard's outbox index, and what else the step changes there (see
+    /// `lua/shard.lua`).
     pub(crate) struct Mark<'a> {
         run: &'a str,
+        index: &'a str,
     }
 }
 

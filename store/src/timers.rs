@@ -19,7 +19,7 @@ pub struct Due {
 }
 
 /// A held call's entry in the timer sets.
-pub(super) fn member(id: &RunId, call_id: &str, digest: &str) -> String {
+pub(crate) fn member(id: &RunId, call_id: &str, digest: &str) -> String {
     format!("{id}|{call_id}|{digest}")
 }
 

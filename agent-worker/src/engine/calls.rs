@@ -4,7 +4,7 @@
 
 use super::hold::Asked;
 use super::recheck::Verdict;
-use super::{Engine, Resumed, StepError, Unsaved, results_message};
+use super::{Changes, Engine, Resumed, StepError, results_message};
 use crate::agents::RunnableAgent;
 use crate::tools::{self, ToolCall};
 use countersign_model::agent::ToolDef;
@@ -51,7 +51,7 @@ impl Engine {
         run: &Run,
         agent: &RunnableAgent,
         calls: Vec<TurnCall>,
-        unsaved: &mut Unsaved,
+        unsaved: &mut Changes,
     ) -> Result<Vec<TurnCall>, StepError> {
         let mut turn = Vec::with_capacity(calls.len());
         // Deadlines are on Redis's clock, which the sweepers and the decision script read.
@@ -133,7 +133,7 @@ impl Engine {
         agent: &RunnableAgent,
         turn: &mut [TurnCall],
         marked: bool,
-        unsaved: &mut Unsaved,
+        unsaved: &mut Changes,
     ) -> Result<(), StepError> {
         let free: Vec<(usize, &ToolDef)> = turn
             .iter()
@@ -210,7 +210,7 @@ impl Engine {
         run: &mut Run,
         agent: &RunnableAgent,
         decisions: &HashMap<String, Decision>,
-        unsaved: &mut Unsaved,
+        unsaved: &mut Changes,
     ) -> Result<Resumed, StepError> {
         let last_decided = decisions.values().map(|d| d.decided_at).max().unwrap_or(0);
         let mut held = std::mem::take(&mut run.paused_turn);

@@ -1,19 +1,19 @@
 //! How a drive stops: paused for a person, or finished (completed, failed, cancelled), each a
 //! save that carries its audit entries and its announcements.
 
-use super::{Engine, StepError, Unsaved, results_message};
+use super::{Changes, Engine, StepError, results_message};
 use countersign_model::audit::{AuditEntry, AuditKind};
 use countersign_model::events::Event;
 use countersign_model::run::{CallOutcome, CallResult, Run, RunId, RunStatus};
 use countersign_runtime::names::msg_id;
-use countersign_store::{Announcement, Execution, Save, StoreError};
+use countersign_store::{Announcement, Execution, Indexes, Save, StoreError};
 use tracing::{info, warn};
 
 impl Engine {
     /// Pauses the run with what this drive did and has not saved yet (`earlier`, emptied
     /// once saved).
     #[tracing::instrument(name = "run.pause", skip_all)]
-    pub(super) async fn pause(&self, mut run: Run, earlier: &mut Unsaved) -> Result<(), StepError> {
+    pub(super) async fn pause(&self, mut run: Run, earlier: &mut Changes) -> Result<(), StepError> {
         let requested: Vec<AuditEntry> = run
             .held_calls()
             .map(|p| {
@@ -34,13 +34,12 @@ impl Engine {
                 entry
             })
             .collect();
-        let mut announce = earlier.announce.clone();
-        announce.push(self.pause_announcement(&run));
-        // The save lists the run in the inbox index first (see `Store::save`).
-        let audits: Vec<AuditEntry> = earlier.audits.iter().chain(&requested).cloned().collect();
-        self.save(&mut run, Save::Pause, &audits, &announce).await?;
-        *earlier = Unsaved::default();
-        self.schedule_timers(&run).await?;
+        let mut changes = earlier.clone();
+        changes.announce.push(self.pause_announcement(&run));
+        changes.audits.extend(requested.iter().cloned());
+        // The save lists the run in the inbox index and sets its timers (see `Store::save`).
+        self.save(&mut run, Save::Pause, &changes).await?;
+        *earlier = Changes::default();
         let metrics = &self.metrics;
         metrics.run("paused");
         metrics.calls("held", requested.len());
@@ -53,19 +52,13 @@ impl Engine {
         Ok(())
     }
 
-    /// Lists a paused run in the inbox and puts its timers where the sweepers look.
-    pub(super) async fn index_pause(&self, run: &Run) -> Result<(), StoreError> {
-        self.store.index_awaiting(&run.run_id, true).await?;
-        self.schedule_timers(run).await
-    }
-
     /// Finishes the run with its answer or error, and what this drive did and has not saved
     /// yet (`earlier`, emptied once saved).
     pub(super) async fn finish(
         &self,
         mut run: Run,
         result: Result<String, String>,
-        earlier: &mut Unsaved,
+        earlier: &mut Changes,
     ) -> Result<(), StepError> {
         let (status, kind, detail) = match result {
             Ok(answer) => {
@@ -80,12 +73,11 @@ impl Engine {
                 (RunStatus::Failed, AuditKind::Failed, detail)
             }
         };
-        let mut audits = earlier.audits.clone();
-        audits.push(self.entry(&run, kind, None, detail));
-        let mut announce = earlier.announce.clone();
-        announce.push(self.end_announcement(&run, status));
-        self.end(run, status, audits, announce).await?;
-        *earlier = Unsaved::default();
+        let mut changes = earlier.clone();
+        changes.audits.push(self.entry(&run, kind, None, detail));
+        changes.announce.push(self.end_announcement(&run, status));
+        self.end(run, status, &changes).await?;
+        *earlier = Changes::default();
         Ok(())
     }
 
@@ -95,16 +87,17 @@ impl Engine {
     /// (`unsaved`) is saved now, and whatever else ran of the stored turn is recorded (see
     /// [`Engine::close_turn`]): no call starts once the cancel is accepted, but one started
     /// before it may have finished since.
-    pub(super) async fn cancel(&self, id: &RunId, unsaved: Unsaved) -> Result<(), StepError> {
+    pub(super) async fn cancel(&self, id: &RunId, unsaved: Changes) -> Result<(), StepError> {
         let Some(mut run) = self.store.load(id).await? else {
             return Ok(());
         };
         let Some(cancel) = run.cancel.clone() else {
             return Err(StoreError::Corrupt("cancelled without a cancellation".into()).into());
         };
-        let Unsaved {
+        let Changes {
             mut audits,
             mut announce,
+            index,
         } = unsaved;
         let audited: Vec<String> = audits
             .iter()
@@ -115,8 +108,17 @@ impl Engine {
         announce.push(self.end_announcement(&run, RunStatus::Cancelled));
         let detail = serde_json::json!({"by": cancel.by, "reason": cancel.reason});
         audits.push(self.entry(&run, AuditKind::Cancelled, None, detail));
-        self.store.index_awaiting(id, false).await?;
-        self.end(run, RunStatus::Cancelled, audits, announce).await
+        let held: Vec<(&str, &str)> = run
+            .held_calls()
+            .map(|p| (p.call_id.as_str(), p.digest.as_str()))
+            .collect();
+        let index = index.then(Indexes::resumed(id, &held));
+        let changes = Changes {
+            audits,
+            announce,
+            index,
+        };
+        self.end(run, RunStatus::Cancelled, &changes).await
     }
 
     /// Closes the stored turn of a run that goes no further: each call without a result
@@ -181,17 +183,11 @@ impl Engine {
         &self,
         mut run: Run,
         status: RunStatus,
-        audits: Vec<AuditEntry>,
-        announce: Vec<Announcement>,
+        changes: &Changes,
     ) -> Result<(), StepError> {
         let retention = self.settings.retention;
-        self.save(
-            &mut run,
-            Save::Finish { status, retention },
-            &audits,
-            &announce,
-        )
-        .await?;
+        self.save(&mut run, Save::Finish { status, retention }, changes)
+            .await?;
         self.metrics.run(status.as_str());
         info!(status = status.as_str(), "run finished");
         Ok(())

@@ -42,7 +42,8 @@ use countersign_runtime::trace_context;
 use countersign_runtime::work::{Outcome, Source};
 use countersign_store::relay::Relay;
 use countersign_store::{
-    Announcement, Claim, Claimed, Closing, DecideOutcome, Proposal, Save, StoreError, WorkerStore,
+    Announcement, Changes, Claim, Claimed, Closing, DecideOutcome, Indexes, Proposal, Save,
+    StoreError, WorkerStore,
 };
 use serde_json::Value;
 use std::sync::Arc;
@@ -74,13 +75,6 @@ impl StepError {
     fn worth_retrying(&self) -> bool {
         !matches!(self, Self::Store(StoreError::Corrupt(_)))
     }
-}
-
-/// What a drive did and has not saved yet: it goes with the drive's next save.
-#[derive(Default)]
-struct Unsaved {
-    audits: Vec<AuditEntry>,
-    announce: Vec<Announcement>,
 }
 
 /// How resuming a paused turn ended.
@@ -206,17 +200,11 @@ impl Engine {
                 Ok(Outcome::Ack)
             }
             Claim::Busy(left) => Ok(Outcome::Retry(left + Duration::from_millis(250))),
-            // The pause's announcement is in the outbox; its indexes are outside the script,
-            // so they are written again for a worker that died before it wrote them.
-            Claim::Waiting => {
-                if let Some(run) = self.store.load(id).await? {
-                    self.index_pause(&run).await?;
-                }
-                Ok(Outcome::Ack)
-            }
-            Claim::Finished(_) => Ok(Outcome::Ack),
+            // The pause's announcement is in the outbox, and its listing and timers were
+            // written with it (or, under Cluster, just before).
+            Claim::Waiting | Claim::Finished(_) => Ok(Outcome::Ack),
             Claim::Claimed(claimed) => {
-                let mut unsaved = Unsaved::default();
+                let mut unsaved = Changes::default();
                 match self.drive_with_lease(*claimed, attempt, &mut unsaved).await {
                     Ok(()) | Err(StepError::Store(StoreError::LostLease(_))) => Ok(Outcome::Ack),
                     // What the drive did and could not save, refused for the cancel, goes
@@ -241,7 +229,7 @@ impl Engine {
         &self,
         claimed: Claimed,
         attempt: u64,
-        unsaved: &mut Unsaved,
+        unsaved: &mut Changes,
     ) -> Result<(), StepError> {
         let id = claimed.run.run_id.clone();
         let id = &id;
@@ -265,7 +253,7 @@ impl Engine {
         &self,
         claimed: Claimed,
         attempt: u64,
-        unsaved: &mut Unsaved,
+        unsaved: &mut Changes,
     ) -> Result<(), StepError> {
         let Claimed { mut run, decisions } = claimed;
         if run.cancel.is_some() {
@@ -336,21 +324,22 @@ impl Engine {
         }
     }
 
-    /// Takes up a paused run from its decisions: says it resumed (to the store and the live
-    /// stream) and plays what was decided of its stored turn.
+    /// Takes up a paused run from its decisions: says it resumed (to the live stream, and
+    /// with the drive's next save to the shard's indexes) and plays what was decided of its
+    /// stored turn.
     async fn resume(
         &self,
         run: &mut Run,
         agent: &RunnableAgent,
         decisions: &std::collections::HashMap<String, Decision>,
-        unsaved: &mut Unsaved,
+        unsaved: &mut Changes,
     ) -> Result<Resumed, StepError> {
         let id = &run.run_id.clone();
         let held: Vec<(&str, &str)> = run
             .held_calls()
             .map(|p| (p.call_id.as_str(), p.digest.as_str()))
             .collect();
-        self.store.resumed(id, &held).await?;
+        unsaved.index = std::mem::take(&mut unsaved.index).then(Indexes::resumed(id, &held));
         info!(turn = run.turns, "resuming");
         let resumed = LiveEvent::RunResumed {
             run_id: id.clone(),
@@ -403,12 +392,10 @@ impl Engine {
     /// Stores the turn before any of its calls runs, with the calls to run marked started in
     /// the same step: a worker that takes over finds these calls and their execution records,
     /// not the model's next answer. The drive's unsaved entries go with it.
-    async fn store_turn(&self, run: &mut Run, unsaved: &mut Unsaved) -> Result<(), StepError> {
+    async fn store_turn(&self, run: &mut Run, unsaved: &mut Changes) -> Result<(), StepError> {
         let token = uuid::Uuid::new_v4().simple().to_string();
-        let Unsaved { audits, announce } = unsaved;
-        self.save(run, Save::Turn { token }, audits, announce)
-            .await?;
-        *unsaved = Unsaved::default();
+        self.save(run, Save::Turn { token }, unsaved).await?;
+        *unsaved = Changes::default();
         Ok(())
     }
 
@@ -422,7 +409,7 @@ impl Engine {
         mut run: Run,
         agent: &RunnableAgent,
         marked: bool,
-        unsaved: &mut Unsaved,
+        unsaved: &mut Changes,
     ) -> Result<Option<Run>, StepError> {
         let mut turn = std::mem::take(&mut run.paused_turn);
         self.run_free(&run, agent, &mut turn, marked, unsaved)
@@ -483,27 +470,15 @@ impl Engine {
         entry
     }
 
-    /// Stores the run with the audit entries of what changed and its announcements, then
-    /// publishes what that queued (what NATS does not take now, the outbox sweepers send).
-    async fn save(
-        &self,
-        run: &mut Run,
-        how: Save,
-        audits: &[AuditEntry],
-        announce: &[Announcement],
-    ) -> Result<(), StoreError> {
+    /// Stores the run with its changes, then publishes what that queued (what NATS does not
+    /// take now, the outbox sweepers send). The caller empties what it saved once saved: a
+    /// save refused for a cancel leaves them for the save that ends the run.
+    async fn save(&self, run: &mut Run, how: Save, changes: &Changes) -> Result<(), StoreError> {
         run.updated_at = now_ms();
         run.status = how.status();
         let queued = self
             .store
-            .save(
-                run,
-                &self.settings.owner,
-                self.settings.lease,
-                how,
-                audits,
-                announce,
-            )
+            .save(run, &self.settings.owner, self.settings.lease, how, changes)
             .await?;
         if let Err(e) = self.outbox.publish(&run.run_id, &queued).await {
             warn!(error = %e, "announcements wait in the outbox");

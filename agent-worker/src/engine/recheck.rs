@@ -4,7 +4,7 @@
 //! decision never covers a call under a policy nobody checked it against.
 
 use super::hold::Asked;
-use super::{Engine, StepError, Unsaved};
+use super::{Changes, Engine, StepError};
 use crate::agents::{Agents, RunnableAgent};
 use countersign_model::agent::ToolDef;
 use countersign_model::audit::AuditKind;
@@ -44,7 +44,7 @@ impl Engine {
         call: &TurnCall,
         decision: Option<&Decision>,
         input: &Value,
-        unsaved: &mut Unsaved,
+        unsaved: &mut Changes,
     ) -> Result<Verdict<'a>, StepError> {
         let pending = call.held.as_ref().expect("a held call");
         let tool = agent.agent.tool(&pending.tool);
@@ -158,7 +158,7 @@ impl Engine {
         pending: &HeldCall,
         version: String,
         verdict: &Verdict<'_>,
-        unsaved: &mut Unsaved,
+        unsaved: &mut Changes,
     ) {
         let (outcome, new_call, detail) = match verdict {
             Verdict::Unchanged(_) | Verdict::Released(_) => ("released", None, String::new()),

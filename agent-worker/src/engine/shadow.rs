@@ -2,7 +2,7 @@
 //! Every call is sorted by both; the live policy decides, and where the shadow would have
 //! done otherwise the difference is recorded, nothing more.
 
-use super::{Engine, Unsaved};
+use super::{Changes, Engine};
 use crate::agents::RunnableAgent;
 use countersign_model::agent::ToolDef;
 use countersign_model::approval::Reviewers;
@@ -26,7 +26,7 @@ impl Engine {
         tool: &ToolDef,
         call: &TurnCall,
         live: &Gate,
-        unsaved: &mut Unsaved,
+        unsaved: &mut Changes,
     ) {
         let (Some(policy), Some(def)) = (agent.shadows.get(&tool.name), &tool.shadow) else {
             return;

@@ -30,20 +30,6 @@ impl Engine {
             .unwrap_or(self.settings.approval_timeout)
     }
 
-    pub(super) async fn schedule_timers(&self, run: &Run) -> Result<(), StoreError> {
-        let at = |pick: fn(&HeldCall) -> Option<i64>| -> Vec<(&str, &str, i64)> {
-            run.held_calls()
-                .filter_map(|p| Some((p.call_id.as_str(), p.digest.as_str(), pick(p)?)))
-                .collect()
-        };
-        self.store
-            .schedule(Timer::Deadline, &run.run_id, &at(|p| p.deadline))
-            .await?;
-        self.store
-            .schedule(Timer::Reminder, &run.run_id, &at(|p| p.remind_at))
-            .await
-    }
-
     /// Handles the reminders and deadlines that are due in the shards whose sweep lease this
     /// worker holds or can take (for `lease`); returns how many.
     pub(crate) async fn sweep(&self, lease: Duration) -> Result<usize, StoreError> {

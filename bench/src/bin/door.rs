@@ -8,10 +8,11 @@
 //! `allowed`) is timed: a $5 refund countersign runs on the demo refunds service (the answer
 //! carries its result), and a note the agent runs itself (released, the answer says it may).
 //! Then the same refund sent straight to the refunds service, the cost without countersign.
-//! Printed: latency percentiles of each, and the asks per second.
+//! Printed: latency percentiles of each, the asks per second, and the CPU time per ask of the
+//! gateway, the worker, NATS and Redis (`/proc/<pid>/stat`).
 
-use countersign_bench::measure::Percentiles;
-use countersign_bench::servers::{self, Infra, REQUESTER_KEY, Shared, System};
+use countersign_bench::measure::{self, Percentiles};
+use countersign_bench::servers::{self, Infra, Proc, REQUESTER_KEY, Shared, System};
 use countersign_local::demo_tools::DemoTools;
 use serde_json::{Value, json};
 use std::time::Instant;
@@ -43,6 +44,7 @@ async fn main() -> anyhow::Result<()> {
         namespace: "",
         agents_dir: &agents_dir,
         log_level: "warn",
+        otlp: None,
     };
     let system = System::start(&bin_dir, &dir, &shared, 1, None).await?;
     let http = reqwest::Client::new();
@@ -58,6 +60,13 @@ async fn main() -> anyhow::Result<()> {
         door.ask(&format!("warm-{i}"), &refund, "countersign")
             .await?;
     }
+    let procs: Vec<&Proc> = [&system.gateway, &system.workers[0]]
+        .into_iter()
+        .chain(infra.nats.iter())
+        .chain(infra.redis.iter())
+        .collect();
+    let clock = measure::clock_ticks_per_sec();
+    let cpu = Cpu::read(&procs)?;
     let started = Instant::now();
     let mut ran = Vec::with_capacity(asks);
     for i in 0..asks {
@@ -67,10 +76,13 @@ async fn main() -> anyhow::Result<()> {
         );
     }
     let ran_per_sec = asks as f64 / started.elapsed().as_secs_f64();
+    let ran_cpu = cpu.since(&procs, clock, asks)?;
+    let cpu = Cpu::read(&procs)?;
     let mut released = Vec::with_capacity(asks);
     for i in 0..asks {
         released.push(door.ask(&format!("note-{i}"), &note, "agent").await?);
     }
+    let released_cpu = cpu.since(&procs, clock, asks)?;
     let mut direct = Vec::with_capacity(asks);
     for i in 0..asks {
         let started = Instant::now();
@@ -101,7 +113,42 @@ async fn main() -> anyhow::Result<()> {
     line("note released to the agent", released);
     line("refund sent straight to the tool", direct);
     println!("  refunds through the door: {ran_per_sec:.0} asks/s");
+    println!("CPU-ms per ask (the tool's own work is not in it):");
+    let names: Vec<&str> = procs.iter().map(|p| p.name.as_str()).collect();
+    for (what, per_process) in [("refund run", ran_cpu), ("note released", released_cpu)] {
+        let each: Vec<String> = names
+            .iter()
+            .zip(&per_process)
+            .map(|(name, ms)| format!("{name} {ms:.2}"))
+            .collect();
+        let total: f64 = per_process.iter().sum();
+        println!("  {what:<14} {}, total {total:.2}", each.join(", "));
+    }
     Ok(())
+}
+
+/// The CPU ticks of each process at one moment.
+struct Cpu(Vec<u64>);
+
+impl Cpu {
+    fn read(procs: &[&Proc]) -> anyhow::Result<Self> {
+        procs
+            .iter()
+            .map(|p| measure::process_ticks(p.pid))
+            .collect::<anyhow::Result<_>>()
+            .map(Self)
+    }
+
+    /// CPU-ms per ask of each process since this reading, over `asks` asks.
+    fn since(&self, procs: &[&Proc], clock: u64, asks: usize) -> anyhow::Result<Vec<f64>> {
+        let now = Self::read(procs)?;
+        Ok(self
+            .0
+            .iter()
+            .zip(now.0)
+            .map(|(before, after)| (after - before) as f64 * 1000.0 / clock as f64 / asks as f64)
+            .collect())
+    }
 }
 
 /// The external agent: a refund countersign runs (held over $20), a note the agent runs.

@@ -40,6 +40,7 @@ async fn main() -> anyhow::Result<()> {
         namespace: "",
         agents_dir: &agents_dir,
         log_level: "warn",
+        otlp: None,
     };
     let system = System::start(&bin_dir, &dir, &shared, 1, None).await?;
     let client = Client {

@@ -16,7 +16,7 @@ if started and not ours then return {'taken', started} end
 local field = phase == 'started' and start_field or end_field
 local kept = redis.call('HGET', exec_key, field)
 if kept then return {'repeat', kept} end
-check_mark(mark)
+marked()
 redis.call('HSET', exec_key, field, record)
 append_audits(tail)
 -- A finished run's keys expire with it; the record joins them if it was written after.

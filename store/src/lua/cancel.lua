@@ -8,7 +8,7 @@ local st = redis.call('HGET', run_key, 'status')
 if not st then return {'missing', ''} end
 if st == 'completed' or st == 'failed' or st == 'cancelled' then return {'finished', st} end
 if redis.call('HEXISTS', run_key, 'cancel') == 1 then return {'requested', st} end
-check_mark(mark)
+marked()
 redis.call('HSET', run_key, 'cancel', cancellation)
 redis.call('HINCRBY', run_key, 'version', 1)
 outbox_args(append_audits(tail))

@@ -222,7 +222,7 @@ if link_key and redis.call('GET', link_key) ~= grant then
 end
 
 -- Then all are recorded, audited and announced.
-check_mark(mark)
+marked()
 -- A spent link keeps its grant, marked, until it expires: its page can still say what it
 -- was for and how that ended, and it decides nothing again.
 if link_key then redis.call('SET', link_key, 'spent:' .. grant, 'KEEPTTL') end

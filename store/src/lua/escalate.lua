@@ -4,7 +4,7 @@
 local h = redis.call('HMGET', run_key, 'status', 'version', 'cancel')
 if h[1] ~= 'awaiting_approval' or h[2] ~= version or h[3] then return {'moved', ''} end
 if redis.call('HEXISTS', decisions_key, call_id) == 1 then return {'moved', ''} end
-check_mark(mark)
+marked()
 redis.call('HSET', run_key, 'doc', doc)
 redis.call('HSET', calls_key, call_id, terms)
 redis.call('HINCRBY', run_key, 'version', 1)

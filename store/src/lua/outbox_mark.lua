@@ -1,9 +1,4 @@
--- Scores a run in the outbox index with Redis's time, later than any earlier mark, and
--- returns that mark. With `awaiting_key` (a pause's one step before its save), the run is
--- also listed in the paused-runs index at that time, in the same shard.
-local now = now_ms()
-local old = tonumber(redis.call('ZSCORE', outbox_index_key, run))
-if old and old >= now then now = old + 1 end
-redis.call('ZADD', outbox_index_key, now, run)
-if awaiting_key then redis.call('ZADD', awaiting_key, now, run) end
-return now
+-- The step before a script on a run, under Redis Cluster (where the run's slot is not its
+-- shard's): marks the run in the outbox index and changes its shard's indexes as `index`
+-- says (see `shard.lua`); returns the mark.
+return shard_step(outbox_index_key, awaiting_key, deadlines_key, reminders_key, run, index)

@@ -90,11 +90,15 @@ local function flush(fields)
   flushed = #written
 end
 
--- Every outbox write follows a mark of the run in the outbox index, made at most this long
--- before, so a sweeper that finds a mark older than its grace period (longer than this) and
--- the outbox empty knows no write of that mark is still on its way.
-local function check_mark(mark_ms)
-  if now_ms() - tonumber(mark_ms) > 2000 then
+-- Every outbox write follows a mark of the run in the outbox index: in the same step on one
+-- server (`mark` 0: this script marks the run and changes its shard's indexes as `index`
+-- says), or under Cluster by a script of its own made at most two seconds before, so a
+-- sweeper that finds a mark older than its grace period (longer than that) and the outbox
+-- empty knows no write of that mark is still on its way. Called before the first write.
+local function marked()
+  if tonumber(mark) == 0 then
+    shard_step(outbox_index_key, awaiting_key, deadlines_key, reminders_key, run_id, index)
+  elseif now_ms() - tonumber(mark) > 2000 then
     error('STALE_MARK the outbox mark is too old; mark the run again')
   end
 end

@@ -8,7 +8,7 @@ if not raw or tostring(cjson.decode(raw).turn) ~= redis.call('HGET', run_key, 't
   return {'moved', ''}
 end
 if redis.call('HEXISTS', refs_key, call_id .. '|reminded') == 1 then return {'moved', ''} end
-check_mark(mark)
+marked()
 redis.call('HSET', refs_key, call_id .. '|reminded', '1')
 outbox_args(append_audits(tail))
 return reply('ok', '')

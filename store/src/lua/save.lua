@@ -11,7 +11,7 @@ if h[2] ~= owner or (h[1] ~= 'running' and h[1] ~= 'resuming') then
 end
 -- A run someone cancelled goes nowhere but to cancelled.
 if h[3] and status ~= 'cancelled' then return {'cancel', ''} end
-check_mark(mark)
+marked()
 if start_token ~= '' then
   for call_id in string.gmatch(starts, '%S+') do
     redis.call('HSET', exec_key, call_id, 'started:' .. start_token)

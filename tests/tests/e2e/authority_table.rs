@@ -188,7 +188,7 @@ async fn paused(store: &Store, call: &HeldCall, policy: Policy) -> RunId {
         held: Some(call.clone()),
     }];
     worker
-        .save(&run, "table", lease, Save::Pause, &[], &[])
+        .save(&run, "table", lease, Save::Pause, &Default::default())
         .await
         .unwrap();
     if policy.cancelling {

@@ -10,7 +10,7 @@ use countersign_fake_model::refund_brain;
 use countersign_model::run::RunId;
 use countersign_runtime::metrics::Metrics;
 use countersign_runtime::names::{Names, Service};
-use countersign_store::Store;
+use countersign_store::{Store, Timer};
 use countersign_tests::app::{PATIENCE, TestApp};
 use countersign_tests::infra::Infra;
 use countersign_tests::redis_deployments::{MASTER_NAME, bridge_ip, kill, query};
@@ -122,7 +122,7 @@ async fn behind_sentinel_a_killed_master_is_replaced_and_every_run_completes_onc
     .unwrap();
     let err = store
         .worker()
-        .index_awaiting(&RunId::new(), true)
+        .schedule(Timer::Deadline, &RunId::new(), &[("call_1", "digest", 1)])
         .await
         .unwrap_err();
     assert!(err.to_string().contains("not replicated"), "{err}");

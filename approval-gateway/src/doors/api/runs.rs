@@ -13,7 +13,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use countersign_model::agent::Provider;
-use countersign_model::run::Run;
+use countersign_model::run::{Run, RunId};
 use countersign_runtime::trace_context;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -154,9 +154,14 @@ async fn get_run(
     Path(run_id): Path<String>,
 ) -> Result<Json<RunView>, ApiError> {
     caller.require(Permission::Read)?;
-    let run = load_run(&state, &run_id).await?;
+    let missing = || ApiError::not_found(format!("no run {run_id:?}"));
+    let id = RunId::parse(&run_id).ok_or_else(missing)?;
+    let (run, decisions) = state
+        .store
+        .load_with_decisions(&id)
+        .await?
+        .ok_or_else(missing)?;
     caller.reading(&run_id, run.requested_by.as_deref())?;
-    let decisions = state.store.decisions(&run.run_id).await?;
     let receipts = Receipts::for_role(caller.role);
     Ok(Json(RunView::new(
         run,

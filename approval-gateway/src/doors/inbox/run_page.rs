@@ -17,7 +17,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::get;
 use countersign_model::audit::{AuditEntry, verify};
-use countersign_model::run::{CallOutcome, Decision, Run};
+use countersign_model::run::{CallOutcome, Decision, Run, RunId};
 use maud::{Markup, html};
 use serde_json::Value;
 use std::collections::HashMap;
@@ -31,11 +31,13 @@ async fn show(
     session: Session,
     Path(run_id): Path<String>,
 ) -> Result<Response, PageError> {
-    let run = state
-        .run(&run_id)
+    let missing = || ApiError::not_found(format!("There is no run {run_id}."));
+    let id = RunId::parse(&run_id).ok_or_else(missing)?;
+    let (run, decisions) = state
+        .store
+        .load_with_decisions(&id)
         .await?
-        .ok_or_else(|| ApiError::not_found(format!("There is no run {run_id}.")))?;
-    let decisions = state.store.decisions(&run.run_id).await?;
+        .ok_or_else(missing)?;
     let trail = state
         .store
         .audit_trail(&run.run_id)
