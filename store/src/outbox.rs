@@ -173,3 +173,31 @@ impl Store {
         Ok(left)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_step_that_changes_no_index_sends_nothing_for_the_scripts_to_read() {
+        assert_eq!(Indexes::default().arg(), "");
+        let run = RunId::parse("run_1").unwrap();
+        assert_eq!(Indexes::resumed(&run, &[]).arg(), r#"{"awaiting":false}"#);
+    }
+
+    #[test]
+    fn later_changes_go_after_earlier_ones_and_the_last_listing_wins() {
+        let run = RunId::parse("run_1").unwrap();
+        let resumed = Indexes::resumed(&run, &[("call_1", "sha256:a")]);
+        let paused = Indexes {
+            awaiting: Some(true),
+            deadlines: vec![("1000".into(), "run_1|call_2|sha256:b".into())],
+            ..Indexes::default()
+        };
+        let both = resumed.then(paused);
+        assert_eq!(
+            both.arg(),
+            r#"{"awaiting":true,"unlist":["run_1|call_1|sha256:a"],"deadlines":[["1000","run_1|call_2|sha256:b"]]}"#
+        );
+    }
+}

@@ -4,9 +4,10 @@
 //! cannot put one argument in another's place (the script's type takes only its own
 //! arguments), and a script reads `owner`, not `ARGV[4]`.
 //!
-//! A script on a run is given the run's keys ([`RUN_KEYS`], all in its slot), then three
-//! arguments every such script shares ([`OnRun`]), then its own, then its variable tail
-//! (audit entries and announcements, read by the prelude from `tail`).
+//! A script on a run is given the run's keys ([`RUN_KEYS`], all in its slot, also listed as
+//! `run_keys`), its shard's ([`SHARD_KEYS`]), then the arguments every such script shares
+//! ([`OnRun`]), then its own, then its variable tail (audit entries and announcements, read
+//! by the prelude from `tail`).
 
 use redis::{Script, ScriptInvocation};
 use std::fmt::Write;
@@ -122,6 +123,7 @@ impl<A: Argv> Lua<A> {
             .collect();
         let argv: Vec<&str> = OnRun::NAMES.iter().chain(A::NAMES).copied().collect();
         let mut header = Self::header(&keys, &argv);
+        let _ = writeln!(header, "local run_keys = {{{}}}", RUN_KEYS.join(", "));
         group::<AuditLink>(&mut header, "audit_link");
         group::<Queued>(&mut header, "queued");
         group::<HeldTerms>(&mut header, "held_terms");

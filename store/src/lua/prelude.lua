@@ -1,7 +1,9 @@
 -- Shared by every script (prepended to each, since scripts cannot call each other), after
 -- the header that names the script's KEYS and ARGV as locals (see `script.rs`): a script on a
--- run has the run's keys (`run_key`, `calls_key`, … `refusals_key`, all under its hash tag),
--- `run_id`, `audit_subject` and `mark`, then its own arguments, then its tail from `tail`.
+-- run has the run's keys (`run_key`, `calls_key`, … `refusals_key`, all under its hash tag,
+-- and the list of them, `run_keys`), its shard's (`outbox_index_key` … `reminders_key`, see
+-- `marked`), `run_id`, `audit_subject`, `mark` and `index`, then its own arguments, then its
+-- tail from `tail`.
 
 local band, bor, bxor, bnot = bit.band, bit.bor, bit.bxor, bit.bnot
 local rshift, lshift, ror, tobit = bit.rshift, bit.lshift, bit.ror, bit.tobit

@@ -46,6 +46,7 @@ local ttl = tonumber(ttl_secs)
 if ttl > 0 then
   -- The audit trail too: its elements are in the outbox with this save, and the AUDIT stream
   -- keeps them far longer (the long-term record).
-  for i = 1, #KEYS do redis.call('EXPIRE', KEYS[i], ttl) end
+  -- The run's keys alone: the shard's indexes it was given are shared by every run.
+  for _, key in ipairs(run_keys) do redis.call('EXPIRE', key, ttl) end
 end
 return reply('ok', '')

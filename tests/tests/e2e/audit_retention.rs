@@ -4,7 +4,7 @@
 use countersign_fake_model::refund_brain;
 use countersign_model::run::RunId;
 use countersign_runtime::names::Names;
-use countersign_store::keys::Keys;
+use countersign_store::keys::{Keys, Shard};
 use countersign_tests::app::{PATIENCE, TestApp};
 use countersign_tests::wait_for;
 use reqwest::StatusCode;
@@ -40,6 +40,10 @@ async fn a_finished_runs_trail_expires_with_it_and_is_then_read_whole_from_the_a
         (run_ttl - audit_ttl).abs() <= 1,
         "with the run: {run_ttl} against {audit_ttl}"
     );
+    // The indexes of its shard, which the step that finished it marked, are every run's.
+    for key in keys.shard_keys(Shard::of(&id)) {
+        assert!(ttl(key.clone()).await < 0, "{key} does not expire");
+    }
 
     // Every element has reached the stream (through the outbox); one of them twice, as an
     // outbox publishing again after the stream's duplicate window would leave it.
