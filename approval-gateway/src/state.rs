@@ -6,7 +6,7 @@ use crate::receipts::Receipts;
 use countersign_model::agent::Catalog;
 use countersign_model::digest::sha256_hex;
 use countersign_model::people::Directory;
-use countersign_model::run::{Run, RunId};
+use countersign_model::run::{Decision, Run, RunId};
 use countersign_runtime::bus::Bus;
 use countersign_runtime::health::Consumers;
 use countersign_runtime::metrics::Metrics;
@@ -116,6 +116,17 @@ impl AppState {
     pub(crate) async fn run(&self, run_id: &str) -> Result<Option<Run>, StoreError> {
         match RunId::parse(run_id) {
             Some(id) => self.store.load(&id).await,
+            None => Ok(None),
+        }
+    }
+
+    /// [`AppState::run`] and the decisions recorded on its calls, read in one round trip.
+    pub(crate) async fn run_with_decisions(
+        &self,
+        run_id: &str,
+    ) -> Result<Option<(Run, HashMap<String, Decision>)>, StoreError> {
+        match RunId::parse(run_id) {
+            Some(id) => self.store.load_with_decisions(&id).await,
             None => Ok(None),
         }
     }

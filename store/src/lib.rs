@@ -910,3 +910,20 @@ impl WorkerStore {
         Ok(queued)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redis_time_is_carried_forward_for_a_second_then_asked_again() {
+        let clock = Clock::default();
+        assert_eq!(clock.now(), None, "never read");
+        clock.read(Instant::now(), 1_000_000);
+        let now = clock.now().expect("fresh");
+        assert!((1_000_000..1_000_000 + 1000).contains(&now), "{now}");
+        let long_ago = Instant::now() - Clock::FRESH;
+        clock.read(long_ago, 1_000_000);
+        assert_eq!(clock.now(), None, "stale");
+    }
+}

@@ -13,7 +13,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use countersign_model::agent::Provider;
-use countersign_model::run::{Run, RunId};
+use countersign_model::run::Run;
 use countersign_runtime::trace_context;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -154,13 +154,10 @@ async fn get_run(
     Path(run_id): Path<String>,
 ) -> Result<Json<RunView>, ApiError> {
     caller.require(Permission::Read)?;
-    let missing = || ApiError::not_found(format!("no run {run_id:?}"));
-    let id = RunId::parse(&run_id).ok_or_else(missing)?;
     let (run, decisions) = state
-        .store
-        .load_with_decisions(&id)
+        .run_with_decisions(&run_id)
         .await?
-        .ok_or_else(missing)?;
+        .ok_or_else(|| ApiError::not_found(format!("no run {run_id:?}")))?;
     caller.reading(&run_id, run.requested_by.as_deref())?;
     let receipts = Receipts::for_role(caller.role);
     Ok(Json(RunView::new(

@@ -17,7 +17,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::get;
 use countersign_model::audit::{AuditEntry, verify};
-use countersign_model::run::{CallOutcome, Decision, Run, RunId};
+use countersign_model::run::{CallOutcome, Decision, Run};
 use maud::{Markup, html};
 use serde_json::Value;
 use std::collections::HashMap;
@@ -31,13 +31,10 @@ async fn show(
     session: Session,
     Path(run_id): Path<String>,
 ) -> Result<Response, PageError> {
-    let missing = || ApiError::not_found(format!("There is no run {run_id}."));
-    let id = RunId::parse(&run_id).ok_or_else(missing)?;
     let (run, decisions) = state
-        .store
-        .load_with_decisions(&id)
+        .run_with_decisions(&run_id)
         .await?
-        .ok_or_else(missing)?;
+        .ok_or_else(|| ApiError::not_found(format!("There is no run {run_id}.")))?;
     let trail = state
         .store
         .audit_trail(&run.run_id)
