@@ -238,9 +238,18 @@ impl ConnectionLike for Connection {
         offset: usize,
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
-        // The store's only pipeline drops delivered outbox entries: losing that in a
-        // failover only means publishing them again under the same message ids.
-        self.route.req_packed_commands(pipeline, offset, count)
+        // The store's pipelines read (a run with its decisions) or drop delivered outbox
+        // entries: losing that in a failover only means publishing them again under the same
+        // message ids, so they do not wait for replicas.
+        Box::pin(async move {
+            let started = Instant::now();
+            let values = self
+                .route
+                .req_packed_commands(pipeline, offset, count)
+                .await;
+            self.metrics.redis_command("PIPELINE", started.elapsed());
+            values
+        })
     }
 
     fn get_db(&self) -> i64 {

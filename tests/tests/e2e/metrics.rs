@@ -59,13 +59,15 @@ async fn the_gateway_and_a_worker_count_and_time_what_they_did() {
             "{series} in\n{gateway}"
         );
     }
-    assert!(
-        value(
-            &gateway,
-            r#"countersign_redis_command_seconds_count{command="EVALSHA"}"#
-        ) > Some(0.0),
-        "{gateway}"
-    );
+    // Scripts, and the pipelines that read a run with its decisions (each `GET` of a run).
+    for command in ["EVALSHA", "PIPELINE"] {
+        let series = format!(r#"countersign_redis_command_seconds_count{{command="{command}"}}"#);
+        assert!(
+            value(&gateway, &series) > Some(0.0),
+            "{series} in
+{gateway}"
+        );
+    }
     assert_eq!(
         value(&gateway, r#"countersign_runs_total{event="paused"}"#),
         None,
