@@ -596,8 +596,6 @@ fn announce_args(script: &mut ScriptInvocation<'_>, announce: &[Announcement]) {
     }
 }
 
-/// The run from its stored document, with the status and cancellation the hash holds (the
-/// scripts keep those, not the document).
 /// The run hash's status, document, version, cancellation and audit head.
 type RunFields = (
     Option<String>,
@@ -613,6 +611,8 @@ fn read_decisions(raw: HashMap<String, String>) -> Result<HashMap<String, Decisi
         .collect()
 }
 
+/// The run from its stored document, with the status and cancellation the hash holds (the
+/// scripts keep those, not the document).
 fn read_run(status: &str, doc: &str, cancel: Option<&str>) -> Result<Run, StoreError> {
     let mut run: Run = from_json(doc)?;
     run.status = RunStatus::parse(status)
@@ -857,8 +857,9 @@ impl WorkerStore {
     }
 
     /// Escalates a held call of a paused run unchanged since `version` and still undecided:
-    /// its document and held call are rewritten, with the audit entry and the announcement.
-    /// None if the run moved on meanwhile.
+    /// its document and held call are rewritten, with the audit entry, the announcement and
+    /// the call's new deadline (as the run holds it) in the sweepers' set. None if the run
+    /// moved on meanwhile.
     pub async fn escalate(
         &self,
         run: &Run,
@@ -876,12 +877,23 @@ impl WorkerStore {
             doc: &doc,
             terms: &terms,
         };
+        let index = run
+            .held_calls()
+            .find(|p| p.call_id == call_id)
+            .map(|p| Indexes::deadline_moved(&run.run_id, p))
+            .unwrap_or_default();
         let (status, _, queued) = self
-            .on_run(&script::ESCALATE, &run.run_id, &args, |script, chain| {
-                chain.args(script, std::slice::from_ref(audit));
-                announce_args(script, std::slice::from_ref(announce));
-                Ok(())
-            })
+            .on_run_indexed(
+                &script::ESCALATE,
+                &run.run_id,
+                &index,
+                &args,
+                |script, chain| {
+                    chain.args(script, std::slice::from_ref(audit));
+                    announce_args(script, std::slice::from_ref(announce));
+                    Ok(())
+                },
+            )
             .await?;
         Ok((status == "ok").then_some(queued))
     }

@@ -35,10 +35,7 @@ impl Indexes {
     pub fn paused(run: &Run) -> Self {
         let timers = |pick: fn(&HeldCall) -> Option<i64>| {
             run.held_calls()
-                .filter_map(|p| {
-                    let at = pick(p)?;
-                    Some((at.to_string(), member(&run.run_id, &p.call_id, &p.digest)))
-                })
+                .filter_map(|p| Some(timer(&run.run_id, p, pick(p)?)))
                 .collect()
         };
         Self {
@@ -49,14 +46,32 @@ impl Indexes {
         }
     }
 
-    /// A run resuming, or ending while paused: off the paused runs, and the timers of its
-    /// held calls (`(call_id, digest)`) gone, so decided calls do not wait in the sweepers'
-    /// sets until their deadline.
-    pub fn resumed(run: &RunId, calls: &[(&str, &str)]) -> Self {
+    /// A held call of run `run` whose deadline moved (an escalation): its new deadline.
+    pub fn deadline_moved(run: &RunId, call: &HeldCall) -> Self {
+        Self {
+            deadlines: call
+                .deadline
+                .map(|at| timer(run, call, at))
+                .into_iter()
+                .collect(),
+            ..Self::default()
+        }
+    }
+
+    /// A paused run resuming, or ending: off the paused runs, and the timers of its held
+    /// calls gone, so decided calls do not wait in the sweepers' sets until their deadline.
+    pub fn resumed(run: &Run) -> Self {
+        let calls = run
+            .held_calls()
+            .map(|p| (p.call_id.as_str(), p.digest.as_str()));
+        Self::unlisting(&run.run_id, calls)
+    }
+
+    /// Run `run` off the paused runs, with the timers of `calls` (`(call_id, digest)`).
+    fn unlisting<'a>(run: &RunId, calls: impl Iterator<Item = (&'a str, &'a str)>) -> Self {
         Self {
             awaiting: Some(false),
             unlist: calls
-                .iter()
                 .map(|(call, digest)| member(run, call, digest))
                 .collect(),
             ..Self::default()
@@ -79,6 +94,11 @@ impl Indexes {
         }
         serde_json::to_string(self).expect("indexes serialize")
     }
+}
+
+/// A held call's timer entry at `at` (ms), as the scripts take it.
+fn timer(run: &RunId, call: &HeldCall, at: i64) -> (String, String) {
+    (at.to_string(), member(run, &call.call_id, &call.digest))
 }
 
 impl Store {
@@ -182,13 +202,16 @@ mod tests {
     fn a_step_that_changes_no_index_sends_nothing_for_the_scripts_to_read() {
         assert_eq!(Indexes::default().arg(), "");
         let run = RunId::parse("run_1").unwrap();
-        assert_eq!(Indexes::resumed(&run, &[]).arg(), r#"{"awaiting":false}"#);
+        assert_eq!(
+            Indexes::unlisting(&run, std::iter::empty()).arg(),
+            r#"{"awaiting":false}"#
+        );
     }
 
     #[test]
     fn later_changes_go_after_earlier_ones_and_the_last_listing_wins() {
         let run = RunId::parse("run_1").unwrap();
-        let resumed = Indexes::resumed(&run, &[("call_1", "sha256:a")]);
+        let resumed = Indexes::unlisting(&run, [("call_1", "sha256:a")].into_iter());
         let paused = Indexes {
             awaiting: Some(true),
             deadlines: vec![("1000".into(), "run_1|call_2|sha256:b".into())],

@@ -46,25 +46,6 @@ pub struct DueTimer {
 }
 
 impl WorkerStore {
-    /// Puts held calls' timers where the sweepers look. Idempotent: a member already there
-    /// gets the new time.
-    pub async fn schedule(
-        &self,
-        timer: Timer,
-        id: &RunId,
-        calls: &[(&str, &str, i64)],
-    ) -> Result<(), StoreError> {
-        if calls.is_empty() {
-            return Ok(());
-        }
-        let mut cmd = redis::cmd("ZADD");
-        cmd.arg(self.timer_key(timer, Shard::of(id)));
-        for (call_id, digest, at) in calls {
-            cmd.arg(*at).arg(member(id, call_id, digest));
-        }
-        let _: i64 = cmd.query_async(&mut self.conn.clone()).await?;
-        Ok(())
-    }
     /// The shard's reminders and deadlines that are due, oldest first, at most `limit` of
     /// each, if this sweeper (`owner`) holds the shard's lease, which this takes or renews
     /// for `lease`; `None` while another does. Only the due front of each set is read,

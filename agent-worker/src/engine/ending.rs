@@ -108,11 +108,7 @@ impl Engine {
         announce.push(self.end_announcement(&run, RunStatus::Cancelled));
         let detail = serde_json::json!({"by": cancel.by, "reason": cancel.reason});
         audits.push(self.entry(&run, AuditKind::Cancelled, None, detail));
-        let held: Vec<(&str, &str)> = run
-            .held_calls()
-            .map(|p| (p.call_id.as_str(), p.digest.as_str()))
-            .collect();
-        let index = index.then(Indexes::resumed(id, &held));
+        let index = index.then(Indexes::resumed(&run));
         let changes = Changes {
             audits,
             announce,

@@ -335,11 +335,7 @@ impl Engine {
         unsaved: &mut Changes,
     ) -> Result<Resumed, StepError> {
         let id = &run.run_id.clone();
-        let held: Vec<(&str, &str)> = run
-            .held_calls()
-            .map(|p| (p.call_id.as_str(), p.digest.as_str()))
-            .collect();
-        unsaved.index = std::mem::take(&mut unsaved.index).then(Indexes::resumed(id, &held));
+        unsaved.index = std::mem::take(&mut unsaved.index).then(Indexes::resumed(run));
         info!(turn = run.turns, "resuming");
         let resumed = LiveEvent::RunResumed {
             run_id: id.clone(),

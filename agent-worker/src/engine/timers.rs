@@ -153,17 +153,6 @@ impl Engine {
         };
         self.metrics.calls("escalated", 1);
         self.publish(&run.run_id, &queued).await;
-        self.store
-            .schedule(
-                Timer::Deadline,
-                &run.run_id,
-                &[(
-                    &escalated.call_id,
-                    &escalated.digest,
-                    escalated.deadline.unwrap_or_default(),
-                )],
-            )
-            .await?;
         info!(run_id = %run.run_id, call_id = %call.call_id, "call escalated");
         Ok(())
     }

@@ -10,7 +10,7 @@ use countersign_fake_model::refund_brain;
 use countersign_model::run::RunId;
 use countersign_runtime::metrics::Metrics;
 use countersign_runtime::names::{Names, Service};
-use countersign_store::{Store, Timer};
+use countersign_store::{DueTimer, Store, Timer};
 use countersign_tests::app::{PATIENCE, TestApp};
 use countersign_tests::infra::Infra;
 use countersign_tests::redis_deployments::{MASTER_NAME, bridge_ip, kill, query};
@@ -120,9 +120,16 @@ async fn behind_sentinel_a_killed_master_is_replaced_and_every_run_completes_onc
     )
     .await
     .unwrap();
+    let run_id = RunId::new();
+    let timer = DueTimer {
+        member: format!("{run_id}|call_1|digest"),
+        run_id,
+        call_id: "call_1".into(),
+        digest: "digest".into(),
+    };
     let err = store
         .worker()
-        .schedule(Timer::Deadline, &RunId::new(), &[("call_1", "digest", 1)])
+        .drop_timer(Timer::Deadline, &timer)
         .await
         .unwrap_err();
     assert!(err.to_string().contains("not replicated"), "{err}");
