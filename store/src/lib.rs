@@ -7,8 +7,8 @@
 //! - `run:{id}` hash: `status`, `version` (bumped by every write), `turn`, `pending_count` and
 //!   `decided_count` of the held turn, `requested_by`, `lease_owner`/`lease_until` of the
 //!   worker driving it, `audit_head` (the last link of its audit chain), and `doc`, the whole
-//!   [`Run`] as JSON (its `status` field is overwritten on read by the hash's, which is the
-//!   one scripts keep right);
+//!   [`Run`] as LZ4-compressed JSON (see `doc`; its `status` field is overwritten on read by
+//!   the hash's, which is the one scripts keep right);
 //! - `calls:{id}` hash: call id -> the [`DecisionTerms`] every decision is checked against (a call
 //!   id names one call for the life of the run, whatever ids the model reuses: see
 //!   [`Run::calls_asked`], so every per-call record here is one call's, of one turn);
@@ -28,14 +28,17 @@
 //!
 //! Leases and deadlines are compared with Redis's clock (`TIME` in the scripts). Finished runs
 //! get a retention TTL on all their keys, the audit trail included (its elements are on the
-//! `AUDIT` stream, which keeps them longer). The `awaiting`
-//! sorted set indexes paused runs for the inbox; it lives in another slot, so it is kept
-//! outside the scripts and readers re-check each run's status.
+//! `AUDIT` stream, which keeps them longer). Each shard of runs keeps its indexes in a slot of
+//! its own (the outbox's, the paused runs' `awaiting` for the inbox, the deadlines' and the
+//! reminders'): on one server the step's script changes them too; under Cluster a script of
+//! their own runs just before it (see `lua/shard.lua`), so an index may name a run that has
+//! moved on, and readers re-check each run's status.
 
 mod agent_exec;
 mod connection;
 mod decide;
 mod delegations;
+mod doc;
 mod exec;
 mod grants;
 mod handles;
@@ -599,7 +602,7 @@ fn announce_args(script: &mut ScriptInvocation<'_>, announce: &[Announcement]) {
 /// The run hash's status, document, version, cancellation and audit head.
 type RunFields = (
     Option<String>,
-    Option<String>,
+    Option<Vec<u8>>,
     Option<String>,
     Option<String>,
     Option<String>,
@@ -613,8 +616,8 @@ fn read_decisions(raw: HashMap<String, String>) -> Result<HashMap<String, Decisi
 
 /// The run from its stored document, with the status and cancellation the hash holds (the
 /// scripts keep those, not the document).
-fn read_run(status: &str, doc: &str, cancel: Option<&str>) -> Result<Run, StoreError> {
-    let mut run: Run = from_json(doc)?;
+fn read_run(status: &str, doc: &[u8], cancel: Option<&str>) -> Result<Run, StoreError> {
+    let mut run = doc::decode(doc)?;
     run.status = RunStatus::parse(status)
         .ok_or_else(|| StoreError::Corrupt(format!("unknown status {status:?}")))?;
     run.cancel = cancel.map(from_json).transpose()?;
@@ -637,7 +640,7 @@ fn from_json<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, StoreError
 impl GatewayStore {
     /// Stores a new queued run; false if a run with this id exists already.
     pub async fn create(&self, run: &Run) -> Result<bool, StoreError> {
-        let doc = to_json(run)?;
+        let doc = doc::encode(run)?;
         let args = script::Create {
             doc: &doc,
             requested_by: run.requested_by.as_deref().unwrap_or_default(),
@@ -722,33 +725,36 @@ impl WorkerStore {
             owner,
             lease_ms: lease.as_millis() as i64,
         };
-        let reply: Vec<String> = script::CLAIM
+        // Bytes, not text: the run's document is binary (see `doc`).
+        let reply: Vec<Vec<u8>> = script::CLAIM
             .invocation(None, &args)
             .key(self.keys.run_key(id))
             .key(self.keys.decisions_key(id))
             .invoke_async(&mut self.conn.clone())
             .await?;
-        let status = || {
-            RunStatus::parse(&reply[1])
-                .ok_or_else(|| StoreError::Corrupt(format!("unknown status {:?}", reply[1])))
+        let text = |i: usize| {
+            let field = reply.get(i).map(Vec::as_slice).unwrap_or_default();
+            std::str::from_utf8(field)
+                .map_err(|_| StoreError::Corrupt(format!("claim replied non-text field {i}")))
         };
-        Ok(match reply[0].as_str() {
-            "claimed" => {
-                let [_, status, _, doc, cancel, head, decisions @ ..] = reply.as_slice() else {
-                    return Err(StoreError::Corrupt(format!("claim replied {reply:?}")));
-                };
+        let status = || {
+            let status = text(1)?;
+            RunStatus::parse(status)
+                .ok_or_else(|| StoreError::Corrupt(format!("unknown status {status:?}")))
+        };
+        Ok(match text(0)? {
+            "claimed" if reply.len() >= 6 && reply.len().is_multiple_of(2) => {
+                let (head, cancel) = (text(5)?, text(4)?);
                 self.heads.saw(id, head);
-                let run = read_run(status, doc, (!cancel.is_empty()).then_some(cancel))?;
-                let decisions = decisions
-                    .chunks(2)
-                    .map(|pair| match pair {
-                        [call, decision] => Ok((call.clone(), from_json(decision)?)),
-                        _ => Err(StoreError::Corrupt("odd decisions reply".into())),
-                    })
+                let run = read_run(text(1)?, &reply[3], (!cancel.is_empty()).then_some(cancel))?;
+                let decisions = (6..reply.len())
+                    .step_by(2)
+                    .map(|i| Ok((text(i)?.to_string(), from_json(text(i + 1)?)?)))
                     .collect::<Result<_, StoreError>>()?;
                 Claim::Claimed(Box::new(Claimed { run, decisions }))
             }
-            "busy" => Claim::Busy(Duration::from_millis(reply[2].parse().unwrap_or(0))),
+            "claimed" => return Err(StoreError::Corrupt("claim replied too few fields".into())),
+            "busy" => Claim::Busy(Duration::from_millis(text(2)?.parse().unwrap_or(0))),
             "waiting" => Claim::Waiting,
             "finished" => Claim::Finished(status()?),
             _ => Claim::Missing,
@@ -827,7 +833,7 @@ impl WorkerStore {
             }
             _ => ("", String::new()),
         };
-        let doc = to_json(run)?;
+        let doc = doc::encode(run)?;
         let args = script::Save {
             owner,
             lease_ms: lease.as_millis() as i64,
@@ -869,7 +875,7 @@ impl WorkerStore {
         audit: &AuditEntry,
         announce: &Announcement,
     ) -> Result<Option<Vec<Announcement>>, StoreError> {
-        let doc = to_json(run)?;
+        let doc = doc::encode(run)?;
         let terms = to_json(held)?;
         let args = script::Escalate {
             version,

@@ -285,7 +285,7 @@ argv! {
 
 argv! {
     pub(crate) struct Create<'a> {
-        doc: &'a str,
+        doc: &'a [u8],
         requested_by: &'a str,
         /// Kept beside the document for the decision script, which checks a grant's agent.
         agent: &'a str,
@@ -316,7 +316,7 @@ argv! {
         owner: &'a str,
         lease_ms: i64,
         status: &'a str,
-        doc: &'a str,
+        doc: &'a [u8],
         /// 0 unless the run finished: then it is kept this long.
         ttl_secs: u64,
         turn: u32,
@@ -341,7 +341,7 @@ argv! {
         /// The run's version when the caller read it.
         version: &'a str,
         call_id: &'a str,
-        doc: &'a str,
+        doc: &'a [u8],
         terms: &'a str,
     }
 }
