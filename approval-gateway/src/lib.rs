@@ -3,9 +3,9 @@
 //!
 //! Its rooms, and which may import which, are in ARCHITECTURE.md ("The gateway's rooms"),
 //! held by `tests/rooms.rs`: `doors/` (every inbound way a person or a client acts: the API,
-//! the inbox, email links, Slack, the MCP proxy), `pages/` (what a reviewer is shown),
-//! the verbs below them (`decide/`, `grants`, `runs`, `live/`, `replay`, `receipts`), the
-//! outbound side (`deliveries/`, `channels/`, `mail`), and the frame they share (`state`,
+//! the inbox, email links, Slack, the MCP proxy), `pages/` (what a reviewer is shown), the
+//! verbs below them (`decide/`, `grants`, `runs`, `live/`, `replay`, `suggest`, `receipts`),
+//! the outbound side (`deliveries/`, `channels/`, `mail`), and the frame they share (`state`,
 //! `error`, `server`, `view`, `config`, `time`, `auth/`).
 
 #![warn(unreachable_pub)]
@@ -27,6 +27,7 @@ pub(crate) mod replay;
 pub(crate) mod runs;
 pub(crate) mod server;
 pub(crate) mod state;
+pub(crate) mod suggest;
 pub(crate) mod time;
 pub(crate) mod view;
 

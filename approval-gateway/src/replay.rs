@@ -43,23 +43,12 @@ pub(crate) async fn replay(
         .ok_or_else(|| ApiError::not_found(format!("no agent named {name:?}")))?;
     let candidate = candidate_agent(&live, candidate)?;
     let since_ms = now_ms() - window.as_millis() as i64;
-    let audited = state
-        .bus
-        .audited_runs_since(since_ms)
-        .await
-        .map_err(ApiError::unavailable)?;
-    let (mut recorded, mut runs, mut runs_not_retained) = (Vec::new(), 0, 0);
-    for id in &audited {
-        match state.store.load(id).await? {
-            None => runs_not_retained += 1,
-            Some(run) if run.agent == name => {
-                runs += 1;
-                let trail = state.store.audit_trail(id).await?.unwrap_or_default();
-                recorded.extend(calls_of(&run, &trail));
-            }
-            Some(_) => {}
-        }
-    }
+    let (read, runs_not_retained) = window_runs(state, name, since_ms).await?;
+    let recorded: Vec<Recorded> = read
+        .iter()
+        .flat_map(|(run, trail)| calls_of(run, trail))
+        .collect();
+    let runs = read.len();
     let waiting = waiting(state, name).await?;
     let days = window.as_secs_f64() / 86_400.0;
     let report = replay::replay(&live, &candidate, &recorded, &waiting, days)
@@ -72,9 +61,37 @@ pub(crate) async fn replay(
     })
 }
 
+/// The retained runs of agent `name` that left an audit element since `since_ms`, each with
+/// its audit trail's entries, and how many runs active then (of any agent) are no longer retained.
+pub(crate) async fn window_runs(
+    state: &AppState,
+    name: &str,
+    since_ms: i64,
+) -> Result<(Vec<(Run, Vec<Value>)>, usize), ApiError> {
+    let audited = state
+        .bus
+        .audited_runs_since(since_ms)
+        .await
+        .map_err(ApiError::unavailable)?;
+    let (mut read, mut runs_not_retained) = (Vec::new(), 0);
+    for id in &audited {
+        match state.store.load(id).await? {
+            None => runs_not_retained += 1,
+            Some(run) if run.agent == name => {
+                // The stored elements are `{prev, hash, entry}`: the entries are read.
+                let trail = state.store.audit_trail(id).await?.unwrap_or_default();
+                let entries = trail.into_iter().map(|mut e| e["entry"].take()).collect();
+                read.push((run, entries));
+            }
+            Some(_) => {}
+        }
+    }
+    Ok((read, runs_not_retained))
+}
+
 /// The candidate file as an agent. Its MCP tools are taken as the live agent's servers
 /// listed them, so a replay asks no server anything.
-fn candidate_agent(live: &Agent, text: &str) -> Result<Agent, ApiError> {
+pub(crate) fn candidate_agent(live: &Agent, text: &str) -> Result<Agent, ApiError> {
     let refuse = |e: &dyn std::fmt::Display| {
         ApiError::bad_request(format!("the candidate does not load: {e}"))
     };
@@ -100,7 +117,10 @@ fn candidate_agent(live: &Agent, text: &str) -> Result<Agent, ApiError> {
 /// Every tool call the model asked for in `run`, as it asked, with when it ran and whether
 /// it did, as its audit `trail` says (`executed` entries; a call without one did not run and
 /// is dated when the run was made).
-fn calls_of<'a>(run: &'a Run, trail: &'a [Value]) -> impl Iterator<Item = Recorded> + 'a {
+pub(crate) fn calls_of<'a>(
+    run: &'a Run,
+    trail: &'a [Value],
+) -> impl Iterator<Item = Recorded> + 'a {
     let executed = |call_id: &str| {
         trail
             .iter()

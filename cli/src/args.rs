@@ -138,6 +138,30 @@ pub(crate) enum PolicyCommand {
         #[arg(long, default_value = "7d")]
         since: String,
     },
+    /// Read an agent's recorded decisions and suggest conditions that would have asked
+    /// fewer questions without changing any outcome a person chose: per tool and numeric
+    /// argument, the largest value people approved below every call they rejected or
+    /// edited, with its evidence and its replay over the same window. Reads, never writes
+    /// (admin key); `--write` saves a suggestion's candidate file for a person to review.
+    Suggest {
+        /// The agent's name
+        agent: String,
+        /// How far back (`24h`, `30d`)
+        #[arg(long, default_value = "30d")]
+        since: String,
+        /// Approvals within a bound a suggestion needs, at least
+        #[arg(long, default_value_t = 10)]
+        min_calls: usize,
+        /// Distinct people among their approvers, at least
+        #[arg(long, default_value_t = 2)]
+        min_deciders: usize,
+        /// Write the candidate agent file of suggestion number `--pick` here
+        #[arg(long, value_name = "FILE")]
+        write: Option<std::path::PathBuf>,
+        /// Which suggestion `--write` saves (1 is the first listed)
+        #[arg(long, default_value_t = 1)]
+        pick: usize,
+    },
 }
 
 #[derive(Subcommand)]

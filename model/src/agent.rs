@@ -397,6 +397,8 @@ pub struct Agent {
     pub version: String,
     /// The folder the file was in, for paths inside it.
     pub dir: PathBuf,
+    /// The file's text, as it was read: a suggested change is made to it, comments kept.
+    pub source: String,
     validators: BTreeMap<String, jsonschema::Validator>,
 }
 
@@ -441,6 +443,7 @@ impl Agent {
         Ok(Self {
             version: version[..12].to_string(),
             dir: dir.to_path_buf(),
+            source: text.to_string(),
             def,
             validators,
         })

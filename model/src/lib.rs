@@ -31,6 +31,7 @@ pub mod scripted;
 pub mod span;
 pub mod sse;
 pub mod stage;
+pub mod suggest;
 pub mod window;
 
 /// Milliseconds since the Unix epoch, the one clock every stored timestamp uses.

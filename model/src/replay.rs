@@ -82,6 +82,18 @@ pub struct Example {
     pub input: Value,
 }
 
+impl Example {
+    /// The recorded `call`, to look at.
+    pub fn of(call: &Recorded) -> Self {
+        Self {
+            run_id: call.run_id.clone(),
+            call_id: call.call_id.clone(),
+            tool: call.tool.clone(),
+            input: call.input.clone(),
+        }
+    }
+}
+
 /// A waiting call named.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CallRef {
@@ -269,6 +281,9 @@ impl<'a> Side<'a> {
     }
 }
 
+/// The kind of difference of a call the candidate runs at once and the live policy held.
+pub const NEWLY_RELEASED: &str = "newly_released";
+
 /// Sorts `recorded` (made over `days`) and `waiting` under `live` and `candidate`.
 pub fn replay(
     live: &Agent,
@@ -276,6 +291,19 @@ pub fn replay(
     recorded: &[Recorded],
     waiting: &[Waiting],
     days: f64,
+) -> Result<Report, PolicyError> {
+    replay_each(live, candidate, recorded, waiting, days, |_, _| {})
+}
+
+/// [`replay`], telling `each` every recorded call and its kind of difference (`unchanged`,
+/// [`NEWLY_RELEASED`], ...) as it is sorted.
+pub fn replay_each(
+    live: &Agent,
+    candidate: &Agent,
+    recorded: &[Recorded],
+    waiting: &[Waiting],
+    days: f64,
+    mut each: impl FnMut(&Recorded, &str),
 ) -> Result<Report, PolicyError> {
     let (mut live_side, mut candidate_side) = (Side::new(live)?, Side::new(candidate)?);
     // Windows count the calls in the order they were made.
@@ -312,7 +340,7 @@ pub fn replay(
         // The kind of difference, and its count.
         let (kind, count) = match (&before, &after) {
             (Sorted::Run, Sorted::Hold(_)) => ("newly_held", &mut counts.newly_held),
-            (Sorted::Hold(_), Sorted::Run) => ("newly_released", &mut counts.newly_released),
+            (Sorted::Hold(_), Sorted::Run) => (NEWLY_RELEASED, &mut counts.newly_released),
             (Sorted::Hold(_), Sorted::Hold(_)) if before != after => {
                 ("other_reviewers", &mut counts.other_reviewers)
             }
@@ -320,15 +348,11 @@ pub fn replay(
             _ => ("unchanged", &mut counts.unchanged),
         };
         *count += 1;
+        each(call, kind);
         if kind != "unchanged" {
             let kept = examples.entry(kind.to_string()).or_default();
             if kept.len() < EXAMPLES {
-                kept.push(Example {
-                    run_id: call.run_id.clone(),
-                    call_id: call.call_id.clone(),
-                    tool: call.tool.clone(),
-                    input: call.input.clone(),
-                });
+                kept.push(Example::of(call));
             }
         }
     }
@@ -506,6 +530,34 @@ http = {{ url = "http://127.0.0.1:1/" }}
         assert_eq!(asked["role:support"], 1.0);
         assert_eq!(asked["role:finance"], 1.0);
         assert_eq!(asked[NOBODY], 1.0);
+    }
+
+    #[test]
+    fn each_call_is_told_with_its_kind_of_difference() {
+        let live = agent("[tools.approval]\nwhen = \"input.amount > 20.0\"");
+        let candidate = agent("[tools.approval]\nwhen = \"input.amount > 100.0\"");
+        let mut told = Vec::new();
+        replay_each(
+            &live,
+            &candidate,
+            &calls(&[5, 50, 180]),
+            &[],
+            1.0,
+            |call, kind| {
+                told.push((call.run_id.clone(), kind.to_string()));
+            },
+        )
+        .unwrap();
+        let expected = [
+            ("run_0", "unchanged"),
+            ("run_1", NEWLY_RELEASED),
+            ("run_2", "unchanged"),
+        ];
+        let expected: Vec<(String, String)> = expected
+            .iter()
+            .map(|(r, k)| (r.to_string(), k.to_string()))
+            .collect();
+        assert_eq!(told, expected);
     }
 
     #[test]

@@ -1,11 +1,13 @@
 //! `countersign policy replay AGENT --candidate FILE [--since 7d]`: the gateway's
 //! `POST /v1/agents/{agent}/replay`, as a table per tool, the approvals a day each approver
 //! group would be asked for, examples, and what would become of the calls waiting now.
+//! `countersign policy suggest AGENT [--since 30d]`: its `GET /v1/agents/{agent}/suggestions`,
+//! each suggestion with its evidence and replay, a candidate file written on request.
 
 use crate::args::PolicyCommand;
 use crate::client::Gateway;
 use crate::error::CliError;
-use crate::render::{Table, print_json};
+use crate::render::{Table, moment, print_json};
 use countersign_model::replay::{CallRef, Report};
 use countersign_model::span::Span;
 use serde_json::{Value, json};
@@ -15,11 +17,37 @@ pub(super) async fn run(
     command: PolicyCommand,
     json: bool,
 ) -> Result<(), CliError> {
-    let PolicyCommand::Replay {
-        agent,
-        candidate,
-        since,
-    } = command;
+    match command {
+        PolicyCommand::Replay {
+            agent,
+            candidate,
+            since,
+        } => replay(gateway, agent, candidate, since, json).await,
+        PolicyCommand::Suggest {
+            agent,
+            since,
+            min_calls,
+            min_deciders,
+            write,
+            pick,
+        } => {
+            let asked = Suggest {
+                since,
+                min_calls,
+                min_deciders,
+            };
+            suggest(gateway, &agent, &asked, write.as_deref(), pick, json).await
+        }
+    }
+}
+
+async fn replay(
+    gateway: &Gateway,
+    agent: String,
+    candidate: std::path::PathBuf,
+    since: String,
+    json: bool,
+) -> Result<(), CliError> {
     since
         .parse::<Span>()
         .map_err(|e| CliError::Usage(format!("--since: {e}")))?;
@@ -113,5 +141,143 @@ fn rendered(report: &Report, answer: &Value, since: &str) -> String {
     out += &named("released", &waiting.released);
     out += &named("held again", &waiting.reheld);
     out += &named("refused", &waiting.refused);
+    out
+}
+
+/// What `policy suggest` asks the gateway for.
+struct Suggest {
+    since: String,
+    min_calls: usize,
+    min_deciders: usize,
+}
+
+async fn suggest(
+    gateway: &Gateway,
+    agent: &str,
+    asked: &Suggest,
+    write: Option<&std::path::Path>,
+    pick: usize,
+    json: bool,
+) -> Result<(), CliError> {
+    asked
+        .since
+        .parse::<Span>()
+        .map_err(|e| CliError::Usage(format!("--since: {e}")))?;
+    let mut url = gateway.url(&["v1", "agents", agent, "suggestions"]);
+    url.query_pairs_mut()
+        .append_pair("since", &asked.since)
+        .append_pair("min_calls", &asked.min_calls.to_string())
+        .append_pair("min_deciders", &asked.min_deciders.to_string());
+    let answer = gateway.get(url).await?;
+    if let Some(path) = write {
+        let listed = answer["suggestions"].as_array().map_or(0, Vec::len);
+        let Some(chosen) = pick
+            .checked_sub(1)
+            .and_then(|i| answer["suggestions"].get(i))
+        else {
+            return Err(CliError::Usage(format!(
+                "--pick {pick}: there are {listed} suggestions"
+            )));
+        };
+        let text = chosen["candidate"].as_str().unwrap_or_default();
+        std::fs::write(path, text).map_err(|e| {
+            CliError::Usage(format!("--write: cannot write {}: {e}", path.display()))
+        })?;
+    }
+    if json {
+        print_json(&answer);
+    } else {
+        print!("{}", suggestions_rendered(&answer, &asked.since));
+        if let Some(path) = write {
+            println!(
+                "\nWrote suggestion {pick}'s candidate to {}",
+                path.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The suggestions for a person: each bound, its evidence, what its replay changes.
+fn suggestions_rendered(answer: &Value, since: &str) -> String {
+    let mut out = format!(
+        "{} held calls settled in {} runs of {} in the last {since} ({} runs no longer retained)\n",
+        answer["held"],
+        answer["runs"],
+        answer["agent"].as_str().unwrap_or_default(),
+        answer["runs_not_retained"]
+    );
+    let listed = answer["suggestions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    if listed.is_empty() {
+        out += "\nNo suggestion: no tool has enough approvals below every call a person refused.\n";
+    }
+    for (n, s) in listed.iter().enumerate() {
+        let e = &s["evidence"];
+        let deciders: Vec<&str> = e["deciders"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        let verdict = if s["disqualified"] == true {
+            "DISQUALIFIED: it would have run calls a person refused"
+        } else {
+            "no outcome a person chose would change"
+        };
+        out += &format!(
+            "\n{}. {}: let run without asking when {}  ({verdict})\n",
+            n + 1,
+            s["tool"].as_str().unwrap_or_default(),
+            s["release"].as_str().unwrap_or_default(),
+        );
+        out += &format!(
+            "   {} approved as asked, none rejected or edited, by {} ({}), {} to {}\n",
+            e["approved"],
+            deciders.len(),
+            deciders.join(", "),
+            moment(e["first_at"].as_i64().unwrap_or_default()),
+            moment(e["last_at"].as_i64().unwrap_or_default()),
+        );
+        if e["unanswered"].as_u64().unwrap_or(0) > 0 {
+            out += &format!(
+                "   {} within it nobody decided in time; it would have run them\n",
+                e["unanswered"]
+            );
+        }
+        match e["nearest_refused"].as_object() {
+            Some(near) => {
+                out += &format!(
+                    "   nearest refused: {} {} {} = {} ({})\n",
+                    near["run_id"].as_str().unwrap_or_default(),
+                    near["call_id"].as_str().unwrap_or_default(),
+                    s["field"].as_str().unwrap_or_default(),
+                    near["value"],
+                    near["settled"].as_str().unwrap_or_default(),
+                );
+            }
+            None => out += "   nothing was refused; the bound is the largest value approved\n",
+        }
+        let r = &s["replay"];
+        out += &format!(
+            "   replayed: {} of {} calls newly released, {} unchanged\n",
+            r["newly_released"], r["calls"], r["unchanged"]
+        );
+        for d in s["disqualifiers"].as_array().into_iter().flatten() {
+            out += &format!(
+                "   would have run: {} {} {}\n",
+                d["run_id"].as_str().unwrap_or_default(),
+                d["call_id"].as_str().unwrap_or_default(),
+                d["input"]
+            );
+        }
+        out += &format!(
+            "   when: {}\n      → {}\n",
+            s["when"]["before"].as_str().unwrap_or_default(),
+            s["when"]["after"].as_str().unwrap_or_default()
+        );
+    }
     out
 }

@@ -516,6 +516,177 @@ async fn a_replay_counts_exactly_what_a_stricter_and_a_looser_candidate_would_ch
     assert_eq!(code, StatusCode::FORBIDDEN);
 }
 
+/// Decides the refund a paused run holds, by alice or bob in turn (`i`), and waits for the
+/// run to end.
+async fn settle(app: &TestApp, (run, digest): &(String, Value), i: usize, mut decision: Value) {
+    decision["call_id"] = json!("toolu_1");
+    decision["digest"] = digest.clone();
+    let person = ["alice", "bob"][i % 2];
+    let (code, body) = app.decide_as(person, run, decision).await;
+    assert_eq!(code, StatusCode::OK, "{body}");
+    app.wait_status(run, "completed").await;
+}
+
+/// The suggestions for `refunds` from the last day, with these thresholds.
+async fn suggested(app: &TestApp, min_calls: usize) -> Value {
+    let (code, answer) = app
+        .request(
+            reqwest::Method::GET,
+            &format!(
+                "/v1/agents/refunds/suggestions?since=1d&min_calls={min_calls}&min_deciders=2"
+            ),
+            Some(countersign_tests::app::ADMIN_KEY),
+            None,
+        )
+        .await;
+    assert_eq!(code, StatusCode::OK, "{answer}");
+    answer
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn suggestions_stop_below_every_refused_call_and_their_candidate_replays_as_they_say() {
+    let app = TestApp::builder(amount_brain).start().await;
+    // Held (over $20): $21 to $30 approved by alice and bob in turn, $33 rejected, $45
+    // approved, $28 edited down, $24 still waiting. $5 and $8 ran at once.
+    let approved: Vec<u32> = (21..=30).chain([45]).collect();
+    let mut inputs: Vec<String> = approved.iter().map(|n| format!("Refund {n}")).collect();
+    inputs.extend(["Refund 33", "Refund 28", "Refund 24"].map(String::from));
+    let paused = app.paused_refunds(&inputs).await;
+    for &n in &[5, 8] {
+        let run = app.start_run(&format!("Refund {n}")).await;
+        app.wait_status(&run, "completed").await;
+    }
+    for (i, held) in paused.iter().enumerate().take(approved.len()) {
+        settle(&app, held, i, json!({"action": "approve"})).await;
+    }
+    settle(
+        &app,
+        &paused[11],
+        11,
+        json!({"action": "reject", "reason": "too much for a scratch"}),
+    )
+    .await;
+    settle(
+        &app,
+        &paused[12],
+        12,
+        json!({"action": "edit", "input": {"order_id": "A-1", "amount": 10, "reason": "broken"},
+               "note": "half"}),
+    )
+    .await;
+
+    let answer = suggested(&app, 5).await;
+    assert_eq!(
+        (&answer["runs"], &answer["held"]),
+        (&json!(16), &json!(13)),
+        "{answer}"
+    );
+    let found = answer["suggestions"].as_array().unwrap();
+    assert_eq!(found.len(), 1, "{answer}");
+    let s = &found[0];
+    // $21 to $27 were approved below the edited $28: the bound stops there, so neither the
+    // edited nor the rejected call, nor the $45 above them, would have run.
+    assert_eq!(
+        (&s["tool"], &s["field"]),
+        (&json!("issue_refund"), &json!("amount"))
+    );
+    assert_eq!(s["release"], "input.amount <= 27.0", "{s}");
+    let e = &s["evidence"];
+    assert_eq!(e["approved"], 7, "{e}");
+    assert_eq!(e["deciders"], json!(["alice", "bob"]));
+    assert_eq!(e["unanswered"], 0);
+    assert_eq!(e["nearest_refused"]["value"], 28.0);
+    assert_eq!(e["nearest_refused"]["settled"], "edited");
+    assert_eq!(e["nearest_refused"]["run_id"], json!(paused[12].0));
+    assert_eq!(
+        (&s["disqualified"], &s["disqualifiers"]),
+        (&json!(false), &json!([]))
+    );
+    // Replayed: the 7 approved and the $24 waiting would have run; the rest (the two that
+    // ran at once among them) as they were.
+    let r = &s["replay"];
+    assert_eq!(
+        (&r["calls"], &r["newly_released"], &r["unchanged"]),
+        (&json!(16), &json!(8), &json!(8)),
+        "{r}"
+    );
+    assert_eq!(s["when"]["before"], "input.amount > 20.0");
+    let after = "(input.amount > 20.0) && !(input.amount <= 27.0)";
+    assert_eq!(s["when"]["after"], after);
+    // The candidate is the live file with that one line changed, and replays the same.
+    let live = std::fs::read_to_string(app.agents_dir().join("refunds.toml")).unwrap();
+    let candidate = s["candidate"].as_str().unwrap();
+    assert_eq!(
+        candidate,
+        live.replace(WHEN, &format!("when = \"{after}\""))
+    );
+    let (code, replayed) = app
+        .request(
+            reqwest::Method::POST,
+            "/v1/agents/refunds/replay",
+            Some(countersign_tests::app::ADMIN_KEY),
+            Some(json!({"candidate": candidate, "since": "1d"})),
+        )
+        .await;
+    assert_eq!(code, StatusCode::OK, "{replayed}");
+    assert_eq!(replayed["tools"]["issue_refund"]["newly_released"], 8);
+
+    // The command line says the same, and writes the candidate for a person to ship.
+    let file = std::env::temp_dir().join(format!("cs-suggested-{}.toml", paused[0].0));
+    let line = format!(
+        "policy suggest refunds --since 1d --min-calls 5 --write {}",
+        file.display()
+    );
+    let out = super::cli::ok(&app, countersign_tests::app::ADMIN_KEY, &line).await;
+    for says in [
+        "13 held calls settled in 16 runs of refunds",
+        "1. issue_refund: let run without asking when input.amount <= 27.0  (no outcome",
+        "7 approved as asked, none rejected or edited, by 2 (alice, bob)",
+        "amount = 28.0 (edited)",
+        "replayed: 8 of 16 calls newly released, 8 unchanged",
+    ] {
+        assert!(out.contains(says), "{says:?} missing from:\n{out}");
+    }
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), candidate);
+    std::fs::remove_file(&file).unwrap();
+
+    // Eight approvals are more than the bound has: nothing is suggested.
+    assert_eq!(suggested(&app, 8).await["suggestions"], json!([]));
+    // It reads, never writes: the waiting refund still waits under the live policy.
+    let (_, run) = app.get(&format!("/v1/runs/{}", paused[13].0)).await;
+    assert_eq!(run["status"], "awaiting_approval");
+    // Bad thresholds and windows are refused; only an administrator may ask.
+    for query in ["min_calls=0", "since=91d", "since=soon", "bogus=1"] {
+        let (code, body) = app
+            .request(
+                reqwest::Method::GET,
+                &format!("/v1/agents/refunds/suggestions?{query}"),
+                Some(countersign_tests::app::ADMIN_KEY),
+                None,
+            )
+            .await;
+        assert_eq!(code, StatusCode::BAD_REQUEST, "{query}: {body}");
+    }
+    let (code, _) = app
+        .request(
+            reqwest::Method::GET,
+            "/v1/agents/nobody/suggestions",
+            Some(countersign_tests::app::ADMIN_KEY),
+            None,
+        )
+        .await;
+    assert_eq!(code, StatusCode::NOT_FOUND);
+    let (code, _) = app
+        .request(
+            reqwest::Method::GET,
+            "/v1/agents/refunds/suggestions",
+            Some(countersign_tests::app::REVIEWER_KEY),
+            None,
+        )
+        .await;
+    assert_eq!(code, StatusCode::FORBIDDEN);
+}
+
 #[tokio::test]
 async fn a_call_a_crashed_attempt_had_started_is_never_held_again_when_its_policy_changed() {
     let mut app = TestApp::builder(refund_brain).start().await;

@@ -8,7 +8,7 @@ mod events;
 mod grants;
 mod health;
 mod jwks;
-mod replay;
+mod policy;
 mod runs;
 mod sessions;
 
@@ -26,7 +26,7 @@ pub(super) fn router(stop: &CancellationToken) -> Router<AppState> {
         .merge(grants::router())
         .merge(delegations::router())
         .merge(audit::router())
-        .merge(replay::router())
+        .merge(policy::router())
         .merge(approvals::router())
         .merge(sessions::router())
         .merge(health::router())

@@ -1,0 +1,197 @@
+//! Suggesting policies from an agent's own recorded decisions (see
+//! [`countersign_model::suggest`]): the held calls of the window, as their audit trails
+//! settled them, give the bounds; each bound's candidate file is then replayed over the same
+//! window exactly as `POST /v1/agents/{agent}/replay` replays one, and a call a person
+//! rejected or edited that the candidate would have let run disqualifies it. It reads; it
+//! never writes.
+
+use crate::error::ApiError;
+use crate::replay::{candidate_agent, window_runs};
+use crate::state::AppState;
+use axum::http::StatusCode;
+use countersign_model::now_ms;
+use countersign_model::replay::{self, Example, Forecast, Recorded, ToolCounts};
+use countersign_model::run::Run;
+use countersign_model::suggest::{self, Bound, HeldRecord, RewriteError, Settled, Thresholds};
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::HashSet;
+use std::time::Duration;
+
+/// The most suggestions one answer replays and shows.
+const MOST: usize = 10;
+
+/// The suggestions for an agent, with what they were read from.
+#[derive(Serialize)]
+pub(crate) struct Suggested {
+    /// The agent.
+    agent: String,
+    /// The window's start, in ms since the epoch.
+    since_ms: i64,
+    /// Runs of the agent read.
+    runs: usize,
+    /// Runs active in the window whose state is no longer retained (of any agent).
+    runs_not_retained: usize,
+    /// Held calls of the agent people settled in the window (or nobody did, in time).
+    held: usize,
+    /// Most approvals first; those with disqualifiers included, marked.
+    suggestions: Vec<Suggestion>,
+}
+
+/// One bound, replayed.
+#[derive(Serialize)]
+struct Suggestion {
+    #[serde(flatten)]
+    bound: Bound,
+    /// The tool's `when`, now and in the candidate.
+    when: Change,
+    /// What the candidate changes for the tool's recorded calls in the window.
+    replay: ToolCounts,
+    /// Approvals asked for per day, by approver group, now and with the candidate.
+    approvals_per_day: Forecast,
+    /// Calls a person rejected or edited that the candidate would have let run.
+    disqualifiers: Vec<Example>,
+    /// Whether there is any: such a suggestion is shown, not offered.
+    disqualified: bool,
+    /// The candidate agent file, whole, for a person to review and ship.
+    candidate: String,
+}
+
+#[derive(Serialize)]
+struct Change {
+    before: String,
+    after: String,
+}
+
+/// The suggestions for agent `name` from the decisions of the last `window`.
+pub(crate) async fn suggest(
+    state: &AppState,
+    name: &str,
+    window: Duration,
+    thresholds: Thresholds,
+) -> Result<Suggested, ApiError> {
+    let live = state
+        .catalog()
+        .get(name)
+        .ok_or_else(|| ApiError::not_found(format!("no agent named {name:?}")))?;
+    let since_ms = now_ms() - window.as_millis() as i64;
+    let (read, runs_not_retained) = window_runs(state, name, since_ms).await?;
+    let recorded: Vec<Recorded> = read
+        .iter()
+        .flat_map(|(run, trail)| crate::replay::calls_of(run, trail))
+        .collect();
+    let held: Vec<HeldRecord> = read
+        .iter()
+        .flat_map(|(run, trail)| held_of(run, trail))
+        .collect();
+    let refused: HashSet<(&str, &str)> = held
+        .iter()
+        .filter(|h| h.settled.refused())
+        .map(|h| (h.call.run_id.as_str(), h.call.call_id.as_str()))
+        .collect();
+    let days = window.as_secs_f64() / 86_400.0;
+    let mut suggestions = Vec::new();
+    for bound in suggest::bounds(&held, thresholds).into_iter().take(MOST) {
+        let rewritten = match suggest::rewrite(&live.source, &bound.tool, &bound.release) {
+            Ok(rewritten) => rewritten,
+            // The file changed since those calls were held: the tool asks for nothing now.
+            Err(RewriteError::NeverAsks(_) | RewriteError::NoTool(_)) => continue,
+            Err(e) => {
+                return Err(ApiError::for_status(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("the live agent file cannot be rewritten: {e}"),
+                ));
+            }
+        };
+        let candidate = candidate_agent(&live, &rewritten.text)?;
+        let mut disqualifiers = Vec::new();
+        let report = replay::replay_each(&live, &candidate, &recorded, &[], days, |call, kind| {
+            if kind == replay::NEWLY_RELEASED
+                && refused.contains(&(call.run_id.as_str(), call.call_id.as_str()))
+            {
+                disqualifiers.push(Example::of(call));
+            }
+        })
+        .map_err(|e| ApiError::bad_request(format!("the candidate does not load: {e}")))?;
+        suggestions.push(Suggestion {
+            replay: report.tools.get(&bound.tool).cloned().unwrap_or_default(),
+            approvals_per_day: report.approvals_per_day,
+            disqualified: !disqualifiers.is_empty(),
+            disqualifiers,
+            when: Change {
+                before: rewritten.before,
+                after: rewritten.after,
+            },
+            candidate: rewritten.text,
+            bound,
+        });
+    }
+    Ok(Suggested {
+        agent: name.to_string(),
+        since_ms,
+        runs: read.len(),
+        runs_not_retained,
+        held: held.len(),
+        suggestions,
+    })
+}
+
+/// The calls `run` held, as its audit `trail` settled them: by the action a worker ran them
+/// under (`executed`), else rejected if a decision rejected them, else unanswered if they
+/// expired or the run ended first. A call still waiting, or decided and not yet run, is not
+/// settled and left out.
+fn held_of<'a>(run: &'a Run, trail: &'a [Value]) -> impl Iterator<Item = HeldRecord> + 'a {
+    let mut seen = HashSet::new();
+    trail
+        .iter()
+        .filter(|e| e["kind"] == "requested")
+        .filter_map(move |requested| {
+            let call_id = requested["call_id"].as_str()?;
+            if !seen.insert(call_id) {
+                return None;
+            }
+            let about = |kind: &'static str| {
+                trail
+                    .iter()
+                    .filter(move |e| e["kind"] == kind && e["call_id"].as_str() == Some(call_id))
+            };
+            let executed = about("executed").find(|e| e["detail"]["action"].is_string());
+            let decided: Vec<&Value> = about("decided").collect();
+            let action = |e: &Value| e["detail"]["action"].as_str().map(str::to_string);
+            let settled = match executed.and_then(action).as_deref() {
+                Some("approve") => Settled::Approved,
+                Some("edit") => Settled::Edited,
+                Some("reject") => Settled::Rejected,
+                _ if decided
+                    .iter()
+                    .any(|e| action(e).as_deref() == Some("reject")) =>
+                {
+                    Settled::Rejected
+                }
+                _ if about("expired").next().is_some() || run.status.is_terminal() => {
+                    Settled::Unanswered
+                }
+                _ => return None,
+            };
+            // Each approval of a quorum is a `decided` entry of its own.
+            let deciders: Vec<String> = decided
+                .iter()
+                .filter_map(|e| e["actor"].as_str().map(str::to_string))
+                .collect();
+            let detail = &requested["detail"];
+            Some(HeldRecord {
+                call: Recorded {
+                    run_id: run.run_id.to_string(),
+                    call_id: call_id.to_string(),
+                    tool: detail["tool"].as_str()?.to_string(),
+                    input: detail["input"].clone(),
+                    metadata: run.metadata.clone(),
+                    requester: run.requested_by.clone().unwrap_or_default(),
+                    at: requested["at"].as_i64().unwrap_or(run.created_at),
+                    ran: matches!(settled, Settled::Approved | Settled::Edited),
+                },
+                settled,
+                deciders,
+            })
+        })
+}
