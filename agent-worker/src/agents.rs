@@ -13,6 +13,8 @@ pub(crate) struct RunnableAgent {
     pub policies: HashMap<String, Policy>,
     /// The shadow policies of the tools that have one (`shadow` in their definition).
     pub shadows: HashMap<String, Policy>,
+    /// The reviewer models of the tools that name one (`reviewer` in their definition).
+    pub reviewers: HashMap<String, Model>,
     /// The process's sessions with MCP servers, for the agent's MCP tools.
     pub mcp: McpClients,
 }
@@ -34,7 +36,11 @@ impl Agents {
         for agent in catalog.iter() {
             let mut policies = HashMap::new();
             let mut shadows = HashMap::new();
+            let mut reviewers = HashMap::new();
             for tool in &agent.def.tools {
+                if let Some(reviewer) = &tool.reviewer {
+                    reviewers.insert(tool.name.clone(), Model::for_reviewer(reviewer));
+                }
                 let live = Policy::compile(env.clone(), &tool.name, &tool.approval)?;
                 policies.insert(tool.name.clone(), live);
                 if let Some(shadow) = &tool.shadow {
@@ -47,6 +53,7 @@ impl Agents {
                 agent: agent.clone(),
                 policies,
                 shadows,
+                reviewers,
                 mcp: mcp.clone(),
             };
             by_name.insert(agent.def.name.clone(), runnable);

@@ -4,12 +4,13 @@
 //! Its rooms, and which may import which, are in ARCHITECTURE.md ("The gateway's rooms"),
 //! held by `tests/rooms.rs`: `doors/` (every inbound way a person or a client acts: the API,
 //! the inbox, email links, Slack, the MCP proxy), `pages/` (what a reviewer is shown), the
-//! verbs below them (`decide/`, `grants`, `runs`, `live/`, `replay`, `suggest`, `receipts`),
-//! the outbound side (`deliveries/`, `channels/`, `mail`), and the frame they share (`state`,
-//! `error`, `server`, `view`, `config`, `time`, `auth/`).
+//! verbs below them (`decide/`, `grants`, `runs`, `live/`, `replay`, `suggest`, `agreement`,
+//! `receipts`), the outbound side (`deliveries/`, `channels/`, `mail`), and the frame they
+//! share (`state`, `error`, `server`, `view`, `config`, `time`, `auth/`).
 
 #![warn(unreachable_pub)]
 
+pub(crate) mod agreement;
 pub(crate) mod auth;
 pub(crate) mod channels;
 pub mod config;

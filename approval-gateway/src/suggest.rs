@@ -140,7 +140,10 @@ pub(crate) async fn suggest(
 /// under (`executed`), else rejected if a decision rejected them, else unanswered if they
 /// expired or the run ended first. A call still waiting, or decided and not yet run, is not
 /// settled and left out.
-fn held_of<'a>(run: &'a Run, trail: &'a [Value]) -> impl Iterator<Item = HeldRecord> + 'a {
+pub(crate) fn held_of<'a>(
+    run: &'a Run,
+    trail: &'a [Value],
+) -> impl Iterator<Item = HeldRecord> + 'a {
     let mut seen = HashSet::new();
     trail
         .iter()

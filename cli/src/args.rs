@@ -162,6 +162,17 @@ pub(crate) enum PolicyCommand {
         #[arg(long, default_value_t = 1)]
         pick: usize,
     },
+    /// How the agent's reviewer models, in shadow, agreed with its people: per tool, their
+    /// verdicts, how people settled the calls each verdict was about, the calls a model would
+    /// have approved that a person rejected or edited (listed first), and what a verdict
+    /// took. Reads, never writes (admin key).
+    Reviewer {
+        /// The agent's name
+        agent: String,
+        /// How far back (`24h`, `30d`)
+        #[arg(long, default_value = "30d")]
+        since: String,
+    },
 }
 
 #[derive(Subcommand)]

@@ -120,6 +120,7 @@ impl AgentDef {
                     discovered: Some(found.clone()),
                     approval: mcp::default_approval(server, found),
                     shadow: None,
+                    reviewer: None,
                     audience: None,
                     idempotent: mcp::default_idempotent(server, found),
                     risk: mcp::default_risk(server, found),
@@ -257,6 +258,10 @@ pub struct ToolDef {
     /// of the policy version: adding or changing it changes no call's terms.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shadow: Option<ApprovalDef>,
+    /// A reviewer model that looks at the calls the policy holds, inside an envelope (see
+    /// [`crate::reviewer`]); in shadow, so not part of the policy version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reviewer: Option<crate::reviewer::ReviewerDef>,
     /// How the tool names itself in the receipts of its approved calls (their `aud`); the
     /// tool's name when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -343,6 +348,9 @@ impl ToolDef {
             && rule.escalate_to.is_empty()
         {
             return Err("on_expiry = \"escalate\" needs escalate_to".into());
+        }
+        if let Some(why) = self.reviewer.as_ref().and_then(|r| r.refusal(self)) {
+            return Err(why);
         }
         let r = self.reviewers();
         if r.quorum == 0

@@ -46,6 +46,9 @@ pub enum AuditKind {
     /// A tool's shadow policy sorted a call differently from its live one (`detail`: the
     /// outcome, what each did).
     PolicyShadow,
+    /// A tool's reviewer model, in shadow, gave its verdict on a held call (`detail`: the
+    /// verdict, its reason, the model, the envelope, what it took).
+    ReviewerShadow,
     /// Someone asked to cancel the run.
     CancelRequested,
     /// The run completed with the model's answer.

@@ -26,6 +26,7 @@ pub mod people;
 pub mod policy;
 pub mod refusal;
 pub mod replay;
+pub mod reviewer;
 pub mod run;
 pub mod scripted;
 pub mod span;

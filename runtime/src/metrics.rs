@@ -19,6 +19,9 @@
 //!   fits), `superseded` (a waiting call closed so that it is checked again).
 //! - `countersign_policy_shadow_total{tool, outcome}`: calls a tool's shadow policy sorted
 //!   differently from its live one: `would_hold`, `would_release`, `other_reviewers`.
+//! - `countersign_reviewer_seconds{tool, verdict}`: a tool's reviewer model's verdicts on
+//!   held calls, in shadow, by verdict (`approve`, `ask_person`, `outside_envelope`, `error`),
+//!   and what each took (worker).
 //! - `countersign_live_streams_total{event}`: followers of a run's live events (`GET
 //!   /v1/runs/{id}/events`) `opened`, and how they ended: `ended` with the run, `left` (the
 //!   client went away), `cut` (it read too slowly and was cut off).
@@ -74,6 +77,7 @@ struct Inner {
     reloads: Family<Labels, Counter>,
     rechecks: Family<Labels, Counter>,
     shadow: Family<Labels, Counter>,
+    reviewer: Timings,
     live: Family<Labels, Counter>,
     announcements: Family<Labels, Counter>,
     wakeups: Family<Labels, Counter>,
@@ -102,6 +106,7 @@ impl Default for Metrics {
             reloads: Family::default(),
             rechecks: Family::default(),
             shadow: Family::default(),
+            reviewer: Family::new_with_constructor(buckets),
             live: Family::default(),
             announcements: Family::default(),
             wakeups: Family::default(),
@@ -147,6 +152,11 @@ impl Default for Metrics {
             "policy_shadow",
             "Calls a shadow policy sorted differently from the live one",
             inner.shadow.clone(),
+        );
+        r.register(
+            "reviewer_seconds",
+            "Reviewer models' verdicts on held calls, in shadow, and what each took",
+            inner.reviewer.clone(),
         );
         r.register(
             "live_streams",
@@ -271,6 +281,15 @@ impl Metrics {
     pub fn policy_shadow(&self, tool: &str, outcome: &'static str) {
         let labels = vec![("tool", tool.to_string()), ("outcome", outcome.to_string())];
         self.0.shadow.get_or_create(&labels).inc();
+    }
+
+    /// Times a reviewer model's `verdict` on a held call of `tool`.
+    pub fn reviewer_verdict(&self, tool: &str, verdict: &'static str, took: Duration) {
+        let labels = vec![("tool", tool.to_string()), ("verdict", verdict.to_string())];
+        self.0
+            .reviewer
+            .get_or_create(&labels)
+            .observe(took.as_secs_f64());
     }
 
     /// Counts a follower of a run's live events `opened`, or how it ended (`ended`, `left`,

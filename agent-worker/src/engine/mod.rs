@@ -22,6 +22,7 @@ mod execute;
 mod hold;
 mod live;
 mod recheck;
+mod reviewer;
 mod shadow;
 mod stages;
 mod timers;
@@ -313,6 +314,7 @@ impl Engine {
             }
             run.messages.push(reply);
             run.paused_turn = self.gate(&run, agent, calls, unsaved).await?;
+            self.review(&run, agent, &run.paused_turn, unsaved).await;
             let marked = run.paused_turn.iter().any(TurnCall::runs_now);
             if marked {
                 self.store_turn(&mut run, unsaved).await?;

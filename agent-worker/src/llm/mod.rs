@@ -12,6 +12,7 @@ mod anthropic;
 mod openai;
 
 use countersign_model::agent::{Agent, Provider, ToolDef};
+use countersign_model::reviewer::ReviewerDef;
 use countersign_model::run::{Block, Message};
 use countersign_model::scripted::Script;
 use countersign_model::sse;
@@ -50,11 +51,14 @@ pub(crate) struct Endpoint {
 impl Endpoint {
     /// The agent's `base_url`, else `{PREFIX}_BASE_URL`; the key from `{PREFIX}_API_KEY`.
     fn from_env(agent: &Agent, prefix: &str, default_base: &str) -> Self {
-        let base_url = agent
-            .def
-            .model
-            .base_url
-            .clone()
+        Self::new(agent.def.model.base_url.as_ref(), prefix, default_base)
+    }
+
+    /// `base_url`, else `{PREFIX}_BASE_URL`, else `default_base`; the key from
+    /// `{PREFIX}_API_KEY`.
+    fn new(base_url: Option<&String>, prefix: &str, default_base: &str) -> Self {
+        let base_url = base_url
+            .cloned()
             .or_else(|| std::env::var(format!("{prefix}_BASE_URL")).ok())
             .filter(|v| !v.is_empty())
             .unwrap_or_else(|| default_base.to_string());
@@ -101,6 +105,24 @@ impl Model {
             Provider::McpClient => Self::McpClient,
             Provider::External => Self::External,
         })
+    }
+
+    /// A tool's reviewer model, with its endpoint from its definition or the environment as
+    /// an agent's (the file refuses a reviewer of any other provider).
+    pub(crate) fn for_reviewer(def: &ReviewerDef) -> Self {
+        let base_url = def.base_url.as_ref();
+        match def.provider {
+            Provider::Openai => Self::OpenAi(Endpoint::new(
+                base_url,
+                "OPENAI",
+                "https://api.openai.com/v1",
+            )),
+            _ => Self::Anthropic(Endpoint::new(
+                base_url,
+                "ANTHROPIC",
+                "https://api.anthropic.com",
+            )),
+        }
     }
 
     /// The assistant's turn. Each piece of its text is sent on `deltas` as it arrives.

@@ -3,6 +3,8 @@
 //! group would be asked for, examples, and what would become of the calls waiting now.
 //! `countersign policy suggest AGENT [--since 30d]`: its `GET /v1/agents/{agent}/suggestions`,
 //! each suggestion with its evidence and replay, a candidate file written on request.
+//! `countersign policy reviewer AGENT [--since 30d]`: its `GET /v1/agents/{agent}/reviewer`,
+//! how the agent's reviewer models in shadow agreed with its people.
 
 use crate::args::PolicyCommand;
 use crate::client::Gateway;
@@ -38,7 +40,68 @@ pub(super) async fn run(
             };
             suggest(gateway, &agent, &asked, write.as_deref(), pick, json).await
         }
+        PolicyCommand::Reviewer { agent, since } => reviewer(gateway, &agent, &since, json).await,
     }
+}
+
+async fn reviewer(gateway: &Gateway, agent: &str, since: &str, json: bool) -> Result<(), CliError> {
+    since
+        .parse::<Span>()
+        .map_err(|e| CliError::Usage(format!("--since: {e}")))?;
+    let mut url = gateway.url(&["v1", "agents", agent, "reviewer"]);
+    url.query_pairs_mut().append_pair("since", since);
+    let answer = gateway.get(url).await?;
+    if json {
+        print_json(&answer);
+    } else {
+        print!("{}", agreement_rendered(&answer, since));
+    }
+    Ok(())
+}
+
+/// The reviewer models' agreement for a person: a row per tool, then the disagreements.
+fn agreement_rendered(answer: &Value, since: &str) -> String {
+    let mut out = format!(
+        "Reviewer models of {} in the last {since} ({} runs read)\n\n",
+        answer["agent"].as_str().unwrap_or_default(),
+        answer["runs"]
+    );
+    let tools = answer["tools"].as_object().cloned().unwrap_or_default();
+    if tools.is_empty() {
+        return out + "No verdict in the window.\n";
+    }
+    let count = |v: &Value, key: &str| v[key].as_u64().unwrap_or(0).to_string();
+    let mut table = Table::new(&[
+        "TOOL", "REVIEWED", "APPROVE", "ASK", "OUTSIDE", "ERROR", "AGREED", "MS MEAN",
+    ]);
+    for (tool, t) in &tools {
+        table.row(vec![
+            tool.clone(),
+            count(t, "reviewed"),
+            count(&t["verdicts"], "approve"),
+            count(&t["verdicts"], "ask_person"),
+            count(&t["verdicts"], "outside_envelope"),
+            count(&t["verdicts"], "error"),
+            t["agreement"]
+                .as_f64()
+                .map_or("-".into(), |a| format!("{:.0}%", a * 100.0)),
+            format!("{:.0}", t["ms_mean"].as_f64().unwrap_or(0.0)),
+        ]);
+    }
+    out += &format!("{table}");
+    for (tool, t) in &tools {
+        for d in t["approved_but_refused"].as_array().into_iter().flatten() {
+            out += &format!(
+                "\n{tool}: would have approved, a person {}: {} {} {}\n  its reason: {}\n",
+                d["settled"].as_str().unwrap_or_default(),
+                d["run_id"].as_str().unwrap_or_default(),
+                d["call_id"].as_str().unwrap_or_default(),
+                d["input"],
+                d["reason"].as_str().unwrap_or_default()
+            );
+        }
+    }
+    out
 }
 
 async fn replay(

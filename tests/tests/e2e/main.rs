@@ -48,6 +48,7 @@ mod receipts;
 mod redis_deployments;
 mod requester_reads;
 mod restarts;
+mod reviewer_model;
 mod reviewers;
 mod run_start;
 mod slack;

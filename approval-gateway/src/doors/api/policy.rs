@@ -3,8 +3,11 @@
 //!   agent's file would have done to its recorded calls and would do to those waiting now
 //!   (see [`crate::replay`]);
 //! - `GET /v1/agents/{agent}/suggestions?since=&min_calls=&min_deciders=`: the changes the
-//!   agent's own recorded decisions support, each replayed (see [`crate::suggest`]).
+//!   agent's own recorded decisions support, each replayed (see [`crate::suggest`]);
+//! - `GET /v1/agents/{agent}/reviewer?since=`: how the agent's reviewer models, in shadow,
+//!   agreed with its people (see [`crate::agreement`]).
 
+use crate::agreement::{self, Agreement};
 use crate::auth::{Authenticated, Caller, Permission, QueryParams};
 use crate::error::ApiError;
 use crate::replay::{self, Replayed};
@@ -22,6 +25,7 @@ pub(super) fn router() -> Router<AppState> {
     Router::new()
         .route("/v1/agents/{agent}/replay", post(replay_agent))
         .route("/v1/agents/{agent}/suggestions", get(suggestions))
+        .route("/v1/agents/{agent}/reviewer", get(reviewer_agreement))
 }
 
 #[derive(Deserialize)]
@@ -78,12 +82,7 @@ async fn suggestions(
     QueryParams(query): QueryParams<SuggestQuery>,
 ) -> Result<Json<Suggested>, ApiError> {
     caller.require(Permission::Administer)?;
-    let since = query
-        .since
-        .map(|s| s.parse::<Span>())
-        .transpose()
-        .map_err(|e| ApiError::bad_request(format!("since: {e}")))?;
-    let window = window(since, Duration::from_secs(30 * 86_400))?;
+    let window = queried_window(query.since)?;
     let thresholds = Thresholds {
         min_calls: query.min_calls.unwrap_or(10),
         min_deciders: query.min_deciders.unwrap_or(2),
@@ -96,4 +95,31 @@ async fn suggestions(
     Ok(Json(
         suggest::suggest(&state, &agent, window, thresholds).await?,
     ))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WindowQuery {
+    /// How far back (`30d`, `24h`); default 30 days.
+    since: Option<String>,
+}
+
+/// The window a query's `since` names, 30 days if none.
+fn queried_window(since: Option<String>) -> Result<Duration, ApiError> {
+    let since = since
+        .map(|s| s.parse::<Span>())
+        .transpose()
+        .map_err(|e| ApiError::bad_request(format!("since: {e}")))?;
+    window(since, Duration::from_secs(30 * 86_400))
+}
+
+async fn reviewer_agreement(
+    State(state): State<AppState>,
+    Path(agent): Path<String>,
+    caller: Caller,
+    QueryParams(query): QueryParams<WindowQuery>,
+) -> Result<Json<Agreement>, ApiError> {
+    caller.require(Permission::Administer)?;
+    let window = queried_window(query.since)?;
+    Ok(Json(agreement::agreement(&state, &agent, window).await?))
 }

@@ -1,0 +1,140 @@
+//! How a tool's reviewer model, in shadow, agreed with the people (see
+//! [`countersign_model::reviewer`]): its verdicts (`reviewer_shadow` audit entries) on the
+//! held calls of an agent's runs in a window, beside how people settled each call. The calls
+//! it would have approved that a person rejected or edited come first: they are what a team
+//! must see before letting it decide. It reads; it never writes.
+
+use crate::error::ApiError;
+use crate::replay::window_runs;
+use crate::state::AppState;
+use crate::suggest::held_of;
+use countersign_model::now_ms;
+use countersign_model::suggest::Settled;
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// The agreement of an agent's reviewer models with its people, per tool.
+#[derive(Serialize)]
+pub(crate) struct Agreement {
+    agent: String,
+    /// The window's start, in ms since the epoch.
+    since_ms: i64,
+    /// Runs of the agent read.
+    runs: usize,
+    /// Runs active in the window whose state is no longer retained (of any agent).
+    runs_not_retained: usize,
+    /// Per tool with a verdict in the window.
+    tools: BTreeMap<String, ToolAgreement>,
+}
+
+#[derive(Default, Serialize)]
+struct ToolAgreement {
+    /// Held calls the reviewer gave a verdict on.
+    reviewed: usize,
+    /// Its verdicts, by kind: `approve`, `ask_person`, `outside_envelope`, `error`.
+    verdicts: BTreeMap<String, usize>,
+    /// How people settled the calls it would have approved: `approved`, `edited`,
+    /// `rejected`, `unanswered`, or `waiting` (not settled yet).
+    approved_then: BTreeMap<String, usize>,
+    /// How people settled the calls it left to a person.
+    asked_then: BTreeMap<String, usize>,
+    /// Of its approvals people settled, the share they approved as asked; none if none.
+    agreement: Option<f64>,
+    /// What a verdict took, in ms: the mean and the slowest.
+    ms_mean: f64,
+    ms_max: u64,
+    /// The calls it would have approved that a person rejected or edited.
+    approved_but_refused: Vec<Disagreement>,
+}
+
+#[derive(Serialize)]
+struct Disagreement {
+    run_id: String,
+    call_id: String,
+    input: Value,
+    /// How the person settled it.
+    settled: Settled,
+    /// Why the model would have approved it.
+    reason: String,
+}
+
+/// The agreement of agent `name`'s reviewer models with its people over the last `window`.
+pub(crate) async fn agreement(
+    state: &AppState,
+    name: &str,
+    window: Duration,
+) -> Result<Agreement, ApiError> {
+    if state.catalog().get(name).is_none() {
+        return Err(ApiError::not_found(format!("no agent named {name:?}")));
+    }
+    let since_ms = now_ms() - window.as_millis() as i64;
+    let (read, runs_not_retained) = window_runs(state, name, since_ms).await?;
+    let mut tools: BTreeMap<String, ToolAgreement> = BTreeMap::new();
+    let mut total_ms: BTreeMap<String, u64> = BTreeMap::new();
+    for (run, trail) in &read {
+        let settled: BTreeMap<String, (Settled, Value)> = held_of(run, trail)
+            .map(|h| (h.call.call_id, (h.settled, h.call.input)))
+            .collect();
+        for verdict in trail.iter().filter(|e| e["kind"] == "reviewer_shadow") {
+            let detail = &verdict["detail"];
+            let (Some(call_id), Some(tool), Some(said)) = (
+                verdict["call_id"].as_str(),
+                detail["tool"].as_str(),
+                detail["verdict"].as_str(),
+            ) else {
+                continue;
+            };
+            let counts = tools.entry(tool.to_string()).or_default();
+            counts.reviewed += 1;
+            *counts.verdicts.entry(said.to_string()).or_default() += 1;
+            let ms = detail["ms"].as_u64().unwrap_or_default();
+            counts.ms_max = counts.ms_max.max(ms);
+            *total_ms.entry(tool.to_string()).or_default() += ms;
+            let then = settled.get(call_id);
+            let how = then.map_or("waiting".to_string(), |(s, _)| as_word(*s));
+            match said {
+                "approve" => *counts.approved_then.entry(how).or_default() += 1,
+                "ask_person" => *counts.asked_then.entry(how).or_default() += 1,
+                _ => {}
+            }
+            if let (Some((s, input)), "approve") = (then, said)
+                && s.refused()
+            {
+                counts.approved_but_refused.push(Disagreement {
+                    run_id: run.run_id.to_string(),
+                    call_id: call_id.to_string(),
+                    input: input.clone(),
+                    settled: *s,
+                    reason: detail["reason"].as_str().unwrap_or_default().to_string(),
+                });
+            }
+        }
+    }
+    for (tool, counts) in &mut tools {
+        counts.ms_mean = total_ms[tool] as f64 / counts.reviewed as f64;
+        let then = &counts.approved_then;
+        let settled: usize = ["approved", "edited", "rejected"]
+            .iter()
+            .filter_map(|k| then.get(*k))
+            .sum();
+        let agreed = then.get("approved").copied().unwrap_or_default();
+        counts.agreement = (settled > 0).then(|| agreed as f64 / settled as f64);
+    }
+    Ok(Agreement {
+        agent: name.to_string(),
+        since_ms,
+        runs: read.len(),
+        runs_not_retained,
+        tools,
+    })
+}
+
+/// How a settled call is named in the counts.
+fn as_word(settled: Settled) -> String {
+    serde_json::to_value(settled)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
