@@ -1,6 +1,7 @@
 //! What the test sees while it plays a history, each with the instant it saw it on its own
 //! clock: the requests the tools received, the fake model's answers, the gateway's answers to
-//! the test's requests; and, at the end, each run's record and audit trail.
+//! the test's requests; and, at the end, each run's record and audit trail, and what the
+//! shards' indexes of waiting still name.
 
 use serde_json::Value;
 use std::time::Instant;
@@ -94,6 +95,9 @@ pub struct Observations {
     pub model: Vec<ModelAnswer>,
     pub answers: Vec<Answer>,
     pub ended: Vec<Ended>,
+    /// What the shard indexes of waiting held once every run had ended: (index, member)
+    /// of `awaiting` (a run id), `deadlines` and `reminders` (`run_id|call_id|digest`).
+    pub indexed: Vec<(String, String)>,
     /// Runs that had not ended when the test stopped waiting, and how they stood.
     pub unfinished: Vec<(usize, String)>,
     /// Every refund limit the agent had.

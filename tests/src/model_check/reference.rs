@@ -21,6 +21,9 @@
 //! 5. Every refusal is explained by the model (stale digest, decided already, expired, not
 //!    waiting, cancelled), and no 5xx but a 503 while a server was restarted.
 //! 6. Every run ends, and its audit chain recomputes.
+//! 7. A run that ended is named by none of its shard's indexes of waiting: not listed as
+//!    paused for the inbox (`awaiting`), and none of its calls in the sets of deadlines and
+//!    reminders the sweepers walk.
 //!
 //! Where the real system may honestly do either of two things, both are allowed: a call
 //! started before a crash is reported `unknown` (the refund tool is not idempotent) or has its
@@ -33,7 +36,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::time::Instant;
 
-/// A broken promise: which invariant (1 to 6), which run, what the test saw.
+/// A broken promise: which invariant (1 to 7), which run, what the test saw.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Violation {
     pub invariant: u8,
@@ -202,6 +205,7 @@ pub fn check(obs: &Observations) -> Vec<Violation> {
     for run in runs.values() {
         check_end(run, &mut say);
         check_calls(run, obs, &mut say);
+        check_unlisted(run, obs, &mut say);
     }
     let mut sent: HashMap<&str, usize> = HashMap::new();
     for request in &obs.tools {
@@ -285,6 +289,27 @@ fn check_end(run: &RunModel, say: &mut Say) {
                 run.status
             ),
         );
+    }
+}
+
+/// 7: an ended run is in no index of waiting.
+fn check_unlisted(run: &RunModel, obs: &Observations, say: &mut Say) {
+    if !matches!(run.status.as_str(), "completed" | "failed" | "cancelled") {
+        return;
+    }
+    let id = run.ended.run_id.as_str();
+    for (index, member) in &obs.indexed {
+        let names = member == id || member.split('|').next() == Some(id);
+        if names {
+            say(
+                7,
+                Some(id),
+                format!(
+                    "the run ended {} and {index} still holds {member:?}",
+                    run.status
+                ),
+            );
+        }
     }
 }
 
@@ -743,6 +768,7 @@ mod tests {
                 record,
                 trail,
             }],
+            indexed: Vec::new(),
             unfinished: Vec::new(),
             limits: vec![100],
             disrupted: false,
@@ -760,6 +786,23 @@ mod tests {
     #[test]
     fn a_clean_history_keeps_every_promise() {
         let (obs, _) = clean();
+        assert_eq!(check(&obs), []);
+    }
+
+    #[test]
+    fn an_ended_run_still_listed_as_waiting_or_timed_is_caught() {
+        for (index, member) in [
+            ("awaiting", RUN.to_string()),
+            ("deadlines", format!("{RUN}|toolu_c|sha256:ab")),
+            ("reminders", format!("{RUN}|toolu_c|sha256:ab")),
+        ] {
+            let (mut obs, _) = clean();
+            obs.indexed.push((index.into(), member));
+            assert_eq!(invariants(&obs), [7], "{index}");
+        }
+        // Another run's entries are not this one's.
+        let (mut obs, _) = clean();
+        obs.indexed.push(("awaiting".into(), format!("{RUN}0")));
         assert_eq!(check(&obs), []);
     }
 

@@ -21,6 +21,7 @@
 
 use countersign_fake_model::FakeModel;
 use countersign_runtime::names::Names;
+use countersign_store::keys::{Keys, Shard};
 use countersign_tests::app::{
     ADMIN_KEY, INTEGRATION_KEY, PATIENCE, REQUESTER_KEY, REVIEWER_KEY, gateway_config,
     worker_process_config_file,
@@ -757,6 +758,7 @@ impl<'a> Stage<'a> {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        self.obs.indexed = self.indexed().await;
         for (run, run_id) in started {
             let record = self.record(&run_id).await.unwrap_or(Value::Null);
             let trail = match self
@@ -781,6 +783,31 @@ impl<'a> Stage<'a> {
                 trail,
             });
         }
+    }
+
+    /// What the shards' indexes of waiting hold now: (index, member).
+    async fn indexed(&self) -> Vec<(String, String)> {
+        let keys = Keys::of(&Names::new(&self.namespace).unwrap());
+        let mut redis = self.infra.redis().await;
+        let mut found = Vec::new();
+        for shard in Shard::all() {
+            let [_, awaiting, deadlines, reminders] = keys.shard_keys(shard);
+            for (index, key) in [
+                ("awaiting", awaiting),
+                ("deadlines", deadlines),
+                ("reminders", reminders),
+            ] {
+                let members: Vec<String> = redis::cmd("ZRANGE")
+                    .arg(&key)
+                    .arg(0)
+                    .arg(-1)
+                    .query_async(&mut redis)
+                    .await
+                    .expect("Redis answers once the history is over");
+                found.extend(members.into_iter().map(|m| (index.to_string(), m)));
+            }
+        }
+        found
     }
 
     /// Stops the workers and the gateway and hands over what was observed.

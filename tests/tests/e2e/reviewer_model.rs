@@ -182,6 +182,11 @@ async fn a_reviewer_in_shadow_is_audited_and_its_agreement_with_the_people_repor
     assert_eq!(disagreed[0]["settled"], "rejected");
     assert_eq!(disagreed[0]["reason"], "$30 is a routine refund");
     assert_eq!(disagreed[0]["input"]["amount"], 30);
+    // What a verdict costs the pause, with the fake model over loopback.
+    println!(
+        "reviewer verdicts: mean {} ms, slowest {} ms",
+        refunds["ms_mean"], refunds["ms_max"]
+    );
     assert!(refunds["ms_mean"].as_f64().unwrap() >= 0.0);
 
     // The command line shows the same, the disagreement first among the details.
