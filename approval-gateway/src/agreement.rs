@@ -45,8 +45,16 @@ struct ToolAgreement {
     /// What a verdict took, in ms: the mean and the slowest.
     ms_mean: f64,
     ms_max: u64,
+    /// The provider's tokens of all its verdicts, input and output (what they cost).
+    tokens: Tokens,
     /// The calls it would have approved that a person rejected or edited.
     approved_but_refused: Vec<Disagreement>,
+}
+
+#[derive(Default, Serialize)]
+struct Tokens {
+    input: u64,
+    output: u64,
 }
 
 #[derive(Serialize)]
@@ -89,6 +97,9 @@ pub(crate) async fn agreement(
             let counts = tools.entry(tool.to_string()).or_default();
             counts.reviewed += 1;
             *counts.verdicts.entry(said.to_string()).or_default() += 1;
+            let tokens = &detail["tokens"];
+            counts.tokens.input += tokens["input_tokens"].as_u64().unwrap_or_default();
+            counts.tokens.output += tokens["output_tokens"].as_u64().unwrap_or_default();
             let ms = detail["ms"].as_u64().unwrap_or_default();
             counts.ms_max = counts.ms_max.max(ms);
             *total_ms.entry(tool.to_string()).or_default() += ms;

@@ -366,6 +366,9 @@ mod tests {
             let words = pieces(chunks, "/choices/0/delta/content");
             assert_eq!(words.concat(), REFUND_ANSWER);
             assert!(words.len() > 1, "{words:?}");
+            let (usage, chunks) = chunks.split_last().unwrap();
+            assert_eq!(usage.1["choices"], json!([]));
+            assert_eq!(usage.1["usage"]["completion_tokens"], 10);
             let finish = &chunks.last().unwrap().1["choices"][0]["finish_reason"];
             assert_eq!(finish, "stop");
         }
@@ -416,7 +419,8 @@ mod tests {
             .collect();
         assert!(arguments.len() > 1);
         assert_eq!(arguments.concat(), r#"{"amount":5,"order_id":"A-1001"}"#);
-        let finish = &events[events.len() - 2].1["choices"][0]["finish_reason"];
+        // The finish reason, the usage, `[DONE]`.
+        let finish = &events[events.len() - 3].1["choices"][0]["finish_reason"];
         assert_eq!(finish, "tool_calls");
 
         let answered = json!({"model": "fake", "stream": true, "messages": [

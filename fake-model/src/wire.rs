@@ -192,7 +192,7 @@ pub(crate) fn anthropic_stream(message: &Value) -> Streamed {
 
 /// An OpenAI Chat Completions answer (as [`openai_answer`] writes it) as its stream: chunks
 /// of its first choice's message (the role, the content word by word, each tool call named
-/// and then its arguments in pieces), the finish reason, then `[DONE]`.
+/// and then its arguments in pieces), the finish reason, the usage, then `[DONE]`.
 pub(crate) fn openai_stream(answer: &Value) -> Streamed {
     let mut events = Events::default();
     let choice = &answer["choices"][0];
@@ -227,6 +227,12 @@ pub(crate) fn openai_stream(answer: &Value) -> Streamed {
         }
     }
     events.openai(chunk(json!({}), &choice["finish_reason"]));
+    // The usage chunk the API sends last when asked (`stream_options.include_usage`, which
+    // the worker always asks for): no choices, the answer's usage.
+    events.openai(json!({
+        "id": answer["id"], "object": "chat.completion.chunk", "created": answer["created"],
+        "model": answer["model"], "choices": [], "usage": answer["usage"],
+    }));
     events.send(None, "[DONE]");
     events.written()
 }

@@ -384,7 +384,7 @@ impl Engine {
         );
         self.metrics
             .model_call(def.model.provider.as_str(), started.elapsed());
-        completion
+        completion.map(|c| c.blocks)
     }
 
     /// Stores the turn before any of its calls runs, with the calls to run marked started in

@@ -6,12 +6,19 @@
 
 use super::{Changes, Engine};
 use crate::agents::RunnableAgent;
-use crate::llm::ModelRequest;
+use crate::llm::{ModelRequest, Usage};
 use countersign_model::audit::AuditKind;
 use countersign_model::reviewer::{self, CallView, ReviewerDef, Verdict};
 use countersign_model::run::{HeldCall, Run, TurnCall};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
+
+/// What a verdict cost: its time, and the provider's tokens (none when the model was not
+/// asked, or did not answer).
+struct Cost {
+    took: Duration,
+    usage: Usage,
+}
 
 /// The most a verdict's answer may take, in tokens: one tool call with a sentence.
 const VERDICT_TOKENS: u32 = 256;
@@ -33,31 +40,37 @@ impl Engine {
             let model = agent.reviewers.get(&tool.name)?;
             Some(async move {
                 let started = Instant::now();
-                let (verdict, reason) = if def.inside(&held.input) {
+                let (verdict, reason, usage) = if def.inside(&held.input) {
                     let view = CallView::of(run, held, &tool.description);
                     self.ask_reviewer(model, def, &view).await
                 } else {
-                    (Verdict::OutsideEnvelope, "outside the envelope".to_string())
+                    let outside = "outside the envelope".to_string();
+                    (Verdict::OutsideEnvelope, outside, Usage::default())
                 };
-                (held, def, verdict, reason, started.elapsed())
+                let cost = Cost {
+                    took: started.elapsed(),
+                    usage,
+                };
+                (held, def, verdict, reason, cost)
             })
         });
-        for (held, def, verdict, reason, took) in futures::future::join_all(asks).await {
+        for (held, def, verdict, reason, cost) in futures::future::join_all(asks).await {
             unsaved
                 .audits
-                .push(self.verdict_entry(run, held, def, verdict, &reason, took));
+                .push(self.verdict_entry(run, held, def, verdict, &reason, &cost));
             self.metrics
-                .reviewer_verdict(&held.tool, verdict.as_str(), took);
+                .reviewer_verdict(&held.tool, verdict.as_str(), cost.took);
         }
     }
 
-    /// The model's verdict on `view`, or `Error` with why there is none.
+    /// The model's verdict on `view`, or `Error` with why there is none; and the tokens it
+    /// took.
     async fn ask_reviewer(
         &self,
         model: &crate::llm::Model,
         def: &ReviewerDef,
         view: &CallView<'_>,
-    ) -> (Verdict, String) {
+    ) -> (Verdict, String, Usage) {
         let messages = reviewer::prompt(view);
         let tools = [reviewer::verdict_tool()];
         let request = ModelRequest {
@@ -72,11 +85,15 @@ impl Engine {
         let (deltas, _) = tokio::sync::mpsc::unbounded_channel();
         let asked = model.complete(&self.http, &request, &deltas);
         match tokio::time::timeout(Duration::from_millis(def.timeout_ms), asked).await {
-            Ok(Ok(blocks)) => reviewer::read_answer(&blocks),
-            Ok(Err(e)) => (Verdict::Error, e.to_string()),
+            Ok(Ok(answer)) => {
+                let (verdict, reason) = reviewer::read_answer(&answer.blocks);
+                (verdict, reason, answer.usage)
+            }
+            Ok(Err(e)) => (Verdict::Error, e.to_string(), Usage::default()),
             Err(_) => (
                 Verdict::Error,
                 format!("no answer within {} ms", def.timeout_ms),
+                Usage::default(),
             ),
         }
     }
@@ -88,11 +105,12 @@ impl Engine {
         def: &ReviewerDef,
         verdict: Verdict,
         reason: &str,
-        took: Duration,
+        cost: &Cost,
     ) -> countersign_model::audit::AuditEntry {
         let detail = json!({
             "tool": held.tool, "mode": def.mode, "verdict": verdict.as_str(), "reason": reason,
-            "model": def.named(), "envelope": def.envelope, "ms": took.as_millis() as u64,
+            "model": def.named(), "envelope": def.envelope,
+            "ms": cost.took.as_millis() as u64, "tokens": cost.usage,
         });
         self.entry(run, AuditKind::ReviewerShadow, Some(held), detail)
     }

@@ -5,7 +5,7 @@
 //! tool_use block's input arrives as pieces of JSON, readable once the block stops. `text` and
 //! `tool_use` blocks are kept, others (`thinking`, ...) dropped.
 
-use super::{Endpoint, ModelError, ModelRequest, pass_on, unreadable};
+use super::{Completion, Endpoint, ModelError, ModelRequest, Usage, pass_on, unreadable};
 use countersign_model::run::{Block, Message};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -17,7 +17,7 @@ pub(super) async fn complete(
     endpoint: &Endpoint,
     req: &ModelRequest<'_>,
     deltas: &UnboundedSender<String>,
-) -> Result<Vec<Block>, ModelError> {
+) -> Result<Completion, ModelError> {
     let tools: Vec<Value> = req
         .tools
         .iter()
@@ -57,14 +57,38 @@ enum StreamEvent {
     ContentBlockStop {
         index: u64,
     },
+    /// Opens the message; its usage counts the input's tokens.
+    MessageStart {
+        #[serde(default)]
+        message: Counted,
+    },
+    /// Its usage counts the output's tokens so far (the counts are cumulative).
+    MessageDelta {
+        #[serde(default)]
+        usage: Tokens,
+    },
     MessageStop,
     Error {
         error: ApiError,
     },
-    /// `message_start`, `message_delta` and `ping` carry nothing the turn needs; event types
-    /// added later are to be ignored, the API says.
+    /// `ping` carries nothing the turn needs; event types added later are to be ignored, the
+    /// API says.
     #[serde(other)]
     Other,
+}
+
+/// A message, for its usage; a missing usage counts nothing (the turn does not need it).
+#[derive(Default, Deserialize)]
+struct Counted {
+    #[serde(default)]
+    usage: Tokens,
+}
+
+/// A usage object: the counts present in it.
+#[derive(Default, Deserialize)]
+struct Tokens {
+    input_tokens: Option<u64>,
+    output_tokens: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -105,6 +129,7 @@ struct Answer {
     blocks: BTreeMap<u64, Block>,
     /// The JSON received so far of each kept tool_use block still open.
     inputs: HashMap<u64, String>,
+    usage: Usage,
 }
 
 impl Answer {
@@ -113,7 +138,7 @@ impl Answer {
         &mut self,
         data: &str,
         deltas: &UnboundedSender<String>,
-    ) -> Result<Option<Vec<Block>>, ModelError> {
+    ) -> Result<Option<Completion>, ModelError> {
         match serde_json::from_str(data).map_err(unreadable)? {
             StreamEvent::ContentBlockStart {
                 index,
@@ -157,10 +182,13 @@ impl Answer {
                     })?;
                 }
             }
+            StreamEvent::MessageStart { message } => self.count(message.usage),
+            StreamEvent::MessageDelta { usage } => self.count(usage),
             StreamEvent::MessageStop => {
-                return Ok(Some(
-                    std::mem::take(&mut self.blocks).into_values().collect(),
-                ));
+                return Ok(Some(Completion {
+                    blocks: std::mem::take(&mut self.blocks).into_values().collect(),
+                    usage: self.usage,
+                }));
             }
             StreamEvent::Error { error } => return Err(error.into_model_error()),
             StreamEvent::ContentBlockDelta {
@@ -170,6 +198,16 @@ impl Answer {
             | StreamEvent::Other => {}
         }
         Ok(None)
+    }
+
+    /// Takes the counts a usage object gives (each is the message's total so far).
+    fn count(&mut self, tokens: Tokens) {
+        if let Some(input) = tokens.input_tokens {
+            self.usage.input_tokens = input;
+        }
+        if let Some(output) = tokens.output_tokens {
+            self.usage.output_tokens = output;
+        }
     }
 }
 
@@ -207,7 +245,7 @@ fn to_anthropic(message: &Message) -> Value {
 mod tests {
     use super::*;
     use crate::llm::Model;
-    use crate::llm::tests::{ask, at, serve_stream};
+    use crate::llm::tests::{ask, ask_counted, at, serve_stream};
     use countersign_fake_model::{FakeModel, REFUND_SCRIPT, refund_brain};
 
     /// A message as the API streams it, with a thinking block first (dropped), a text block,
@@ -364,5 +402,11 @@ data: {"type":"message_stop"}
         assert!(deltas.len() > 1);
         assert_eq!(deltas.concat(), *text);
         assert_eq!(model.requests()[0]["stream"], true);
+    }
+    #[tokio::test]
+    async fn a_streamed_message_counts_the_tokens_its_start_and_its_last_delta_report() {
+        let (answer, _) = ask_counted(&Model::Anthropic(serve_stream(STREAM).await)).await;
+        let usage = answer.unwrap().usage;
+        assert_eq!((usage.input_tokens, usage.output_tokens), (472, 89));
     }
 }

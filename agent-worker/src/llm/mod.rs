@@ -31,6 +31,30 @@ pub(crate) struct ModelRequest<'a> {
     pub metadata: &'a serde_json::Value,
 }
 
+/// What an answer cost, in the provider's tokens (zero where nobody counts them).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub(crate) struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+/// A model's whole answer: its blocks, and what it cost.
+#[derive(Debug)]
+pub(crate) struct Completion {
+    pub blocks: Vec<Block>,
+    pub usage: Usage,
+}
+
+impl Completion {
+    /// An answer nobody counted tokens for.
+    fn uncounted(blocks: Vec<Block>) -> Self {
+        Self {
+            blocks,
+            usage: Usage::default(),
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ModelError {
     /// Rate limits, overload, server errors, network trouble: trying again later may work.
@@ -131,7 +155,7 @@ impl Model {
         http: &reqwest::Client,
         req: &ModelRequest<'_>,
         deltas: &UnboundedSender<String>,
-    ) -> Result<Vec<Block>, ModelError> {
+    ) -> Result<Completion, ModelError> {
         match self {
             Self::Anthropic(endpoint) => anthropic::complete(http, endpoint, req, deltas).await,
             Self::OpenAi(endpoint) => openai::complete(http, endpoint, req, deltas).await,
@@ -144,13 +168,15 @@ impl Model {
                             .for_each(|word| pass_on(deltas, word));
                     }
                 }
-                Ok(blocks)
+                Ok(Completion::uncounted(blocks))
             }
             // A run that does not hold a call cannot become one by trying again.
-            Self::McpClient => {
-                mcp_proxy::answer(req.metadata, req.messages).map_err(ModelError::Fatal)
-            }
-            Self::External => door::answer(req.metadata, req.messages).map_err(ModelError::Fatal),
+            Self::McpClient => mcp_proxy::answer(req.metadata, req.messages)
+                .map(Completion::uncounted)
+                .map_err(ModelError::Fatal),
+            Self::External => door::answer(req.metadata, req.messages)
+                .map(Completion::uncounted)
+                .map_err(ModelError::Fatal),
         }
     }
 }
@@ -173,8 +199,8 @@ fn load_script(path: &std::path::Path) -> anyhow::Result<Script> {
 async fn stream(
     request: reqwest::RequestBuilder,
     body: &serde_json::Value,
-    mut read: impl FnMut(sse::Event) -> Result<Option<Vec<Block>>, ModelError>,
-) -> Result<Vec<Block>, ModelError> {
+    mut read: impl FnMut(sse::Event) -> Result<Option<Completion>, ModelError>,
+) -> Result<Completion, ModelError> {
     let mut response = send(request, body).await?;
     let content_type = response
         .headers()
@@ -193,10 +219,10 @@ async fn stream(
     let mut decoder = sse::Decoder::new();
     while let Some(chunk) = response.chunk().await.map_err(unavailable)? {
         for event in decoder.push(&chunk) {
-            if let Some(blocks) = read(event)? {
+            if let Some(completion) = read(event)? {
                 // The body read to its end lets the connection go back to the pool.
                 while let Ok(Some(_)) = response.chunk().await {}
-                return Ok(blocks);
+                return Ok(completion);
             }
         }
     }
@@ -289,6 +315,14 @@ mod tests {
     /// Asks `model` for a turn of a refund conversation: what it answers, and the pieces of
     /// text it passed on meanwhile.
     pub(super) async fn ask(model: &Model) -> (Result<Vec<Block>, ModelError>, Vec<String>) {
+        let (answer, deltas) = ask_counted(model).await;
+        (answer.map(|c| c.blocks), deltas)
+    }
+
+    /// [`ask`], with what the answer cost.
+    pub(super) async fn ask_counted(
+        model: &Model,
+    ) -> (Result<Completion, ModelError>, Vec<String>) {
         let messages = [Message::user_text("Refund A-1001.")];
         let request = ModelRequest {
             model: "fake",

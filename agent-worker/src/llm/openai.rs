@@ -7,7 +7,7 @@
 //! they arrive and joined into one text block, and fragments of the tool calls, gathered by
 //! their index (the first fragment names the call, the others carry more of its arguments).
 
-use super::{Endpoint, ModelError, ModelRequest, pass_on, unreadable};
+use super::{Completion, Endpoint, ModelError, ModelRequest, Usage, pass_on, unreadable};
 use countersign_model::run::{Block, Message, Speaker};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -19,7 +19,7 @@ pub(super) async fn complete(
     endpoint: &Endpoint,
     req: &ModelRequest<'_>,
     deltas: &UnboundedSender<String>,
-) -> Result<Vec<Block>, ModelError> {
+) -> Result<Completion, ModelError> {
     let mut messages = vec![json!({"role": "system", "content": req.system})];
     for m in req.messages {
         messages.extend(to_openai(m));
@@ -29,6 +29,8 @@ pub(super) async fn complete(
         "max_completion_tokens": req.max_tokens,
         "messages": messages,
         "stream": true,
+        // A last chunk, before `[DONE]`, counts the request's tokens.
+        "stream_options": {"include_usage": true},
     });
     let tools: Vec<Value> = req
         .tools
@@ -55,6 +57,17 @@ struct Chunk {
     #[serde(default)]
     choices: Vec<Choice>,
     error: Option<ApiError>,
+    /// In the last chunk only: the request's tokens.
+    usage: Option<Tokens>,
+}
+
+/// A usage object; a count it lacks is none (the turn does not need them).
+#[derive(Deserialize)]
+struct Tokens {
+    #[serde(default)]
+    prompt_tokens: u64,
+    #[serde(default)]
+    completion_tokens: u64,
 }
 
 #[derive(Deserialize)]
@@ -119,6 +132,7 @@ struct Answer {
     text: String,
     /// The tool calls by index, in order.
     calls: BTreeMap<u64, Call>,
+    usage: Usage,
 }
 
 struct Call {
@@ -133,13 +147,22 @@ impl Answer {
         &mut self,
         data: &str,
         deltas: &UnboundedSender<String>,
-    ) -> Result<Option<Vec<Block>>, ModelError> {
+    ) -> Result<Option<Completion>, ModelError> {
         if data == "[DONE]" {
-            return Ok(Some(self.blocks()));
+            return Ok(Some(Completion {
+                blocks: self.blocks(),
+                usage: self.usage,
+            }));
         }
         let chunk: Chunk = serde_json::from_str(data).map_err(unreadable)?;
         if let Some(error) = chunk.error {
             return Err(error.into_model_error());
+        }
+        if let Some(tokens) = chunk.usage {
+            self.usage = Usage {
+                input_tokens: tokens.prompt_tokens,
+                output_tokens: tokens.completion_tokens,
+            };
         }
         for delta in chunk.choices.into_iter().map(|c| c.delta) {
             if let Some(text) = delta.content {
@@ -248,7 +271,7 @@ fn to_openai(message: &Message) -> Vec<Value> {
 mod tests {
     use super::*;
     use crate::llm::Model;
-    use crate::llm::tests::{ask, at, serve_stream};
+    use crate::llm::tests::{ask, ask_counted, at, serve_stream};
     use countersign_fake_model::{FakeModel, openai_answer, turn};
     use countersign_model::run::Image;
 
@@ -380,6 +403,10 @@ data: [DONE]
         );
         assert_eq!(deltas, ["Refunding ", "it ", "now."]);
         assert_eq!(model.requests()[0]["stream"], true);
+        assert_eq!(
+            model.requests()[0]["stream_options"],
+            json!({"include_usage": true})
+        );
     }
 
     #[test]
@@ -409,5 +436,11 @@ data: [DONE]
             out[1]["content"][1],
             json!({"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}})
         );
+    }
+    #[tokio::test]
+    async fn a_streamed_completion_counts_the_tokens_its_usage_chunk_reports() {
+        let (answer, _) = ask_counted(&Model::OpenAi(serve_stream(STREAM).await)).await;
+        let usage = answer.unwrap().usage;
+        assert_eq!((usage.input_tokens, usage.output_tokens), (120, 40));
     }
 }

@@ -72,7 +72,15 @@ fn agreement_rendered(answer: &Value, since: &str) -> String {
     }
     let count = |v: &Value, key: &str| v[key].as_u64().unwrap_or(0).to_string();
     let mut table = Table::new(&[
-        "TOOL", "REVIEWED", "APPROVE", "ASK", "OUTSIDE", "ERROR", "AGREED", "MS MEAN",
+        "TOOL",
+        "REVIEWED",
+        "APPROVE",
+        "ASK",
+        "OUTSIDE",
+        "ERROR",
+        "AGREED",
+        "MS MEAN",
+        "TOKENS IN/OUT",
     ]);
     for (tool, t) in &tools {
         table.row(vec![
@@ -86,6 +94,11 @@ fn agreement_rendered(answer: &Value, since: &str) -> String {
                 .as_f64()
                 .map_or("-".into(), |a| format!("{:.0}%", a * 100.0)),
             format!("{:.0}", t["ms_mean"].as_f64().unwrap_or(0.0)),
+            format!(
+                "{}/{}",
+                count(&t["tokens"], "input"),
+                count(&t["tokens"], "output")
+            ),
         ]);
     }
     out += &format!("{table}");

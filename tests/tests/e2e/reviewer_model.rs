@@ -111,6 +111,11 @@ async fn a_reviewer_in_shadow_is_audited_and_its_agreement_with_the_people_repor
     assert_eq!(detail["reason"], "$25 is a routine refund");
     assert_eq!(detail["model"], "anthropic:fake-reviewer");
     assert_eq!(detail["mode"], "shadow");
+    // The fake counts 10 tokens in and 10 out per answer, as the API's usage says.
+    assert_eq!(
+        detail["tokens"],
+        json!({"input_tokens": 10, "output_tokens": 10})
+    );
     assert_eq!(first[0]["call_id"], "toolu_1");
     assert!(first[0]["digest"].is_string());
     let outside = verdicts(&app, &paused[3].0).await;
@@ -182,6 +187,8 @@ async fn a_reviewer_in_shadow_is_audited_and_its_agreement_with_the_people_repor
     assert_eq!(disagreed[0]["settled"], "rejected");
     assert_eq!(disagreed[0]["reason"], "$30 is a routine refund");
     assert_eq!(disagreed[0]["input"]["amount"], 30);
+    // Four verdicts asked of the model, none for the call outside the envelope.
+    assert_eq!(refunds["tokens"], json!({"input": 40, "output": 40}));
     // What a verdict costs the pause, with the fake model over loopback.
     println!(
         "reviewer verdicts: mean {} ms, slowest {} ms",
@@ -202,6 +209,7 @@ async fn a_reviewer_in_shadow_is_audited_and_its_agreement_with_the_people_repor
         ["issue_refund", "5", "3", "1", "1", "0", "50%"],
         "{out}"
     );
+    assert_eq!(row[8], "40/40", "{out}");
     assert!(
         out.contains(&format!(
             "would have approved, a person rejected: {} toolu_1",
