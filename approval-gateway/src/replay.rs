@@ -155,7 +155,7 @@ pub(crate) fn calls_of<'a>(
 const RAN: [&str; 4] = ["executed", "approved", "edited", "unknown"];
 
 /// The calls of agent `name` waiting for a decision now.
-async fn waiting(state: &AppState, name: &str) -> Result<Vec<Waiting>, ApiError> {
+pub(crate) async fn waiting(state: &AppState, name: &str) -> Result<Vec<Waiting>, ApiError> {
     let mut found = Vec::new();
     for id in state.store.all_awaiting().await? {
         let Some(run) = state.store.load(&id).await? else {

@@ -6,11 +6,12 @@
 //! never writes.
 
 use crate::error::ApiError;
-use crate::replay::{candidate_agent, window_runs};
+use crate::replay::{candidate_agent, waiting, window_runs};
 use crate::state::AppState;
 use axum::http::StatusCode;
+use countersign_model::agent::Agent;
 use countersign_model::now_ms;
-use countersign_model::replay::{self, Example, Forecast, Recorded, ToolCounts};
+use countersign_model::replay::{self, CallRef, Example, Forecast, Recorded, ToolCounts, Waiting};
 use countersign_model::run::Run;
 use countersign_model::suggest::{self, Bound, HeldRecord, RewriteError, Settled, Thresholds};
 use serde::Serialize;
@@ -53,8 +54,26 @@ struct Suggestion {
     disqualifiers: Vec<Example>,
     /// Whether there is any: such a suggestion is shown, not offered.
     disqualified: bool,
+    /// The same bound as a standing grant instead of a policy change, made by approving a
+    /// call waiting now that it covers; none if no waiting call is covered or the policy
+    /// allows no grants.
+    grant: Option<GrantOffer>,
     /// The candidate agent file, whole, for a person to review and ship.
     candidate: String,
+}
+
+/// A standing grant a person could make, approving one waiting call: `POST /v1/grants` with
+/// these terms (or `countersign grant RUN CALL --digest D --when C --uses N --for SPAN`).
+#[derive(Serialize)]
+struct GrantOffer {
+    run_id: String,
+    call_id: String,
+    digest: String,
+    condition: String,
+    /// As many uses as the window's approvals within the bound, within the policy's cap.
+    max_uses: u32,
+    /// As long as the window, within the policy's cap (`90s`, `30m`, `8h`, `7d`).
+    expires_in: String,
 }
 
 #[derive(Serialize)]
@@ -89,6 +108,7 @@ pub(crate) async fn suggest(
         .filter(|h| h.settled.refused())
         .map(|h| (h.call.run_id.as_str(), h.call.call_id.as_str()))
         .collect();
+    let waiting = waiting(state, name).await?;
     let days = window.as_secs_f64() / 86_400.0;
     let mut suggestions = Vec::new();
     for bound in suggest::bounds(&held, thresholds).into_iter().take(MOST) {
@@ -105,15 +125,24 @@ pub(crate) async fn suggest(
         };
         let candidate = candidate_agent(&live, &rewritten.text)?;
         let mut disqualifiers = Vec::new();
-        let report = replay::replay_each(&live, &candidate, &recorded, &[], days, |call, kind| {
-            if kind == replay::NEWLY_RELEASED
-                && refused.contains(&(call.run_id.as_str(), call.call_id.as_str()))
-            {
-                disqualifiers.push(Example::of(call));
-            }
-        })
+        let report = replay::replay_each(
+            &live,
+            &candidate,
+            &recorded,
+            &waiting,
+            days,
+            |call, kind| {
+                if kind == replay::NEWLY_RELEASED
+                    && refused.contains(&(call.run_id.as_str(), call.call_id.as_str()))
+                {
+                    disqualifiers.push(Example::of(call));
+                }
+            },
+        )
         .map_err(|e| ApiError::bad_request(format!("the candidate does not load: {e}")))?;
+        let grant = grant_offer(&live, &bound, &report.waiting.released, &waiting, window);
         suggestions.push(Suggestion {
+            grant,
             replay: report.tools.get(&bound.tool).cloned().unwrap_or_default(),
             approvals_per_day: report.approvals_per_day,
             disqualified: !disqualifiers.is_empty(),
@@ -134,6 +163,46 @@ pub(crate) async fn suggest(
         held: held.len(),
         suggestions,
     })
+}
+
+/// The bound as a grant made by approving the first waiting call of its tool the candidate
+/// `released`, with terms within the live policy's caps.
+fn grant_offer(
+    live: &Agent,
+    bound: &Bound,
+    released: &[CallRef],
+    waiting: &[Waiting],
+    window: Duration,
+) -> Option<GrantOffer> {
+    let limits = live.tool(&bound.tool)?.approval.grant_limits();
+    let covered = released.iter().find(|c| c.tool == bound.tool)?;
+    let held = &waiting
+        .iter()
+        .find(|w| w.run_id == covered.run_id && w.held.call_id == covered.call_id)?
+        .held;
+    if !limits.allowed {
+        return None;
+    }
+    let uses = u32::try_from(bound.evidence.approved).unwrap_or(u32::MAX);
+    let secs = window.as_secs().min(limits.max_duration_secs).max(1);
+    Some(GrantOffer {
+        run_id: covered.run_id.clone(),
+        call_id: held.call_id.clone(),
+        digest: held.digest.clone(),
+        condition: bound.release.clone(),
+        max_uses: uses.clamp(1, limits.max_uses.max(1)),
+        expires_in: span(secs),
+    })
+}
+
+/// `secs` as a span people write: in days, hours or minutes where it divides, else seconds.
+fn span(secs: u64) -> String {
+    match secs {
+        s if s % 86_400 == 0 => format!("{}d", s / 86_400),
+        s if s % 3_600 == 0 => format!("{}h", s / 3_600),
+        s if s % 60 == 0 => format!("{}m", s / 60),
+        s => format!("{s}s"),
+    }
 }
 
 /// The calls `run` held, as its audit `trail` settled them: by the action a worker ran them
@@ -176,10 +245,13 @@ pub(crate) fn held_of<'a>(
                 }
                 _ => return None,
             };
-            // Each approval of a quorum is a `decided` entry of its own.
+            // Each approval of a quorum is a `decided` entry of its own; a person deciding
+            // through a standing grant (`rita, under grant grt_…`) is that person.
             let deciders: Vec<String> = decided
                 .iter()
-                .filter_map(|e| e["actor"].as_str().map(str::to_string))
+                .filter_map(|e| e["actor"].as_str())
+                .map(|actor| actor.split(", under grant ").next().unwrap_or(actor))
+                .map(str::to_string)
                 .collect();
             let detail = &requested["detail"];
             Some(HeldRecord {

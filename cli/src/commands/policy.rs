@@ -354,6 +354,18 @@ fn suggestions_rendered(answer: &Value, since: &str) -> String {
             s["when"]["before"].as_str().unwrap_or_default(),
             s["when"]["after"].as_str().unwrap_or_default()
         );
+        if let Some(g) = s["grant"].as_object() {
+            let text = |k: &str| g[k].as_str().unwrap_or_default().to_string();
+            out += &format!(
+                "   or as a standing grant, approving a call waiting now:\n      countersign grant {} {} --digest {} --when '{}' --uses {} --for {}\n",
+                text("run_id"),
+                text("call_id"),
+                text("digest"),
+                text("condition"),
+                g["max_uses"],
+                text("expires_in")
+            );
+        }
     }
     out
 }

@@ -685,6 +685,39 @@ async fn suggestions_stop_below_every_refused_call_and_their_candidate_replays_a
         )
         .await;
     assert_eq!(code, StatusCode::FORBIDDEN);
+
+    // The same bound as a standing grant, made by approving the $24 refund waiting now: the
+    // command the suggestion printed works, and a later $26 refund runs under the grant.
+    let grant = &s["grant"];
+    assert_eq!(grant["run_id"], json!(paused[13].0), "{s}");
+    assert_eq!(grant["digest"], paused[13].1);
+    assert_eq!(
+        (
+            &grant["condition"],
+            &grant["max_uses"],
+            &grant["expires_in"]
+        ),
+        (&json!("input.amount <= 27.0"), &json!(7), &json!("1d"))
+    );
+    let command = out
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("countersign "))
+        .expect("the grant's command line");
+    super::cli::ok(&app, countersign_tests::app::REVIEWER_KEY, command).await;
+    app.wait_status(&paused[13].0, "completed").await;
+    let later = app.start_run("Refund 26").await;
+    app.wait_status(&later, "completed").await;
+    let decided = app.audit_entries(&later).await;
+    assert!(
+        decided
+            .iter()
+            .any(|e| e["kind"] == "decided" && e["detail"]["under_grant"].is_string()),
+        "{decided:?}"
+    );
+    // Counted again, rita's approvals (one of them through her grant) are hers alone.
+    let again = &suggested(&app, 5).await["suggestions"][0]["evidence"];
+    assert_eq!(again["approved"], 9, "{again}");
+    assert_eq!(again["deciders"], json!(["alice", "bob", "rita"]));
 }
 
 #[tokio::test]
