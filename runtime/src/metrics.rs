@@ -27,6 +27,8 @@
 //!   client went away), `cut` (it read too slowly and was cut off).
 //! - `countersign_pause_seconds` (run created → paused), `countersign_decision_seconds` (held
 //!   → decided), `countersign_resume_seconds` (last decision → the model called again).
+//! - `countersign_model_tokens_total{provider, kind}`: the tokens the providers counted for
+//!   the agents' model calls, `input` and `output` (worker; what the agents cost).
 //! - `countersign_model_call_seconds{provider}`, `countersign_tool_call_seconds{tool}`,
 //!   `countersign_redis_command_seconds{command}`, `countersign_jetstream_publish_seconds`.
 //! - `countersign_announcements_total{kind, sent}`: announcements from the outbox that
@@ -85,6 +87,7 @@ struct Inner {
     decision: Histogram,
     resume: Histogram,
     model: Timings,
+    tokens: Family<Labels, Counter>,
     tool: Timings,
     redis: Timings,
     publish: Histogram,
@@ -114,6 +117,7 @@ impl Default for Metrics {
             decision: human_buckets(),
             resume: buckets(),
             model: Family::new_with_constructor(buckets),
+            tokens: Family::default(),
             tool: Family::new_with_constructor(buckets),
             redis: Family::new_with_constructor(buckets),
             publish: buckets(),
@@ -189,6 +193,11 @@ impl Default for Metrics {
             inner.resume.clone(),
         );
         r.register("model_call_seconds", "Model API calls", inner.model.clone());
+        r.register(
+            "model_tokens",
+            "Tokens the providers counted for the agents' model calls",
+            inner.tokens.clone(),
+        );
         r.register("tool_call_seconds", "Tool calls", inner.tool.clone());
         r.register(
             "redis_command_seconds",
@@ -329,6 +338,17 @@ impl Metrics {
     pub fn model_call(&self, provider: &str, took: Duration) {
         let timing = self.0.model.get_or_create(&label("provider", provider));
         timing.observe(took.as_secs_f64());
+    }
+
+    /// Counts the tokens `provider` counted for one of an agent's model calls.
+    pub fn model_tokens(&self, provider: &str, input: u64, output: u64) {
+        for (kind, n) in [("input", input), ("output", output)] {
+            let labels = vec![
+                ("provider", provider.to_string()),
+                ("kind", kind.to_string()),
+            ];
+            self.0.tokens.get_or_create(&labels).inc_by(n);
+        }
     }
 
     /// Times one call of `tool`.

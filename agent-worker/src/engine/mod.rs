@@ -382,9 +382,14 @@ impl Engine {
             call.instrument(tracing::info_span!("model.call", model = %def.model.name, turn)),
             self.live_text(id, turn, text)
         );
-        self.metrics
-            .model_call(def.model.provider.as_str(), started.elapsed());
-        completion.map(|c| c.blocks)
+        let provider = def.model.provider.as_str();
+        self.metrics.model_call(provider, started.elapsed());
+        completion.map(|c| {
+            let usage = c.usage;
+            self.metrics
+                .model_tokens(provider, usage.input_tokens, usage.output_tokens);
+            c.blocks
+        })
     }
 
     /// Stores the turn before any of its calls runs, with the calls to run marked started in

@@ -93,6 +93,15 @@ async fn the_gateway_and_a_worker_count_and_time_what_they_did() {
             r#"countersign_model_call_seconds_count{provider="anthropic"}"#,
             2.0,
         ),
+        // The fake counts 10 tokens in and 10 out per answer, as the API's usage says.
+        (
+            r#"countersign_model_tokens_total{provider="anthropic",kind="input"}"#,
+            20.0,
+        ),
+        (
+            r#"countersign_model_tokens_total{provider="anthropic",kind="output"}"#,
+            20.0,
+        ),
         (
             r#"countersign_tool_call_seconds_count{tool="get_order"}"#,
             1.0,
