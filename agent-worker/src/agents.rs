@@ -2,6 +2,7 @@
 
 use crate::llm::Model;
 use countersign_model::agent::{Agent, Catalog};
+use countersign_model::condition::Condition;
 use countersign_model::policy::Policy;
 use countersign_runtime::mcp::McpClients;
 use std::collections::{BTreeMap, HashMap};
@@ -14,9 +15,15 @@ pub(crate) struct RunnableAgent {
     /// The shadow policies of the tools that have one (`shadow` in their definition).
     pub shadows: HashMap<String, Policy>,
     /// The reviewer models of the tools that name one (`reviewer` in their definition).
-    pub reviewers: HashMap<String, Model>,
+    pub reviewers: HashMap<String, Reviewer>,
     /// The process's sessions with MCP servers, for the agent's MCP tools.
     pub mcp: McpClients,
+}
+
+/// A tool's reviewer model, with its envelope compiled once.
+pub(crate) struct Reviewer {
+    pub model: Model,
+    pub envelope: Condition,
 }
 
 /// One version of every agent. A reload makes a new set; a drive keeps the set it started
@@ -38,8 +45,12 @@ impl Agents {
             let mut shadows = HashMap::new();
             let mut reviewers = HashMap::new();
             for tool in &agent.def.tools {
-                if let Some(reviewer) = &tool.reviewer {
-                    reviewers.insert(tool.name.clone(), Model::for_reviewer(reviewer));
+                if let Some(def) = &tool.reviewer {
+                    let reviewer = Reviewer {
+                        model: Model::for_reviewer(def),
+                        envelope: def.envelope()?,
+                    };
+                    reviewers.insert(tool.name.clone(), reviewer);
                 }
                 let live = Policy::compile(env.clone(), &tool.name, &tool.approval)?;
                 policies.insert(tool.name.clone(), live);

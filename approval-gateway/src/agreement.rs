@@ -5,10 +5,9 @@
 //! must see before letting it decide. It reads; it never writes.
 
 use crate::error::ApiError;
-use crate::replay::window_runs;
+use crate::replay::{live_agent, window_runs};
 use crate::state::AppState;
 use crate::suggest::held_of;
-use countersign_model::now_ms;
 use countersign_model::suggest::Settled;
 use serde::Serialize;
 use serde_json::Value;
@@ -45,6 +44,8 @@ struct ToolAgreement {
     /// What a verdict took, in ms: the mean and the slowest.
     ms_mean: f64,
     ms_max: u64,
+    #[serde(skip)]
+    ms_total: u64,
     /// The provider's tokens of all its verdicts, input and output (what they cost).
     tokens: Tokens,
     /// The calls it would have approved that a person rejected or edited.
@@ -74,14 +75,10 @@ pub(crate) async fn agreement(
     name: &str,
     window: Duration,
 ) -> Result<Agreement, ApiError> {
-    if state.catalog().get(name).is_none() {
-        return Err(ApiError::not_found(format!("no agent named {name:?}")));
-    }
-    let since_ms = now_ms() - window.as_millis() as i64;
-    let (read, runs_not_retained) = window_runs(state, name, since_ms).await?;
+    live_agent(state, name)?;
+    let read = window_runs(state, name, window).await?;
     let mut tools: BTreeMap<String, ToolAgreement> = BTreeMap::new();
-    let mut total_ms: BTreeMap<String, u64> = BTreeMap::new();
-    for (run, trail) in &read {
+    for (run, trail) in &read.runs {
         let settled: BTreeMap<String, (Settled, Value)> = held_of(run, trail)
             .map(|h| (h.call.call_id, (h.settled, h.call.input)))
             .collect();
@@ -102,9 +99,9 @@ pub(crate) async fn agreement(
             counts.tokens.output += tokens["output_tokens"].as_u64().unwrap_or_default();
             let ms = detail["ms"].as_u64().unwrap_or_default();
             counts.ms_max = counts.ms_max.max(ms);
-            *total_ms.entry(tool.to_string()).or_default() += ms;
+            counts.ms_total += ms;
             let then = settled.get(call_id);
-            let how = then.map_or("waiting".to_string(), |(s, _)| as_word(*s));
+            let how = then.map_or("waiting", |(s, _)| s.as_str()).to_string();
             match said {
                 "approve" => *counts.approved_then.entry(how).or_default() += 1,
                 "ask_person" => *counts.asked_then.entry(how).or_default() += 1,
@@ -123,8 +120,8 @@ pub(crate) async fn agreement(
             }
         }
     }
-    for (tool, counts) in &mut tools {
-        counts.ms_mean = total_ms[tool] as f64 / counts.reviewed as f64;
+    for counts in tools.values_mut() {
+        counts.ms_mean = counts.ms_total as f64 / counts.reviewed as f64;
         let then = &counts.approved_then;
         let settled: usize = ["approved", "edited", "rejected"]
             .iter()
@@ -135,17 +132,9 @@ pub(crate) async fn agreement(
     }
     Ok(Agreement {
         agent: name.to_string(),
-        since_ms,
-        runs: read.len(),
-        runs_not_retained,
+        since_ms: read.since_ms,
+        runs: read.runs.len(),
+        runs_not_retained: read.runs_not_retained,
         tools,
     })
-}
-
-/// How a settled call is named in the counts.
-fn as_word(settled: Settled) -> String {
-    serde_json::to_value(settled)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_string))
-        .unwrap_or_default()
 }

@@ -13,6 +13,7 @@ use countersign_model::run::{Block, Run, RunStatus, Speaker};
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// A replay's report with what it read.
@@ -37,37 +38,51 @@ pub(crate) async fn replay(
     candidate: &str,
     window: Duration,
 ) -> Result<Replayed, ApiError> {
-    let live = state
-        .catalog()
-        .get(name)
-        .ok_or_else(|| ApiError::not_found(format!("no agent named {name:?}")))?;
+    let live = live_agent(state, name)?;
     let candidate = candidate_agent(&live, candidate)?;
-    let since_ms = now_ms() - window.as_millis() as i64;
-    let (read, runs_not_retained) = window_runs(state, name, since_ms).await?;
+    let read = window_runs(state, name, window).await?;
     let recorded: Vec<Recorded> = read
+        .runs
         .iter()
         .flat_map(|(run, trail)| calls_of(run, trail))
         .collect();
-    let runs = read.len();
     let waiting = waiting(state, name).await?;
     let days = window.as_secs_f64() / 86_400.0;
     let report = replay::replay(&live, &candidate, &recorded, &waiting, days)
         .map_err(|e| ApiError::bad_request(format!("the candidate does not load: {e}")))?;
     Ok(Replayed {
         report,
-        since_ms,
-        runs,
-        runs_not_retained,
+        since_ms: read.since_ms,
+        runs: read.runs.len(),
+        runs_not_retained: read.runs_not_retained,
     })
 }
 
-/// The retained runs of agent `name` that left an audit element since `since_ms`, each with
-/// its audit trail's entries, and how many runs active then (of any agent) are no longer retained.
+/// The live agent named `name`; 404 if there is none.
+pub(crate) fn live_agent(state: &AppState, name: &str) -> Result<Arc<Agent>, ApiError> {
+    state
+        .catalog()
+        .get(name)
+        .ok_or_else(|| ApiError::not_found(format!("no agent named {name:?}")))
+}
+
+/// What the last `window` left of agent `name`'s runs.
+pub(crate) struct Window {
+    /// The window's start, in ms since the epoch.
+    pub(crate) since_ms: i64,
+    /// The retained runs that left an audit element in it, each with its trail's entries.
+    pub(crate) runs: Vec<(Run, Vec<Value>)>,
+    /// Runs active in it (of any agent) that are no longer retained.
+    pub(crate) runs_not_retained: usize,
+}
+
+/// Reads the [`Window`] of agent `name`'s runs over the last `window`.
 pub(crate) async fn window_runs(
     state: &AppState,
     name: &str,
-    since_ms: i64,
-) -> Result<(Vec<(Run, Vec<Value>)>, usize), ApiError> {
+    window: Duration,
+) -> Result<Window, ApiError> {
+    let since_ms = now_ms() - window.as_millis() as i64;
     let audited = state
         .bus
         .audited_runs_since(since_ms)
@@ -86,7 +101,11 @@ pub(crate) async fn window_runs(
             Some(_) => {}
         }
     }
-    Ok((read, runs_not_retained))
+    Ok(Window {
+        since_ms,
+        runs: read,
+        runs_not_retained,
+    })
 }
 
 /// The candidate file as an agent. Its MCP tools are taken as the live agent's servers

@@ -6,11 +6,11 @@
 //! never writes.
 
 use crate::error::ApiError;
-use crate::replay::{candidate_agent, waiting, window_runs};
+use crate::replay::{candidate_agent, live_agent, waiting, window_runs};
 use crate::state::AppState;
 use axum::http::StatusCode;
 use countersign_model::agent::Agent;
-use countersign_model::now_ms;
+use countersign_model::grant::Grant;
 use countersign_model::replay::{self, CallRef, Example, Forecast, Recorded, ToolCounts, Waiting};
 use countersign_model::run::Run;
 use countersign_model::suggest::{self, Bound, HeldRecord, RewriteError, Settled, Thresholds};
@@ -89,17 +89,15 @@ pub(crate) async fn suggest(
     window: Duration,
     thresholds: Thresholds,
 ) -> Result<Suggested, ApiError> {
-    let live = state
-        .catalog()
-        .get(name)
-        .ok_or_else(|| ApiError::not_found(format!("no agent named {name:?}")))?;
-    let since_ms = now_ms() - window.as_millis() as i64;
-    let (read, runs_not_retained) = window_runs(state, name, since_ms).await?;
+    let live = live_agent(state, name)?;
+    let read = window_runs(state, name, window).await?;
     let recorded: Vec<Recorded> = read
+        .runs
         .iter()
         .flat_map(|(run, trail)| crate::replay::calls_of(run, trail))
         .collect();
     let held: Vec<HeldRecord> = read
+        .runs
         .iter()
         .flat_map(|(run, trail)| held_of(run, trail))
         .collect();
@@ -157,9 +155,9 @@ pub(crate) async fn suggest(
     }
     Ok(Suggested {
         agent: name.to_string(),
-        since_ms,
-        runs: read.len(),
-        runs_not_retained,
+        since_ms: read.since_ms,
+        runs: read.runs.len(),
+        runs_not_retained: read.runs_not_retained,
         held: held.len(),
         suggestions,
     })
@@ -175,14 +173,14 @@ fn grant_offer(
     window: Duration,
 ) -> Option<GrantOffer> {
     let limits = live.tool(&bound.tool)?.approval.grant_limits();
+    if !limits.allowed {
+        return None;
+    }
     let covered = released.iter().find(|c| c.tool == bound.tool)?;
     let held = &waiting
         .iter()
         .find(|w| w.run_id == covered.run_id && w.held.call_id == covered.call_id)?
         .held;
-    if !limits.allowed {
-        return None;
-    }
     let uses = u32::try_from(bound.evidence.approved).unwrap_or(u32::MAX);
     let secs = window.as_secs().min(limits.max_duration_secs).max(1);
     Some(GrantOffer {
@@ -245,12 +243,12 @@ pub(crate) fn held_of<'a>(
                 }
                 _ => return None,
             };
-            // Each approval of a quorum is a `decided` entry of its own; a person deciding
-            // through a standing grant (`rita, under grant grt_…`) is that person.
+            // Each approval of a quorum is a `decided` entry of its own; people deciding
+            // through a standing grant are its makers.
             let deciders: Vec<String> = decided
                 .iter()
                 .filter_map(|e| e["actor"].as_str())
-                .map(|actor| actor.split(", under grant ").next().unwrap_or(actor))
+                .flat_map(Grant::people_of)
                 .map(str::to_string)
                 .collect();
             let detail = &requested["detail"];

@@ -172,6 +172,15 @@ impl Grant {
         format!("{}, under grant {}", self.granted_by.join(", "), self.id)
     }
 
+    /// The people a decision's `decided_by` names: its grant's makers for one made under a
+    /// grant ([`Grant::decided_by`]), else the decider as named.
+    pub fn people_of(decided_by: &str) -> Vec<&str> {
+        match decided_by.split_once(", under grant ") {
+            Some((makers, _)) => makers.split(", ").collect(),
+            None => vec![decided_by],
+        }
+    }
+
     /// Whether the grant is about `held` (its condition and its uses are checked apart: see
     /// [`crate::condition`] and the store). Never about the call it was made on, which its
     /// making decided.
@@ -336,6 +345,8 @@ mod tests {
         });
         assert_eq!(g.status(0, true), GrantStatus::Revoked);
         assert_eq!(g.decided_by(), format!("alice, bob, under grant {}", g.id));
+        assert_eq!(Grant::people_of(&g.decided_by()), ["alice", "bob"]);
+        assert_eq!(Grant::people_of("carol"), ["carol"]);
     }
 
     #[test]

@@ -13,7 +13,7 @@
 
 use crate::agent::{Provider, ToolDef};
 use crate::approval::{ApprovalDef, ApprovalMode};
-use crate::condition::Condition;
+use crate::condition::{Condition, ConditionError};
 use crate::run::{Block, HeldCall, Message, Run, Speaker};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -97,21 +97,20 @@ impl ReviewerDef {
         if !approval.grant_limits().allowed {
             return Some("a tool that allows no standing grants allows no reviewer model".into());
         }
-        Condition::compile(&self.envelope)
+        self.envelope()
             .err()
             .map(|e| format!("the reviewer's envelope: {e}"))
     }
 
-    /// The model as the audit names it: `provider:model`.
-    pub fn named(&self) -> String {
-        let provider = serde_json::to_value(self.provider).expect("a provider serializes");
-        format!("{}:{}", provider.as_str().unwrap_or_default(), self.model)
+    /// The envelope, compiled: a call is put to the model only if it
+    /// [`matches`](Condition::matches) (an input it cannot be evaluated for is outside).
+    pub fn envelope(&self) -> Result<Condition, ConditionError> {
+        Condition::compile(&self.envelope)
     }
 
-    /// Whether `input` is inside the envelope; a condition that cannot be evaluated for it
-    /// keeps it out.
-    pub fn inside(&self, input: &Value) -> bool {
-        Condition::compile(&self.envelope).is_ok_and(|envelope| envelope.matches(input))
+    /// The model as the audit names it: `provider:model`.
+    pub fn named(&self) -> String {
+        format!("{}:{}", self.provider.as_str(), self.model)
     }
 }
 
@@ -307,11 +306,11 @@ http = {{ url = "http://127.0.0.1:1/" }}
     #[test]
     fn the_envelope_is_evaluated_here_and_an_unreadable_input_is_outside() {
         let t = tool("", REVIEWER);
-        let r = t.reviewer.unwrap();
-        assert!(r.inside(&json!({"amount": 100})));
-        assert!(!r.inside(&json!({"amount": 100.5})));
-        assert!(!r.inside(&json!({"amount": "5"})));
-        assert!(!r.inside(&json!({})));
+        let envelope = t.reviewer.unwrap().envelope().unwrap();
+        assert!(envelope.matches(&json!({"amount": 100})));
+        assert!(!envelope.matches(&json!({"amount": 100.5})));
+        assert!(!envelope.matches(&json!({"amount": "5"})));
+        assert!(!envelope.matches(&json!({})));
     }
 
     #[test]

@@ -25,6 +25,16 @@ pub enum Settled {
 }
 
 impl Settled {
+    /// The word the API and the reports use for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Settled::Approved => "approved",
+            Settled::Edited => "edited",
+            Settled::Rejected => "rejected",
+            Settled::Unanswered => "unanswered",
+        }
+    }
+
     /// Whether a person chose not to let the call run as asked: a suggestion that would
     /// have let it run is disqualified.
     pub fn refused(self) -> bool {

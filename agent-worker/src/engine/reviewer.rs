@@ -37,12 +37,12 @@ impl Engine {
             let held = call.held.as_ref()?;
             let tool = agent.agent.tool(&held.tool)?;
             let def = tool.reviewer.as_ref()?;
-            let model = agent.reviewers.get(&tool.name)?;
+            let reviewer = agent.reviewers.get(&tool.name)?;
             Some(async move {
                 let started = Instant::now();
-                let (verdict, reason, usage) = if def.inside(&held.input) {
+                let (verdict, reason, usage) = if reviewer.envelope.matches(&held.input) {
                     let view = CallView::of(run, held, &tool.description);
-                    self.ask_reviewer(model, def, &view).await
+                    self.ask_reviewer(&reviewer.model, def, &view).await
                 } else {
                     let outside = "outside the envelope".to_string();
                     (Verdict::OutsideEnvelope, outside, Usage::default())
