@@ -1,8 +1,9 @@
-//! How a tool's reviewer model, in shadow, agreed with the people (see
-//! [`countersign_model::reviewer`]): its verdicts (`reviewer_shadow` audit entries) on the
-//! held calls of an agent's runs in a window, beside how people settled each call. The calls
-//! it would have approved that a person rejected or edited come first: they are what a team
-//! must see before letting it decide. It reads; it never writes.
+//! How a tool's reviewer model agreed with the people (see [`countersign_model::reviewer`]):
+//! its verdicts (`reviewer_verdict` audit entries) on the held calls of an agent's runs in a
+//! window, beside how people settled each call. The calls it would have approved that a
+//! person rejected or edited come first: they are what a team must see before letting it
+//! decide. A live reviewer's approvals decided their calls, so they are counted as `decided`,
+//! not as agreement. It reads; it never writes.
 
 use crate::error::ApiError;
 use crate::replay::{live_agent, window_runs};
@@ -34,9 +35,11 @@ struct ToolAgreement {
     reviewed: usize,
     /// Its verdicts, by kind: `approve`, `ask_person`, `outside_envelope`, `error`.
     verdicts: BTreeMap<String, usize>,
-    /// How people settled the calls it would have approved: `approved`, `edited`,
+    /// How people settled the calls it would have approved, in shadow: `approved`, `edited`,
     /// `rejected`, `unanswered`, or `waiting` (not settled yet).
     approved_then: BTreeMap<String, usize>,
+    /// The calls it approved live, which its approval decided.
+    decided: usize,
     /// How people settled the calls it left to a person.
     asked_then: BTreeMap<String, usize>,
     /// Of its approvals people settled, the share they approved as asked; none if none.
@@ -82,7 +85,7 @@ pub(crate) async fn agreement(
         let settled: BTreeMap<String, (Settled, Value)> = held_of(run, trail)
             .map(|h| (h.call.call_id, (h.settled, h.call.input)))
             .collect();
-        for verdict in trail.iter().filter(|e| e["kind"] == "reviewer_shadow") {
+        for verdict in trail.iter().filter(|e| matches!(e["kind"].as_str(), Some("reviewer_verdict" | "reviewer_shadow"))) {
             let detail = &verdict["detail"];
             let (Some(call_id), Some(tool), Some(said)) = (
                 verdict["call_id"].as_str(),
@@ -102,13 +105,16 @@ pub(crate) async fn agreement(
             counts.ms_total += ms;
             let then = settled.get(call_id);
             let how = then.map_or("waiting", |(s, _)| s.as_str()).to_string();
+            let live = detail["mode"] == "live";
             match said {
+                "approve" if live => counts.decided += 1,
                 "approve" => *counts.approved_then.entry(how).or_default() += 1,
                 "ask_person" => *counts.asked_then.entry(how).or_default() += 1,
                 _ => {}
             }
             if let (Some((s, input)), "approve") = (then, said)
                 && s.refused()
+                && !live
             {
                 counts.approved_but_refused.push(Disagreement {
                     run_id: run.run_id.to_string(),

@@ -443,8 +443,8 @@ impl Config {
         Ok(())
     }
 
-    /// Checks the metrics token, the API keys (long enough, with a principal) and that
-    /// webhook names are plain.
+    /// Checks the metrics token, the API keys (long enough, with a principal), that nobody
+    /// configured takes a reviewer model's name, and that webhook names are plain.
     fn validate_keys_and_names(&self) -> anyhow::Result<()> {
         countersign_runtime::metrics_http::check_token(self.metrics_token.as_ref())?;
         for key in &self.api_keys {
@@ -454,6 +454,18 @@ impl Config {
                 key.principal
             );
             anyhow::ensure!(!key.principal.is_empty(), "an API key has no principal");
+        }
+        // A reviewer model's name is its own: a person under it would read as the model in
+        // the trail and the receipts (and get past a tool that refuses models' approvals).
+        let named = self.api_keys.iter().map(|k| &k.principal);
+        let named = named
+            .chain(self.people.iter().map(|p| &p.id))
+            .chain(self.signed_senders.iter().map(|s| &s.name));
+        for id in named {
+            anyhow::ensure!(
+                !countersign_model::authority::names_a_model(id),
+                "{id:?} is a reviewer model's name (model:…): no person, key or sender may have it"
+            );
         }
         for hook in &self.webhooks {
             anyhow::ensure!(
@@ -609,6 +621,18 @@ mod tests {
         );
         let err = keys_from("k-reviewer-alice").unwrap_err().to_string();
         assert!(err.contains("COUNTERSIGN_API_KEYS"), "{err}");
+    }
+
+    #[test]
+    fn nobody_configured_takes_a_reviewer_model_s_name() {
+        for text in [
+            "[[api_keys]]\nkey = \"k1k1k1k1k1k1k1k1\"\nrole = \"reviewer\"\nprincipal = \"model:haiku@v1\"\n",
+            "[[people]]\nid = \"model:haiku@v1\"\n",
+        ] {
+            let (config, _): (Config, _) = parse(text, &no_env).unwrap();
+            let err = config.validate().unwrap_err().to_string();
+            assert!(err.contains("reviewer model's name"), "{text}: {err}");
+        }
     }
 
     #[test]

@@ -159,6 +159,7 @@ async fn decide_under(
         link: None,
         grant: Some(grant),
         delegation: None,
+        model: false,
     };
     let proposed = Proposed {
         call_id: call.call_id.clone(),

@@ -22,6 +22,7 @@ pub(crate) mod error;
 pub(crate) mod grants;
 pub(crate) mod live;
 pub(crate) mod mail;
+pub(crate) mod model_approvals;
 pub(crate) mod pages;
 pub(crate) mod receipts;
 pub(crate) mod replay;

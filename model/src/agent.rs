@@ -259,7 +259,8 @@ pub struct ToolDef {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shadow: Option<ApprovalDef>,
     /// A reviewer model that looks at the calls the policy holds, inside an envelope (see
-    /// [`crate::reviewer`]); in shadow, so not part of the policy version.
+    /// [`crate::reviewer`]). Live, it decides, so its terms are part of the policy version;
+    /// in shadow it changes no call's terms, and is not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reviewer: Option<crate::reviewer::ReviewerDef>,
     /// How the tool names itself in the receipts of its approved calls (their `aud`); the
@@ -392,6 +393,9 @@ impl ToolDef {
         }
         if let Some(risk) = self.risk {
             bound["risk"] = serde_json::json!(risk);
+        }
+        if let Some(reviewer) = self.reviewer.as_ref().filter(|r| r.decides()) {
+            bound["reviewer"] = reviewer.bound();
         }
         sha256_hex(canonical_json(&bound))[..16].to_string()
     }

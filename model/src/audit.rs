@@ -46,9 +46,11 @@ pub enum AuditKind {
     /// A tool's shadow policy sorted a call differently from its live one (`detail`: the
     /// outcome, what each did).
     PolicyShadow,
-    /// A tool's reviewer model, in shadow, gave its verdict on a held call (`detail`: the
-    /// verdict, its reason, the model, the envelope, what it took).
-    ReviewerShadow,
+    /// A tool's reviewer model gave its verdict on a held call (`detail`: the verdict, its
+    /// reason, the model, the envelope, the mode, what it took). Written `reviewer_shadow`
+    /// before reviewers could be live.
+    #[serde(alias = "reviewer_shadow")]
+    ReviewerVerdict,
     /// Someone asked to cancel the run.
     CancelRequested,
     /// The run completed with the model's answer.

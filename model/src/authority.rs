@@ -33,6 +33,10 @@
 //! ([`may_make_grant`]). It is read by whoever may read the run it was made on, or the runs
 //! it is limited to ([`may_read_grant`]).
 //!
+//! A reviewer model ([`crate::reviewer`]) decides in its own name, `model:NAME@VERSION`,
+//! which no person, key or door may take ([`names_a_model`]); it approves only a call whose
+//! pause stored its approval under that name, and nothing else ([`may_model_approve`]).
+//!
 //! A delegation ([`crate::delegation`]) lets its delegate take its maker's place among a
 //! call's deciders ([`deciding_for`]), never the requester's check; it is made by a person
 //! for their own approvals or by an admin ([`may_delegate`]), and read or ended by either of
@@ -119,12 +123,43 @@ pub fn may_decide(
     if !who.role.decides() {
         return Err(RefusalCode::RoleMayNotDecide);
     }
+    if names_a_model(who.id) {
+        return Err(RefusalCode::ModelName);
+    }
     if let Some(deciders) = &call.deciders
         && !deciders.iter().any(|p| p == who.id)
     {
         return Err(RefusalCode::NotApprover);
     }
     action_allowed(action, call, run.requested_by == Some(who.id))
+}
+
+/// Whether `id` is a reviewer model's name (`model:…`): no person, key or door may decide
+/// in it, or a person's approval would read, in the trail and the receipt, as a model's (and
+/// a tool that refuses a model's would be told otherwise).
+pub fn names_a_model(id: &str) -> bool {
+    id.starts_with(crate::reviewer::MODEL_PREFIX)
+}
+
+/// Whether the reviewer model named `model` may take `action` on `call`, held in a run
+/// described by `run`: only an approval, only of a call whose pause stored that model's
+/// approval (its verdict inside the envelope, live), never on a run someone asked to cancel.
+/// Who else may decide the call (its approvers, the requester) does not come into it: the
+/// policy that names the model names it as a decider of exactly these calls.
+pub fn may_model_approve(
+    model: &str,
+    action: Action,
+    call: &HeldCall,
+    run: RunFacts<'_>,
+) -> Result<(), RefusalCode> {
+    if run.cancelling {
+        return Err(RefusalCode::RunCancelled);
+    }
+    let approved = call.model_approval.as_ref().is_some_and(|a| a.by == model);
+    if action != Action::Approve || !approved || !names_a_model(model) {
+        return Err(RefusalCode::NoModelApproval);
+    }
+    Ok(())
 }
 
 /// What `who` may do with `call`: the forms and links a surface made for one person shows.
@@ -411,6 +446,7 @@ mod tests {
             risk: None,
             windows: Vec::new(),
             stage: None,
+            model_approval: None,
         }
     }
 
@@ -440,6 +476,49 @@ mod tests {
                 Err(RefusalCode::RoleMayNotDecide)
             );
         }
+    }
+
+    #[test]
+    fn a_model_approves_only_what_its_stored_verdict_approved_and_nobody_takes_its_name() {
+        let model = "model:haiku@v1";
+        let mut approved = call(Some(&["alice"]), 1, false);
+        approved.model_approval = Some(crate::reviewer::ModelApproval {
+            by: model.into(),
+            reason: "routine".into(),
+        });
+        // Not among the approvers, and still: the policy names the model for these calls.
+        assert_eq!(may_model_approve(model, Action::Approve, &approved, RUN), Ok(()));
+        for action in [Action::Reject, Action::Edit] {
+            assert_eq!(
+                may_model_approve(model, action, &approved, RUN),
+                Err(RefusalCode::NoModelApproval)
+            );
+        }
+        let other = "model:haiku@v2";
+        assert_eq!(
+            may_model_approve(other, Action::Approve, &approved, RUN),
+            Err(RefusalCode::NoModelApproval)
+        );
+        let unapproved = call(None, 1, false);
+        assert_eq!(
+            may_model_approve(model, Action::Approve, &unapproved, RUN),
+            Err(RefusalCode::NoModelApproval)
+        );
+        let cancelling = RunFacts {
+            cancelling: true,
+            ..RUN
+        };
+        assert_eq!(
+            may_model_approve(model, Action::Approve, &approved, cancelling),
+            Err(RefusalCode::RunCancelled)
+        );
+        // A person (or a key deciding as one) never decides in a model's name.
+        let open = call(None, 1, false);
+        assert_eq!(
+            may_decide(who(model, Role::Admin), Action::Approve, &open, RUN),
+            Err(RefusalCode::ModelName)
+        );
+        assert!(names_a_model(model) && !names_a_model("alice"));
     }
 
     #[test]

@@ -51,6 +51,13 @@ pub enum RefusalCode {
     /// first, detail: who it would), or the decision lets the call run without one: sign
     /// again and retry.
     ReceiptStale,
+    /// A person's decision named a reviewer model (`model:…`), a name only a model decides
+    /// in.
+    ModelName,
+    /// A reviewer model's decision on a call that holds no approval of that model: its
+    /// stored verdict was not approve, it names another model, or the decision is not an
+    /// approval (detail: the model the call holds, if any).
+    NoModelApproval,
 }
 
 impl RefusalCode {
@@ -74,6 +81,8 @@ impl RefusalCode {
             Self::GrantShort => "grant_short",
             Self::GrantMismatch => "grant_mismatch",
             Self::ReceiptStale => "receipt_stale",
+            Self::ModelName => "model_name",
+            Self::NoModelApproval => "no_model_approval",
         }
     }
 }
@@ -96,6 +105,6 @@ mod tests {
             let parsed: RefusalCode = serde_json::from_value((*code).into()).unwrap();
             assert_eq!(parsed.as_str(), *code);
         }
-        assert_eq!(codes.len(), 16, "{codes:?}");
+        assert_eq!(codes.len(), 18, "{codes:?}");
     }
 }

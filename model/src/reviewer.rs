@@ -2,8 +2,12 @@
 //! looks at each call the policy holds, as a person would see it, and answers `approve` or
 //! `ask_person` with a reason. It never rejects or edits, and only a call inside the
 //! envelope (a condition on the input, evaluated here, not by the model) is put to it at
-//! all. For now it runs in shadow: its verdict is recorded beside the person's decision, so
-//! a team can see how often it would have agreed before letting it decide anything.
+//! all. It runs first in shadow: its verdict is recorded beside the person's decision, so a
+//! team can see how often it would have agreed before letting it decide anything. Live, an
+//! `approve` verdict is stored with the pause on the held call ([`ModelApproval`]), and the
+//! gateway records the approval through the decision script in the model's name,
+//! `model:NAME@POLICY_VERSION` ([`ReviewerDef::principal`]), which no person may take
+//! ([`crate::authority::names_a_model`]); every other verdict leaves the call to a person.
 //!
 //! The call reaches the model as data: one JSON document, every `<` in it escaped, between
 //! `<call>` and `</call>`, with the instruction that nothing inside is addressed to it. A
@@ -28,7 +32,8 @@ pub struct ReviewerDef {
     pub model: String,
     /// CEL over `input`: only a call it holds true for is put to the model.
     pub envelope: String,
-    /// `shadow`, the only mode for now: the verdict is recorded, a person still decides.
+    /// `shadow` (the default): the verdict is recorded, a person still decides; `live`: an
+    /// approval decides the call.
     #[serde(default)]
     pub mode: ReviewerMode,
     /// How long the model may take, in milliseconds; then a person is asked as always.
@@ -50,7 +55,32 @@ pub enum ReviewerMode {
     /// Recorded beside the person's decision; nothing else.
     #[default]
     Shadow,
+    /// An approval decides the call, in the model's name; anything else asks a person.
+    Live,
 }
+
+impl ReviewerMode {
+    /// The mode as the agent file and the audit name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReviewerMode::Shadow => "shadow",
+            ReviewerMode::Live => "live",
+        }
+    }
+}
+
+/// A reviewer model's approval of a held call, live: stored with the pause that holds the
+/// call, so the gateway decides it from what Redis holds, never from a message.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelApproval {
+    /// The name the decision is recorded in: [`ReviewerDef::principal`].
+    pub by: String,
+    /// Why the model approved, in its words.
+    pub reason: String,
+}
+
+/// The prefix of every name a reviewer model decides in.
+pub const MODEL_PREFIX: &str = "model:";
 
 /// What the reviewer made of a held call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -111,6 +141,24 @@ impl ReviewerDef {
     /// The model as the audit names it: `provider:model`.
     pub fn named(&self) -> String {
         format!("{}:{}", self.provider.as_str(), self.model)
+    }
+
+    /// Whether its approvals decide calls (`live`).
+    pub fn decides(&self) -> bool {
+        self.mode == ReviewerMode::Live
+    }
+
+    /// The name its decisions on calls held under `policy_version` are recorded in (the
+    /// audit, the events, the channels, the receipt's `decided_by`):
+    /// `model:NAME@POLICY_VERSION`.
+    pub fn principal(&self, policy_version: &str) -> String {
+        format!("{MODEL_PREFIX}{}@{policy_version}", self.model)
+    }
+
+    /// What of it binds a decision, when it decides: part of its tool's policy version, so
+    /// another model or envelope is another version (and another name).
+    pub fn bound(&self) -> Value {
+        json!({"provider": self.provider.as_str(), "model": self.model, "envelope": self.envelope})
     }
 }
 
@@ -382,15 +430,24 @@ http = {{ url = "http://127.0.0.1:1/" }}
     }
 
     #[test]
-    fn live_mode_is_refused_when_the_file_loads() {
-        let text = format!(
-            "name = \"r\"\n[model]\nprovider = \"scripted\"\nname = \"x\"\n[[tools]]\nname = \"t\"\n\
-             http = {{ url = \"http://127.0.0.1:1/\" }}\n[tools.reviewer]\n{REVIEWER}\nmode = \"live\""
+    fn a_live_reviewer_is_part_of_the_policy_version_and_names_itself_by_it() {
+        let approval = "[tools.approval]\nwhen = \"input.amount > 20.0\"";
+        let shadow = tool(approval, REVIEWER);
+        let live = tool(approval, &format!("{REVIEWER}\nmode = \"live\""));
+        let none = load(approval, "").map_err(|_| ()).err();
+        assert!(none.is_some(), "an empty [tools.reviewer] is refused");
+        let def = live.reviewer.clone().unwrap();
+        assert!(def.decides() && !shadow.reviewer.as_ref().unwrap().decides());
+        // Shadow changes no call's terms; live decides, so another envelope is another
+        // version, and the model's name carries it.
+        assert_ne!(shadow.policy_version(), live.policy_version());
+        let wider = tool(
+            approval,
+            &format!("{}\nmode = \"live\"", REVIEWER.replace("100.0", "200.0")),
         );
-        let Err(err) = Agent::from_toml(&text, Path::new(".")) else {
-            panic!("a live reviewer loaded")
-        };
-        let err = err.to_string();
-        assert!(err.contains("live"), "{err}");
+        assert_ne!(live.policy_version(), wider.policy_version());
+        let name = def.principal(&live.policy_version());
+        assert_eq!(name, format!("model:claude@{}", live.policy_version()));
+        assert!(crate::authority::names_a_model(&name));
     }
 }

@@ -378,6 +378,10 @@ pub struct HeldCall {
     /// The stage it is held at, with a policy of stages.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stage: Option<crate::stage::Stage>,
+    /// Its tool's reviewer model approved it, live: the gateway decides it in the model's
+    /// name (see [`crate::reviewer`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_approval: Option<crate::reviewer::ModelApproval>,
 }
 
 /// What a call held again after a policy change replaces.
@@ -437,6 +441,7 @@ impl HeldCall {
                     .filter(|a| stage.next(*a).is_none())
                     .collect()
             }),
+            model_approves: self.model_approval.as_ref().map(|a| a.by.clone()),
         }
     }
 
@@ -480,6 +485,10 @@ pub struct DecisionTerms {
     /// approve and edit: at a stage before the last, neither (see [`crate::stage`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runs_on: Option<Vec<Action>>,
+    /// The reviewer model whose approval decides it (`model:NAME@POLICY_VERSION`), when its
+    /// verdict, stored with the pause, was approve; none otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_approves: Option<String>,
 }
 
 /// One tool call of the turn a run is paused on, in the order the model asked for it:

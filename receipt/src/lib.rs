@@ -56,7 +56,9 @@ pub struct Claims {
     pub input_digest: String,
     /// `approve` or `edit`.
     pub action: String,
-    /// Everyone whose approval the decision needed, a quorum's all.
+    /// Everyone whose approval the decision needed, a quorum's all. A reviewer model that
+    /// approved the call is named `model:NAME@POLICY_VERSION` ([`MODEL_PREFIX`]), a name no
+    /// person may have.
     pub decided_by: Vec<String>,
     /// The tool's policy version the call was held and decided under.
     pub policy_version: String,
@@ -76,6 +78,21 @@ pub struct Claims {
     /// share, as the deciders were shown them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub windows: Vec<WindowClaim>,
+}
+
+/// The prefix of the name a reviewer model approves in, in `decided_by`.
+pub const MODEL_PREFIX: &str = "model:";
+
+impl Claims {
+    /// Whether a reviewer model approved the call (nobody but a model is named
+    /// `model:…`): what a tool that takes only people's approvals refuses
+    /// ([`Verifier::people_only`]).
+    pub fn approved_by_model(&self) -> bool {
+        let names = self.decided_by.iter();
+        names
+            .chain(self.stages.iter().map(|s| &s.decided_by))
+            .any(|name| name.starts_with(MODEL_PREFIX))
+    }
 }
 
 /// One window a call was counted in, as its deciders were shown it.

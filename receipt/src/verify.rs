@@ -49,6 +49,10 @@ pub enum Refusal {
         "the input holds an integer past 2^53 - 1, which the receipt's digest does not bind exactly"
     )]
     InexactNumber,
+    /// A reviewer model approved the call, and this tool takes only people's approvals
+    /// ([`Verifier::people_only`]).
+    #[error("the call was approved by a reviewer model, and this tool takes only people's approvals")]
+    ModelApproved,
     /// The receipt was used before by a request with another `Idempotency-Key`.
     #[error("the receipt was used before, by another request")]
     Reused,
@@ -75,6 +79,7 @@ impl Refusal {
             Self::Expired => "expired",
             Self::InputChanged => "input_changed",
             Self::InexactNumber => "inexact_number",
+            Self::ModelApproved => "model_approved",
             Self::Reused => "reused",
             Self::KeysUnavailable(_) => "keys_unavailable",
             Self::JtiStoreUnavailable(_) => "jti_store_unavailable",
@@ -99,6 +104,7 @@ pub struct Verifier<R = SeenJtis> {
     issuer: String,
     audience: String,
     jtis: R,
+    people_only: bool,
 }
 
 impl<R: JtiStore> Verifier<R> {
@@ -114,7 +120,15 @@ impl<R: JtiStore> Verifier<R> {
             issuer: issuer.into(),
             audience: audience.into(),
             jtis,
+            people_only: false,
         }
+    }
+
+    /// Refuses every call a reviewer model approved ([`Claims::approved_by_model`]), for a
+    /// tool whose calls only people may approve, whatever an agent's policy lets a model do.
+    pub fn people_only(mut self) -> Self {
+        self.people_only = true;
+        self
     }
 
     /// The gateway's published keys the verifier checks signatures with.
@@ -141,6 +155,9 @@ impl<R: JtiStore> Verifier<R> {
         let claims = self.signed_claims(token, &key)?;
         if claims.tool != tool {
             return Err(Refusal::OtherTool);
+        }
+        if self.people_only && claims.approved_by_model() {
+            return Err(Refusal::ModelApproved);
         }
         // Byte for byte: a key that names the run and call in another form (`RUN:01:CALL`,
         // another turn) is another request, which would spend the receipt before the

@@ -34,7 +34,8 @@ pub struct DecideRequest<'a> {
     /// The door it came through (`api`, `web`, `slack`, `email`, `webhook`, `grant`,
     /// `deadline`, `policy`).
     pub door: &'a str,
-    /// Who decides: a person, or (no approver checks) the deadline or a policy change.
+    /// Who decides: a person, a reviewer model, or (no approver checks) the deadline or a
+    /// policy change.
     pub by: DecisionSource,
     /// The email link used, as (token hash, the grant it stored): spent with the decision.
     pub link: Option<(&'a str, &'a str)>,
@@ -67,6 +68,9 @@ pub enum DecisionSource {
     /// A change of the call's policy while it waited: the call is closed undecided
     /// (`superseded`), so its run is checked again under the policy now.
     Policy,
+    /// A reviewer model whose approval the pause stored on the call (`principal` is its name):
+    /// checked against that alone.
+    Model,
 }
 
 impl DecisionSource {
@@ -76,6 +80,7 @@ impl DecisionSource {
             DecisionSource::Person => "",
             DecisionSource::Deadline => "deadline",
             DecisionSource::Policy => "policy",
+            DecisionSource::Model => "model",
         }
     }
 }

@@ -92,6 +92,7 @@ impl Engine {
             risk: tool.risk,
             windows: asked.shares,
             stage: asked.stage,
+            model_approval: None,
         }
     }
 }

@@ -314,7 +314,7 @@ impl Engine {
             }
             run.messages.push(reply);
             run.paused_turn = self.gate(&run, agent, calls, unsaved).await?;
-            self.review(&run, agent, &run.paused_turn, unsaved).await;
+            self.review(&mut run, agent, unsaved).await;
             let marked = run.paused_turn.iter().any(TurnCall::runs_now);
             if marked {
                 self.store_turn(&mut run, unsaved).await?;

@@ -80,7 +80,9 @@ pub(crate) fn told(code: RefusalCode) -> Option<&'static str> {
         | RefusalCode::EditUnchecked
         | RefusalCode::GrantShort
         | RefusalCode::GrantMismatch
-        | RefusalCode::ReceiptStale => return None,
+        | RefusalCode::ReceiptStale
+        | RefusalCode::ModelName
+        | RefusalCode::NoModelApproval => return None,
     })
 }
 
@@ -213,6 +215,20 @@ impl DecideError {
                 StatusCode::FORBIDDEN,
                 "not_covered",
                 format!("the standing grant does not cover call {call:?}: its {detail} differs"),
+            ),
+            RefusalCode::ModelName => (
+                StatusCode::FORBIDDEN,
+                "not_an_approver",
+                format!(
+                    "{principal} is the name of a reviewer model: only the model decides in it, never a person or a key"
+                ),
+            ),
+            RefusalCode::NoModelApproval => (
+                StatusCode::FORBIDDEN,
+                "not_an_approver",
+                format!(
+                    "call {call:?} holds no approval of {principal}: a reviewer model approves only a call its verdict, stored with the pause, approved"
+                ),
             ),
             RefusalCode::RunCancelled => (
                 StatusCode::CONFLICT,

@@ -43,6 +43,9 @@ pub(crate) struct Decider<'a> {
     /// The delegation they decide under (then `principal` is [`Delegation::decider_name`]):
     /// set by `decide` itself, for someone a held call does not list.
     pub(crate) delegation: Option<&'a Delegation>,
+    /// A reviewer model deciding in its name (`principal`), from the approval its verdict
+    /// stored on the call (see `crate::reviewer_live`); the script checks that alone.
+    pub(crate) model: bool,
 }
 
 impl<'a> Decider<'a> {
@@ -55,6 +58,7 @@ impl<'a> Decider<'a> {
             link: None,
             grant: None,
             delegation: None,
+            model: false,
         }
     }
 }

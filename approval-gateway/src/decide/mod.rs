@@ -73,7 +73,7 @@ pub(crate) async fn decide(
         .ok_or_else(|| DecideError::NoRun(format!("no run {run_id:?}")))?;
     // Someone the held calls do not list may decide them in the place of someone who handed
     // them their approvals, each use of the delegation taken first (atomic with ending it).
-    if by.grant.is_none() && by.delegation.is_none() {
+    if by.grant.is_none() && by.delegation.is_none() && !by.model {
         let calls: Vec<&str> = proposed.iter().map(|p| p.call_id.as_str()).collect();
         if let Some(used) = delegation::take(state, &run, &calls, by.principal).await? {
             let name = used.delegation.decider_name();
@@ -201,7 +201,10 @@ async fn record_once(
     let request = DecideRequest {
         principal: by.principal,
         door: by.door,
-        by: DecisionSource::Person,
+        by: match by.model {
+            true => DecisionSource::Model,
+            false => DecisionSource::Person,
+        },
         link: by.link,
         role_decides: by.role.decides(),
         receipts: state.receipts.signs(),

@@ -4,6 +4,7 @@
 
 use crate::channels::delivery::Delivery;
 use crate::grants;
+use crate::model_approvals;
 use crate::state::AppState;
 use async_nats::jetstream::Message;
 use countersign_model::approval::Channel;
@@ -70,12 +71,20 @@ pub(super) async fn fan_out(state: &AppState, msg: &Message) -> Outcome {
             "an approval event does not fit the payload limit even cut"
         );
     }
-    // Calls a standing grant covers are decided now, and nobody is asked about them.
+    // Calls a standing grant covers, then those a reviewer model approved, are decided now,
+    // and nobody is asked about them.
     if let (Some(run), Event::ApprovalRequested { calls, .. }) = (&run, &mut envelope.event) {
         match grants::apply(state, run, calls).await {
             Ok(decided) => calls.retain(|c| !decided.contains(&c.call_id)),
             Err(e) => {
                 warn!(error = %e, "could not look for standing grants; the event will come again");
+                return Outcome::Retry(Duration::from_secs(1));
+            }
+        }
+        match model_approvals::apply(state, run, calls).await {
+            Ok(decided) => calls.retain(|c| !decided.contains(&c.call_id)),
+            Err(e) => {
+                warn!(error = %e, "could not record a reviewer model's approvals; the event will come again");
                 return Outcome::Retry(Duration::from_secs(1));
             }
         }

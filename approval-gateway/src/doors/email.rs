@@ -237,6 +237,7 @@ async fn submit(
         link: Some((&hash, &raw)),
         grant: None,
         delegation: None,
+        model: false,
     };
     match decide::decide_one(&state, grant.run_id.as_str(), proposed, &by).await {
         Ok(_) => {

@@ -39,6 +39,31 @@ async fn a_receipt_runs_once_and_a_retry_with_the_same_idempotency_key_comes_thr
 }
 
 #[tokio::test]
+async fn a_tool_that_takes_only_people_s_approvals_refuses_a_model_s_and_keeps_the_receipt_unspent()
+{
+    let (signer, _) = Signer::generate("k1").unwrap();
+    let input = json!({"order_id": "A-1001", "amount": 12});
+    let mut by_model = claims(&input, "j1");
+    by_model.decided_by = vec!["model:claude-haiku@3f2a9c1d0b4e5f60".into()];
+    assert!(by_model.approved_by_model() && !claims(&input, "j2").approved_by_model());
+    let token = signer.sign(&by_model);
+    let sent = body(&input);
+    let strict = verifier(Jwks::fixed(set(&[&signer]))).people_only();
+    assert_eq!(
+        strict.check(Some(&token), TOOL, Some(KEY), &sent).await,
+        Err(Refusal::ModelApproved)
+    );
+    assert_eq!(Refusal::ModelApproved.code(), "model_approved");
+    // A person's receipt passes the same verifier.
+    let by_person = signer.sign(&claims(&input, "j2"));
+    assert!(strict.check(Some(&by_person), TOOL, Some(KEY), &sent).await.is_ok());
+    // A verifier that takes models' approvals runs it.
+    let open = verifier(Jwks::fixed(set(&[&signer])));
+    let checked = open.check(Some(&token), TOOL, Some(KEY), &sent).await.unwrap();
+    assert!(!checked.again);
+}
+
+#[tokio::test]
 async fn a_receipt_runs_only_for_the_run_and_call_its_request_names() {
     let (signer, _) = Signer::generate("k1").unwrap();
     let input = json!({"order_id": "A-1001", "amount": 129});

@@ -22,9 +22,15 @@
 -- name the decision records (`carol for alice`), `to` is checked against the requester and
 -- `from` against the call's deciders. One person's approval counts once on a call that needs
 -- several, under whichever name: as themselves, as someone's delegate, or through theirs.
+-- `by` is 'model' when a reviewer model approves (see `authority.rs`, `may_model_approve`):
+-- `principal` is its name, `model:NAME@VERSION`, and the held call must carry exactly that
+-- name in `model_approves`, stored with the pause from the model's verdict; only an approval,
+-- checked against nothing else a person is (approvers, requester). No other decision may
+-- name a model.
 -- Replies {'ok', results JSON, outbox...}, {'refused', refusal JSON}, or {'missing', ''}.
 local expiry = by == 'deadline'
 local by_policy = by == 'policy'
+local by_model = by == 'model'
 local system = expiry or by_policy
 local run = redis.call('HMGET', run_key, 'status', 'cancel', 'turn', 'requested_by',
   'pending_count', 'decided_count', 'version', 'agent')
@@ -80,6 +86,8 @@ if delegated ~= '' then delegation = cjson.decode(delegated) end
 -- Who is deciding, each checked: the principal, everyone who made the grant, or the delegate.
 local deciding = granters or {principal}
 if delegation then deciding = {delegation.to} end
+-- A model is checked against its stored approval alone (below).
+if by_model then deciding = {} end
 
 -- Whether `person`'s approval of `call_id` counts already under a name other than `name`:
 -- as themselves, as someone's delegate (`person for x`), or through their delegate (`x for
@@ -110,7 +118,12 @@ end
 -- First every decision is checked: nothing is decided on a run someone asked to cancel, and
 -- nothing by a principal whose role does not decide.
 if run[2] or status == 'cancelled' then return refuse(decisions[1], 'run_cancelled', status) end
-if not system and role_decides ~= '1' then return refuse(decisions[1], 'role_may_not_decide') end
+if not system and not by_model and role_decides ~= '1' then
+  return refuse(decisions[1], 'role_may_not_decide')
+end
+if not by_model and string.sub(principal, 1, 6) == 'model:' then
+  return refuse(decisions[1], 'model_name')
+end
 local now = now_ms()
 local turn = run[3]
 local requester = run[4]
@@ -138,6 +151,10 @@ for _, d in ipairs(decisions) do
     elseif not by_policy then
       if held.deadline and now >= held.deadline and not held.escalates then
         return refuse(d, 'past_deadline', tostring(held.deadline))
+      end
+      if by_model and (held.model_approves ~= principal or d.action ~= 'approve'
+          or held.quorum > 1) then
+        return refuse(d, 'no_model_approval', held.model_approves or '')
       end
       for _, who in ipairs(deciding) do
         if held.deciders then

@@ -157,6 +157,7 @@ fn held_call(policy: Policy) -> HeldCall {
         risk: None,
         windows: Vec::new(),
         stage: None,
+        model_approval: None,
     }
 }
 

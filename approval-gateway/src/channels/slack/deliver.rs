@@ -13,9 +13,11 @@ use super::api::{self, SlackError};
 use super::blocks::{self, Request, Target};
 use crate::channels::delivery::{Ask, Deliver, DeliveryError, Ending};
 use crate::channels::granted::Granted;
+use crate::pages::request_view::CallView;
 use crate::config::SlackConfig;
 use crate::state::AppState;
 use countersign_model::approval::Channel;
+use countersign_model::authority::names_a_model;
 use countersign_model::grant::{Grant, GrantLimits};
 use countersign_model::run::{Action, HeldCall, RunId};
 use serde_json::{Value, json};
@@ -168,6 +170,32 @@ impl<'a> Slack<'a> {
             None => decided,
         })
     }
+    /// Posts a call nobody was asked about, already decided, once: where it went is kept like
+    /// a request's, so a redelivery finds it and posts nothing again.
+    async fn post_decided(
+        &self,
+        run_id: &RunId,
+        call_id: &str,
+        summary: &str,
+        outcome: &str,
+    ) -> Result<(), DeliveryError> {
+        let store = &self.state.store;
+        if store
+            .channel_ref(run_id, call_id, &self.channel)
+            .await?
+            .is_some()
+        {
+            return Ok(());
+        }
+        let message = blocks::ended_message(self.name, summary, outcome);
+        let answer = self.call("chat.postMessage", &message).await?;
+        let reference = json!({
+            "channel": answer["channel"], "ts": answer["ts"], "summary": summary,
+        });
+        Ok(store
+            .set_channel_ref(run_id, call_id, &self.channel, &reference.to_string())
+            .await?)
+    }
 }
 
 impl Deliver for Slack<'_> {
@@ -227,7 +255,8 @@ impl Deliver for Slack<'_> {
     }
 
     /// Rewrites the call's message to say how it ended, without buttons. A call decided under
-    /// a standing grant was never posted: it is posted now, already decided.
+    /// a standing grant, or by a reviewer model, was never posted: it is posted now, already
+    /// decided.
     async fn ended(
         &self,
         run_id: &RunId,
@@ -245,24 +274,21 @@ impl Deliver for Slack<'_> {
                     "{} at {when}.",
                     blocks::escaped(&granted.headline(), blocks::NAME_CHARS * 2)
                 );
-                // Posted once: where it went is kept like a request's, so a redelivery
-                // updates the message instead of posting another.
-                let store = &self.state.store;
-                if store
-                    .channel_ref(run_id, call_id, &self.channel)
-                    .await?
-                    .is_none()
-                {
-                    let message = blocks::ended_message(self.name, &granted.summary, &outcome);
-                    let answer = self.call("chat.postMessage", &message).await?;
-                    let reference = json!({
-                        "channel": answer["channel"], "ts": answer["ts"], "summary": granted.summary,
-                    });
-                    return Ok(store
-                        .set_channel_ref(run_id, call_id, &self.channel, &reference.to_string())
-                        .await?);
-                }
-                outcome
+                return self
+                    .post_decided(run_id, call_id, &granted.summary, &outcome)
+                    .await;
+            }
+            Ending::Decided { by, .. } if names_a_model(by) => {
+                let summary = CallView::load(self.state, run_id.as_str(), call_id)
+                    .await
+                    .map_err(|e| DeliveryError::Retry(e.message))?
+                    .map(|view| view.summary)
+                    .unwrap_or_default();
+                let outcome = format!(
+                    "Approved by {}, a reviewer model, inside the envelope its policy sets, at {when}.",
+                    blocks::escaped(by, blocks::NAME_CHARS)
+                );
+                return self.post_decided(run_id, call_id, &summary, &outcome).await;
             }
             Ending::Decided { action, by, .. } => {
                 self.decided_words(run_id, call_id, action, by, &when)

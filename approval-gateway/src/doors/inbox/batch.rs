@@ -109,6 +109,7 @@ async fn submit(
         link: None,
         grant: None,
         delegation: None,
+        model: false,
     };
     let runs = match decide::decide_batch(&state, decisions, &by).await {
         Ok(runs) => runs,

@@ -341,6 +341,7 @@ async fn submit(
         link: None,
         grant: None,
         delegation: None,
+        model: false,
     };
     let refused = match (
         decide::decide_one(&state, &run_id, proposed, &by).await,

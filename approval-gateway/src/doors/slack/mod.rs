@@ -209,6 +209,7 @@ async fn approve(
         link: None,
         grant: None,
         delegation: None,
+        model: false,
     };
     if let Err(e) = decide::decide_one(state, &target.run_id, proposed, &by).await {
         ephemeral(state, payload, &ApiError::from(e).message).await;
@@ -270,6 +271,7 @@ async fn view_submission(state: &AppState, payload: &Value, principal: Option<St
         link: None,
         grant: None,
         delegation: None,
+        model: false,
     };
     match decide::decide_one(state, &run_id, proposed, &by).await {
         // The confirmation closes with the edit modal beneath it.
