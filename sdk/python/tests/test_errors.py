@@ -66,7 +66,7 @@ def test_the_refusal_codes_are_the_decision_scripts() -> None:
     codes = rust_codes("model/src/refusal.rs", "as_str")
 
     assert {code.value for code in RefusalCode} == codes
-    assert len(codes) == 17
+    assert len(codes) == 19
 
 
 def test_the_receipt_refusals_are_the_rust_verifiers() -> None:

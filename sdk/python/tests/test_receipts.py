@@ -29,6 +29,7 @@ from countersign.receipts import (
     Malformed,
     MemoryJtis,
     Missing,
+    ModelApproved,
     OtherCall,
     OtherIssuer,
     OtherTool,
@@ -160,6 +161,27 @@ def test_each_refusal_has_the_rust_verifiers_code(
         check(receipt, key, body)
 
     assert (refused.value.code, refused.value.status) == (code, 401)
+
+
+def test_a_tool_that_takes_only_peoples_approvals_refuses_a_models_unspent(
+    gateway: Gateway,
+) -> None:
+    jtis = MemoryJtis()
+    strict = Verifier(gateway.jwks(), "issue_refund", ISSUER, jtis, people_only=True)
+    by_model = gateway.receipt(decided_by=["model:claude-haiku@3f2a9c1d0b4e5f60"])
+
+    with pytest.raises(ModelApproved) as refused:
+        strict.check(by_model, tool="issue_refund", idempotency_key=KEY, body=BODY)
+
+    assert (refused.value.code, refused.value.status) == ("model_approved", 401)
+    # Not spent: a verifier on the same store that takes models' approvals runs it first.
+    lenient = Verifier(gateway.jwks(), "issue_refund", ISSUER, jtis)
+    checked = lenient.check(by_model, tool="issue_refund", idempotency_key=KEY, body=BODY)
+    assert (checked.again, checked.claims.approved_by_model) == (False, True)
+    person = strict.check(
+        gateway.receipt(jti="rct_2"), tool="issue_refund", idempotency_key=KEY, body=BODY
+    )
+    assert not person.claims.approved_by_model
 
 
 def test_a_refused_receipt_is_not_spent(gateway: Gateway, check: Callable[..., Any]) -> None:

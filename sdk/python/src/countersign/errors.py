@@ -46,6 +46,8 @@ class RefusalCode(str, Enum):
     GRANT_SHORT = "grant_short"
     GRANT_MISMATCH = "grant_mismatch"
     RECEIPT_STALE = "receipt_stale"
+    MODEL_NAME = "model_name"
+    NO_MODEL_APPROVAL = "no_model_approval"
 
 
 class CountersignError(Exception):

@@ -90,6 +90,13 @@ class InexactNumber(Refusal):
     )
 
 
+class ModelApproved(Refusal):
+    code = "model_approved"
+    default_message = (
+        "the call was approved by a reviewer model, and this tool takes only people's approvals"
+    )
+
+
 class Reused(Refusal):
     code = "reused"
     default_message = "the receipt was used before, by another request"

@@ -23,6 +23,7 @@ from .refusals import (
     KeysUnavailable,
     Malformed,
     Missing,
+    ModelApproved,
     OtherCall,
     OtherIssuer,
     OtherTool,
@@ -32,6 +33,9 @@ from .refusals import (
 
 #: How far clocks may disagree, in seconds.
 LEEWAY_SECS = 30
+
+#: The prefix of the name a reviewer model approves in, in `decided_by`; no person has it.
+MODEL_PREFIX = "model:"
 
 #: The header the worker sends a call's receipt in.
 RECEIPT_HEADER = "Countersign-Receipt"
@@ -63,6 +67,12 @@ class Claims:
         """The `Idempotency-Key` the call is sent with and the receipt spent under:
         `RUN:TURN:CALL`, the turn in decimal without leading zeros, as workers send it."""
         return f"{self.run_id}:{self.turn}:{self.call_id}"
+
+    @property
+    def approved_by_model(self) -> bool:
+        """Whether a reviewer model approved the call (`decided_by` names
+        `model:NAME@POLICY_VERSION`): what a verifier made with `people_only` refuses."""
+        return any(who.startswith(MODEL_PREFIX) for who in self.decided_by)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Claims:
@@ -118,7 +128,9 @@ class Verifier:
 
     `keys` is the gateway's JWK Set URL (`https://gateway/.well-known/jwks.json`), a JWK Set
     as a dict, or a `Jwks`. `check` blocks (it may fetch keys and sync a file): from async
-    code, run it in a thread, as `countersign.fastapi` does.
+    code, run it in a thread, as `countersign.fastapi` does. With `people_only`, a call a
+    reviewer model approved is refused (`ModelApproved`), whatever an agent's policy lets a
+    model do.
     """
 
     def __init__(
@@ -127,6 +139,8 @@ class Verifier:
         audience: str,
         issuer: str,
         jti_store: JtiStore,
+        *,
+        people_only: bool = False,
     ) -> None:
         if isinstance(keys, Jwks):
             self.keys = keys
@@ -137,6 +151,7 @@ class Verifier:
         self.audience = audience
         self.issuer = issuer
         self.jti_store = jti_store
+        self.people_only = people_only
 
     def check(
         self,
@@ -161,6 +176,8 @@ class Verifier:
         claims = self._signed_claims(receipt, key)
         if claims.tool != tool:
             raise OtherTool()
+        if self.people_only and claims.approved_by_model:
+            raise ModelApproved()
         # Byte for byte: a key naming the call another way (`RUN:01:CALL`, another turn) is
         # another request, which would spend the receipt before the worker's own call.
         if idempotency_key is None or idempotency_key != claims.idempotency_key:
