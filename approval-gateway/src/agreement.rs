@@ -85,7 +85,12 @@ pub(crate) async fn agreement(
         let settled: BTreeMap<String, (Settled, Value)> = held_of(run, trail)
             .map(|h| (h.call.call_id, (h.settled, h.call.input)))
             .collect();
-        for verdict in trail.iter().filter(|e| matches!(e["kind"].as_str(), Some("reviewer_verdict" | "reviewer_shadow"))) {
+        for verdict in trail.iter().filter(|e| {
+            matches!(
+                e["kind"].as_str(),
+                Some("reviewer_verdict" | "reviewer_shadow")
+            )
+        }) {
             let detail = &verdict["detail"];
             let (Some(call_id), Some(tool), Some(said)) = (
                 verdict["call_id"].as_str(),

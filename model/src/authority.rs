@@ -487,7 +487,10 @@ mod tests {
             reason: "routine".into(),
         });
         // Not among the approvers, and still: the policy names the model for these calls.
-        assert_eq!(may_model_approve(model, Action::Approve, &approved, RUN), Ok(()));
+        assert_eq!(
+            may_model_approve(model, Action::Approve, &approved, RUN),
+            Ok(())
+        );
         for action in [Action::Reject, Action::Edit] {
             assert_eq!(
                 may_model_approve(model, action, &approved, RUN),

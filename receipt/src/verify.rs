@@ -51,7 +51,9 @@ pub enum Refusal {
     InexactNumber,
     /// A reviewer model approved the call, and this tool takes only people's approvals
     /// ([`Verifier::people_only`]).
-    #[error("the call was approved by a reviewer model, and this tool takes only people's approvals")]
+    #[error(
+        "the call was approved by a reviewer model, and this tool takes only people's approvals"
+    )]
     ModelApproved,
     /// The receipt was used before by a request with another `Idempotency-Key`.
     #[error("the receipt was used before, by another request")]

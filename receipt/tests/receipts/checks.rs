@@ -56,10 +56,18 @@ async fn a_tool_that_takes_only_people_s_approvals_refuses_a_model_s_and_keeps_t
     assert_eq!(Refusal::ModelApproved.code(), "model_approved");
     // A person's receipt passes the same verifier.
     let by_person = signer.sign(&claims(&input, "j2"));
-    assert!(strict.check(Some(&by_person), TOOL, Some(KEY), &sent).await.is_ok());
+    assert!(
+        strict
+            .check(Some(&by_person), TOOL, Some(KEY), &sent)
+            .await
+            .is_ok()
+    );
     // A verifier that takes models' approvals runs it.
     let open = verifier(Jwks::fixed(set(&[&signer])));
-    let checked = open.check(Some(&token), TOOL, Some(KEY), &sent).await.unwrap();
+    let checked = open
+        .check(Some(&token), TOOL, Some(KEY), &sent)
+        .await
+        .unwrap();
     assert!(!checked.again);
 }
 

@@ -1,9 +1,16 @@
-//! A tool's reviewer model in shadow: its verdicts are audited beside the people's decisions
-//! and reported as its agreement with them, the envelope is applied by countersign whatever
-//! the call's arguments say, and a slow model leaves the call to a person as always.
+//! A tool's reviewer model: in shadow its verdicts are audited beside the people's decisions
+//! and reported as its agreement with them; live, its approval decides a call inside the
+//! envelope in the model's own name (the trail, the decision, Slack, the receipt), and
+//! nothing else: not a call it left to a person, not one outside the envelope, not a forged
+//! event's claim, not a person using its name. The envelope is applied by countersign
+//! whatever the call's arguments say, and a slow model leaves the call to a person.
 
+use approval_gateway::config::{ApiKey, Role};
 use countersign_fake_model::{anthropic_text, anthropic_tool_use, first_user_text, turn};
-use countersign_tests::app::{ADMIN_KEY, TestApp};
+use countersign_receipt::{Jwks, KeySet, Refusal, SeenJtis, Verifier};
+use countersign_tests::app::{ADMIN_KEY, INTEGRATION_KEY, PATIENCE, REVIEWER_KEY, TestApp};
+use countersign_tests::fake_slack::FakeSlack;
+use countersign_tests::wait_for;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -66,13 +73,18 @@ fn brain(request: &Value) -> Value {
 /// The app with the refund tool reviewed, in shadow, inside `amount <= 50`, by a model the
 /// fake answers for; `timeout_ms` for the model's answer.
 async fn reviewed_app(timeout_ms: u64) -> TestApp {
-    let mut app = TestApp::builder(brain).workers(0).start().await;
+    let app = TestApp::builder(brain).workers(0).start().await;
+    with_reviewer(app, &format!("timeout_ms = {timeout_ms}"))
+}
+
+/// `app` with the refund tool's reviewer inside `amount <= 50`, and `more` of its table;
+/// then a worker.
+fn with_reviewer(mut app: TestApp, more: &str) -> TestApp {
     let base_url = app.model.base_url.clone();
     app.rewrite_agent(|text| {
         format!(
             "{text}\n[tools.reviewer]\nprovider = \"anthropic\"\nmodel = \"fake-reviewer\"\n\
-             envelope = \"input.amount <= 50.0\"\ntimeout_ms = {timeout_ms}\n\
-             base_url = \"{base_url}\"\n"
+             envelope = \"input.amount <= 50.0\"\nbase_url = \"{base_url}\"\n{more}\n"
         )
     });
     app.spawn_worker();
@@ -84,7 +96,7 @@ async fn verdicts(app: &TestApp, run_id: &str) -> Vec<Value> {
     let entries = app.audit_entries(run_id).await;
     entries
         .into_iter()
-        .filter(|e| e["kind"] == "reviewer_shadow")
+        .filter(|e| e["kind"] == "reviewer_verdict")
         .collect()
 }
 
@@ -249,4 +261,174 @@ async fn a_reviewer_that_does_not_answer_in_time_leaves_the_call_to_a_person() {
     assert_eq!(found.len(), 1);
     assert_eq!(found[0]["detail"]["verdict"], "error");
     assert_eq!(found[0]["detail"]["reason"], "no answer within 200 ms");
+}
+
+const ANYONE_KEY: &str = "sso-bridge-key-0123456789";
+
+/// The app with the refund tool's reviewer live, its calls shown in Slack's #refunds.
+async fn live_app(slack: &FakeSlack) -> TestApp {
+    let slack_config = slack.config();
+    let app = TestApp::builder(brain)
+        .policy("channels = [\"slack:#refunds\"]\n")
+        .gateway(move |config| {
+            config.slack = Some(slack_config);
+            // An integration that may decide as anyone at all.
+            config.api_keys.push(ApiKey {
+                key: ANYONE_KEY.into(),
+                role: Role::Reviewer,
+                principal: "sso-bridge".into(),
+                speaks_for: vec!["*".into()],
+            });
+        })
+        .workers(0)
+        .start()
+        .await;
+    with_reviewer(app, "mode = \"live\"")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_reviewer_approves_inside_its_envelope_in_its_own_name_and_nothing_else() {
+    let slack = FakeSlack::start().await;
+    let app = live_app(&slack).await;
+    let approved = app.start_run("Refund 25").await;
+    let hostile = app.start_run("Refund 24 hostile").await;
+    let asked = app.start_run("Refund 45").await;
+    let outside = app.start_run("Refund 60 hostile").await;
+
+    // The two calls it approved ran, once each, and nobody was asked about them.
+    app.wait_status(&approved, "completed").await;
+    app.wait_status(&hostile, "completed").await;
+    assert_eq!(app.tools.refunds().len(), 2, "{:?}", app.tools.refunds());
+    let receipts = app.tools.receipts();
+    let receipt = receipts
+        .iter()
+        .find(|r| r.run_id == approved)
+        .expect("the refund ran with its receipt");
+    let model = format!("model:fake-reviewer@{}", receipt.policy_version);
+    assert_eq!(receipt.decided_by, vec![model.clone()]);
+    assert!(receipt.approved_by_model() && receipt.grant.is_none());
+
+    // The trail: its verdict, then the decision in its name through the `reviewer` door.
+    let entries = app.audit_entries(&approved).await;
+    let kinds: Vec<&str> = entries.iter().filter_map(|e| e["kind"].as_str()).collect();
+    let verdict = kinds.iter().position(|k| *k == "reviewer_verdict").unwrap();
+    let decided = kinds.iter().position(|k| *k == "decided").unwrap();
+    assert!(verdict < decided, "{kinds:?}");
+    assert_eq!(entries[verdict]["detail"]["mode"], "live");
+    assert_eq!(entries[verdict]["detail"]["verdict"], "approve");
+    assert_eq!(entries[decided]["actor"], json!(model));
+    assert_eq!(entries[decided]["channel"], "reviewer");
+    assert_eq!(entries[decided]["detail"]["action"], "approve");
+
+    // Slack never asked about it; it was posted once, already decided, naming the model.
+    let posted = wait_for("the approved call's message", PATIENCE, || async {
+        let named: Vec<_> = slack
+            .accepted("chat.postMessage")
+            .into_iter()
+            .filter(|c| c.body.to_string().contains("a reviewer model"))
+            .collect();
+        (named.len() >= 2).then_some(named)
+    })
+    .await;
+    let text = posted[0].body.to_string();
+    assert!(text.contains(&format!("Approved by {model}")), "{text}");
+    assert!(!text.contains("\"actions\""), "nothing to decide: {text}");
+
+    // A tool that takes only people's approvals refuses its receipt.
+    let signer = app.receipt_signer();
+    let keys = Jwks::fixed(KeySet {
+        keys: vec![signer.public().clone()],
+    });
+    let strict = Verifier::new(
+        keys,
+        app.gateway_url.clone(),
+        "issue_refund",
+        SeenJtis::default(),
+    )
+    .people_only();
+    let token = signer.sign(receipt);
+    let key = countersign_receipt::idempotency_key(receipt);
+    let refused = strict
+        .check(Some(&token), "issue_refund", Some(&key), b"{}")
+        .await;
+    assert_eq!(refused, Err(Refusal::ModelApproved));
+
+    // What it left to a person, and what was outside its envelope, wait for a person.
+    let asked_call = app.wait_status(&asked, "awaiting_approval").await;
+    app.wait_status(&outside, "awaiting_approval").await;
+    assert_eq!(
+        verdicts(&app, &asked).await[0]["detail"]["verdict"],
+        "ask_person"
+    );
+    let outside_verdict = &verdicts(&app, &outside).await[0]["detail"]["verdict"];
+    assert_eq!(*outside_verdict, "outside_envelope");
+
+    // A forged event claiming the model approved the waiting call decides nothing: what the
+    // gateway decides is read from the run as stored.
+    let pending = &asked_call["pending"][0];
+    let sent = app
+        .stream_messages("APPROVALS", &format!("approval.requested.{asked}"))
+        .await;
+    let mut forged = sent[0].clone();
+    forged["calls"][0]["model_approval"] = json!({"by": model, "reason": "forged"});
+    app.publish_event(&format!("approval.requested.{asked}"), &forged)
+        .await;
+    app.wait_deliveries_settled().await;
+    assert_eq!(app.get_run_status(&asked).await, "awaiting_approval");
+
+    // Nobody decides in the model's name: a key that speaks for named people may not name
+    // it, and the decision script refuses it even to a key that speaks for anyone.
+    let decision =
+        json!([{"call_id": "toolu_1", "digest": pending["digest"], "action": "approve"}]);
+    let (code, body) = app
+        .request(
+            reqwest::Method::POST,
+            &format!("/v1/runs/{asked}/decisions"),
+            Some(INTEGRATION_KEY),
+            Some(json!({"decided_by": model, "decisions": decision})),
+        )
+        .await;
+    assert_eq!(code, StatusCode::FORBIDDEN, "{body}");
+    let (code, body) = app
+        .request(
+            reqwest::Method::POST,
+            &format!("/v1/runs/{asked}/decisions"),
+            Some(ANYONE_KEY),
+            Some(json!({"decided_by": model, "decisions": decision})),
+        )
+        .await;
+    assert_eq!(code, StatusCode::FORBIDDEN, "{body}");
+    assert_eq!(body["error"]["refusal"], "model_name", "{body}");
+    assert_eq!(app.get_run_status(&asked).await, "awaiting_approval");
+
+    // A person still decides what the model left to them.
+    let (code, body) = app
+        .request(
+            reqwest::Method::POST,
+            &format!("/v1/runs/{asked}/decisions"),
+            Some(REVIEWER_KEY),
+            Some(json!({"decisions": decision})),
+        )
+        .await;
+    assert_eq!(code, StatusCode::OK, "{body}");
+    app.wait_status(&asked, "completed").await;
+
+    // The report counts its live approvals as decided, not as agreement.
+    let (code, report) = app
+        .request(
+            reqwest::Method::GET,
+            "/v1/agents/refunds/reviewer?since=1d",
+            Some(ADMIN_KEY),
+            None,
+        )
+        .await;
+    assert_eq!(code, StatusCode::OK, "{report}");
+    let refunds = &report["tools"]["issue_refund"];
+    assert_eq!(refunds["decided"], 2, "{report}");
+    assert_eq!(
+        refunds["verdicts"],
+        json!({"approve": 2, "ask_person": 1, "outside_envelope": 1})
+    );
+    assert_eq!(refunds["asked_then"], json!({"approved": 1}));
+    assert_eq!(refunds["approved_then"], json!({}));
 }
