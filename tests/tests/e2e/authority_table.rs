@@ -11,11 +11,13 @@ use countersign_model::approval::Reviewers;
 use countersign_model::audit::{AuditEntry, AuditKind};
 use countersign_model::authority::{self, ALL_ACTIONS, Principal, RunFacts};
 use countersign_model::grant::Grant;
+use countersign_model::reviewer::ModelApproval;
 use countersign_model::run::{Action, Cancellation, Decision, HeldCall, Run, RunId, TurnCall};
 use countersign_runtime::metrics::Metrics;
 use countersign_runtime::names::Names;
 use countersign_store::{
-    Announcement, Claim, DecideOutcome, DecideRequest, Proposal, RefusalCode, Save, Store,
+    Announcement, Claim, DecideOutcome, DecideRequest, DecisionSource, Proposal, RefusalCode, Save,
+    Store,
 };
 use countersign_tests::infra::Infra;
 use serde_json::json;
@@ -213,13 +215,13 @@ async fn paused(store: &Store, call: &HeldCall, policy: Policy) -> RunId {
     id
 }
 
-/// Whether the script records `action` by `principal` (whose door gave them `role`).
+/// Whether the script records `action` by `principal` (whose door gave them `role`), as a
+/// person or, with `by` `Model`, as a reviewer model.
 async fn script_accepts(
     store: &Store,
     id: &RunId,
     call: &HeldCall,
-    principal: &str,
-    role: Role,
+    (principal, role, by): (&str, Role, DecisionSource),
     action: Action,
 ) -> bool {
     let input = (action == Action::Edit).then(|| json!({"order_id": "A-1", "amount": 50}));
@@ -247,7 +249,7 @@ async fn script_accepts(
     let request = DecideRequest {
         principal,
         door: "api",
-        by: countersign_store::DecisionSource::Person,
+        by,
         link: None,
         role_decides: role.decides(),
         receipts: false,
@@ -303,7 +305,8 @@ async fn every_door_principal_action_and_policy_is_accepted_by_the_script_exactl
                     reasons.insert(format!("{refused:?}"));
                 }
                 let allowed = rule.is_ok();
-                let recorded = script_accepts(&store, &id, &call, principal, *role, action).await;
+                let by = (principal.as_str(), *role, DecisionSource::Person);
+                let recorded = script_accepts(&store, &id, &call, by, action).await;
                 assert_eq!(
                     recorded, allowed,
                     "{door} ({role:?}) {action:?} under {policy:?}: the script recorded {recorded}, the rule allows {allowed}"
@@ -338,6 +341,61 @@ async fn every_door_principal_action_and_policy_is_accepted_by_the_script_exactl
     // The table is not vacuous: both outcomes occur, and each refusal reason is reached.
     assert!(accepted > 0 && accepted < cases);
     assert_eq!(reasons.len(), 5, "{reasons:?}");
+}
+
+/// A reviewer model reaches the script in its own name, from the approval its verdict stored
+/// on the call: the script records exactly what `authority::may_model_approve` allows (only
+/// an approval, only by the model the call names, never on a run being cancelled, whoever
+/// the call's approvers are), and a person's decision in a model's name nowhere.
+#[tokio::test]
+async fn a_model_decides_exactly_what_the_rule_allows_and_nobody_decides_in_its_name() {
+    let infra = Infra::start().await;
+    let namespace = format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    let store = Store::connect(
+        &infra.connections_without_login(&namespace),
+        Names::new(&namespace).unwrap(),
+        Metrics::default(),
+    )
+    .await
+    .unwrap();
+    const MODEL: &str = "model:haiku@v1";
+    let (mut cases, mut accepted) = (0, 0);
+    for policy in policies().into_iter().filter(|p| p.quorum == 1) {
+        for approved_by in [None, Some(MODEL), Some("model:haiku@v0")] {
+            let mut call = held_call(policy);
+            call.model_approval = approved_by.map(|by| ModelApproval {
+                by: by.into(),
+                reason: "routine".into(),
+            });
+            let facts = RunFacts {
+                requested_by: Some(REQUESTER),
+                cancelling: policy.cancelling,
+            };
+            for action in ALL_ACTIONS {
+                let id = paused(&store, &call, policy).await;
+                let allowed = authority::may_model_approve(MODEL, action, &call, facts).is_ok();
+                let by = (MODEL, Role::Reviewer, DecisionSource::Model);
+                let recorded = script_accepts(&store, &id, &call, by, action).await;
+                assert_eq!(
+                    recorded, allowed,
+                    "{action:?} by {MODEL} of a call approved by {approved_by:?} under {policy:?}"
+                );
+                // The same name through any door a person uses is refused by both.
+                let who = Principal {
+                    id: MODEL,
+                    role: Role::Admin,
+                };
+                assert!(authority::may_decide(who, action, &call, facts).is_err());
+                let id = paused(&store, &call, policy).await;
+                let by = (MODEL, Role::Admin, DecisionSource::Person);
+                assert!(!script_accepts(&store, &id, &call, by, action).await);
+                cases += 1;
+                accepted += usize::from(recorded);
+            }
+        }
+    }
+    println!("{cases} model cases: {accepted} recorded");
+    assert!(accepted > 0 && accepted < cases);
 }
 
 /// What the script answers `grant` deciding `call` of run `id` (approving it).
