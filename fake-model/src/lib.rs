@@ -9,11 +9,13 @@
 
 mod brain;
 mod refund;
+mod reviewer;
 mod server;
 mod wire;
 
 pub use brain::{Brain, Turns};
 pub use refund::{REFUND_ANSWER, REFUND_SCRIPT, refund_brain};
+pub use reviewer::{reviewed_call, verdict};
 pub use server::FakeModel;
 pub use wire::{
     anthropic_message, anthropic_text, anthropic_tool_use, first_user_text, last_results,

@@ -15,6 +15,15 @@ pub const OTHER_LIMIT: u32 = 200;
 pub const AMOUNTS: [u32; 3] = [12, 150, 450];
 /// The amounts an edit sets: under, between and over the limits.
 pub const EDITED_AMOUNTS: [u32; 4] = [5, 90, 140, 300];
+/// The refund tool's reviewer model, live, is put only calls up to this amount (its
+/// envelope): a held $150 refund is inside, a $450 one outside.
+pub const ENVELOPE: u32 = 300;
+
+/// Whether the reviewer model approves the calls of run `run` (it reads the run from the
+/// call's order id): those of even runs; it leaves those of odd runs to a person.
+pub fn reviewer_approves(run: usize) -> bool {
+    run.is_multiple_of(2)
+}
 
 /// One call a script's turn asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -183,10 +192,14 @@ pub enum Op {
         limit: u32,
     },
     /// SIGKILLs a worker process, and starts another: the worker sending a tool request at
-    /// that moment when `in_flight` (waiting a while for one), else worker `worker`.
+    /// that moment when `in_flight` (waiting a while for one), else worker `worker`; with
+    /// `after_verdict`, worker `worker` as soon as the reviewer model has answered about a
+    /// held call (between its verdict and the pause that saves it, if that worker asked).
     Kill {
         worker: usize,
         in_flight: bool,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        after_verdict: bool,
     },
     RestartNats,
     RestartRedis,
@@ -311,10 +324,26 @@ pub fn generate(seed: u64, size: Size) -> History {
                 };
                 Op::Reload { limit }
             }
-            "kill" => Op::Kill {
-                worker: rng.below(2) as usize,
-                in_flight: rng.chance(60),
-            },
+            "kill" => {
+                let worker = rng.below(2) as usize;
+                match rng.weighted(&[45, 30, 25]) {
+                    0 => Op::Kill {
+                        worker,
+                        in_flight: true,
+                        after_verdict: false,
+                    },
+                    1 => Op::Kill {
+                        worker,
+                        in_flight: false,
+                        after_verdict: true,
+                    },
+                    _ => Op::Kill {
+                        worker,
+                        in_flight: false,
+                        after_verdict: false,
+                    },
+                }
+            }
             "restart_nats" => Op::RestartNats,
             _ => Op::RestartRedis,
         };

@@ -31,8 +31,11 @@ impl ToolRequest {
 /// One answer of the fake model.
 #[derive(Clone, Debug)]
 pub struct ModelAnswer {
-    /// The ids of the calls it asked for, fresh for every answer.
+    /// The ids of the calls it asked for, fresh for every answer (none for a reviewer's
+    /// verdict).
     pub call_ids: Vec<String>,
+    /// It was the reviewer model's verdict on a held call, not an agent's turn.
+    pub review: bool,
     /// When the answer was made, just before it was sent: anything done with it happened
     /// later.
     pub at: Instant,

@@ -24,19 +24,25 @@
 //! 7. A run that ended is named by none of its shard's indexes of waiting: not listed as
 //!    paused for the inbox (`awaiting`), and none of its calls in the sets of deadlines and
 //!    reminders the sweepers walk.
+//! 8. The refund tool's reviewer model, live, decides only inside its bounds: its verdict on
+//!    each held call is `outside_envelope` above the envelope and otherwise what it answers
+//!    for that run; a call it decided was inside, approved by its live verdict in the trail,
+//!    and decided in its name, as an approval. (Its approval then counts for 1 to 4 as a
+//!    person's would: the call runs once, with the input held, never after a cancel.)
 //!
 //! Where the real system may honestly do either of two things, both are allowed: a call
 //! started before a crash is reported `unknown` (the refund tool is not idempotent) or has its
 //! recorded result; a $150 refund is free or held depending on which limit the worker had
 //! loaded; a decision racing an expiry or a policy change may win or lose.
 
+use super::history::{ENVELOPE, reviewer_approves};
 use super::observe::{Answer, Asked, Ended, Observations, ToolRequest};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::time::Instant;
 
-/// A broken promise: which invariant (1 to 7), which run, what the test saw.
+/// A broken promise: which invariant (1 to 8), which run, what the test saw.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Violation {
     pub invariant: u8,
@@ -61,8 +67,23 @@ enum Closing {
         action: String,
         input: Option<Value>,
     },
+    /// The reviewer model, in its name (`model:…`).
+    Model {
+        principal: String,
+        action: String,
+    },
     Expired,
     Superseded,
+}
+
+impl Closing {
+    /// Whether it lets the call run.
+    fn lets_run(&self) -> bool {
+        match self {
+            Closing::Person { action, .. } | Closing::Model { action, .. } => action != "reject",
+            Closing::Expired | Closing::Superseded => false,
+        }
+    }
 }
 
 /// One call of a run, as its trail tells it.
@@ -77,6 +98,8 @@ struct CallModel {
     rechecked: bool,
     /// The outcomes of its `executed` entries.
     executed: Vec<String>,
+    /// The reviewer model's verdicts on it: (verdict, mode).
+    verdicts: Vec<(String, String)>,
 }
 
 impl CallModel {
@@ -109,11 +132,22 @@ impl<'a> RunModel<'a> {
             let detail = &entry["detail"];
             match entry["kind"].as_str().unwrap_or_default() {
                 "requested" => call.held_input = Some(detail["input"].clone()),
-                "decided" => call.closings.push(Closing::Person {
-                    principal: entry["actor"].as_str().unwrap_or_default().into(),
-                    action: detail["action"].as_str().unwrap_or_default().into(),
-                    input: detail.get("input").filter(|i| !i.is_null()).cloned(),
-                }),
+                "decided" => {
+                    let principal: String = entry["actor"].as_str().unwrap_or_default().into();
+                    let action = detail["action"].as_str().unwrap_or_default().into();
+                    call.closings.push(match principal.starts_with("model:") {
+                        true => Closing::Model { principal, action },
+                        false => Closing::Person {
+                            principal,
+                            action,
+                            input: detail.get("input").filter(|i| !i.is_null()).cloned(),
+                        },
+                    });
+                }
+                "reviewer_verdict" => call.verdicts.push((
+                    detail["verdict"].as_str().unwrap_or_default().into(),
+                    detail["mode"].as_str().unwrap_or_default().into(),
+                )),
                 "expired" => call.closings.push(Closing::Expired),
                 "policy_changed" => match detail["outcome"].as_str() {
                     Some("superseded") => call.closings.push(Closing::Superseded),
@@ -396,8 +430,8 @@ fn check_calls(run: &RunModel, obs: &Observations, say: &mut Say) {
                 _ => {}
             }
         }
-        let lets_run =
-            matches!(call.closing(), Some(Closing::Person { action, .. }) if action != "reject");
+        check_model(run, call_id, call, say);
+        let lets_run = call.closing().is_some_and(Closing::lets_run);
         if run.status == "completed"
             && lets_run
             && call.executed.is_empty()
@@ -410,6 +444,51 @@ fn check_calls(run: &RunModel, obs: &Observations, say: &mut Say) {
                 format!("{call_id} was approved and the run completed without running it"),
             );
         }
+    }
+}
+
+/// 8: the reviewer model's verdicts on `call` and its decision of it, if it decided it.
+fn check_model(run: &RunModel, call_id: &str, call: &CallModel, say: &mut Say) {
+    let id = Some(run.ended.run_id.as_str());
+    let Some(held) = &call.held_input else {
+        return;
+    };
+    let inside = held["amount"]
+        .as_f64()
+        .is_some_and(|a| a <= f64::from(ENVELOPE));
+    let expected = match (inside, reviewer_approves(run.ended.run)) {
+        (false, _) => "outside_envelope",
+        (true, true) => "approve",
+        (true, false) => "ask_person",
+    };
+    for (verdict, mode) in &call.verdicts {
+        if verdict != expected || mode != "live" {
+            say(
+                8,
+                id,
+                format!(
+                    "the reviewer's verdict on {call_id} ({held}) is {verdict} ({mode}), not {expected} (live)"
+                ),
+            );
+        }
+    }
+    let Some(Closing::Model { principal, action }) = call.closing() else {
+        return;
+    };
+    let approved = call
+        .verdicts
+        .iter()
+        .any(|(v, m)| v == "approve" && m == "live");
+    if action != "approve" || !principal.starts_with("model:fake-reviewer@") || !inside || !approved
+    {
+        say(
+            8,
+            id,
+            format!(
+                "{call_id} ({held}) was decided {action} by {principal}, with verdicts {:?}",
+                call.verdicts
+            ),
+        );
     }
 }
 
@@ -458,7 +537,11 @@ fn check_request(
         Some((call, held)) => {
             let allowed = match call.closing() {
                 Some(Closing::Person { action, input, .. }) if action == "edit" => input.clone(),
-                Some(Closing::Person { action, .. }) if action == "approve" => Some(held.clone()),
+                Some(Closing::Person { action, .. } | Closing::Model { action, .. })
+                    if action == "approve" =>
+                {
+                    Some(held.clone())
+                }
                 Some(Closing::Superseded) if call.released => Some(held.clone()),
                 _ => None,
             };
@@ -744,6 +827,7 @@ mod tests {
             ],
             model: vec![ModelAnswer {
                 call_ids: vec!["toolu_a".into(), "toolu_b".into(), "toolu_c".into()],
+                review: false,
                 at: at(10),
             }],
             answers: vec![Answer {
@@ -900,6 +984,49 @@ mod tests {
         // Had the first edit been answered as recorded with 90, the trail would contradict it.
         obs.answers[0].asked = edit(90);
         assert_eq!(invariants(&obs), [4]);
+    }
+
+    /// The clean history with its $150 refund approved by the reviewer model (run 0's
+    /// reviewer approves) instead of rita: its verdict, then its decision; no answer says it.
+    fn decided_by_the_model(verdict: &str, action: &str) -> Observations {
+        let (mut obs, _) = clean();
+        let mut kept = rows(&obs.ended[0].trail);
+        let verdict_row = (
+            "reviewer_verdict".to_string(),
+            "toolu_c".to_string(),
+            "w".to_string(),
+            json!({"verdict": verdict, "mode": "live"}),
+        );
+        kept.insert(3, verdict_row);
+        kept[4].2 = "model:fake-reviewer@v1".into();
+        kept[4].3 = json!({"action": action, "input": null});
+        obs.ended[0].trail = trail_of(&kept);
+        obs.answers.clear();
+        obs
+    }
+
+    #[test]
+    fn a_model_decides_only_what_its_live_verdict_approved_inside_the_envelope() {
+        assert_eq!(check(&decided_by_the_model("approve", "approve")), []);
+        // A decision its verdict did not make, or not an approval.
+        assert_eq!(
+            invariants(&decided_by_the_model("ask_person", "approve")),
+            [8]
+        );
+        let rejected = invariants(&decided_by_the_model("approve", "reject"));
+        assert!(rejected.contains(&8), "{rejected:?}");
+        // Outside the envelope: no verdict but outside_envelope, and no decision.
+        let mut obs = decided_by_the_model("approve", "approve");
+        let mut kept = rows(&obs.ended[0].trail);
+        kept[2].3 = json!({"input": refund(450)});
+        obs.ended[0].trail = trail_of(&kept);
+        obs.tools[2].body = refund(450);
+        assert_eq!(invariants(&obs), [8]);
+        // The reviewer leaves odd runs' calls to a person.
+        let mut obs = decided_by_the_model("approve", "approve");
+        obs.ended[0].run = 1;
+        obs.run_ids = vec![None, Some(RUN.into())];
+        assert!(invariants(&obs).contains(&8));
     }
 
     #[test]

@@ -6,8 +6,10 @@
 //! A history is drawn from a seed, printed first. Operations: starts; decisions raced from two
 //! doors (approve, edit, reject); decisions quoting a stale digest; cancels at any stage;
 //! waits that let 3 s deadlines pass; policy reloads (the refund limit switched); SIGKILLs of
-//! a worker process (at random, or the one sending a tool request), each followed by a new
-//! one; NATS and Redis restarts.
+//! a worker process (at random, the one sending a tool request, or one just after the
+//! reviewer model gave a verdict), each followed by a new one; NATS and Redis restarts. The
+//! refund tool has a live reviewer model, which approves the calls of even runs inside its
+//! envelope in its own name.
 //!
 //! - `MODEL_CHECK_SEED`: the seed (default: a random one, printed).
 //! - `MODEL_CHECK_HISTORIES`: how many histories (default 8: about two minutes in CI).
@@ -28,7 +30,7 @@ use countersign_tests::app::{
 };
 use countersign_tests::infra::Infra;
 use countersign_tests::model_check::history::{
-    self, INITIAL_LIMIT, Size, edited_input, input_text,
+    self, ENVELOPE, INITIAL_LIMIT, Size, edited_input, input_text,
 };
 use countersign_tests::model_check::rng::Rng;
 use countersign_tests::model_check::shrink::Shrinker;
@@ -209,6 +211,9 @@ struct Totals {
     tool_requests: usize,
     model_answers: usize,
     answers: BTreeMap<u16, usize>,
+    /// The reviewer model's verdicts, and the calls it decided.
+    verdicts: BTreeMap<String, usize>,
+    model_decided: usize,
 }
 
 impl Totals {
@@ -226,19 +231,26 @@ impl Totals {
         for (k, n) in &other.answers {
             *self.answers.entry(*k).or_default() += n;
         }
+        for (k, n) in &other.verdicts {
+            *self.verdicts.entry(k.clone()).or_default() += n;
+        }
+        self.model_decided += other.model_decided;
     }
 
     fn summary(&self) -> String {
         format!(
             "{} histories; ops {:?} ({} skipped: their run was not in the state they act in); \
-             runs ended {:?}; {} tool requests, {} model answers; gateway answers by status {:?}",
+             runs ended {:?}; {} tool requests, {} model answers; gateway answers by status {:?}; \
+             reviewer verdicts {:?}, {} calls decided by it",
             self.histories,
             self.ops,
             self.skipped,
             self.runs,
             self.tool_requests,
             self.model_answers,
-            self.answers
+            self.answers,
+            self.verdicts,
+            self.model_decided
         )
     }
 }
@@ -289,6 +301,10 @@ fn op_name(op: &Op) -> &'static str {
         Op::Kill {
             in_flight: true, ..
         } => "kill_in_flight",
+        Op::Kill {
+            after_verdict: true,
+            ..
+        } => "kill_after_verdict",
         Op::Kill { .. } => "kill",
         Op::RestartNats => "restart_nats",
         Op::RestartRedis => "restart_redis",
@@ -296,7 +312,8 @@ fn op_name(op: &Op) -> &'static str {
 }
 
 /// The agent file: a free lookup, idempotent; a refund free up to `limit` and held for a
-/// person above it for 3 s at most, not idempotent.
+/// person above it for 3 s at most, not idempotent, with a live reviewer model (the fake)
+/// inside `ENVELOPE`.
 fn agent_file(model_url: &str, tools_url: &str, limit: u32) -> String {
     format!(
         r#"name = "refunds"
@@ -328,6 +345,14 @@ when = "input.amount > {limit}.0"
 reason = "Refund of ${{{{ input.amount }}}} moves money"
 summary = "Refund ${{{{ input.amount }}}} for order {{{{ input.order_id }}}}"
 timeout = "3s"
+
+[tools.reviewer]
+provider = "anthropic"
+model = "fake-reviewer"
+envelope = "input.amount <= {ENVELOPE}.0"
+mode = "live"
+timeout_ms = 5000
+base_url = "{model_url}"
 "#
     )
 }
@@ -454,7 +479,14 @@ impl<'a> Stage<'a> {
                 std::fs::write(self.agents.join("refunds.toml"), text).unwrap();
                 true
             }
-            Op::Kill { worker, in_flight } => {
+            Op::Kill {
+                worker,
+                in_flight,
+                after_verdict,
+            } => {
+                if *after_verdict {
+                    self.verdict_given().await;
+                }
                 self.kill(*worker, *in_flight).await;
                 true
             }
@@ -699,6 +731,22 @@ impl<'a> Stage<'a> {
         true
     }
 
+    /// Waits (a while at most) until the reviewer model gives its next verdict.
+    async fn verdict_given(&self) {
+        let since = Instant::now();
+        let deadline = since + OP_PATIENCE;
+        while Instant::now() < deadline {
+            let given = {
+                let log = self.model_log.lock().unwrap();
+                log.iter().any(|a| a.review && a.at > since)
+            };
+            if given {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
     /// SIGKILLs a worker process, the one sending a tool request if asked and one does
     /// within a while, and starts another in its place.
     async fn kill(&mut self, worker: usize, in_flight: bool) {
@@ -776,6 +824,23 @@ impl<'a> Stage<'a> {
                 .unwrap_or("unreadable")
                 .to_string();
             *self.totals.runs.entry(status).or_default() += 1;
+            for entry in trail["entries"].as_array().into_iter().flatten() {
+                let entry = &entry["entry"];
+                match entry["kind"].as_str() {
+                    Some("reviewer_verdict") => {
+                        let verdict = entry["detail"]["verdict"].as_str().unwrap_or_default();
+                        *self.totals.verdicts.entry(verdict.into()).or_default() += 1;
+                    }
+                    Some("decided")
+                        if entry["actor"]
+                            .as_str()
+                            .is_some_and(|a| a.starts_with("model:")) =>
+                    {
+                        self.totals.model_decided += 1;
+                    }
+                    _ => {}
+                }
+            }
             self.obs.ended.push(Ended {
                 run,
                 run_id,
