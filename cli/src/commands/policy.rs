@@ -81,6 +81,7 @@ fn agreement_rendered(answer: &Value, since: &str) -> String {
         "AGREED",
         "MS MEAN",
         "TOKENS IN/OUT",
+        "DECIDED",
     ]);
     for (tool, t) in &tools {
         table.row(vec![
@@ -99,6 +100,7 @@ fn agreement_rendered(answer: &Value, since: &str) -> String {
                 count(&t["tokens"], "input"),
                 count(&t["tokens"], "output")
             ),
+            count(t, "decided"),
         ]);
     }
     out += &format!("{table}");

@@ -303,6 +303,12 @@ async fn a_live_reviewer_approves_inside_its_envelope_in_its_own_name_and_nothin
     assert_eq!(entries[decided]["actor"], json!(model));
     assert_eq!(entries[decided]["channel"], "reviewer");
     assert_eq!(entries[decided]["detail"]["action"], "approve");
+    // The event names it too.
+    let events = app
+        .stream_messages("APPROVALS", &format!("approval.decided.{approved}"))
+        .await;
+    assert_eq!(events[0]["decided_by"], json!(model), "{events:?}");
+    assert_eq!(events[0]["door"], "reviewer");
 
     // Slack never asked about it; it was posted once, already decided, naming the model.
     let posted = wait_for("the approved call's message", PATIENCE, || async {
@@ -415,4 +421,13 @@ async fn a_live_reviewer_approves_inside_its_envelope_in_its_own_name_and_nothin
     );
     assert_eq!(refunds["asked_then"], json!({"approved": 1}));
     assert_eq!(refunds["approved_then"], json!({}));
+    let out = super::cli::ok(&app, ADMIN_KEY, "policy reviewer refunds --since 1d").await;
+    let row: Vec<&str> = out
+        .lines()
+        .find(|l| l.starts_with("issue_refund"))
+        .expect("a row per tool")
+        .split_whitespace()
+        .collect();
+    assert_eq!(row[..4], ["issue_refund", "4", "2", "1"], "{out}");
+    assert_eq!(row.last(), Some(&"2"), "decided: {out}");
 }
