@@ -13,7 +13,7 @@ use crate::state::AppState;
 use countersign_model::authority::{self, Principal};
 use countersign_model::condition::Condition;
 use countersign_model::grant::{Grant, GrantStatus, GrantUse, Held, Revocation};
-use countersign_model::run::{Action, HeldCall, Run, RunId};
+use countersign_model::run::{HeldCall, Run, RunId};
 use countersign_store::UseOutcome;
 use tracing::{info, warn};
 
@@ -161,15 +161,7 @@ async fn decide_under(
         delegation: None,
         model: false,
     };
-    let proposed = Proposed {
-        call_id: call.call_id.clone(),
-        digest: Some(call.digest.clone()),
-        action: Action::Approve,
-        input: None,
-        note: None,
-        reason: None,
-        grant: None,
-    };
+    let proposed = Proposed::approval_of(call);
     match decide::decide_one(state, run_id.as_str(), proposed, &by).await {
         Ok(_) => {
             if outcome == UseOutcome::Counted {

@@ -10,7 +10,7 @@
 use crate::config::Role;
 use crate::decide::{self, DecideError, Decider, Proposed};
 use crate::state::AppState;
-use countersign_model::run::{Action, HeldCall, Run};
+use countersign_model::run::{HeldCall, Run};
 use tracing::{info, warn};
 
 /// Decides each of `calls` (held in `run`, both as stored) that carries a model's approval;
@@ -35,15 +35,7 @@ pub(crate) async fn apply(
             delegation: None,
             model: true,
         };
-        let proposed = Proposed {
-            call_id: call.call_id.clone(),
-            digest: Some(call.digest.clone()),
-            action: Action::Approve,
-            input: None,
-            note: None,
-            reason: None,
-            grant: None,
-        };
+        let proposed = Proposed::approval_of(call);
         match decide::decide_one(state, run.run_id.as_str(), proposed, &by).await {
             Ok(_) => {
                 info!(run_id = %run.run_id, call_id = %call.call_id, by = %approval.by, "approved by its reviewer model");

@@ -5,7 +5,7 @@ use super::error::DecideError;
 use crate::config::Role;
 use countersign_model::delegation::Delegation;
 use countersign_model::grant::{Grant, GrantTerms};
-use countersign_model::run::Action;
+use countersign_model::run::{Action, HeldCall};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -27,6 +27,22 @@ pub(crate) struct Proposed {
     /// With an approval: calls like this one are approved in advance on these terms.
     #[serde(default)]
     pub(crate) grant: Option<GrantTerms>,
+}
+
+impl Proposed {
+    /// An approval of `call` exactly as it was held (its digest, no edit, no note): what a
+    /// standing grant or a reviewer model decides, nobody having been asked.
+    pub(crate) fn approval_of(call: &HeldCall) -> Self {
+        Self {
+            call_id: call.call_id.clone(),
+            digest: Some(call.digest.clone()),
+            action: Action::Approve,
+            input: None,
+            note: None,
+            reason: None,
+            grant: None,
+        }
+    }
 }
 
 /// Who decides, with the role their door established, through which door, with which

@@ -215,6 +215,20 @@ async fn paused(store: &Store, call: &HeldCall, policy: Policy) -> RunId {
     id
 }
 
+/// Servers of the test's own, and a store on them under a namespace of its own.
+async fn store() -> (Infra, Store) {
+    let infra = Infra::start().await;
+    let namespace = format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    let store = Store::connect(
+        &infra.connections_without_login(&namespace),
+        Names::new(&namespace).unwrap(),
+        Metrics::default(),
+    )
+    .await
+    .unwrap();
+    (infra, store)
+}
+
 /// Whether the script records `action` by `principal` (whose door gave them `role`), as a
 /// person or, with `by` `Model`, as a reviewer model.
 async fn script_accepts(
@@ -272,15 +286,7 @@ async fn script_accepts(
 #[tokio::test]
 async fn every_door_principal_action_and_policy_is_accepted_by_the_script_exactly_when_the_rule_allows_it()
  {
-    let infra = Infra::start().await;
-    let namespace = format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
-    let store = Store::connect(
-        &infra.connections_without_login(&namespace),
-        Names::new(&namespace).unwrap(),
-        Metrics::default(),
-    )
-    .await
-    .unwrap();
+    let (_infra, store) = store().await;
     let config = config();
     let arrivals = arrivals(&config);
     let (mut cases, mut accepted) = (0, 0);
@@ -349,15 +355,7 @@ async fn every_door_principal_action_and_policy_is_accepted_by_the_script_exactl
 /// the call's approvers are), and a person's decision in a model's name nowhere.
 #[tokio::test]
 async fn a_model_decides_exactly_what_the_rule_allows_and_nobody_decides_in_its_name() {
-    let infra = Infra::start().await;
-    let namespace = format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
-    let store = Store::connect(
-        &infra.connections_without_login(&namespace),
-        Names::new(&namespace).unwrap(),
-        Metrics::default(),
-    )
-    .await
-    .unwrap();
+    let (_infra, store) = store().await;
     const MODEL: &str = "model:haiku@v1";
     let (mut cases, mut accepted) = (0, 0);
     for policy in policies().into_iter().filter(|p| p.quorum == 1) {
@@ -445,15 +443,7 @@ async fn decided_under(store: &Store, id: &RunId, call: &HeldCall, grant: &Grant
 /// as stored: another agent, tool, policy version or requester decides nothing.
 #[tokio::test]
 async fn the_script_decides_under_a_grant_only_the_calls_its_terms_name_as_stored() {
-    let infra = Infra::start().await;
-    let namespace = format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
-    let store = Store::connect(
-        &infra.connections_without_login(&namespace),
-        Names::new(&namespace).unwrap(),
-        Metrics::default(),
-    )
-    .await
-    .unwrap();
+    let (_infra, store) = store().await;
     let policy = Policy {
         approvers: Approvers::Open,
         quorum: 1,

@@ -84,6 +84,33 @@ async fn verdicts(app: &TestApp, run_id: &str) -> Vec<Value> {
         .collect()
 }
 
+/// The agreement report of the last day.
+async fn report(app: &TestApp) -> Value {
+    let (code, report) = app
+        .request(
+            reqwest::Method::GET,
+            "/v1/agents/refunds/reviewer?since=1d",
+            Some(ADMIN_KEY),
+            None,
+        )
+        .await;
+    assert_eq!(code, StatusCode::OK, "{report}");
+    report
+}
+
+/// What `countersign policy reviewer` prints for the last day, and its refund tool's row.
+async fn cli_report(app: &TestApp) -> (String, Vec<String>) {
+    let out = super::cli::ok(app, ADMIN_KEY, "policy reviewer refunds --since 1d").await;
+    let row = out
+        .lines()
+        .find(|l| l.starts_with("issue_refund"))
+        .expect("a row per tool")
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    (out, row)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reviewer_in_shadow_is_audited_and_its_agreement_with_the_people_reported() {
     let app = reviewed_app(10_000).await;
@@ -156,15 +183,7 @@ async fn a_reviewer_in_shadow_is_audited_and_its_agreement_with_the_people_repor
         app.wait_status(&run, "completed").await;
     }
 
-    let (code, report) = app
-        .request(
-            reqwest::Method::GET,
-            "/v1/agents/refunds/reviewer?since=1d",
-            Some(ADMIN_KEY),
-            None,
-        )
-        .await;
-    assert_eq!(code, StatusCode::OK, "{report}");
+    let report = report(&app).await;
     let refunds = &report["tools"]["issue_refund"];
     assert_eq!(refunds["reviewed"], 5, "{report}");
     assert_eq!(
@@ -193,13 +212,8 @@ async fn a_reviewer_in_shadow_is_audited_and_its_agreement_with_the_people_repor
     assert!(refunds["ms_mean"].as_f64().unwrap() >= 0.0);
 
     // The command line shows the same, the disagreement first among the details.
-    let out = super::cli::ok(&app, ADMIN_KEY, "policy reviewer refunds --since 1d").await;
-    let row: Vec<&str> = out
-        .lines()
-        .find(|l| l.starts_with("issue_refund"))
-        .expect("a row per tool")
-        .split_whitespace()
-        .collect();
+    let (out, row) = cli_report(&app).await;
+    let row: Vec<&str> = row.iter().map(String::as_str).collect();
     assert_eq!(
         &row[..7],
         ["issue_refund", "5", "3", "1", "1", "0", "50%"],
@@ -404,15 +418,7 @@ async fn a_live_reviewer_approves_inside_its_envelope_in_its_own_name_and_nothin
     app.wait_status(&asked, "completed").await;
 
     // The report counts its live approvals as decided, not as agreement.
-    let (code, report) = app
-        .request(
-            reqwest::Method::GET,
-            "/v1/agents/refunds/reviewer?since=1d",
-            Some(ADMIN_KEY),
-            None,
-        )
-        .await;
-    assert_eq!(code, StatusCode::OK, "{report}");
+    let report = report(&app).await;
     let refunds = &report["tools"]["issue_refund"];
     assert_eq!(refunds["decided"], 2, "{report}");
     assert_eq!(
@@ -421,13 +427,8 @@ async fn a_live_reviewer_approves_inside_its_envelope_in_its_own_name_and_nothin
     );
     assert_eq!(refunds["asked_then"], json!({"approved": 1}));
     assert_eq!(refunds["approved_then"], json!({}));
-    let out = super::cli::ok(&app, ADMIN_KEY, "policy reviewer refunds --since 1d").await;
-    let row: Vec<&str> = out
-        .lines()
-        .find(|l| l.starts_with("issue_refund"))
-        .expect("a row per tool")
-        .split_whitespace()
-        .collect();
+    let (out, row) = cli_report(&app).await;
+    let row: Vec<&str> = row.iter().map(String::as_str).collect();
     assert_eq!(row[..4], ["issue_refund", "4", "2", "1"], "{out}");
     assert_eq!(row.last(), Some(&"2"), "decided: {out}");
 }
