@@ -1,6 +1,6 @@
 //! Agents ready to run: each definition with its model client and compiled policies.
 
-use crate::llm::Model;
+use countersign_llm::Model;
 use countersign_model::agent::{Agent, Catalog};
 use countersign_model::condition::Condition;
 use countersign_model::policy::Policy;

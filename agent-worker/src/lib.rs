@@ -6,7 +6,6 @@ pub mod config;
 mod consumer;
 mod engine;
 mod health;
-mod llm;
 mod tools;
 
 use agents::Agents;

@@ -6,9 +6,10 @@
 //! not as agreement. It reads; it never writes.
 
 use crate::error::ApiError;
-use crate::replay::{live_agent, window_runs};
+use crate::replay::{Window, live_agent, window_runs};
 use crate::state::AppState;
 use crate::suggest::held_of;
+use countersign_model::run::Run;
 use countersign_model::suggest::Settled;
 use serde::Serialize;
 use serde_json::Value;
@@ -27,6 +28,17 @@ pub(crate) struct Agreement {
     runs_not_retained: usize,
     /// Per tool with a verdict in the window.
     tools: BTreeMap<String, ToolAgreement>,
+    /// Put to the model now, over recorded history (see [`crate::reviewer_replay`]): how
+    /// many calls were asked about, and how many more the limit left out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) replayed: Option<Replayed>,
+}
+
+/// How much of the window a replay put to the model.
+#[derive(Serialize)]
+pub(crate) struct Replayed {
+    pub(crate) asked: usize,
+    pub(crate) left_out: usize,
 }
 
 #[derive(Default, Serialize)]
@@ -72,7 +84,89 @@ struct Disagreement {
     reason: String,
 }
 
-/// The agreement of agent `name`'s reviewer models with its people over the last `window`.
+/// One verdict as the report counts it.
+pub(crate) struct Counted<'a> {
+    pub(crate) run_id: &'a str,
+    pub(crate) call_id: &'a str,
+    pub(crate) tool: &'a str,
+    /// `approve`, `ask_person`, `outside_envelope` or `error`.
+    pub(crate) verdict: &'a str,
+    pub(crate) reason: &'a str,
+    pub(crate) ms: u64,
+    /// The provider's (input, output) tokens.
+    pub(crate) tokens: (u64, u64),
+    /// Whether its approval decided the call (live).
+    pub(crate) live: bool,
+}
+
+impl Agreement {
+    /// A report of agent `name` over a window that starts at `since_ms`, `runs` read of it.
+    pub(crate) fn new(name: &str, read: &Window) -> Self {
+        Self {
+            agent: name.to_string(),
+            since_ms: read.since_ms,
+            runs: read.runs.len(),
+            runs_not_retained: read.runs_not_retained,
+            tools: BTreeMap::new(),
+            replayed: None,
+        }
+    }
+
+    /// Counts `v`, a verdict on a call people settled as `then` (with its input), if they
+    /// have.
+    pub(crate) fn count(&mut self, v: &Counted<'_>, then: Option<&(Settled, Value)>) {
+        let counts = self.tools.entry(v.tool.to_string()).or_default();
+        counts.reviewed += 1;
+        *counts.verdicts.entry(v.verdict.to_string()).or_default() += 1;
+        counts.tokens.input += v.tokens.0;
+        counts.tokens.output += v.tokens.1;
+        counts.ms_max = counts.ms_max.max(v.ms);
+        counts.ms_total += v.ms;
+        let how = then.map_or("waiting", |(s, _)| s.as_str()).to_string();
+        match v.verdict {
+            "approve" if v.live => counts.decided += 1,
+            "approve" => *counts.approved_then.entry(how).or_default() += 1,
+            "ask_person" => *counts.asked_then.entry(how).or_default() += 1,
+            _ => {}
+        }
+        if let (Some((settled, input)), "approve", false) = (then, v.verdict, v.live)
+            && settled.refused()
+        {
+            counts.approved_but_refused.push(Disagreement {
+                run_id: v.run_id.to_string(),
+                call_id: v.call_id.to_string(),
+                input: input.clone(),
+                settled: *settled,
+                reason: v.reason.to_string(),
+            });
+        }
+    }
+
+    /// The report, its means and shares worked out.
+    pub(crate) fn finished(mut self) -> Self {
+        for counts in self.tools.values_mut() {
+            counts.ms_mean = counts.ms_total as f64 / counts.reviewed as f64;
+            let then = &counts.approved_then;
+            let settled: usize = ["approved", "edited", "rejected"]
+                .iter()
+                .filter_map(|k| then.get(*k))
+                .sum();
+            let agreed = then.get("approved").copied().unwrap_or_default();
+            counts.agreement = (settled > 0).then(|| agreed as f64 / settled as f64);
+        }
+        self
+    }
+}
+
+/// The calls of `run` people settled, by id: how, and the input they were held with.
+pub(crate) fn settled_in(run: &Run, trail: &[Value]) -> BTreeMap<String, (Settled, Value)> {
+    held_of(run, trail)
+        .map(|h| (h.call.call_id, (h.settled, h.call.input)))
+        .collect()
+}
+
+/// The agreement of agent `name`'s reviewer models with its people over the last `window`,
+/// from the verdicts its runs' trails recorded.
 pub(crate) async fn agreement(
     state: &AppState,
     name: &str,
@@ -80,72 +174,40 @@ pub(crate) async fn agreement(
 ) -> Result<Agreement, ApiError> {
     live_agent(state, name)?;
     let read = window_runs(state, name, window).await?;
-    let mut tools: BTreeMap<String, ToolAgreement> = BTreeMap::new();
+    let mut report = Agreement::new(name, &read);
     for (run, trail) in &read.runs {
-        let settled: BTreeMap<String, (Settled, Value)> = held_of(run, trail)
-            .map(|h| (h.call.call_id, (h.settled, h.call.input)))
-            .collect();
-        for verdict in trail.iter().filter(|e| {
+        let settled = settled_in(run, trail);
+        let verdicts = trail.iter().filter(|e| {
             matches!(
                 e["kind"].as_str(),
                 Some("reviewer_verdict" | "reviewer_shadow")
             )
-        }) {
-            let detail = &verdict["detail"];
-            let (Some(call_id), Some(tool), Some(said)) = (
-                verdict["call_id"].as_str(),
+        });
+        for entry in verdicts {
+            let detail = &entry["detail"];
+            let (Some(call_id), Some(tool), Some(verdict)) = (
+                entry["call_id"].as_str(),
                 detail["tool"].as_str(),
                 detail["verdict"].as_str(),
             ) else {
                 continue;
             };
-            let counts = tools.entry(tool.to_string()).or_default();
-            counts.reviewed += 1;
-            *counts.verdicts.entry(said.to_string()).or_default() += 1;
             let tokens = &detail["tokens"];
-            counts.tokens.input += tokens["input_tokens"].as_u64().unwrap_or_default();
-            counts.tokens.output += tokens["output_tokens"].as_u64().unwrap_or_default();
-            let ms = detail["ms"].as_u64().unwrap_or_default();
-            counts.ms_max = counts.ms_max.max(ms);
-            counts.ms_total += ms;
-            let then = settled.get(call_id);
-            let how = then.map_or("waiting", |(s, _)| s.as_str()).to_string();
-            let live = detail["mode"] == "live";
-            match said {
-                "approve" if live => counts.decided += 1,
-                "approve" => *counts.approved_then.entry(how).or_default() += 1,
-                "ask_person" => *counts.asked_then.entry(how).or_default() += 1,
-                _ => {}
-            }
-            if let (Some((s, input)), "approve") = (then, said)
-                && s.refused()
-                && !live
-            {
-                counts.approved_but_refused.push(Disagreement {
-                    run_id: run.run_id.to_string(),
-                    call_id: call_id.to_string(),
-                    input: input.clone(),
-                    settled: *s,
-                    reason: detail["reason"].as_str().unwrap_or_default().to_string(),
-                });
-            }
+            let counted = Counted {
+                run_id: run.run_id.as_str(),
+                call_id,
+                tool,
+                verdict,
+                reason: detail["reason"].as_str().unwrap_or_default(),
+                ms: detail["ms"].as_u64().unwrap_or_default(),
+                tokens: (
+                    tokens["input_tokens"].as_u64().unwrap_or_default(),
+                    tokens["output_tokens"].as_u64().unwrap_or_default(),
+                ),
+                live: detail["mode"] == "live",
+            };
+            report.count(&counted, settled.get(call_id));
         }
     }
-    for counts in tools.values_mut() {
-        counts.ms_mean = counts.ms_total as f64 / counts.reviewed as f64;
-        let then = &counts.approved_then;
-        let settled: usize = ["approved", "edited", "rejected"]
-            .iter()
-            .filter_map(|k| then.get(*k))
-            .sum();
-        let agreed = then.get("approved").copied().unwrap_or_default();
-        counts.agreement = (settled > 0).then(|| agreed as f64 / settled as f64);
-    }
-    Ok(Agreement {
-        agent: name.to_string(),
-        since_ms: read.since_ms,
-        runs: read.runs.len(),
-        runs_not_retained: read.runs_not_retained,
-        tools,
-    })
+    Ok(report.finished())
 }

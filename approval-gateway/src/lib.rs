@@ -26,6 +26,7 @@ pub(crate) mod model_approvals;
 pub(crate) mod pages;
 pub(crate) mod receipts;
 pub(crate) mod replay;
+pub(crate) mod reviewer_replay;
 pub(crate) mod runs;
 pub(crate) mod server;
 pub(crate) mod state;

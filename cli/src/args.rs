@@ -162,16 +162,24 @@ pub(crate) enum PolicyCommand {
         #[arg(long, default_value_t = 1)]
         pick: usize,
     },
-    /// How the agent's reviewer models, in shadow, agreed with its people: per tool, their
-    /// verdicts, how people settled the calls each verdict was about, the calls a model would
-    /// have approved that a person rejected or edited (listed first), and what a verdict
-    /// took. Reads, never writes (admin key).
+    /// How the agent's reviewer models agreed with its people: per tool, their verdicts, how
+    /// people settled the calls each verdict was about, the calls a model would have
+    /// approved that a person rejected or edited (listed first), and what a verdict took.
+    /// With --replay, the models are asked now about the calls people settled. Writes
+    /// nothing (admin key).
     Reviewer {
         /// The agent's name
         agent: String,
         /// How far back (`24h`, `30d`)
         #[arg(long, default_value = "30d")]
         since: String,
+        /// Ask each tool's reviewer model now about the calls people settled in the window
+        /// (each a paid request to its provider), instead of reading the verdicts recorded
+        #[arg(long)]
+        replay: bool,
+        /// With --replay, the most calls asked about, the most recent first
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
     },
 }
 

@@ -214,35 +214,7 @@ impl<'a> CallView<'a> {
     /// `held` of `run` as a person is shown it: with what the agent said in the turn that
     /// asks for it (the run's last message) and the results of the calls that ran before.
     pub fn of(run: &'a Run, held: &'a HeldCall, tool_description: &'a str) -> Self {
-        let mut names = std::collections::HashMap::new();
-        let mut evidence = Vec::new();
-        for block in run.messages.iter().flat_map(|m| &m.content) {
-            match block {
-                Block::ToolUse { id, name, .. } => {
-                    names.insert(id.as_str(), name.as_str());
-                }
-                Block::ToolResult {
-                    tool_use_id,
-                    content,
-                    ..
-                } => evidence.push((
-                    names.get(tool_use_id.as_str()).copied().unwrap_or_default(),
-                    content.as_str(),
-                )),
-                _ => {}
-            }
-        }
-        let agent_said = run
-            .messages
-            .last()
-            .filter(|m| m.role == Speaker::Assistant)
-            .and_then(|m| {
-                m.content.iter().find_map(|b| match b {
-                    Block::Text { text } => Some(text.as_str()),
-                    _ => None,
-                })
-            })
-            .unwrap_or_default();
+        let (agent_said, evidence) = context(&run.messages);
         Self {
             tool: &held.tool,
             tool_description,
@@ -253,6 +225,41 @@ impl<'a> CallView<'a> {
             evidence,
         }
     }
+}
+
+/// What the agent said in the last message of `messages` (the answer that asks for a call),
+/// and the results of the calls that ran before it (tool, result): what a person is shown
+/// beside a call held at that point of the conversation.
+pub fn context(messages: &[Message]) -> (&str, Vec<(&str, &str)>) {
+    let mut names = std::collections::HashMap::new();
+    let mut evidence = Vec::new();
+    for block in messages.iter().flat_map(|m| &m.content) {
+        match block {
+            Block::ToolUse { id, name, .. } => {
+                names.insert(id.as_str(), name.as_str());
+            }
+            Block::ToolResult {
+                tool_use_id,
+                content,
+                ..
+            } => evidence.push((
+                names.get(tool_use_id.as_str()).copied().unwrap_or_default(),
+                content.as_str(),
+            )),
+            _ => {}
+        }
+    }
+    let agent_said = messages
+        .last()
+        .filter(|m| m.role == Speaker::Assistant)
+        .and_then(|m| {
+            m.content.iter().find_map(|b| match b {
+                Block::Text { text } => Some(text.as_str()),
+                _ => None,
+            })
+        })
+        .unwrap_or_default();
+    (agent_said, evidence)
 }
 
 /// The conversation that puts `view` to the reviewer: one user message, the call as data.

@@ -706,6 +706,17 @@ impl Run {
             _ => String::new(),
         }
     }
+
+    /// Where in `messages` the model's answer of turn `turn` (counting from 1) is: each turn
+    /// adds one assistant message, which asks for that turn's calls.
+    pub fn answer_of_turn(&self, turn: u64) -> Option<usize> {
+        self.messages
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.role == Speaker::Assistant)
+            .nth((turn as usize).checked_sub(1)?)
+            .map(|(i, _)| i)
+    }
 }
 
 /// Whether a model's call id may serve as the call's own (see [`Run::calls_asked`]).

@@ -29,7 +29,7 @@ mod timers;
 mod windows;
 
 use crate::agents::{Agents, RunnableAgent};
-use crate::llm::{ModelError, ModelRequest};
+use countersign_llm::{ModelError, ModelRequest};
 use countersign_model::audit::{AuditEntry, AuditKind};
 use countersign_model::live::LiveEvent;
 use countersign_model::now_ms;

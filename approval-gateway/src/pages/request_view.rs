@@ -78,13 +78,7 @@ impl CallView {
         let text = |field: &str| detail[field].as_str().unwrap_or_default().to_string();
         // The model's answer of the call's turn (each turn adds one), which asked for it.
         let asked_in = match detail["turn"].as_u64() {
-            Some(turn) => run
-                .messages
-                .iter()
-                .enumerate()
-                .filter(|(_, m)| m.role == Speaker::Assistant)
-                .nth((turn as usize).saturating_sub(1))
-                .map(|(i, _)| i),
+            Some(turn) => run.answer_of_turn(turn),
             // An entry written before entries named their turn: the call's id was the model's.
             None => run.messages.iter().position(|m| {
                 m.content

@@ -3,8 +3,9 @@
 //! group would be asked for, examples, and what would become of the calls waiting now.
 //! `countersign policy suggest AGENT [--since 30d]`: its `GET /v1/agents/{agent}/suggestions`,
 //! each suggestion with its evidence and replay, a candidate file written on request.
-//! `countersign policy reviewer AGENT [--since 30d]`: its `GET /v1/agents/{agent}/reviewer`,
-//! how the agent's reviewer models in shadow agreed with its people.
+//! `countersign policy reviewer AGENT [--since 30d] [--replay [--limit 50]]`: its `GET
+//! /v1/agents/{agent}/reviewer` (or, replayed, `POST /v1/agents/{agent}/reviewer/replay`),
+//! how the agent's reviewer models agreed with its people.
 
 use crate::args::PolicyCommand;
 use crate::client::Gateway;
@@ -40,17 +41,42 @@ pub(super) async fn run(
             };
             suggest(gateway, &agent, &asked, write.as_deref(), pick, json).await
         }
-        PolicyCommand::Reviewer { agent, since } => reviewer(gateway, &agent, &since, json).await,
+        PolicyCommand::Reviewer {
+            agent,
+            since,
+            replay,
+            limit,
+        } => {
+            let replay = replay.then_some(limit);
+            reviewer(gateway, &agent, &since, replay, json).await
+        }
     }
 }
 
-async fn reviewer(gateway: &Gateway, agent: &str, since: &str, json: bool) -> Result<(), CliError> {
+/// The agreement report over `since`: the verdicts recorded, or with `replay`, the models
+/// asked now about at most that many calls.
+async fn reviewer(
+    gateway: &Gateway,
+    agent: &str,
+    since: &str,
+    replay: Option<usize>,
+    json: bool,
+) -> Result<(), CliError> {
     since
         .parse::<Span>()
         .map_err(|e| CliError::Usage(format!("--since: {e}")))?;
-    let mut url = gateway.url(&["v1", "agents", agent, "reviewer"]);
-    url.query_pairs_mut().append_pair("since", since);
-    let answer = gateway.get(url).await?;
+    let answer = match replay {
+        Some(limit) => {
+            let url = gateway.url(&["v1", "agents", agent, "reviewer", "replay"]);
+            let body = json!({"since": since, "limit": limit});
+            gateway.post(url, &body).await?
+        }
+        None => {
+            let mut url = gateway.url(&["v1", "agents", agent, "reviewer"]);
+            url.query_pairs_mut().append_pair("since", since);
+            gateway.get(url).await?
+        }
+    };
     if json {
         print_json(&answer);
     } else {
@@ -62,10 +88,18 @@ async fn reviewer(gateway: &Gateway, agent: &str, since: &str, json: bool) -> Re
 /// The reviewer models' agreement for a person: a row per tool, then the disagreements.
 fn agreement_rendered(answer: &Value, since: &str) -> String {
     let mut out = format!(
-        "Reviewer models of {} in the last {since} ({} runs read)\n\n",
+        "Reviewer models of {} in the last {since} ({} runs read)\n",
         answer["agent"].as_str().unwrap_or_default(),
         answer["runs"]
     );
+    let replayed = &answer["replayed"];
+    if replayed.is_object() {
+        out += &format!(
+            "Asked now about {} calls people settled ({} more left out by the limit)\n",
+            replayed["asked"], replayed["left_out"]
+        );
+    }
+    out += "\n";
     let tools = answer["tools"].as_object().cloned().unwrap_or_default();
     if tools.is_empty() {
         return out + "No verdict in the window.\n";

@@ -7,7 +7,9 @@ use countersign_tests::app::{PATIENCE, TestApp};
 use countersign_tests::infra::free_port;
 use countersign_tests::metric_value as value;
 use countersign_tests::wait_for;
+use futures::FutureExt;
 use serde_json::json;
+use std::panic::AssertUnwindSafe;
 
 async fn scrape(app: &TestApp, url: &str) -> String {
     let response = app.http.get(url).send().await.unwrap();
@@ -193,13 +195,24 @@ async fn with_a_metrics_token_metrics_answer_only_its_bearer() {
 
 #[tokio::test]
 async fn with_a_metrics_listen_address_metrics_are_served_there_alone() {
-    let gateway_metrics = format!("127.0.0.1:{}", free_port());
-    let worker_metrics = format!("127.0.0.1:{}", free_port());
-    let app = TestApp::builder(refund_brain)
-        .gateway(|c| c.metrics_listen = Some(gateway_metrics.clone()))
-        .worker(|c| c.metrics_listen = Some(worker_metrics.clone()))
-        .start()
-        .await;
+    // A port found free may be taken by another test before the services bind it: then the
+    // app does not start, and is started again on other ports (a few times at most).
+    let mut attempts = 0;
+    let (app, gateway_metrics, worker_metrics) = loop {
+        attempts += 1;
+        let gateway_metrics = format!("127.0.0.1:{}", free_port());
+        let worker_metrics = format!("127.0.0.1:{}", free_port());
+        let (gateway, worker) = (gateway_metrics.clone(), worker_metrics.clone());
+        let starting = TestApp::builder(refund_brain)
+            .gateway(|c| c.metrics_listen = Some(gateway))
+            .worker(move |c| c.metrics_listen = Some(worker.clone()))
+            .start();
+        match AssertUnwindSafe(starting).catch_unwind().await {
+            Ok(app) => break (app, gateway_metrics, worker_metrics),
+            Err(_) if attempts < 3 => println!("the app did not start; again, on other ports"),
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    };
     app.refund_cycle().await;
     let worker = app.worker_probes_url(0).to_string();
     for (main, apart) in [

@@ -432,3 +432,128 @@ async fn a_live_reviewer_approves_inside_its_envelope_in_its_own_name_and_nothin
     assert_eq!(row[..4], ["issue_refund", "4", "2", "1"], "{out}");
     assert_eq!(row.last(), Some(&"2"), "decided: {out}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reviewer_replayed_over_history_is_asked_now_about_what_people_settled() {
+    // A history decided by people, before the tool had a reviewer.
+    let mut app = TestApp::builder(brain).start().await;
+    let inputs = [
+        "Refund 25",         // a person approves; it would approve
+        "Refund 30",         // a person rejects; it would approve
+        "Refund 45",         // a person approves; it would ask a person
+        "Refund 60 hostile", // a person rejects; outside the envelope
+        "Refund 28",         // still waiting: not settled, not asked about
+    ]
+    .map(String::from);
+    let paused = app.paused_refunds(&inputs).await;
+    for (i, action) in [(0, "approve"), (1, "reject"), (2, "approve"), (3, "reject")] {
+        let (run, digest) = &paused[i];
+        let mut decision = json!({"call_id": "toolu_1", "digest": digest, "action": action});
+        if action == "reject" {
+            decision["reason"] = json!("not this one");
+        }
+        let (code, body) = app.decide(run, json!([decision])).await;
+        assert_eq!(code, StatusCode::OK, "{body}");
+        app.wait_status(run, "completed").await;
+    }
+    assert!(app.model.requests().iter().all(|r| !is_review(r)));
+
+    // The team adds a reviewer in shadow, and asks it about the window's settled calls.
+    let base_url = app.model.base_url.clone();
+    app.rewrite_agent(|text| {
+        format!(
+            "{text}\n[tools.reviewer]\nprovider = \"anthropic\"\nmodel = \"fake-reviewer\"\n\
+             envelope = \"input.amount <= 50.0\"\nbase_url = \"{base_url}\"\n"
+        )
+    });
+    app.restart_gateway(|_| {}).await;
+    let replay = |body: Value, key: &'static str| {
+        let app = &app;
+        async move {
+            app.request(
+                reqwest::Method::POST,
+                "/v1/agents/refunds/reviewer/replay",
+                Some(key),
+                Some(body),
+            )
+            .await
+        }
+    };
+    let (code, report) = replay(json!({"since": "1d"}), ADMIN_KEY).await;
+    assert_eq!(code, StatusCode::OK, "{report}");
+    assert_eq!(report["replayed"], json!({"asked": 4, "left_out": 0}));
+    let refunds = &report["tools"]["issue_refund"];
+    assert_eq!(
+        refunds["verdicts"],
+        json!({"approve": 2, "ask_person": 1, "outside_envelope": 1}),
+        "{report}"
+    );
+    assert_eq!(
+        refunds["approved_then"],
+        json!({"approved": 1, "rejected": 1})
+    );
+    assert_eq!(refunds["asked_then"], json!({"approved": 1}));
+    assert_eq!(refunds["agreement"], 0.5);
+    let disagreed = refunds["approved_but_refused"].as_array().unwrap();
+    assert_eq!(disagreed.len(), 1, "{refunds}");
+    assert_eq!(disagreed[0]["run_id"], json!(paused[1].0));
+    assert_eq!(refunds["tokens"], json!({"input": 30, "output": 30}));
+
+    // It was shown each call as the person was: the agent's words of that turn, as data.
+    let reviews: Vec<Value> = app.model.requests().into_iter().filter(is_review).collect();
+    assert_eq!(
+        reviews.len(),
+        3,
+        "the $60 call outside the envelope was never sent"
+    );
+    for review in &reviews {
+        let call = reviewed_call(review).unwrap();
+        assert_eq!(call["agent_said"], "Refunding.", "{call}");
+        assert_eq!(call["tool"], "issue_refund");
+        assert!(
+            call["reason"].as_str().is_some_and(|r| !r.is_empty()),
+            "{call}"
+        );
+    }
+    // It wrote nothing: no verdict joined any trail.
+    for (run, _) in &paused {
+        assert!(verdicts(&app, run).await.is_empty());
+    }
+
+    // The limit takes the most recent; the rest are counted as left out.
+    let (code, limited) = replay(json!({"since": "1d", "limit": 2}), ADMIN_KEY).await;
+    assert_eq!(code, StatusCode::OK, "{limited}");
+    assert_eq!(limited["replayed"], json!({"asked": 2, "left_out": 2}));
+    for (body, key, status) in [
+        (json!({"limit": 0}), ADMIN_KEY, StatusCode::BAD_REQUEST),
+        (json!({"limit": 501}), ADMIN_KEY, StatusCode::BAD_REQUEST),
+        (
+            json!({"since": "never"}),
+            ADMIN_KEY,
+            StatusCode::BAD_REQUEST,
+        ),
+        (json!({}), REVIEWER_KEY, StatusCode::FORBIDDEN),
+    ] {
+        let (code, answer) = replay(body.clone(), key).await;
+        assert_eq!(code, status, "{body}: {answer}");
+    }
+
+    // The command line asks the same.
+    let out = super::cli::ok(
+        &app,
+        ADMIN_KEY,
+        "policy reviewer refunds --since 1d --replay --limit 10",
+    )
+    .await;
+    assert!(
+        out.contains("Asked now about 4 calls people settled"),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "would have approved, a person rejected: {} toolu_1",
+            paused[1].0
+        )),
+        "{out}"
+    );
+}

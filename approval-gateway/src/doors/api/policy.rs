@@ -4,13 +4,17 @@
 //!   (see [`crate::replay`]);
 //! - `GET /v1/agents/{agent}/suggestions?since=&min_calls=&min_deciders=`: the changes the
 //!   agent's own recorded decisions support, each replayed (see [`crate::suggest`]);
-//! - `GET /v1/agents/{agent}/reviewer?since=`: how the agent's reviewer models, in shadow,
-//!   agreed with its people (see [`crate::agreement`]).
+//! - `GET /v1/agents/{agent}/reviewer?since=`: how the agent's reviewer models agreed with its
+//!   people (see [`crate::agreement`]);
+//! - `POST /v1/agents/{agent}/reviewer/replay` `{since?, limit?}`: the same, the reviewer
+//!   models asked now about the calls people settled (see [`crate::reviewer_replay`]): it
+//!   asks the providers, and writes nothing.
 
 use crate::agreement::{self, Agreement};
 use crate::auth::{Authenticated, Caller, Permission, QueryParams};
 use crate::error::ApiError;
 use crate::replay::{self, Replayed};
+use crate::reviewer_replay;
 use crate::state::AppState;
 use crate::suggest::{self, Suggested};
 use axum::extract::{Path, State};
@@ -26,6 +30,10 @@ pub(super) fn router() -> Router<AppState> {
         .route("/v1/agents/{agent}/replay", post(replay_agent))
         .route("/v1/agents/{agent}/suggestions", get(suggestions))
         .route("/v1/agents/{agent}/reviewer", get(reviewer_agreement))
+        .route(
+            "/v1/agents/{agent}/reviewer/replay",
+            post(reviewer_replayed),
+        )
 }
 
 #[derive(Deserialize)]
@@ -122,4 +130,32 @@ async fn reviewer_agreement(
     caller.require(Permission::Administer)?;
     let window = queried_window(query.since)?;
     Ok(Json(agreement::agreement(&state, &agent, window).await?))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReviewerReplayBody {
+    /// How far back (`30d`, `24h`); default 30 days.
+    since: Option<Span>,
+    /// The most calls put to the models, the most recent first; default 50.
+    limit: Option<usize>,
+}
+
+async fn reviewer_replayed(
+    State(state): State<AppState>,
+    Path(agent): Path<String>,
+    Authenticated { caller, body, .. }: Authenticated<ReviewerReplayBody>,
+) -> Result<Json<Agreement>, ApiError> {
+    caller.require(Permission::Administer)?;
+    let window = window(body.since, Duration::from_secs(30 * 86_400))?;
+    let limit = body.limit.unwrap_or(50);
+    if !(1..=reviewer_replay::MAX_LIMIT).contains(&limit) {
+        return Err(ApiError::bad_request(format!(
+            "limit must be 1 to {}",
+            reviewer_replay::MAX_LIMIT
+        )));
+    }
+    Ok(Json(
+        reviewer_replay::replay(&state, &agent, window, limit).await?,
+    ))
 }

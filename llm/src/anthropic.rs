@@ -244,8 +244,8 @@ fn to_anthropic(message: &Message) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::llm::Model;
-    use crate::llm::tests::{ask, ask_counted, at, serve_stream};
+    use crate::Model;
+    use crate::tests::{ask, ask_counted, at, serve_stream};
     use countersign_fake_model::{FakeModel, REFUND_SCRIPT, refund_brain};
 
     /// A message as the API streams it, with a thinking block first (dropped), a text block,

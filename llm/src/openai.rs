@@ -270,8 +270,8 @@ fn to_openai(message: &Message) -> Vec<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::llm::Model;
-    use crate::llm::tests::{ask, ask_counted, at, serve_stream};
+    use crate::Model;
+    use crate::tests::{ask, ask_counted, at, serve_stream};
     use countersign_fake_model::{FakeModel, openai_answer, turn};
     use countersign_model::run::Image;
 

@@ -1,4 +1,4 @@
-//! The language models: the Anthropic Messages API, the OpenAI Chat Completions API, and a
+//! countersign-llm: the language models: the Anthropic Messages API, the OpenAI Chat Completions API, and a
 //! scripted model that plays canned turns; and, for an `mcp_client` or an `external` agent,
 //! the model that asks for the one call its client sent (`countersign_model::one_call`). Each takes the
 //! provider-neutral conversation and answers with the assistant's blocks (text and tool_use).
@@ -10,6 +10,7 @@
 
 mod anthropic;
 mod openai;
+pub mod review;
 
 use countersign_model::agent::{Agent, Provider, ToolDef};
 use countersign_model::reviewer::ReviewerDef;
@@ -20,11 +21,17 @@ use countersign_model::{door, mcp_proxy};
 use countersign_runtime::redact::redact_error;
 use tokio::sync::mpsc::UnboundedSender;
 
-pub(crate) struct ModelRequest<'a> {
+/// What a model is asked: one turn of a conversation.
+pub struct ModelRequest<'a> {
+    /// The model's name at the provider.
     pub model: &'a str,
+    /// The most tokens its answer may take.
     pub max_tokens: u32,
+    /// The system prompt.
     pub system: &'a str,
+    /// The conversation so far.
     pub messages: &'a [Message],
+    /// The tools it may call.
     pub tools: &'a [ToolDef],
     /// The run's metadata, where an `mcp_client` run keeps the call its model asks for;
     /// language models are not sent it.
@@ -33,15 +40,19 @@ pub(crate) struct ModelRequest<'a> {
 
 /// What an answer cost, in the provider's tokens (zero where nobody counts them).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub(crate) struct Usage {
+pub struct Usage {
+    /// Tokens read.
     pub input_tokens: u64,
+    /// Tokens written.
     pub output_tokens: u64,
 }
 
 /// A model's whole answer: its blocks, and what it cost.
 #[derive(Debug)]
-pub(crate) struct Completion {
+pub struct Completion {
+    /// The assistant's blocks (text and tool_use).
     pub blocks: Vec<Block>,
+    /// What it cost.
     pub usage: Usage,
 }
 
@@ -55,8 +66,9 @@ impl Completion {
     }
 }
 
+/// Why a model gave no answer.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum ModelError {
+pub enum ModelError {
     /// Rate limits, overload, server errors, network trouble: trying again later may work.
     #[error("model unavailable: {0}")]
     Retryable(String),
@@ -67,8 +79,10 @@ pub(crate) enum ModelError {
 
 /// Where the HTTP providers are and how to authenticate.
 #[derive(Clone, Debug)]
-pub(crate) struct Endpoint {
+pub struct Endpoint {
+    /// The API's base URL, without a trailing slash.
     pub base_url: String,
+    /// The key it is called with.
     pub api_key: String,
 }
 
@@ -93,9 +107,13 @@ impl Endpoint {
     }
 }
 
-pub(crate) enum Model {
+/// A model an agent or a reviewer is answered by.
+pub enum Model {
+    /// Anthropic's Messages API.
     Anthropic(Endpoint),
+    /// OpenAI's Chat Completions API.
     OpenAi(Endpoint),
+    /// Canned turns (`*.script.toml`), played in-process.
     Scripted(Script),
     /// The MCP client on the other side of the gateway's `/mcp/{agent}`.
     McpClient,
@@ -105,7 +123,7 @@ pub(crate) enum Model {
 
 impl Model {
     /// The model an agent names, with endpoints from the environment.
-    pub(crate) fn for_agent(agent: &Agent) -> anyhow::Result<Self> {
+    pub fn for_agent(agent: &Agent) -> anyhow::Result<Self> {
         Ok(match agent.def.model.provider {
             Provider::Anthropic => Self::Anthropic(Endpoint::from_env(
                 agent,
@@ -133,7 +151,7 @@ impl Model {
 
     /// A tool's reviewer model, with its endpoint from its definition or the environment as
     /// an agent's (the file refuses a reviewer of any other provider).
-    pub(crate) fn for_reviewer(def: &ReviewerDef) -> Self {
+    pub fn for_reviewer(def: &ReviewerDef) -> Self {
         let base_url = def.base_url.as_ref();
         match def.provider {
             Provider::Openai => Self::OpenAi(Endpoint::new(
@@ -150,7 +168,7 @@ impl Model {
     }
 
     /// The assistant's turn. Each piece of its text is sent on `deltas` as it arrives.
-    pub(crate) async fn complete(
+    pub async fn complete(
         &self,
         http: &reqwest::Client,
         req: &ModelRequest<'_>,
