@@ -3,7 +3,7 @@
 //! tool names now, as the person was shown it then (the call, what the agent said in that
 //! turn, the results it had), and the verdicts are counted beside how the people settled each
 //! call, as the agreement report counts the verdicts recorded on live traffic
-//! ([`crate::agreement`]). A call a model decided is not put to it again. At most `limit`
+//! ([`crate::agreement`]). A call a model decided is no person's, and is not put to it. At most `limit`
 //! calls, the most recent first, a few at a time: each is a paid request to the provider. It
 //! reads and asks; it writes nothing.
 
@@ -15,7 +15,6 @@ use crate::suggest::held_of;
 use countersign_llm::Model;
 use countersign_llm::review::{Review, review};
 use countersign_model::agent::Agent;
-use countersign_model::authority::names_a_model;
 use countersign_model::condition::Condition;
 use countersign_model::reviewer::{CallView, ReviewerDef, context};
 use countersign_model::run::Run;
@@ -97,8 +96,7 @@ pub(crate) async fn replay(
     let mut past = Vec::new();
     for (run, trail) in &read.runs {
         for held in held_of(run, trail) {
-            let by_model = held.deciders.iter().any(|d| names_a_model(d));
-            if by_model || !reviewers.contains_key(held.call.tool.as_str()) {
+            if !reviewers.contains_key(held.call.tool.as_str()) {
                 continue;
             }
             let requested = trail.iter().rfind(|e| {

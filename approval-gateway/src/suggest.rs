@@ -10,6 +10,7 @@ use crate::replay::{candidate_agent, live_agent, waiting, window_runs};
 use crate::state::AppState;
 use axum::http::StatusCode;
 use countersign_model::agent::Agent;
+use countersign_model::authority::names_a_model;
 use countersign_model::grant::Grant;
 use countersign_model::replay::{self, CallRef, Example, Forecast, Recorded, ToolCounts, Waiting};
 use countersign_model::run::Run;
@@ -203,10 +204,11 @@ fn span(secs: u64) -> String {
     }
 }
 
-/// The calls `run` held, as its audit `trail` settled them: by the action a worker ran them
-/// under (`executed`), else rejected if a decision rejected them, else unanswered if they
-/// expired or the run ended first. A call still waiting, or decided and not yet run, is not
-/// settled and left out.
+/// The calls `run` held, as its audit `trail` says people settled them: by the action a
+/// worker ran them under (`executed`), else rejected if a decision rejected them, else
+/// unanswered if they expired or the run ended first. A call still waiting, or decided and
+/// not yet run, is not settled and left out; so is one a reviewer model decided, which is no
+/// person's decision (neither evidence for a suggestion nor a verdict to measure one by).
 pub(crate) fn held_of<'a>(
     run: &'a Run,
     trail: &'a [Value],
@@ -251,6 +253,9 @@ pub(crate) fn held_of<'a>(
                 .flat_map(Grant::people_of)
                 .map(str::to_string)
                 .collect();
+            if deciders.iter().any(|d| names_a_model(d)) {
+                return None;
+            }
             let detail = &requested["detail"];
             Some(HeldRecord {
                 call: Recorded {

@@ -431,6 +431,25 @@ async fn a_live_reviewer_approves_inside_its_envelope_in_its_own_name_and_nothin
     let row: Vec<&str> = row.iter().map(String::as_str).collect();
     assert_eq!(row[..4], ["issue_refund", "4", "2", "1"], "{out}");
     assert_eq!(row.last(), Some(&"2"), "decided: {out}");
+
+    // Suggestions are drawn from people's decisions: the model's two approvals are no
+    // evidence, and it is no decider.
+    let (code, suggested) = app
+        .request(
+            reqwest::Method::GET,
+            "/v1/agents/refunds/suggestions?since=1d&min_calls=1&min_deciders=1",
+            Some(ADMIN_KEY),
+            None,
+        )
+        .await;
+    assert_eq!(code, StatusCode::OK, "{suggested}");
+    let first = &suggested["suggestions"][0];
+    assert_eq!(first["evidence"]["approved"], 1, "{suggested}");
+    assert_eq!(
+        first["evidence"]["deciders"],
+        json!(["rita"]),
+        "{suggested}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
