@@ -170,6 +170,7 @@ impl<'a> Slack<'a> {
             None => decided,
         })
     }
+
     /// Posts a call nobody was asked about, already decided, once: where it went is kept like
     /// a request's, so a redelivery finds it and posts nothing again.
     async fn post_decided(
