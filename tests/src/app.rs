@@ -421,12 +421,18 @@ impl TestApp {
         &mut self,
         change: impl FnOnce(&mut approval_gateway::config::Config),
     ) {
+        self.halt_gateway().await;
+        self.gateway_url = self.spawn_gateway(change).await;
+    }
+
+    /// Stops the first gateway and waits until it has stopped (its consumers too): until
+    /// another is spawned ([`TestApp::spawn_gateway`]), no gateway takes the approval events.
+    pub async fn halt_gateway(&mut self) {
         self.gateway.token.cancel();
         (&mut self.gateway.task)
             .await
             .expect("the gateway's task")
             .expect("the gateway stopped cleanly");
-        self.gateway_url = self.spawn_gateway(change).await;
     }
 
     /// The folder of the app's agent files (and its receipt key, `receipt-key.pem`).

@@ -576,3 +576,39 @@ async fn a_reviewer_replayed_over_history_is_asked_now_about_what_people_settled
         "{out}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_approval_saved_while_no_gateway_runs_is_decided_once_one_comes() {
+    let app = TestApp::builder(brain).workers(0).start().await;
+    let mut app = with_reviewer(app, "mode = \"live\"");
+    // One refund the model approves with everything up (the tool fetches the gateway's keys).
+    let first = app.start_run("Refund 24").await;
+    app.wait_status(&first, "completed").await;
+    app.stop_worker(0).await;
+    let run = app.start_run("Refund 25").await;
+    // The gateway goes away before any worker takes the run: the worker's pause, with the
+    // model's approval, and its announcement are saved with nobody to decide it.
+    app.halt_gateway().await;
+    app.spawn_worker();
+    let subject = format!("approval.requested.{run}");
+    wait_for("the pause to be announced", PATIENCE, || async {
+        let sent = app.stream_messages("APPROVALS", &subject).await;
+        (!sent.is_empty()).then_some(())
+    })
+    .await;
+    assert_eq!(app.tools.refunds().len(), 1, "nothing ran undecided");
+
+    // A gateway comes back: the announcement reaches it, and it decides in the model's name.
+    app.gateway_url = app.spawn_gateway(|_| {}).await;
+    app.wait_status(&run, "completed").await;
+    assert_eq!(app.tools.refunds().len(), 2, "the refund ran once");
+    let entries = app.audit_entries(&run).await;
+    let decided: Vec<&Value> = entries.iter().filter(|e| e["kind"] == "decided").collect();
+    assert_eq!(decided.len(), 1, "{decided:?}");
+    assert!(
+        decided[0]["actor"]
+            .as_str()
+            .is_some_and(|a| a.starts_with("model:fake-reviewer@")),
+        "{decided:?}"
+    );
+}
