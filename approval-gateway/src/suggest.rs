@@ -14,6 +14,7 @@ use countersign_model::authority::names_a_model;
 use countersign_model::grant::Grant;
 use countersign_model::replay::{self, CallRef, Example, Forecast, Recorded, ToolCounts, Waiting};
 use countersign_model::run::Run;
+use countersign_model::span::Span;
 use countersign_model::suggest::{self, Bound, HeldRecord, RewriteError, Settled, Thresholds};
 use serde::Serialize;
 use serde_json::Value;
@@ -190,18 +191,8 @@ fn grant_offer(
         digest: held.digest.clone(),
         condition: bound.release.clone(),
         max_uses: uses.clamp(1, limits.max_uses.max(1)),
-        expires_in: span(secs),
+        expires_in: Span::of_secs(secs).to_string(),
     })
-}
-
-/// `secs` as a span people write: in days, hours or minutes where it divides, else seconds.
-fn span(secs: u64) -> String {
-    match secs {
-        s if s % 86_400 == 0 => format!("{}d", s / 86_400),
-        s if s % 3_600 == 0 => format!("{}h", s / 3_600),
-        s if s % 60 == 0 => format!("{}m", s / 60),
-        s => format!("{s}s"),
-    }
 }
 
 /// The calls `run` held, as its audit `trail` says people settled them: by the action a

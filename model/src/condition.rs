@@ -338,7 +338,8 @@ fn cel_number(n: &serde_json::Number) -> String {
     }
 }
 
-fn is_identifier(name: &str) -> bool {
+/// Whether `name` may be written as it is after a `.` in CEL (`input.NAME`).
+pub fn is_identifier(name: &str) -> bool {
     let mut chars = name.chars();
     chars
         .next()

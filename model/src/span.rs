@@ -39,6 +39,23 @@ impl std::str::FromStr for Span {
     }
 }
 
+impl Span {
+    /// `secs` (more than none) as people write it: in days, hours or minutes where it
+    /// divides, else in seconds (`1800` is `30m`).
+    pub fn of_secs(secs: u64) -> Self {
+        let text = match secs {
+            s if s % 86_400 == 0 => format!("{}d", s / 86_400),
+            s if s % 3_600 == 0 => format!("{}h", s / 3_600),
+            s if s % 60 == 0 => format!("{}m", s / 60),
+            s => format!("{s}s"),
+        };
+        Self {
+            text,
+            duration: std::time::Duration::from_secs(secs),
+        }
+    }
+}
+
 impl std::fmt::Display for Span {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.text)

@@ -135,17 +135,9 @@ fn numeric_fields(calls: &[&HeldRecord]) -> BTreeSet<String> {
         .iter()
         .filter_map(|h| h.call.input.as_object())
         .flat_map(|input| input.iter())
-        .filter(|(name, value)| value.is_number() && cel_name(name))
+        .filter(|(name, value)| value.is_number() && crate::condition::is_identifier(name))
         .map(|(name, _)| name.clone())
         .collect()
-}
-
-fn cel_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 /// The bound on `field` of `tool`'s calls, if the thresholds are met. A call without the

@@ -93,7 +93,7 @@ impl Window {
     pub fn compile_all(env: &Env, defs: &BTreeMap<String, WindowDef>) -> Result<Vec<Self>, String> {
         defs.iter()
             .map(|(name, def)| {
-                if !plain_name(name) {
+                if !crate::condition::is_identifier(name) {
                     return Err(format!(
                         "window name {name:?}: use letters, digits and _ (the policy reads it as window.{name})"
                     ));
@@ -167,15 +167,6 @@ pub struct Facts<'a> {
     pub metadata: &'a Value,
     /// Who requested the run ("" if nobody is named).
     pub requester: &'a str,
-}
-
-/// Whether `name` can follow `window.` in CEL.
-fn plain_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 /// The totals the policy's `when` reads as `window`: each window's total with the call

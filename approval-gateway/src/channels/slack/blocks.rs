@@ -322,7 +322,7 @@ fn decision_blocks(target: &Target, call: &HeldCall, limits: Option<GrantLimits>
         .into_iter()
         .enumerate()
         .map(|(i, (max_uses, expires_in))| {
-            let label = format!("{max_uses} more for {}", span_text(&expires_in));
+            let label = format!("{max_uses} more for {expires_in}");
             let preset = GrantPreset {
                 target: target.clone(),
                 max_uses,
@@ -370,14 +370,6 @@ fn presets(limits: Option<GrantLimits>) -> Vec<(u32, Span)> {
                 .then_some((terms.max_uses, terms.expires_in))
         })
         .collect()
-}
-
-/// A span as written (`1h`).
-fn span_text(span: &Span) -> String {
-    serde_json::to_value(span)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_string))
-        .unwrap_or_default()
 }
 
 /// What a standing grant an approval made lets through, for the decided message (markup: the

@@ -81,16 +81,6 @@ pub(super) fn offer<'a>(
     })
 }
 
-/// `secs` as a grant's `expires_in` is written: `8h`.
-fn span_text(secs: u64) -> String {
-    match secs {
-        s if s % 86400 == 0 => format!("{}d", s / 86400),
-        s if s % 3600 == 0 => format!("{}h", s / 3600),
-        s if s % 60 == 0 => format!("{}m", s / 60),
-        s => format!("{s}s"),
-    }
-}
-
 /// `secs` as a person reads it: `8 hours`.
 fn span_words(secs: u64) -> String {
     let (n, unit) = match secs {
@@ -160,7 +150,7 @@ impl Offer<'_> {
             true => DEFAULT_DURATION,
             false => offered.last().copied().unwrap_or(DEFAULT_DURATION),
         };
-        let lasts = value("expires_in", span_text(default));
+        let lasts = value("expires_in", Span::of_secs(default).to_string());
         let same_requester = again && typed.contains_key("same_requester");
         let condition_tie = Tie::new(errors, "grant.condition", "grant-condition", true);
         let uses_tie = Tie::new(errors, "grant.max_uses", "grant-max-uses", true);
@@ -197,7 +187,7 @@ impl Offer<'_> {
                 select #grant-expires-in name="expires_in"
                     aria-describedby=[lasts_tie.described_by()] aria-invalid=[lasts_tie.invalid()] {
                     @for secs in &offered {
-                        @let text = span_text(*secs);
+                        @let text = Span::of_secs(*secs).to_string();
                         option value=(text) selected[text == lasts] { (span_words(*secs)) }
                     }
                 }
@@ -367,9 +357,9 @@ mod tests {
         );
         assert_eq!(durations(1800), [1800]);
         assert_eq!(durations(2 * 3600), [3600, 2 * 3600]);
-        assert_eq!(span_text(1800), "30m");
-        assert_eq!(span_text(7 * 86400), "7d");
-        assert_eq!(span_text(90), "90s");
+        assert_eq!(Span::of_secs(1800).to_string(), "30m");
+        assert_eq!(Span::of_secs(7 * 86400).to_string(), "7d");
+        assert_eq!(Span::of_secs(90).to_string(), "90s");
         assert_eq!(span_words(3600), "1 hour");
         assert_eq!(span_words(8 * 3600), "8 hours");
     }
